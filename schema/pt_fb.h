@@ -1,0 +1,106 @@
+/*
+ * pt_fb: the small FlatBuffers builder and verifying parser for
+ * schema/pytrace.fbs (no C FlatBuffers library is packaged for our machines).
+ *
+ * Builders write one complete size-prefixed Message (identifier "PYTR") into a
+ * caller buffer and return its length in bytes, or 0 if `cap` is too small.
+ * Output is little-endian, aligned from the first byte of the size prefix the
+ * way the stock verifier checks it, and byte-for-byte tested against what
+ * flatc-generated code reads (tests/unit/schema).
+ *
+ * pt_fb_parse verifies one size-prefixed Message as untrusted input (every
+ * offset, vtable, string and vector bounds-checked, strings NUL-terminated in
+ * the buffer as FlatBuffers requires) and decodes it into pt_fb_msg_t, whose
+ * pointers point into the buffer. Returns 0 or -EBADMSG (with a reason).
+ */
+#ifndef PT_SCHEMA_FB_H
+#define PT_SCHEMA_FB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../shm/layout.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct pt_fb_str { const char *ptr; uint32_t len; } pt_fb_str_t; /* ptr NULL = absent */
+
+typedef struct pt_fb_process_info {
+    uint64_t pid, ppid;
+    pt_fb_str_t command_line, python_version, segment;
+    uint16_t abi_major, abi_minor;
+    uint8_t clock;
+    uint64_t ticks_per_second, base_ticks, base_monotonic_ns, base_realtime_ns;
+    uint32_t ring_count;
+    uint64_t ring_capacity_events;
+    uint8_t drop_policy;
+} pt_fb_process_info_t;
+
+typedef struct pt_fb_thread_start {
+    uint64_t thread; uint32_t ring; uint64_t os_tid; pt_fb_str_t name; uint64_t ticks;
+} pt_fb_thread_start_t;
+
+typedef struct pt_fb_thread_end {
+    uint64_t thread, ticks, events_written, events_dropped;
+} pt_fb_thread_end_t;
+
+typedef struct pt_fb_symbol {
+    uint32_t id; uint8_t kind; pt_fb_str_t name, file; uint32_t line;
+} pt_fb_symbol_t;
+
+typedef struct pt_fb_event_chunk {
+    uint64_t thread, first_event;
+    const pt_event_t *events; /* points into the buffer (8-aligned if the buffer is) */
+    uint32_t count;
+} pt_fb_event_chunk_t;
+
+typedef struct pt_fb_lost_count { uint64_t thread, dropped_total; } pt_fb_lost_count_t;
+
+typedef struct pt_fb_producer_status {
+    uint8_t state; uint64_t heartbeat_ns, events_written, events_dropped, hook_errors, symbols_dropped;
+} pt_fb_producer_status_t;
+
+typedef struct pt_fb_msg {
+    uint32_t type; /* enum pt_msg_type */
+    union {
+        pt_fb_process_info_t process_info;
+        pt_fb_thread_start_t thread_start;
+        pt_fb_thread_end_t thread_end;
+        pt_fb_symbol_t symbol;
+        pt_fb_event_chunk_t event_chunk;
+        pt_fb_lost_count_t lost_count;
+        pt_fb_producer_status_t producer_status;
+    } u;
+} pt_fb_msg_t;
+
+size_t pt_fb_build_process_info(uint8_t *out, size_t cap, const pt_fb_process_info_t *in);
+size_t pt_fb_build_thread_start(uint8_t *out, size_t cap, const pt_fb_thread_start_t *in);
+size_t pt_fb_build_thread_end(uint8_t *out, size_t cap, const pt_fb_thread_end_t *in);
+size_t pt_fb_build_symbol(uint8_t *out, size_t cap, const pt_fb_symbol_t *in);
+size_t pt_fb_build_lost_count(uint8_t *out, size_t cap, const pt_fb_lost_count_t *in);
+size_t pt_fb_build_producer_status(uint8_t *out, size_t cap, const pt_fb_producer_status_t *in);
+
+/* EventChunk: write the fixed 72-byte header (shm/layout.h, PT_CHUNK_*) for n
+ * events that the caller places at out + PT_CHUNK_OFF_EVENTS. total size is
+ * 72 + 16n; the size prefix is set to that minus 4. Used both to initialise a
+ * ring chunk (with size prefix = chunk_bytes - 4: pass n_for_prefix) and to
+ * frame a reader's copy. */
+void pt_fb_chunk_header(uint8_t out[PT_CHUNK_HEADER_BYTES], uint64_t thread, uint64_t first_event,
+                        uint32_t count, uint32_t size_prefix);
+size_t pt_fb_build_event_chunk(uint8_t *out, size_t cap, uint64_t thread, uint64_t first_event,
+                               const pt_event_t *events, uint32_t count);
+
+/* Verify and decode one size-prefixed Message of exactly `len` bytes.
+ * `why` (may be NULL) receives a short reason on failure. */
+int pt_fb_parse(const uint8_t *buf, size_t len, pt_fb_msg_t *out, char *why, size_t whylen);
+
+/* Length of the size-prefixed message at buf (prefix + 4), or 0 if len < 4. */
+size_t pt_fb_message_size(const uint8_t *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PT_SCHEMA_FB_H */

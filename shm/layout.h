@@ -1,0 +1,305 @@
+/*
+ * pytrace shared-memory layout: the bytes of a /dev/shm segment.
+ *
+ * This header is the contract between the traced process (producer) and any
+ * reader. Fixed-width types only, offsets instead of pointers, every size and
+ * offset asserted. All-zero memory means "empty / free". Little-endian only
+ * (asserted at build time and marked in the header for readers).
+ *
+ *   +----------------------+ 0
+ *   | pt_seg_header_t      |  PT_SEG_HEADER_BYTES (4 KiB)
+ *   +----------------------+ ring_table_offset
+ *   | pt_ring_slot_t[R]    |  R = ring_count, 256 bytes each
+ *   +----------------------+ rings_offset (page aligned)
+ *   | ring 0: chunk[C]     |  each ring = chunks_per_ring chunks of chunk_bytes
+ *   | ring 1: chunk[C]     |
+ *   | ...                  |
+ *   +----------------------+ symlog_offset (page aligned)
+ *   | symbol log           |  size-prefixed Message{Symbol} records, 8-aligned,
+ *   |                      |  published up to header.symlog_published (bytes)
+ *   +----------------------+ segment_bytes
+ *
+ * A chunk is, at every moment, a valid size-prefixed FlatBuffer of
+ * schema/pytrace.fbs: Message{body: EventChunk{thread, first_event, events}}.
+ * Its fixed header is PT_CHUNK_HEADER_BYTES (72) bytes, laid out below; only the
+ * vector length at PT_CHUNK_OFF_LENGTH changes while the chunk is written. The
+ * size prefix of a chunk in a ring is chunk_bytes - 4 (the whole chunk); a
+ * reader's copy of n events sets it to 72 + 16n - 4 and the length to n.
+ * Alignment is counted from byte 0 of the chunk (the size prefix), as the stock
+ * verifier counts it.
+ *
+ * Nothing here includes Python.h.
+ */
+#ifndef PT_SHM_LAYOUT_H
+#define PT_SHM_LAYOUT_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "pytrace segments are little-endian; big-endian hosts are not supported"
+#endif
+
+#define PT_CACHE_LINE 64
+
+/* ---- identity ---------------------------------------------------------- */
+
+#define PT_SEG_MAGIC 0x0045434152545950ull /* "PYTRACE\0" little-endian */
+#define PT_ABI_MAJOR 1                     /* a reader refuses another major */
+#define PT_ABI_MINOR 0                     /* a reader accepts any minor */
+#define PT_ENDIAN_MARK 0x01020304u         /* reads 0x04030201 on a wrong-endian reader */
+#define PT_SHM_PREFIX "pytrace-"           /* /dev/shm/pytrace-<pid>-<seq> */
+#define PT_FILE_IDENTIFIER "PYTR"
+
+/* ---- the 16-byte record (schema struct Event) -------------------------- */
+
+typedef struct pt_event {
+    uint64_t ticks; /* 0 */
+    uint32_t id;    /* 8 */
+    uint16_t aux;   /* 12 */
+    uint8_t kind;   /* 14: enum pt_event_kind */
+    uint8_t flags;  /* 15 */
+} pt_event_t;
+
+_Static_assert(sizeof(pt_event_t) == 16, "Event is 16 bytes");
+_Static_assert(offsetof(pt_event_t, ticks) == 0, "Event.ticks");
+_Static_assert(offsetof(pt_event_t, id) == 8, "Event.id");
+_Static_assert(offsetof(pt_event_t, aux) == 12, "Event.aux");
+_Static_assert(offsetof(pt_event_t, kind) == 14, "Event.kind");
+_Static_assert(offsetof(pt_event_t, flags) == 15, "Event.flags");
+
+/* Values of schema enum EventKind (frozen). */
+enum pt_event_kind {
+    PT_EV_NONE = 0,
+    PT_EV_CALL = 1,
+    PT_EV_RETURN = 2,
+    PT_EV_CCALL = 3,
+    PT_EV_CRETURN = 4,
+    PT_EV_UNWIND = 5,
+    PT_EV_CUNWIND = 6,
+    PT_EV_YIELD = 7,
+    PT_EV_RESUME = 8,
+    PT_EV_SPAN_BEGIN = 9,
+    PT_EV_SPAN_END = 10,
+    PT_EV_MARK = 11,
+    PT_EV_LOST = 12,
+    PT_EV_FRAME = 13,
+    PT_EV_KIND_COUNT = 14
+};
+
+/* Event.flags bits */
+#define PT_EVF_C_FUNCTION 0x01u /* Frame record of a C function */
+#define PT_EVF_THROWN 0x02u     /* Resume caused by gen.throw() */
+#define PT_EVF_SYNTHETIC 0x04u  /* written by the tracer, not by the program */
+
+/* Lost record: count = id | ((uint64_t)aux << 32) (48 bits, saturating). */
+#define PT_LOST_MAX ((UINT64_C(1) << 48) - 1)
+
+/* Values of schema enums (frozen). */
+enum pt_clock_kind { PT_CLOCK_MONOTONIC = 0, PT_CLOCK_TSC = 1 };
+enum pt_producer_state {
+    PT_STATE_EMPTY = 0,
+    PT_STATE_RUNNING = 1,
+    PT_STATE_STOPPED = 2, /* tracing stopped, process alive */
+    PT_STATE_EXITED = 3,  /* process exited cleanly; everything is published */
+    PT_STATE_DEAD = 4     /* reader-side verdict only: pid gone without EXITED */
+};
+enum pt_symbol_kind { PT_SYM_PY_FUNCTION = 0, PT_SYM_C_FUNCTION = 1, PT_SYM_LABEL = 2 };
+enum pt_drop_policy { PT_POLICY_DROP = 0, PT_POLICY_WAIT = 1 };
+
+/* Values of schema union MessageBody (frozen, order of the union). */
+enum pt_msg_type {
+    PT_MSG_NONE = 0,
+    PT_MSG_PROCESS_INFO = 1,
+    PT_MSG_THREAD_START = 2,
+    PT_MSG_THREAD_END = 3,
+    PT_MSG_SYMBOL = 4,
+    PT_MSG_EVENT_CHUNK = 5,
+    PT_MSG_LOST_COUNT = 6,
+    PT_MSG_PRODUCER_STATUS = 7
+};
+
+/* ---- chunk: the in-place size-prefixed FlatBuffer ---------------------- *
+ *
+ *  off size  field
+ *    0   u32  size prefix            = bytes after the prefix
+ *    4   u32  root uoffset           = 16      (-> Message table at 20)
+ *    8   4    file identifier "PYTR"
+ *   12   u16  Message vtable: size   = 8
+ *   14   u16                 table   = 12
+ *   16   u16                 body_type field at +4
+ *   18   u16                 body      field at +8
+ *   20   i32  Message table -> vtable = 8     (20 - 12)
+ *   24   u8   body_type = PT_MSG_EVENT_CHUNK (5); 25..27 zero
+ *   28   u32  body uoffset = 16      (-> EventChunk table at 44)
+ *   32   u16  EventChunk vtable: size = 10
+ *   34   u16                    table = 24
+ *   36   u16  thread      at +4
+ *   38   u16  first_event at +12
+ *   40   u16  events      at +20
+ *   42   u16  zero padding
+ *   44   i32  EventChunk table -> vtable = 12  (44 - 32)
+ *   48   u64  thread
+ *   56   u64  first_event
+ *   64   u32  events uoffset = 4     (-> vector at 68)
+ *   68   u32  vector length n        (release-stored by the producer)
+ *   72   Event[n], 16 bytes each, 8-aligned from byte 0
+ */
+#define PT_CHUNK_HEADER_BYTES 72u
+#define PT_CHUNK_OFF_THREAD 48u
+#define PT_CHUNK_OFF_FIRST_EVENT 56u
+#define PT_CHUNK_OFF_LENGTH 68u
+#define PT_CHUNK_OFF_EVENTS 72u
+#define PT_CHUNK_EVENTS(chunk_bytes) (((chunk_bytes) - PT_CHUNK_HEADER_BYTES) / sizeof(pt_event_t))
+
+/* ---- geometry limits (a reader rejects anything outside) --------------- */
+
+#define PT_SEG_HEADER_BYTES 4096u
+#define PT_RING_SLOT_BYTES 256u
+#define PT_MIN_CHUNK_BYTES 4096u            /* power of two */
+#define PT_MAX_CHUNK_BYTES (16u << 20)      /* power of two */
+#define PT_MIN_CHUNKS_PER_RING 2u           /* power of two */
+#define PT_MAX_CHUNKS_PER_RING (1u << 16)   /* power of two */
+#define PT_MAX_RINGS 4096u
+#define PT_MAX_SEGMENT_BYTES (UINT64_C(64) << 30)
+#define PT_CMDLINE_BYTES 1024u
+#define PT_PYVERSION_BYTES 64u
+#define PT_THREAD_NAME_BYTES 64u
+#define PT_MAX_SYMBOL_RECORD_BYTES (64u << 10)
+
+/* ---- per-ring slot (one per possible thread) --------------------------- *
+ *
+ * Who writes what (P = owning producer thread, C = attached consumer,
+ * A = any producer thread of the process trying to claim):
+ *
+ *   field                  written by        read by
+ *   state                  A (CAS FREE->     C, A
+ *                          ACTIVE), P (ACTIVE
+ *                          ->RETIRED), C (RETIRED->FREE after draining)
+ *   generation..name       P, before the release-store of state=ACTIVE
+ *   end_ticks              P, before the release-store of state=RETIRED
+ *   head_chunk             P (release)       C (acquire)
+ *   events_written/dropped P (relaxed)       C (relaxed, counters only)
+ *   released_chunks        C (release)       P (acquire, when changing chunk)
+ *   consumer_index         C only (kept in the segment so a reader that takes
+ *                          over from a dead one continues where it stopped)
+ *   reported_generation    C only (last generation announced by ThreadStart)
+ *
+ * The chunk with sequence s lives at ring + (s % chunks_per_ring) * chunk_bytes.
+ * Chunks with sequence < released_chunks are free; the producer writes chunk
+ * head_chunk and may start chunk s only while s - released_chunks < chunks_per_ring.
+ */
+enum pt_ring_state { PT_RING_FREE = 0, PT_RING_ACTIVE = 1, PT_RING_RETIRED = 2 };
+
+typedef struct pt_ring_slot {
+    /* line 0: identity, written by the claiming thread */
+    _Atomic uint32_t state;       /* enum pt_ring_state */
+    uint32_t generation;          /* +1 on every claim */
+    uint64_t thread;              /* segment-unique thread number, 1.. */
+    uint64_t os_tid;
+    uint64_t start_ticks;
+    uint64_t end_ticks;
+    uint8_t reserved0[24];
+    /* line 1: name */
+    char name[PT_THREAD_NAME_BYTES];
+    /* line 2: producer cursor */
+    _Alignas(PT_CACHE_LINE) _Atomic uint64_t head_chunk;
+    _Atomic uint64_t events_written;
+    _Atomic uint64_t events_dropped;
+    uint8_t reserved2[40];
+    /* line 3: consumer cursor */
+    _Alignas(PT_CACHE_LINE) _Atomic uint64_t released_chunks;
+    _Atomic uint64_t consumer_index;
+    _Atomic uint64_t reported_generation;
+    _Atomic uint64_t reported_dropped;
+    uint8_t reserved3[32];
+} pt_ring_slot_t;
+
+_Static_assert(sizeof(_Atomic uint64_t) == 8 && _Alignof(_Atomic uint64_t) == 8, "lock-free u64");
+_Static_assert(sizeof(_Atomic uint32_t) == 4, "lock-free u32");
+_Static_assert(sizeof(pt_ring_slot_t) == PT_RING_SLOT_BYTES, "ring slot size");
+_Static_assert(offsetof(pt_ring_slot_t, name) == 64, "slot name");
+_Static_assert(offsetof(pt_ring_slot_t, head_chunk) == 128, "producer line");
+_Static_assert(offsetof(pt_ring_slot_t, released_chunks) == 192, "consumer line");
+
+/* ---- segment header ---------------------------------------------------- *
+ *
+ *   field group            written by                     when
+ *   identity + geometry    creator                        before shm is shared
+ *   process + clock        creator                        before state=RUNNING
+ *   state, heartbeat_ns    producer (release / relaxed)   lifetime
+ *   counters               producer threads (relaxed)     lifetime
+ *   symlog_published       producer, under its in-process symbol lock (release;
+ *                          pairs with the reader's acquire before reading symbols)
+ *   consumer_*             readers (CAS on consumer_pid)  attach / detach / takeover
+ */
+typedef struct pt_seg_header {
+    /* identity: checked first by every reader */
+    uint64_t magic;               /*    0 PT_SEG_MAGIC */
+    uint16_t abi_major;           /*    8 */
+    uint16_t abi_minor;           /*   10 */
+    uint32_t endian_mark;         /*   12 PT_ENDIAN_MARK */
+    uint64_t segment_bytes;       /*   16 total mapped size; must equal the file size */
+    uint32_t header_bytes;        /*   24 PT_SEG_HEADER_BYTES */
+    uint32_t ring_slot_bytes;     /*   28 PT_RING_SLOT_BYTES */
+    /* geometry */
+    uint32_t ring_count;          /*   32 */
+    uint32_t chunk_bytes;         /*   36 power of two */
+    uint32_t chunks_per_ring;     /*   40 power of two */
+    uint32_t drop_policy;         /*   44 enum pt_drop_policy */
+    uint64_t ring_table_offset;   /*   48 */
+    uint64_t rings_offset;        /*   56 */
+    uint64_t ring_bytes;          /*   64 chunk_bytes * chunks_per_ring */
+    uint64_t symlog_offset;       /*   72 */
+    uint64_t symlog_bytes;        /*   80 */
+    uint64_t wait_timeout_ns;     /*   88 bound of the wait policy per push */
+    /* process */
+    uint64_t pid;                 /*   96 */
+    uint64_t ppid;                /*  104 */
+    uint32_t uid;                 /*  112 */
+    uint32_t reserved_p;          /*  116 */
+    uint64_t start_realtime_ns;   /*  120 */
+    /* clock */
+    uint32_t clock_kind;          /*  128 enum pt_clock_kind */
+    uint32_t reserved_c;          /*  132 */
+    uint64_t ticks_per_second;    /*  136 */
+    uint64_t base_ticks;          /*  144 */
+    uint64_t base_monotonic_ns;   /*  152 */
+    uint64_t base_realtime_ns;    /*  160 */
+    uint8_t reserved_g[88];       /*  168 .. 256 */
+    char python_version[PT_PYVERSION_BYTES]; /*  256 NUL-terminated */
+    char cmdline[PT_CMDLINE_BYTES];          /*  320 NUL-terminated, args joined by ' ' */
+    /* producer state line (1344) */
+    _Alignas(PT_CACHE_LINE) _Atomic uint32_t state; /* enum pt_producer_state */
+    uint32_t reserved_s;
+    _Atomic uint64_t heartbeat_ns;      /* CLOCK_MONOTONIC, refreshed while running */
+    _Atomic uint64_t hook_errors;       /* sticky failure count of the hooks */
+    _Atomic uint64_t symbols_dropped;   /* symbols that did not fit the log */
+    _Atomic uint64_t threads_started;   /* last thread number handed out */
+    _Atomic uint64_t rings_exhausted;   /* threads that found no free ring */
+    uint8_t reserved_s2[16];
+    /* symbol log line (1408) */
+    _Alignas(PT_CACHE_LINE) _Atomic uint64_t symlog_published; /* bytes, release */
+    _Atomic uint64_t symbol_count;      /* last id handed out */
+    uint8_t reserved_y[48];
+    /* consumer line (1472) */
+    _Alignas(PT_CACHE_LINE) _Atomic uint64_t consumer_pid; /* 0 = no reader */
+    _Atomic uint64_t consumer_start;    /* holder's process start time (pid reuse) */
+    _Atomic uint64_t consumer_heartbeat_ns;
+    _Atomic uint64_t consumer_takeovers;
+    uint8_t reserved_k[32];
+    uint8_t reserved_tail[PT_SEG_HEADER_BYTES - 1536];
+} pt_seg_header_t;
+
+_Static_assert(sizeof(pt_seg_header_t) == PT_SEG_HEADER_BYTES, "header size");
+_Static_assert(offsetof(pt_seg_header_t, ring_count) == 32, "geometry");
+_Static_assert(offsetof(pt_seg_header_t, pid) == 96, "process");
+_Static_assert(offsetof(pt_seg_header_t, clock_kind) == 128, "clock");
+_Static_assert(offsetof(pt_seg_header_t, python_version) == 256, "python_version");
+_Static_assert(offsetof(pt_seg_header_t, cmdline) == 320, "cmdline");
+_Static_assert(offsetof(pt_seg_header_t, state) == 1344, "state line");
+_Static_assert(offsetof(pt_seg_header_t, symlog_published) == 1408, "symlog line");
+_Static_assert(offsetof(pt_seg_header_t, consumer_pid) == 1472, "consumer line");
+
+#endif /* PT_SHM_LAYOUT_H */

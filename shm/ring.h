@@ -1,0 +1,104 @@
+/*
+ * pt_ring: the single-producer/single-consumer event ring of one traced thread.
+ *
+ * Producer side only (the owning thread); the consumer side lives in the reader
+ * (shm/reader.h), which drains rings through the segment.
+ *
+ * A ring is chunks_per_ring chunks of chunk_bytes; each chunk is a valid
+ * size-prefixed FlatBuffer Message{EventChunk} (shm/layout.h). Appending writes
+ * the 16-byte record at index n of the current chunk and release-stores the
+ * vector length n+1. When a chunk is full the producer moves to the next one,
+ * which it may reuse only after the consumer released it.
+ *
+ * Full ring, drop policy (PT_POLICY_DROP, default): the record is not written,
+ * slot->events_dropped and the pending-lost count grow by one, and the push
+ * returns -ENOBUFS. On the first push that finds room again, the ring writes a
+ * Lost record with the pending count, then calls the ring's stack writer (if
+ * set) which pushes Frame records for the thread's current stack (outermost
+ * first), then writes the record it was given. So after a gap the consumer sees
+ * exactly: Lost(count), Frame..., next record.
+ *
+ * Full ring, wait policy (PT_POLICY_WAIT): the producer waits (spin, then
+ * sleep) for the consumer to release a chunk, at most wait_timeout_ns per push.
+ * When the bound runs out the record is dropped as in the drop policy, and the
+ * ring keeps dropping without waiting until room returns (so a dead or absent
+ * reader costs the program one timeout per gap, not one per event).
+ *
+ * Errors: 0 on success; -ENOBUFS when the record was dropped (counted).
+ */
+#ifndef PT_SHM_RING_H
+#define PT_SHM_RING_H
+
+#include "layout.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct pt_ring pt_ring_t;
+
+/* Called on the producer thread after a Lost record, with room for at least
+ * `room` more records; it pushes at most room - 1 Frame records with
+ * pt_ring_push_frame() and returns. The last record of room is kept for the
+ * event that triggered the recovery. */
+typedef void (*pt_ring_stack_writer_fn)(pt_ring_t *ring, void *ctx, uint32_t room);
+
+/* Process-local producer handle. Fields are private to ring_inline.h / ring.c;
+ * the struct is public only so the hot path can be inlined and the handle can
+ * live in thread-local storage without an allocation. */
+struct pt_ring {
+    /* hot: touched by every push */
+    pt_event_t *events;           /* events of the current chunk */
+    _Atomic uint32_t *length;     /* its vector length (PT_CHUNK_OFF_LENGTH) */
+    uint32_t index;               /* records written into the current chunk */
+    uint32_t limit;               /* events_per_chunk, or 0 to force the slow path */
+    /* cold */
+    pt_ring_slot_t *slot;
+    uint8_t *base;                /* chunk 0 of this ring */
+    uint64_t head;                /* sequence of the current chunk */
+    uint64_t released_cache;      /* last released_chunks seen */
+    uint64_t lost_pending;        /* records dropped since the last Lost record */
+    uint64_t written_before_head; /* records in chunks before head */
+    uint32_t chunk_bytes;
+    uint32_t chunks_per_ring;
+    uint32_t events_per_chunk;
+    uint32_t policy;              /* enum pt_drop_policy */
+    uint64_t wait_timeout_ns;
+    uint32_t waiting_disabled;    /* wait policy: a wait timed out, drop until room returns */
+    uint32_t ring_index;
+    uint64_t thread;              /* segment-unique thread number */
+    pt_ring_stack_writer_fn stack_writer;
+    void *stack_ctx;
+};
+
+/* Initialise a producer handle over a claimed slot (called by
+ * pt_segment_claim_ring; tests may call it on a hand-made layout). Writes the
+ * header of chunk 0 and publishes head_chunk = 0. Returns 0 or -EINVAL. */
+int pt_ring_init(pt_ring_t *ring, pt_ring_slot_t *slot, uint8_t *ring_base,
+                 uint32_t chunk_bytes, uint32_t chunks_per_ring, uint32_t policy,
+                 uint64_t wait_timeout_ns, uint32_t ring_index, uint64_t thread);
+
+/* Set the callback that writes the thread's stack after a gap (may be NULL). */
+void pt_ring_set_stack_writer(pt_ring_t *ring, pt_ring_stack_writer_fn fn, void *ctx);
+
+/* Slow path of pt_ring_push (chunk change, full ring, pending Lost record). */
+int pt_ring_push_slow(pt_ring_t *ring, uint64_t word0, uint64_t word1);
+
+/* Records published so far by this producer (exact, producer thread only). */
+uint64_t pt_ring_written(const pt_ring_t *ring);
+
+/* Push a Frame record from inside a stack writer (room already reserved). */
+void pt_ring_push_frame(pt_ring_t *ring, uint64_t ticks, uint32_t id, uint16_t depth,
+                        uint8_t flags);
+
+/* Publish written/dropped counters to the slot (called at chunk changes and at
+ * retire; the hot path does not touch them). */
+void pt_ring_flush_counters(pt_ring_t *ring);
+
+#ifdef __cplusplus
+}
+#endif
+
+#include "ring_inline.h"
+
+#endif /* PT_SHM_RING_H */
