@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs everything pytrace needs on a fresh Debian machine (run as root), then
+# builds and installs the package into python3.11 and python3.12.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq build-essential liburcu-dev libncurses-dev flatbuffers-compiler \
+    libflatbuffers-dev tmux >/dev/null
+
+PYTHONS=${PYTRACE_PYTHONS:-"python3.11 python3.12"}
+for py in $PYTHONS; do
+    "$py" -m pip install -q --disable-pip-version-check --root-user-action=ignore \
+        "scikit-build-core>=0.8" cmake ninja flatbuffers pytest
+    "$py" -m pip install -q --disable-pip-version-check --root-user-action=ignore \
+        --no-build-isolation .
+done
+# pyenv keeps console scripts behind shims; make new ones (pytrace, pytrace-top) visible.
+command -v pyenv >/dev/null 2>&1 && pyenv rehash || true
+echo "pytrace installed for: $PYTHONS"

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Runs every test: the C unit tests (ctest, warnings as errors) and the Python
+# end-to-end tests (pytest) on each installed Python (3.11 and 3.12 by default).
+# The package must be installed first (bash .ci/install.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+build=${PYTRACE_TEST_BUILD:-build/tests}
+
+cmake -S . -B "$build" -DPYTRACE_WERROR=ON -DPYTRACE_BUILD_PYTHON=OFF >/dev/null
+cmake --build "$build" -j2
+ctest --test-dir "$build" --output-on-failure -j2
+
+PYTHONS=${PYTRACE_PYTHONS:-"python3.11 python3.12"}
+for py in $PYTHONS; do
+    echo "== pytest on $($py --version)"
+    # Run from outside the tree so the installed package is the one under test.
+    (cd /tmp && PYTRACE_BUILD_DIR="$root/$build" "$py" -m pytest "$root/tests/python" -q -p no:cacheprovider)
+done
