@@ -177,25 +177,41 @@ enum pt_msg_type {
  *   state                  A (CAS FREE->     C, A
  *                          ACTIVE), P (ACTIVE
  *                          ->RETIRED), C (RETIRED->FREE after draining)
- *   generation..name       P, before the release-store of state=ACTIVE
+ *   generation             A, release-store of generation+1 after the identity,
+ *                          chunk 0 and the cursor reset are written
+ *   thread..name           A, between its CAS FREE->ACTIVE and the release
+ *                          store of generation
  *   end_ticks              P, before the release-store of state=RETIRED
  *   head_chunk             P (release)       C (acquire)
  *   events_written/dropped P (relaxed)       C (relaxed, counters only)
  *   released_chunks        C (release)       P (acquire, when changing chunk)
- *   consumer_index         C only (kept in the segment so a reader that takes
- *                          over from a dead one continues where it stopped)
+ *   consumer_index         C only: events already read from chunk
+ *                          released_chunks (kept in the segment so a reader that
+ *                          takes over from a dead one continues where it stopped)
+ *   released_chunks, consumer_index, events_written/dropped are reset to 0 by
+ *   A during the claim (no consumer touches a slot whose new generation is not
+ *   yet published).
  *   reported_generation    C only (last generation announced by ThreadStart)
  *
  * The chunk with sequence s lives at ring + (s % chunks_per_ring) * chunk_bytes.
  * Chunks with sequence < released_chunks are free; the producer writes chunk
  * head_chunk and may start chunk s only while s - released_chunks < chunks_per_ring.
+ *
+ * Claim protocol (pt_segment_claim_ring): CAS state FREE->ACTIVE (acq_rel), fill
+ * thread/os_tid/start_ticks/name, reset the cursors, write chunk 0 and
+ * release-store head_chunk = 0, then release-store generation + 1. A reader
+ * therefore acquire-loads generation first: when it differs from the
+ * generation the reader last handled (reported_generation), the identity and
+ * chunk 0 are complete; then it acquire-loads state. A slot that reads ACTIVE
+ * with an unchanged generation is being claimed: skip it until the generation
+ * moves. The reader sets a RETIRED slot FREE (release) only after draining it.
  */
 enum pt_ring_state { PT_RING_FREE = 0, PT_RING_ACTIVE = 1, PT_RING_RETIRED = 2 };
 
 typedef struct pt_ring_slot {
     /* line 0: identity, written by the claiming thread */
     _Atomic uint32_t state;       /* enum pt_ring_state */
-    uint32_t generation;          /* +1 on every claim */
+    _Atomic uint32_t generation;  /* +1 on every claim (release; never 0 once claimed) */
     uint64_t thread;              /* segment-unique thread number, 1.. */
     uint64_t os_tid;
     uint64_t start_ticks;
@@ -267,7 +283,9 @@ typedef struct pt_seg_header {
     uint64_t base_ticks;          /*  144 */
     uint64_t base_monotonic_ns;   /*  152 */
     uint64_t base_realtime_ns;    /*  160 */
-    uint8_t reserved_g[88];       /*  168 .. 256 */
+    uint64_t producer_start;      /*  168 producer's start time, /proc/<pid>/stat field 22
+                                           (clock ticks since boot): detects pid reuse */
+    uint8_t reserved_g[80];       /*  176 .. 256 */
     char python_version[PT_PYVERSION_BYTES]; /*  256 NUL-terminated */
     char cmdline[PT_CMDLINE_BYTES];          /*  320 NUL-terminated, args joined by ' ' */
     /* producer state line (1344) */
@@ -296,6 +314,7 @@ _Static_assert(sizeof(pt_seg_header_t) == PT_SEG_HEADER_BYTES, "header size");
 _Static_assert(offsetof(pt_seg_header_t, ring_count) == 32, "geometry");
 _Static_assert(offsetof(pt_seg_header_t, pid) == 96, "process");
 _Static_assert(offsetof(pt_seg_header_t, clock_kind) == 128, "clock");
+_Static_assert(offsetof(pt_seg_header_t, producer_start) == 168, "producer_start");
 _Static_assert(offsetof(pt_seg_header_t, python_version) == 256, "python_version");
 _Static_assert(offsetof(pt_seg_header_t, cmdline) == 320, "cmdline");
 _Static_assert(offsetof(pt_seg_header_t, state) == 1344, "state line");

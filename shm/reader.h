@@ -20,10 +20,25 @@
  * all checked. A fault in one ring stops that ring (reported via the error
  * string and counters) and never crashes the reader.
  *
+ * Streams and takeover: each attach starts a self-contained stream
+ * (ProcessInfo, every Symbol from the start of the log, ThreadStart for every
+ * live thread). Records continue exactly where the previous reader of the
+ * segment stopped (the cursor lives in the slot): none repeated, none skipped,
+ * except that a reader killed inside its callback lets the next reader hand
+ * out that one message again (same EventChunk.first_event, so it can be
+ * recognised).
+ *
+ * Symbol ids in records: 0 means "unknown" (the log was full) and is
+ * accepted; any other id must already be in the log. Lost records carry a
+ * count in id and are not checked against the log.
+ *
  * Errors: 0 or negative errno as in segment.h, plus
  *   -EPIPE    the producer died (pid gone without EXITED); everything it
  *             published has been handed out before this is returned
- *   -EBADMSG  corrupt content (the error string says where)
+ *   -EBADMSG  corrupt content (the error string says where); returned by the
+ *             poll that found it, the faulty ring (or the symbol log) is then
+ *             skipped and later polls go on with the rest
+ *   -EPERM    pt_reader_poll on a reader attached with PT_READER_NO_LOCK
  */
 #ifndef PT_SHM_READER_H
 #define PT_SHM_READER_H

@@ -25,6 +25,8 @@
  * reader costs the program one timeout per gap, not one per event).
  *
  * Errors: 0 on success; -ENOBUFS when the record was dropped (counted).
+ * A zero-initialised handle (no ring claimed, or a retired one) drops every
+ * push with -ENOBUFS and counts nothing.
  */
 #ifndef PT_SHM_RING_H
 #define PT_SHM_RING_H
@@ -90,6 +92,11 @@ uint64_t pt_ring_written(const pt_ring_t *ring);
 /* Push a Frame record from inside a stack writer (room already reserved). */
 void pt_ring_push_frame(pt_ring_t *ring, uint64_t ticks, uint32_t id, uint16_t depth,
                         uint8_t flags);
+
+/* Write the pending Lost record now if there is room (called at retire so a
+ * trailing gap is announced too). 0 if nothing was pending or it was written,
+ * -ENOBUFS if the ring is still full (the count then stays in events_dropped). */
+int pt_ring_flush_lost(pt_ring_t *ring, uint64_t ticks);
 
 /* Publish written/dropped counters to the slot (called at chunk changes and at
  * retire; the hot path does not touch them). */

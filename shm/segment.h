@@ -35,9 +35,9 @@ extern "C" {
 typedef struct pt_segment pt_segment_t;
 
 typedef struct pt_segment_config {
-    uint32_t ring_count;        /* 0 = default 64 */
+    uint32_t ring_count;        /* 0 = default 16 */
     uint32_t chunk_bytes;       /* 0 = default 64 KiB; power of two */
-    uint32_t chunks_per_ring;   /* 0 = default 32; power of two */
+    uint32_t chunks_per_ring;   /* 0 = default 64; power of two */
     uint64_t symlog_bytes;      /* 0 = default 8 MiB */
     uint32_t drop_policy;       /* enum pt_drop_policy */
     uint64_t wait_timeout_ns;   /* 0 = default 1 s (wait policy bound per push) */
@@ -127,8 +127,9 @@ typedef struct pt_segment_info {
  * (may exceed max). */
 int pt_segment_list(pt_segment_info_t *out, size_t max, size_t *count);
 
-/* Unlink every segment whose producer is dead (or that is not a valid
- * segment and owned by us). Returns the number removed or a negative errno. */
+/* Unlink every segment whose producer is dead and that no live reader holds
+ * (or that is not a valid segment, owned by us, and whose pid is gone).
+ * Returns the number removed or a negative errno. */
 int pt_segment_collect_stale(void);
 
 #ifdef __cplusplus

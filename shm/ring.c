@@ -1,0 +1,294 @@
+/*
+ * pt_ring producer: everything but the hot path (ring_inline.h).
+ *
+ * Design summary
+ *
+ *   The ring is chunks_per_ring chunks; chunk sequence s lives at
+ *   base + (s & (chunks_per_ring - 1)) * chunk_bytes. The producer writes chunk
+ *   `head` and may start chunk s only while s - released_chunks < chunks_per_ring.
+ *
+ *   The hot path appends while index < limit. limit is events_per_chunk, or 0
+ *   whenever the next push must come here (a Lost record is pending). So this
+ *   file runs only when a chunk is full, when the ring is full, and when the
+ *   ring recovers from a gap.
+ *
+ *   Memory orders used here, and what they pair with:
+ *     - release store of slot->head_chunk (chunk header written, chunk started):
+ *       pairs with the consumer's acquire load of head_chunk before it reads
+ *       the chunk's header and length;
+ *     - acquire load of slot->released_chunks (a chunk may be overwritten):
+ *       pairs with the consumer's release store of released_chunks after it
+ *       finished copying that chunk;
+ *     - release store of the chunk length (in pt_ring_store_): pairs with the
+ *       consumer's acquire load of the length;
+ *     - relaxed stores of the counters events_written / events_dropped: they
+ *       are statistics; the consumer reads them relaxed and never derives a
+ *       memory position from them.
+ *
+ *   Recovery after a gap always starts a fresh chunk (a drop happens only when
+ *   the current chunk is full and the next one is not free), so the stack
+ *   writer always gets at least events_per_chunk - 1 records of room.
+ */
+#include "ring.h"
+
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+
+#include "clock.h"
+#include "../schema/pt_fb.h"
+
+#define PT_RING_SPIN_NS 50000u        /* wait policy: spin this long before sleeping */
+#define PT_RING_SLEEP_MIN_NS 10000u   /* first sleep; doubles up to the max */
+#define PT_RING_SLEEP_MAX_NS 1000000u
+
+static int is_pow2_u32(uint32_t v)
+{
+    return v != 0 && (v & (v - 1)) == 0;
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    _mm_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static uint8_t *chunk_at(const pt_ring_t *ring, uint64_t seq)
+{
+    return ring->base + (size_t)(seq & (ring->chunks_per_ring - 1)) * ring->chunk_bytes;
+}
+
+/* Point the handle at chunk `seq`, write its header (length 0) and publish it. */
+static void start_chunk(pt_ring_t *ring, uint64_t seq)
+{
+    uint8_t *chunk = chunk_at(ring, seq);
+    pt_fb_chunk_header(chunk, ring->thread, seq * ring->events_per_chunk, 0, ring->chunk_bytes - 4);
+    ring->head = seq;
+    ring->events = (pt_event_t *)(void *)(chunk + PT_CHUNK_OFF_EVENTS);
+    ring->length = (_Atomic uint32_t *)(void *)(chunk + PT_CHUNK_OFF_LENGTH);
+    ring->index = 0;
+    /* release: publishes the chunk header written above (and every record of
+     * the previous chunks); pairs with the consumer's acquire load of
+     * head_chunk before it reads this chunk */
+    atomic_store_explicit(&ring->slot->head_chunk, seq, memory_order_release);
+}
+
+/* Free chunks after head, using the cached released count. */
+static uint64_t free_chunks_cached(const pt_ring_t *ring)
+{
+    uint64_t in_use = ring->head - ring->released_cache + 1; /* head is in use */
+    return in_use >= ring->chunks_per_ring ? 0 : ring->chunks_per_ring - in_use;
+}
+
+/* Can the producer start chunk head + 1 now? Refreshes the cache only when the
+ * cached value says no, so a ring that is far from full costs no shared load. */
+static int next_chunk_free(pt_ring_t *ring)
+{
+    if (free_chunks_cached(ring) > 0)
+        return 1;
+    /* acquire: the consumer finished reading every chunk below this count
+     * before its release store of released_chunks; pairs with that store, so
+     * overwriting the chunk cannot race with its copy */
+    ring->released_cache = atomic_load_explicit(&ring->slot->released_chunks, memory_order_acquire);
+    return free_chunks_cached(ring) > 0;
+}
+
+/* Move to the next chunk (caller checked next_chunk_free). */
+static void advance_chunk(pt_ring_t *ring)
+{
+    ring->written_before_head += ring->index;
+    start_chunk(ring, ring->head + 1);
+    pt_ring_flush_counters(ring);
+}
+
+/* Records that can be written now without waiting. */
+static uint64_t room_now(const pt_ring_t *ring)
+{
+    return (uint64_t)(ring->events_per_chunk - ring->index) + free_chunks_cached(ring) * ring->events_per_chunk;
+}
+
+/* Make sure index < events_per_chunk, moving to the next chunk if it is free.
+ * Returns 1 if there is room for one record now. */
+static int ensure_room(pt_ring_t *ring)
+{
+    if (ring->index < ring->events_per_chunk)
+        return 1;
+    if (!next_chunk_free(ring))
+        return 0;
+    advance_chunk(ring);
+    return 1;
+}
+
+static void count_drop(pt_ring_t *ring)
+{
+    ring->lost_pending++;
+    /* relaxed: statistics; the producer is the only writer of this counter */
+    uint64_t dropped = atomic_load_explicit(&ring->slot->events_dropped, memory_order_relaxed);
+    atomic_store_explicit(&ring->slot->events_dropped, dropped + 1, memory_order_relaxed);
+    ring->limit = 0; /* the next push must come here to write the Lost record */
+}
+
+/* Wait policy: spin, then sleep with a doubling backoff, until the consumer
+ * frees chunk head + 1 or the per-push bound runs out. Returns 1 on room. */
+static int wait_for_room(pt_ring_t *ring)
+{
+    uint64_t start = pt_monotonic_ns();
+    uint64_t sleep_ns = PT_RING_SLEEP_MIN_NS;
+    for (uint32_t spins = 0;; spins++) {
+        if (next_chunk_free(ring))
+            return 1;
+        if ((spins & 63) != 0) {
+            cpu_relax();
+            continue;
+        }
+        uint64_t waited = pt_monotonic_ns() - start;
+        if (waited >= ring->wait_timeout_ns)
+            return 0;
+        if (waited < PT_RING_SPIN_NS) {
+            cpu_relax();
+            continue;
+        }
+        uint64_t left = ring->wait_timeout_ns - waited;
+        uint64_t nap = sleep_ns < left ? sleep_ns : left;
+        struct timespec ts = {.tv_sec = (time_t)(nap / 1000000000u), .tv_nsec = (long)(nap % 1000000000u)};
+        nanosleep(&ts, NULL);
+        if (sleep_ns < PT_RING_SLEEP_MAX_NS)
+            sleep_ns *= 2;
+    }
+}
+
+static void store_lost(pt_ring_t *ring, uint64_t ticks)
+{
+    uint64_t count = ring->lost_pending < PT_LOST_MAX ? ring->lost_pending : PT_LOST_MAX;
+    uint64_t word1 = pt_event_word1((uint32_t)count, (uint16_t)(count >> 32), PT_EV_LOST, 0);
+    pt_ring_store_(ring, ring->index, ticks, word1);
+    ring->lost_pending = 0;
+    ring->waiting_disabled = 0;
+}
+
+int pt_ring_init(pt_ring_t *ring, pt_ring_slot_t *slot, uint8_t *ring_base, uint32_t chunk_bytes,
+                 uint32_t chunks_per_ring, uint32_t policy, uint64_t wait_timeout_ns, uint32_t ring_index,
+                 uint64_t thread)
+{
+    if (ring == NULL || slot == NULL || ring_base == NULL)
+        return -EINVAL;
+    if (!is_pow2_u32(chunk_bytes) || chunk_bytes < PT_MIN_CHUNK_BYTES || chunk_bytes > PT_MAX_CHUNK_BYTES)
+        return -EINVAL;
+    if (!is_pow2_u32(chunks_per_ring) || chunks_per_ring < PT_MIN_CHUNKS_PER_RING ||
+        chunks_per_ring > PT_MAX_CHUNKS_PER_RING)
+        return -EINVAL;
+    if (policy != PT_POLICY_DROP && policy != PT_POLICY_WAIT)
+        return -EINVAL;
+    if (((uintptr_t)ring_base & 7u) != 0)
+        return -EINVAL;
+
+    memset(ring, 0, sizeof *ring);
+    ring->slot = slot;
+    ring->base = ring_base;
+    ring->chunk_bytes = chunk_bytes;
+    ring->chunks_per_ring = chunks_per_ring;
+    ring->events_per_chunk = (uint32_t)PT_CHUNK_EVENTS(chunk_bytes);
+    ring->policy = policy;
+    ring->wait_timeout_ns = wait_timeout_ns;
+    ring->ring_index = ring_index;
+    ring->thread = thread;
+
+    /* The slot is not yet visible to a consumer for this generation (see
+     * pt_segment_claim_ring), so the producer resets the consumer cursors and
+     * counters of the previous owner. relaxed: published by the release store
+     * of head_chunk below and by the claim's release store of generation. */
+    atomic_store_explicit(&slot->released_chunks, 0, memory_order_relaxed);
+    atomic_store_explicit(&slot->consumer_index, 0, memory_order_relaxed);
+    atomic_store_explicit(&slot->events_written, 0, memory_order_relaxed);
+    atomic_store_explicit(&slot->events_dropped, 0, memory_order_relaxed);
+    ring->released_cache = 0;
+
+    start_chunk(ring, 0);
+    ring->limit = ring->events_per_chunk;
+    return 0;
+}
+
+void pt_ring_set_stack_writer(pt_ring_t *ring, pt_ring_stack_writer_fn fn, void *ctx)
+{
+    ring->stack_writer = fn;
+    ring->stack_ctx = ctx;
+}
+
+int pt_ring_push_slow(pt_ring_t *ring, uint64_t word0, uint64_t word1)
+{
+    if (ring->slot == NULL)
+        return -ENOBUFS; /* zero handle: no ring was claimed; drop uncounted */
+
+    if (!ensure_room(ring)) {
+        /* Ring full. The wait policy waits once per gap; after a timeout it
+         * drops without waiting until room returns. */
+        if (ring->policy == PT_POLICY_WAIT && !ring->waiting_disabled && ring->lost_pending == 0) {
+            if (wait_for_room(ring)) {
+                advance_chunk(ring);
+                pt_ring_store_(ring, ring->index, word0, word1);
+                return 0;
+            }
+            ring->waiting_disabled = 1;
+        }
+        count_drop(ring);
+        return -ENOBUFS;
+    }
+
+    if (ring->lost_pending != 0) {
+        /* Room returned after a gap: Lost(count), the stack, then the record. */
+        store_lost(ring, word0);
+        if (ring->stack_writer != NULL) {
+            /* The Lost record filled at most one slot of a fresh chunk, so
+             * room >= 1; the writer keeps the last one for the record. */
+            if (ring->index >= ring->events_per_chunk)
+                (void)ensure_room(ring);
+            uint64_t room = room_now(ring);
+            ring->stack_writer(ring, ring->stack_ctx, room > UINT32_MAX ? UINT32_MAX : (uint32_t)room);
+        }
+        if (!ensure_room(ring)) {
+            /* Only if the stack writer overran its room (API misuse). */
+            count_drop(ring);
+            return -ENOBUFS;
+        }
+        ring->limit = ring->events_per_chunk;
+    }
+
+    pt_ring_store_(ring, ring->index, word0, word1);
+    return 0;
+}
+
+uint64_t pt_ring_written(const pt_ring_t *ring)
+{
+    return ring->written_before_head + ring->index;
+}
+
+void pt_ring_push_frame(pt_ring_t *ring, uint64_t ticks, uint32_t id, uint16_t depth, uint8_t flags)
+{
+    if (ring->slot == NULL || !ensure_room(ring))
+        return; /* the stack writer exceeded its room: the frame is not written */
+    pt_ring_store_(ring, ring->index, ticks, pt_event_word1(id, depth, PT_EV_FRAME, flags));
+}
+
+void pt_ring_flush_counters(pt_ring_t *ring)
+{
+    if (ring->slot == NULL)
+        return;
+    /* relaxed: a statistic; the records themselves are published by the
+     * release store of each chunk length */
+    atomic_store_explicit(&ring->slot->events_written, pt_ring_written(ring), memory_order_relaxed);
+}
+
+int pt_ring_flush_lost(pt_ring_t *ring, uint64_t ticks)
+{
+    if (ring->slot == NULL || ring->lost_pending == 0)
+        return 0;
+    if (!ensure_room(ring))
+        return -ENOBUFS;
+    store_lost(ring, ticks);
+    ring->limit = ring->events_per_chunk;
+    pt_ring_flush_counters(ring);
+    return 0;
+}

@@ -1,0 +1,597 @@
+/*
+ * pt_agg unit tests: hand-built event streams with synthetic ticks
+ * (ticks_per_second = 1e9, so one tick = one ns) and exact expectations.
+ * Call counts follow what cProfile/pstats reports for the same program.
+ */
+#include "viewer/agg.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures;
+
+#define CHECK(cond)                                                                         \
+    do {                                                                                    \
+        if (!(cond)) {                                                                      \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);        \
+            failures++;                                                                     \
+        }                                                                                   \
+    } while (0)
+
+#define CHECK_EQ(a, b)                                                                      \
+    do {                                                                                    \
+        unsigned long long va_ = (unsigned long long)(a), vb_ = (unsigned long long)(b);    \
+        if (va_ != vb_) {                                                                   \
+            fprintf(stderr, "%s:%d: %s == %llu, expected %s == %llu\n", __FILE__, __LINE__, \
+                    #a, va_, #b, vb_);                                                      \
+            failures++;                                                                     \
+        }                                                                                   \
+    } while (0)
+
+/* ---- stream building ----------------------------------------------------- */
+
+typedef struct stream {
+    pt_agg_t *agg;
+    uint64_t thread;
+    uint64_t now;
+    pt_event_t ev[4096];
+    size_t n;
+} stream_t;
+
+static void flush(stream_t *s)
+{
+    if (s->n)
+        CHECK_EQ(pt_agg_feed_events(s->agg, s->thread, s->ev, s->n), 0);
+    s->n = 0;
+}
+
+static void ev(stream_t *s, uint8_t kind, uint32_t id, uint64_t advance)
+{
+    s->now += advance;
+    if (s->n == sizeof s->ev / sizeof s->ev[0])
+        flush(s);
+    s->ev[s->n++] = (pt_event_t){.ticks = s->now, .id = id, .kind = kind};
+}
+
+static void symbol(pt_agg_t *agg, uint32_t id, const char *name)
+{
+    pt_fb_msg_t m = {.type = PT_MSG_SYMBOL};
+    m.u.symbol = (pt_fb_symbol_t){.id = id, .kind = PT_SYM_PY_FUNCTION, .name = {name, (uint32_t)strlen(name)},
+                                  .file = {"t.py", 4}, .line = id * 10};
+    CHECK_EQ(pt_agg_feed_msg(agg, &m), 0);
+}
+
+static pt_agg_t *new_agg(void)
+{
+    pt_agg_t *agg = NULL;
+    pt_agg_config_t cfg = {.slice_ns = 100000000ull, .slice_count = 600};
+    CHECK_EQ(pt_agg_create(&cfg, &agg), 0);
+    pt_fb_msg_t m = {.type = PT_MSG_PROCESS_INFO};
+    m.u.process_info.ticks_per_second = 1000000000ull;
+    m.u.process_info.pid = 42;
+    CHECK_EQ(pt_agg_feed_msg(agg, &m), 0);
+    return agg;
+}
+
+static const pt_agg_row_t *row(const pt_agg_table_t *t, const char *name)
+{
+    for (size_t i = 0; i < t->count; i++)
+        if (!strcmp(t->rows[i].name, name))
+            return &t->rows[i];
+    return NULL;
+}
+
+static const pt_agg_row_t *get_row(pt_agg_t *agg, pt_agg_table_t *t, uint64_t thread, double window,
+                                   const char *name)
+{
+    pt_agg_query_t q = {.thread = thread, .window_seconds = window};
+    pt_agg_table_free(t);
+    CHECK_EQ(pt_agg_table(agg, &q, PT_AGG_SORT_SELF, 1, NULL, t), 0);
+    const pt_agg_row_t *r = row(t, name);
+    if (!r) {
+        fprintf(stderr, "row %s missing\n", name);
+        failures++;
+    }
+    static pt_agg_row_t zero;
+    return r ? r : &zero;
+}
+
+enum { MAIN = 1, F = 2, G = 3, H = 4, FIB = 5, A = 6, B = 7, GEN = 8 };
+
+static void setup_syms(pt_agg_t *agg)
+{
+    symbol(agg, MAIN, "main");
+    symbol(agg, F, "f");
+    symbol(agg, G, "g");
+    symbol(agg, H, "h");
+    symbol(agg, FIB, "fib");
+    symbol(agg, A, "a");
+    symbol(agg, B, "b");
+    symbol(agg, GEN, "gen");
+}
+
+/* ---- tests ---------------------------------------------------------------- */
+
+static void fib(stream_t *s, int n)
+{
+    ev(s, PT_EV_CALL, FIB, 1);
+    if (n >= 2) {
+        fib(s, n - 1);
+        fib(s, n - 2);
+    }
+    ev(s, PT_EV_RETURN, FIB, 1);
+}
+
+/* pstats for fib(5): ncalls "15/1", cumtime = the outermost call only. */
+static void test_direct_recursion(void)
+{
+    pt_agg_t *agg = new_agg();
+    setup_syms(agg);
+    stream_t s = {.agg = agg, .thread = 1, .now = 1000};
+    ev(&s, PT_EV_CALL, MAIN, 0);
+    uint64_t start = s.now;
+    fib(&s, 5);
+    uint64_t fib_total = s.now - start; /* from main's call to fib's outer return */
+    ev(&s, PT_EV_RETURN, MAIN, 5);
+    flush(&s);
+    pt_agg_table_t t = {0};
+    const pt_agg_row_t *r = get_row(agg, &t, 0, 0, "fib");
+    CHECK_EQ(r->calls, 15);
+    CHECK_EQ(r->prim_calls, 1);
+    /* fib's outer call starts 1 tick after main's */
+    CHECK_EQ(r->total_ns, fib_total - 1);
+    CHECK_EQ(r->self_ns, fib_total - 1); /* fib calls nothing else */
+    r = get_row(agg, &t, 0, 0, "main");
+    CHECK_EQ(r->calls, 1);
+    CHECK_EQ(r->total_ns, s.now - 1000);
+    CHECK_EQ(r->self_ns, 1 + 5);
+    pt_agg_table_free(&t);
+    pt_agg_counters_t c;
+    pt_agg_counters(agg, &c);
+    CHECK_EQ(c.unmatched_closes, 0);
+    CHECK_EQ(c.events_seen, 32);
+    pt_agg_destroy(agg);
+}
+
+static void mutual(stream_t *s, int n, int is_a)
+{
+    ev(s, PT_EV_CALL, is_a ? A : B, 1);
+    if (n > 0)
+        mutual(s, n - 1, !is_a);
+    ev(s, PT_EV_RETURN, is_a ? A : B, 1);
+}
+
+/* a(4) -> b(3) -> a(2) -> b(1) -> a(0): pstats "3/1" for a and "2/1" for b. */
+static void test_mutual_recursion(void)
+{
+    pt_agg_t *agg = new_agg();
+    setup_syms(agg);
+    stream_t s = {.agg = agg, .thread = 1};
+    mutual(&s, 4, 1);
+    flush(&s);
+    pt_agg_table_t t = {0};
+    const pt_agg_row_t *ra = get_row(agg, &t, 0, 0, "a");
+    CHECK_EQ(ra->calls, 3);
+    CHECK_EQ(ra->prim_calls, 1);
+    CHECK_EQ(ra->total_ns, 9); /* ticks 1..10 */
+    const pt_agg_row_t *rb = get_row(agg, &t, 0, 0, "b");
+    CHECK_EQ(rb->calls, 2);
+    CHECK_EQ(rb->prim_calls, 1);
+    CHECK_EQ(rb->total_ns, 7); /* ticks 2..9 */
+    CHECK_EQ(rb->self_ns, 4);  /* b3: 2..3, 8..9; b1: 4..5, 6..7 */
+    pt_agg_table_free(&t);
+    pt_agg_destroy(agg);
+}
+
+/* main{10} f{30} g{10} main{10}: exact self and inclusive times. */
+static void test_self_and_inclusive(void)
+{
+    pt_agg_t *agg = new_agg();
+    setup_syms(agg);
+    stream_t s = {.agg = agg, .thread = 1, .now = 500};
+    ev(&s, PT_EV_CALL, MAIN, 0);
+    ev(&s, PT_EV_CALL, F, 10);
+    ev(&s, PT_EV_RETURN, F, 30);
+    ev(&s, PT_EV_CALL, G, 0);
+    ev(&s, PT_EV_RETURN, G, 10);
+    ev(&s, PT_EV_RETURN, MAIN, 10);
+    flush(&s);
+    pt_agg_table_t t = {0};
+    const pt_agg_row_t *r = get_row(agg, &t, 0, 0, "main");
+    CHECK_EQ(r->self_ns, 20);
+    CHECK_EQ(r->total_ns, 60);
+    CHECK(r->total_pct > 99.9 && r->total_pct < 100.1);
+    r = get_row(agg, &t, 0, 0, "f");
+    CHECK_EQ(r->self_ns, 30);
+    CHECK_EQ(r->total_ns, 30);
+    CHECK(r->self_pct > 49.9 && r->self_pct < 50.1);
+    r = get_row(agg, &t, 0, 0, "g");
+    CHECK_EQ(r->self_ns, 10);
+    /* sorted by self, descending: f, main, g */
+    CHECK(!strcmp(t.rows[0].name, "f") && !strcmp(t.rows[1].name, "main") && !strcmp(t.rows[2].name, "g"));
+    /* sort by name ascending and filter */
+    pt_agg_table_free(&t);
+    CHECK_EQ(pt_agg_table(agg, NULL, PT_AGG_SORT_NAME, 0, NULL, &t), 0);
+    CHECK(t.count == 3 && !strcmp(t.rows[0].name, "f") && !strcmp(t.rows[2].name, "main"));
+    pt_agg_table_free(&t);
+    CHECK_EQ(pt_agg_table(agg, NULL, PT_AGG_SORT_SELF, 1, "AI", &t), 0);
+    CHECK(t.count == 1 && !strcmp(t.rows[0].name, "main"));
+    pt_agg_table_free(&t);
+
+    /* the tree: root -> main -> {f, g} with inclusive = sum of subtree self */
+    pt_agg_tree_t tr;
+    CHECK_EQ(pt_agg_tree(agg, NULL, &tr), 0);
+    CHECK_EQ(tr.count, 4);
+    CHECK_EQ(tr.nodes[0].incl_ns, 60);
+    uint32_t m = tr.nodes[0].first_child;
+    CHECK_EQ(tr.nodes[m].symbol, MAIN);
+    CHECK_EQ(tr.nodes[m].incl_ns, 60);
+    CHECK_EQ(tr.nodes[m].self_ns, 20);
+    uint32_t c1 = tr.nodes[m].first_child, c2 = tr.nodes[c1].next_sibling;
+    CHECK_EQ(tr.nodes[c1].symbol, F); /* children sorted by name */
+    CHECK_EQ(tr.nodes[c2].symbol, G);
+    CHECK_EQ(tr.nodes[c2].next_sibling, PT_AGG_NONE);
+    CHECK_EQ(tr.nodes[c1].depth, 2);
+    pt_agg_tree_free(&tr);
+    pt_agg_destroy(agg);
+}
+
+/* A generator resumed three times: three calls (as cProfile counts), time
+ * only while it runs. */
+static void test_yield_resume(void)
+{
+    pt_agg_t *agg = new_agg();
+    setup_syms(agg);
+    stream_t s = {.agg = agg, .thread = 1};
+    ev(&s, PT_EV_CALL, MAIN, 0);
+    ev(&s, PT_EV_CALL, GEN, 1);
+    ev(&s, PT_EV_YIELD, GEN, 5);
+    ev(&s, PT_EV_RESUME, GEN, 100);
+    ev(&s, PT_EV_YIELD, GEN, 5);
+    ev(&s, PT_EV_RESUME, GEN, 100);
+    ev(&s, PT_EV_RETURN, GEN, 5);
+    ev(&s, PT_EV_RETURN, MAIN, 1);
+    flush(&s);
+    pt_agg_table_t t = {0};
+    const pt_agg_row_t *r = get_row(agg, &t, 0, 0, "gen");
+    CHECK_EQ(r->calls, 3);
+    CHECK_EQ(r->prim_calls, 3);
+    CHECK_EQ(r->self_ns, 15);
+    CHECK_EQ(r->total_ns, 15);
+    r = get_row(agg, &t, 0, 0, "main");
+    CHECK_EQ(r->self_ns, 202);
+    pt_agg_table_free(&t);
+    pt_agg_destroy(agg);
+}
+
+static void lost(stream_t *s, uint64_t count, uint64_t advance)
+{
+    ev(s, PT_EV_LOST, (uint32_t)count, advance);
+    s->ev[s->n - 1].aux = (uint16_t)(count >> 32);
+}
+
+static void frame(stream_t *s, uint32_t id, uint16_t depth, uint64_t advance)
+{
+    ev(s, PT_EV_FRAME, id, advance);
+    s->ev[s->n - 1].aux = depth;
+}
+
+/* main -> f -> g, records lost, Frame records main, f, h: the common prefix
+ * (main, f) stays open with its call counts, g is closed at the Lost tick, h
+ * opens without a call; then h and f return normally. */
+static void test_lost_and_frames(void)
+{
+    pt_agg_t *agg = new_agg();
+    setup_syms(agg);
+    stream_t s = {.agg = agg, .thread = 1};
+    ev(&s, PT_EV_CALL, MAIN, 0);
+    ev(&s, PT_EV_CALL, F, 10);
+    ev(&s, PT_EV_CALL, G, 10);
+    lost(&s, 0x100000005ull, 50); /* 48-bit count across id and aux */
+    frame(&s, MAIN, 0, 1);
+    frame(&s, F, 1, 0);
+    frame(&s, H, 2, 0);
+    ev(&s, PT_EV_RETURN, H, 20);
+    ev(&s, PT_EV_RETURN, F, 5);
+    ev(&s, PT_EV_RETURN, MAIN, 5);
+    flush(&s);
+    pt_agg_counters_t c;
+    pt_agg_counters(agg, &c);
+    CHECK_EQ(c.dropped_lost_records, 0x100000005ull);
+    CHECK_EQ(c.dropped, 0x100000005ull);
+    CHECK_EQ(c.unmatched_closes, 0);
+    pt_agg_table_t t = {0};
+    const pt_agg_row_t *r = get_row(agg, &t, 0, 0, "g");
+    CHECK_EQ(r->calls, 1);
+    CHECK_EQ(r->self_ns, 50); /* the gap goes to the frame on top before it */
+    r = get_row(agg, &t, 0, 0, "f");
+    CHECK_EQ(r->calls, 1); /* kept open across the gap */
+    CHECK_EQ(r->self_ns, 10 + 1 + 5);
+    CHECK_EQ(r->total_ns, 10 + 50 + 1 + 20 + 5);
+    r = get_row(agg, &t, 0, 0, "h");
+    CHECK_EQ(r->calls, 0); /* opened by a Frame record */
+    CHECK_EQ(r->self_ns, 20);
+    r = get_row(agg, &t, 0, 0, "main");
+    CHECK_EQ(r->calls, 1);
+    CHECK_EQ(r->total_ns, 101);
+    pt_agg_table_free(&t);
+
+    /* Lost with a whole different stack: everything old is closed, the new
+     * stack opens; a Frame run shorter than the stack closes the rest. */
+    s.thread = 2;
+    s.now = 1000;
+    ev(&s, PT_EV_CALL, A, 0);
+    ev(&s, PT_EV_CALL, B, 10);
+    lost(&s, 3, 10);
+    frame(&s, MAIN, 0, 0);
+    ev(&s, PT_EV_CALL, G, 10);
+    ev(&s, PT_EV_RETURN, G, 10);
+    ev(&s, PT_EV_RETURN, MAIN, 10);
+    ev(&s, PT_EV_CALL, A, 0);
+    lost(&s, 1, 10);
+    /* no Frame records: the stack is empty now */
+    ev(&s, PT_EV_CALL, H, 10);
+    ev(&s, PT_EV_RETURN, H, 10);
+    flush(&s);
+    pt_agg_counters(agg, &c);
+    CHECK_EQ(c.unmatched_closes, 0);
+    pt_agg_tree_t tr;
+    pt_agg_query_t q = {.thread = 2};
+    CHECK_EQ(pt_agg_tree(agg, &q, &tr), 0);
+    /* root -> {a -> b, main -> g, h} (a appears once: the second call merges) */
+    uint32_t n = tr.nodes[0].first_child;
+    CHECK_EQ(tr.nodes[n].symbol, A);
+    CHECK_EQ(tr.nodes[n].calls, 2);
+    CHECK_EQ(tr.nodes[tr.nodes[n].first_child].symbol, B);
+    n = tr.nodes[n].next_sibling;
+    CHECK_EQ(tr.nodes[n].symbol, H);
+    CHECK_EQ(tr.nodes[n].depth, 1);
+    n = tr.nodes[n].next_sibling;
+    CHECK_EQ(tr.nodes[n].symbol, MAIN);
+    CHECK_EQ(tr.nodes[n].calls, 0);
+    CHECK_EQ(tr.nodes[n].incl_ns, 30);
+    pt_agg_tree_free(&tr);
+    pt_agg_destroy(agg);
+}
+
+/* Frame records at thread start open the stack that was already running. */
+static void test_frames_at_start_and_open_time(void)
+{
+    pt_agg_t *agg = new_agg();
+    setup_syms(agg);
+    pt_fb_msg_t m = {.type = PT_MSG_THREAD_START};
+    m.u.thread_start = (pt_fb_thread_start_t){.thread = 1, .os_tid = 99, .name = {"MainThread", 10}, .ticks = 100};
+    CHECK_EQ(pt_agg_feed_msg(agg, &m), 0);
+    stream_t s = {.agg = agg, .thread = 1, .now = 100};
+    frame(&s, MAIN, 0, 0);
+    frame(&s, F, 1, 0);
+    ev(&s, PT_EV_CALL, G, 10);
+    flush(&s);
+    /* another thread's event moves the latest tick: open frames count to it */
+    stream_t s2 = {.agg = agg, .thread = 2, .now = 200};
+    ev(&s2, PT_EV_CALL, H, 0);
+    flush(&s2);
+    pt_agg_table_t t = {0};
+    const pt_agg_row_t *r = get_row(agg, &t, 1, 0, "g");
+    CHECK_EQ(r->calls, 1);
+    CHECK_EQ(r->self_ns, 90);
+    r = get_row(agg, &t, 1, 0, "main");
+    CHECK_EQ(r->calls, 0);
+    CHECK_EQ(r->total_ns, 100);
+    CHECK(row(&t, "h") == NULL); /* thread 1 only */
+    pt_agg_table_free(&t);
+    CHECK_EQ(pt_agg_thread_count(agg), 2);
+    pt_agg_thread_info_t ti;
+    CHECK_EQ(pt_agg_thread_at(agg, 0, &ti), 0);
+    CHECK(ti.thread == 1 && ti.os_tid == 99 && !strcmp(ti.name, "MainThread") && ti.depth == 3);
+
+    /* ThreadEnd closes every frame at its tick */
+    m.type = PT_MSG_THREAD_END;
+    m.u.thread_end = (pt_fb_thread_end_t){.thread = 1, .ticks = 150, .events_dropped = 7};
+    CHECK_EQ(pt_agg_feed_msg(agg, &m), 0);
+    r = get_row(agg, &t, 1, 0, "g");
+    CHECK_EQ(r->self_ns, 40);
+    pt_agg_table_free(&t);
+    pt_agg_counters_t c;
+    pt_agg_counters(agg, &c);
+    CHECK_EQ(c.threads_seen, 2);
+    CHECK_EQ(c.threads_active, 1);
+    CHECK_EQ(c.dropped_lost_counts, 7);
+    CHECK_EQ(c.dropped, 7);
+    pt_agg_destroy(agg);
+}
+
+/* f runs during the first second, g during the next two: a 1 s window sees
+ * only g, the whole run sees both. */
+static void test_window(void)
+{
+    pt_agg_t *agg = new_agg();
+    setup_syms(agg);
+    stream_t s = {.agg = agg, .thread = 1};
+    const uint64_t ms = 1000000;
+    ev(&s, PT_EV_CALL, MAIN, 0);
+    for (int i = 0; i < 100; i++) {
+        ev(&s, PT_EV_CALL, F, 0);
+        ev(&s, PT_EV_RETURN, F, 10 * ms);
+    }
+    for (int i = 0; i < 200; i++) {
+        ev(&s, PT_EV_CALL, G, 0);
+        ev(&s, PT_EV_RETURN, G, 10 * ms);
+    }
+    ev(&s, PT_EV_MARK, MAIN, 5 * ms); /* latest = 3.005 s: slice 30 is partial */
+    flush(&s);
+    pt_agg_table_t t = {0};
+    const pt_agg_row_t *r = get_row(agg, &t, 0, 0, "f");
+    CHECK_EQ(r->calls, 100);
+    CHECK_EQ(r->self_ns, 1000 * ms);
+    r = get_row(agg, &t, 0, 0, "g");
+    CHECK_EQ(r->calls, 200);
+    CHECK_EQ(r->self_ns, 2000 * ms);
+    /* 1 s = 10 slices: 21..30, i.e. from 2.1 s to 3.005 s */
+    pt_agg_table_free(&t);
+    pt_agg_query_t q = {.window_seconds = 1.0};
+    CHECK_EQ(pt_agg_table(agg, &q, PT_AGG_SORT_SELF, 1, NULL, &t), 0);
+    CHECK(row(&t, "f") == NULL);
+    r = row(&t, "g");
+    CHECK(r != NULL);
+    if (r) {
+        CHECK_EQ(r->calls, 90);
+        CHECK_EQ(r->self_ns, 900 * ms);
+    }
+    CHECK_EQ(t.span_ns, 905 * ms);
+    r = row(&t, "main");
+    CHECK(r && r->self_ns == 5 * ms && r->total_ns == 905 * ms && r->prim_calls == 0);
+    /* 2.5 s window: slices 6..30, f from 0.6 s */
+    r = get_row(agg, &t, 0, 2.5, "f");
+    CHECK_EQ(r->calls, 40);
+    CHECK_EQ(r->self_ns, 400 * ms);
+    pt_agg_table_free(&t);
+    /* the tree of the window */
+    pt_agg_tree_t tr;
+    CHECK_EQ(pt_agg_tree(agg, &q, &tr), 0);
+    CHECK_EQ(tr.count, 3); /* root, main, g */
+    CHECK_EQ(tr.nodes[0].incl_ns, 905 * ms);
+    pt_agg_tree_free(&tr);
+    pt_agg_counters_t c;
+    pt_agg_counters(agg, &c);
+    CHECK_EQ(c.span_ns, 3005 * ms);
+    /* the last second holds slices 21..30: 182 events (90 return+call
+     * pairs, the last return, the mark) in 0.905 s */
+    CHECK(c.events_per_second > 201.0 && c.events_per_second < 201.2);
+    pt_agg_destroy(agg);
+}
+
+/* Missed returns, unknown ids, unmatched closes. */
+static void test_robustness(void)
+{
+    pt_agg_t *agg = new_agg();
+    setup_syms(agg);
+    stream_t s = {.agg = agg, .thread = 1};
+    ev(&s, PT_EV_CALL, A, 0);
+    ev(&s, PT_EV_CALL, B, 1);
+    ev(&s, PT_EV_CALL, 777, 1);
+    ev(&s, PT_EV_RETURN, A, 1); /* closes 777 and b too */
+    ev(&s, PT_EV_RETURN, G, 1); /* nothing to close */
+    ev(&s, 200, 0, 1);          /* unknown kind */
+    flush(&s);
+    pt_agg_counters_t c;
+    pt_agg_counters(agg, &c);
+    CHECK_EQ(c.unmatched_closes, 1);
+    pt_agg_table_t t = {0};
+    const pt_agg_row_t *r = get_row(agg, &t, 0, 0, "<unknown #777>");
+    CHECK_EQ(r->calls, 1);
+    CHECK_EQ(r->self_ns, 1);
+    pt_agg_table_free(&t);
+    pt_agg_symbol_t sym = pt_agg_symbol(agg, 777);
+    CHECK(!sym.known && !strcmp(sym.name, "<unknown #777>"));
+    /* a later Symbol names it */
+    symbol(agg, 777, "late");
+    sym = pt_agg_symbol(agg, 777);
+    CHECK(sym.known && !strcmp(sym.name, "late") && sym.line == 7770);
+    pt_agg_destroy(agg);
+}
+
+/* Two threads running the same path merge by path in the all-threads tree. */
+static void test_threads_merge(void)
+{
+    pt_agg_t *agg = new_agg();
+    setup_syms(agg);
+    for (uint64_t th = 1; th <= 2; th++) {
+        stream_t s = {.agg = agg, .thread = th};
+        ev(&s, PT_EV_CALL, MAIN, 0);
+        ev(&s, PT_EV_CALL, F, 1);
+        ev(&s, PT_EV_RETURN, F, th * 10);
+        ev(&s, PT_EV_RETURN, MAIN, 1);
+        flush(&s);
+    }
+    pt_agg_tree_t tr;
+    CHECK_EQ(pt_agg_tree(agg, NULL, &tr), 0);
+    CHECK_EQ(tr.count, 3);
+    uint32_t m = tr.nodes[0].first_child;
+    CHECK_EQ(tr.nodes[m].calls, 2);
+    CHECK_EQ(tr.nodes[tr.nodes[m].first_child].self_ns, 30);
+    pt_agg_tree_free(&tr);
+    pt_agg_table_t t = {0};
+    CHECK_EQ(get_row(agg, &t, 2, 0, "f")->self_ns, 20);
+    CHECK_EQ(get_row(agg, &t, 0, 0, "f")->calls, 2);
+    pt_agg_table_free(&t);
+    pt_agg_destroy(agg);
+}
+
+/* The same stream as bytes: builders -> pt_agg_feed_bytes. */
+static void test_feed_bytes(void)
+{
+    pt_agg_t *agg = NULL;
+    CHECK_EQ(pt_agg_create(NULL, &agg), 0);
+    uint8_t buf[4096];
+    pt_fb_process_info_t pi = {.pid = 7, .ticks_per_second = 2000000000ull, .command_line = {"x", 1}};
+    size_t n = pt_fb_build_process_info(buf, sizeof buf, &pi);
+    CHECK(n > 0);
+    CHECK_EQ(pt_agg_feed_bytes(agg, buf, n), 0);
+    pt_fb_symbol_t sy = {.id = 1, .name = {"work", 4}, .file = {"w.py", 4}, .line = 3};
+    n = pt_fb_build_symbol(buf, sizeof buf, &sy);
+    CHECK_EQ(pt_agg_feed_bytes(agg, buf, n), 0);
+    pt_event_t evs[2] = {{.ticks = 10, .id = 1, .kind = PT_EV_CALL}, {.ticks = 2010, .id = 1, .kind = PT_EV_RETURN}};
+    n = pt_fb_build_event_chunk(buf, sizeof buf, 1, 0, evs, 2);
+    CHECK(n > 0);
+    CHECK_EQ(pt_agg_feed_bytes(agg, buf, n), 0);
+    buf[8] ^= 0xff; /* corrupt the identifier */
+    CHECK(pt_agg_feed_bytes(agg, buf, n) < 0);
+    pt_agg_table_t t = {0};
+    const pt_agg_row_t *r = get_row(agg, &t, 0, 0, "work");
+    CHECK_EQ(r->self_ns, 1000); /* 2000 ticks at 2 GHz */
+    CHECK(!strcmp(r->file, "w.py") && r->line == 3);
+    pt_agg_table_free(&t);
+    CHECK_EQ(pt_agg_process_info(agg)->pid, 7);
+    pt_agg_destroy(agg);
+}
+
+/* Many events, deep and wide, to exercise table growth (no time asserted). */
+static void test_volume(void)
+{
+    pt_agg_t *agg = new_agg();
+    stream_t *s = calloc(1, sizeof *s);
+    s->agg = agg;
+    s->thread = 1;
+    for (int rep = 0; rep < 200; rep++)
+        for (uint32_t id = 100; id < 1100; id++) {
+            ev(s, PT_EV_CALL, id, 1);
+            ev(s, PT_EV_CALL, id + 1, 1);
+            ev(s, PT_EV_RETURN, id + 1, 1);
+            ev(s, PT_EV_RETURN, id, 1);
+        }
+    flush(s);
+    pt_agg_table_t t = {0};
+    CHECK_EQ(pt_agg_table(agg, NULL, PT_AGG_SORT_CALLS, 1, NULL, &t), 0);
+    CHECK_EQ(t.count, 1001);
+    CHECK_EQ(t.rows[0].calls, 400);
+    pt_agg_table_free(&t);
+    pt_agg_counters_t c;
+    pt_agg_counters(agg, &c);
+    CHECK_EQ(c.events_seen, 800000);
+    CHECK_EQ(c.nodes, 1 + 1000 + 1000);
+    free(s);
+    pt_agg_destroy(agg);
+}
+
+int main(void)
+{
+    test_direct_recursion();
+    test_mutual_recursion();
+    test_self_and_inclusive();
+    test_yield_resume();
+    test_lost_and_frames();
+    test_frames_at_start_and_open_time();
+    test_window();
+    test_robustness();
+    test_threads_merge();
+    test_feed_bytes();
+    test_volume();
+    if (failures) {
+        fprintf(stderr, "%d check(s) failed\n", failures);
+        return 1;
+    }
+    printf("agg: all tests passed\n");
+    return 0;
+}

@@ -1,0 +1,360 @@
+/*
+ * Ring, single process: record order and content across many chunk wraps,
+ * chunk headers (size prefix, length, first_event, the whole fixed header),
+ * the consumer's copy as a FlatBuffer, the drop policy (exact capacity, drop
+ * counters, Lost record + stack + record on recovery, saturation), the wait
+ * policy's bound and "stop waiting until room returns", and misuse.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "schema/pt_fb.h"
+#include "shm/ring.h"
+#include "tc_consumer.h"
+
+static int failures;
+
+#define CHECK(cond, ...)                                                                  \
+    do {                                                                                  \
+        if (!(cond)) {                                                                    \
+            failures++;                                                                   \
+            fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond);      \
+            fprintf(stderr, __VA_ARGS__);                                                 \
+            fputc('\n', stderr);                                                          \
+        }                                                                                 \
+    } while (0)
+
+typedef struct layout {
+    pt_ring_slot_t *slot;
+    uint8_t *base;
+    uint32_t chunk_bytes, chunks_per_ring;
+} layout_t;
+
+static layout_t make_layout(uint32_t chunk_bytes, uint32_t chunks_per_ring)
+{
+    layout_t l = {0};
+    l.slot = aligned_alloc(64, sizeof(pt_ring_slot_t));
+    l.base = aligned_alloc(4096, (size_t)chunk_bytes * chunks_per_ring);
+    if (l.slot == NULL || l.base == NULL) {
+        fprintf(stderr, "out of memory\n");
+        exit(2);
+    }
+    memset(l.slot, 0, sizeof *l.slot);
+    memset(l.base, 0xA5, (size_t)chunk_bytes * chunks_per_ring); /* garbage: the ring must write headers */
+    l.chunk_bytes = chunk_bytes;
+    l.chunks_per_ring = chunks_per_ring;
+    return l;
+}
+
+static void free_layout(layout_t *l)
+{
+    free(l->slot);
+    free(l->base);
+}
+
+/* The record derived from a sequence number. */
+static void expected_record(uint64_t seq, uint32_t *id, uint16_t *aux, uint8_t *kind, uint8_t *flags)
+{
+    *id = (uint32_t)(seq * 2654435761u);
+    *aux = (uint16_t)(seq >> 7);
+    *kind = (uint8_t)(PT_EV_CALL + seq % 11); /* CALL..MARK */
+    *flags = (uint8_t)(seq & 7);
+}
+
+static int push_seq(pt_ring_t *ring, uint64_t seq)
+{
+    uint32_t id;
+    uint16_t aux;
+    uint8_t kind, flags;
+    expected_record(seq, &id, &aux, &kind, &flags);
+    return pt_ring_push(ring, seq, id, kind, flags, aux);
+}
+
+static int record_matches(const pt_event_t *ev, uint64_t seq)
+{
+    uint32_t id;
+    uint16_t aux;
+    uint8_t kind, flags;
+    expected_record(seq, &id, &aux, &kind, &flags);
+    return ev->ticks == seq && ev->id == id && ev->aux == aux && ev->kind == kind && ev->flags == flags;
+}
+
+/* The consumer's copy of a chunk (header + n events, size prefix and length
+ * set for n) must be a Message{EventChunk} that the verifying parser accepts. */
+static void check_copy_parses(const tc_consumer_t *c, uint64_t chunk_seq, const pt_event_t *events, uint32_t n)
+{
+    static uint8_t buf[PT_CHUNK_HEADER_BYTES + 16 * 4096] __attribute__((aligned(8)));
+    pt_fb_chunk_header(buf, c->thread, chunk_seq * c->events_per_chunk, n,
+                       PT_CHUNK_HEADER_BYTES + 16u * n - 4u);
+    memcpy(buf + PT_CHUNK_OFF_EVENTS, events, (size_t)n * 16);
+    pt_fb_msg_t msg;
+    char why[128] = "";
+    int rc = pt_fb_parse(buf, PT_CHUNK_HEADER_BYTES + 16u * n, &msg, why, sizeof why);
+    CHECK(rc == 0, "copy of chunk %" PRIu64 " does not parse: %s", chunk_seq, why);
+    if (rc == 0) {
+        CHECK(msg.type == PT_MSG_EVENT_CHUNK, "type %u", msg.type);
+        CHECK(msg.u.event_chunk.count == n, "count %u != %u", msg.u.event_chunk.count, n);
+        CHECK(msg.u.event_chunk.first_event == chunk_seq * c->events_per_chunk, "first_event");
+        CHECK(msg.u.event_chunk.thread == c->thread, "thread");
+    }
+}
+
+/* Many wraps, varying batch sizes, every record and header checked. */
+static void test_order_and_wraparound(uint32_t chunk_bytes, uint32_t chunks_per_ring, uint64_t total)
+{
+    layout_t l = make_layout(chunk_bytes, chunks_per_ring);
+    pt_ring_t ring;
+    CHECK(pt_ring_init(&ring, l.slot, l.base, chunk_bytes, chunks_per_ring, PT_POLICY_DROP, 0, 0, 7) == 0, "init");
+    tc_consumer_t c;
+    tc_init(&c, l.slot, l.base, chunk_bytes, chunks_per_ring, 7);
+    uint32_t epc = (uint32_t)PT_CHUNK_EVENTS(chunk_bytes);
+    uint64_t capacity = (uint64_t)epc * chunks_per_ring;
+    CHECK(ring.events_per_chunk == epc, "events per chunk %u != %u", ring.events_per_chunk, epc);
+
+    static pt_event_t buf[4096];
+    uint64_t pushed = 0, read = 0, bad = 0, rng = 12345;
+    while (pushed < total) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        /* batches up to the whole free capacity (the producer may fill up to
+         * the end of chunk released + chunks - 1): the ring is often exactly full */
+        uint64_t room = (c.chunk + chunks_per_ring) * epc - pushed;
+        uint64_t batch = room == 0 ? 0 : 1 + (rng >> 33) % room;
+        if (batch > total - pushed)
+            batch = total - pushed;
+        for (uint64_t i = 0; i < batch; i++) {
+            int rc = push_seq(&ring, pushed);
+            if (rc != 0) {
+                CHECK(rc == 0, "push %" PRIu64 " failed (%d) with %" PRIu64 " in flight", pushed, rc,
+                      pushed - read);
+                goto out;
+            }
+            pushed++;
+        }
+        CHECK(pt_ring_written(&ring) == pushed, "written %" PRIu64 " != %" PRIu64, pt_ring_written(&ring), pushed);
+        /* drain, sometimes only partly */
+        uint64_t want = (rng >> 20) % 4 == 0 ? (pushed - read) / 2 : pushed - read;
+        while (read < pushed && want > 0) {
+            uint64_t chunk_before = c.chunk;
+            uint32_t index_before = c.index;
+            uint32_t n = tc_poll(&c, buf, want < 4096 ? (uint32_t)want : 4096);
+            if (n == 0)
+                break;
+            for (uint32_t i = 0; i < n; i++)
+                if (!record_matches(&buf[i], read + i) && bad++ < 5)
+                    CHECK(0, "record %" PRIu64 " wrong: ticks %" PRIu64 " id %u kind %u", read + i, buf[i].ticks,
+                          buf[i].id, buf[i].kind);
+            if (index_before == 0 && c.index == epc && c.chunk == chunk_before)
+                check_copy_parses(&c, chunk_before, buf, n);
+            read += n;
+            want -= n;
+        }
+    }
+    while (read < pushed) {
+        uint32_t n = tc_poll(&c, buf, 4096);
+        if (n == 0)
+            break;
+        for (uint32_t i = 0; i < n; i++)
+            if (!record_matches(&buf[i], read + i) && bad++ < 5)
+                CHECK(0, "record %" PRIu64 " wrong", read + i);
+        read += n;
+    }
+out:
+    CHECK(read == pushed, "read %" PRIu64 " of %" PRIu64, read, pushed);
+    CHECK(bad == 0, "%" PRIu64 " wrong records", bad);
+    CHECK(c.header_errors == 0, "%" PRIu64 " bad chunk headers", c.header_errors);
+    CHECK(c.length_errors == 0, "%" PRIu64 " bad chunk lengths", c.length_errors);
+    CHECK(pushed / capacity >= 100 || total < capacity * 100, "only %" PRIu64 " wraps", pushed / capacity);
+    CHECK(atomic_load(&l.slot->events_dropped) == 0, "dropped %" PRIu64, (uint64_t)atomic_load(&l.slot->events_dropped));
+    uint64_t flushed = atomic_load(&l.slot->events_written);
+    CHECK(flushed <= pushed && flushed + epc >= pushed, "flushed counter %" PRIu64 " vs %" PRIu64, flushed, pushed);
+    pt_ring_flush_counters(&ring);
+    CHECK(atomic_load(&l.slot->events_written) == pushed, "events_written after flush");
+    /* size prefix of a ring chunk is the whole chunk */
+    uint32_t prefix;
+    memcpy(&prefix, l.base, 4);
+    CHECK(prefix == chunk_bytes - 4, "size prefix %u", prefix);
+    printf("order/wrap %u x %u: %" PRIu64 " records, %" PRIu64 " wraps, %" PRIu64 " chunk headers checked\n",
+           chunks_per_ring, chunk_bytes, pushed, pushed / capacity, c.chunks_checked);
+    free_layout(&l);
+}
+
+/* Stack writer for the recovery tests: records the room it got, pushes up to
+ * `frames` Frame records (never more than room - 1). */
+typedef struct stack_ctx {
+    uint32_t frames;
+    uint32_t room_seen;
+    uint32_t calls;
+} stack_ctx_t;
+
+static void write_stack(pt_ring_t *ring, void *vctx, uint32_t room)
+{
+    stack_ctx_t *ctx = vctx;
+    ctx->calls++;
+    ctx->room_seen = room;
+    for (uint32_t d = 0; d < ctx->frames && d + 1 < room; d++)
+        pt_ring_push_frame(ring, 1000 + d, 500 + d, (uint16_t)d, d == 1 ? PT_EVF_C_FUNCTION : 0);
+}
+
+static uint64_t drain_all(tc_consumer_t *c, pt_event_t *buf, uint32_t cap)
+{
+    uint64_t n = 0;
+    for (;;) {
+        uint32_t got = tc_poll(c, buf + n, (uint32_t)(cap - n));
+        if (got == 0)
+            return n;
+        n += got;
+    }
+}
+
+static void test_drop_policy(void)
+{
+    const uint32_t chunk_bytes = 4096, chunks = 4;
+    layout_t l = make_layout(chunk_bytes, chunks);
+    pt_ring_t ring;
+    CHECK(pt_ring_init(&ring, l.slot, l.base, chunk_bytes, chunks, PT_POLICY_DROP, 0, 3, 9) == 0, "init");
+    stack_ctx_t sctx = {.frames = 5};
+    pt_ring_set_stack_writer(&ring, write_stack, &sctx);
+    tc_consumer_t c;
+    tc_init(&c, l.slot, l.base, chunk_bytes, chunks, 9);
+    uint32_t epc = (uint32_t)PT_CHUNK_EVENTS(chunk_bytes);
+    uint64_t capacity = (uint64_t)epc * chunks;
+
+    uint64_t seq = 0;
+    for (; seq < capacity; seq++)
+        CHECK(push_seq(&ring, seq) == 0, "push %" PRIu64 " below capacity failed", seq);
+    /* full: the next pushes drop, counted */
+    for (int i = 0; i < 11; i++, seq++)
+        CHECK(push_seq(&ring, seq) == -ENOBUFS, "push into a full ring must return -ENOBUFS");
+    CHECK(atomic_load(&l.slot->events_dropped) == 11, "events_dropped %" PRIu64,
+          (uint64_t)atomic_load(&l.slot->events_dropped));
+    CHECK(ring.lost_pending == 11, "lost_pending %" PRIu64, ring.lost_pending);
+    CHECK(ring.limit == 0, "limit must be 0 while a Lost record is pending");
+    CHECK(sctx.calls == 0, "no stack written while full");
+
+    static pt_event_t buf[8192];
+    uint64_t n = drain_all(&c, buf, 8192);
+    CHECK(n == capacity, "drained %" PRIu64 " of %" PRIu64, n, capacity);
+    for (uint64_t i = 0; i < n; i++)
+        if (!record_matches(&buf[i], i)) {
+            CHECK(0, "record %" PRIu64 " wrong before the gap", i);
+            break;
+        }
+    /* still full from the producer's view until it looks again: the next push
+     * finds room, writes Lost(11), the stack, then the record */
+    CHECK(push_seq(&ring, seq) == 0, "push after room returned");
+    CHECK(sctx.calls == 1, "stack writer called once (%u)", sctx.calls);
+    /* consumer released chunks 0..2 (chunk 3 == head stays), so the new head
+     * 4 leaves 2 free chunks: room = epc - 1 (after Lost) + 2 * epc */
+    CHECK(sctx.room_seen == epc - 1 + 2 * epc, "room %u != %u", sctx.room_seen, epc - 1 + 2 * epc);
+    CHECK(ring.limit == epc, "limit restored");
+    n = drain_all(&c, buf, 8192);
+    CHECK(n == 1 + 5 + 1, "after recovery: %" PRIu64 " records, want Lost + 5 frames + record", n);
+    if (n == 7) {
+        CHECK(buf[0].kind == PT_EV_LOST && buf[0].id == 11 && buf[0].aux == 0, "Lost(11): kind %u id %u",
+              buf[0].kind, buf[0].id);
+        CHECK(buf[0].ticks == seq, "Lost carries the ticks of the record that found room");
+        for (uint32_t d = 0; d < 5; d++) {
+            CHECK(buf[1 + d].kind == PT_EV_FRAME && buf[1 + d].id == 500 + d && buf[1 + d].aux == d,
+                  "frame %u: kind %u id %u aux %u", d, buf[1 + d].kind, buf[1 + d].id, buf[1 + d].aux);
+            CHECK(buf[1 + d].flags == (d == 1 ? PT_EVF_C_FUNCTION : 0), "frame flags");
+        }
+        CHECK(record_matches(&buf[6], seq), "the record after the stack");
+    }
+    seq++;
+    CHECK(pt_ring_written(&ring) == capacity + 7, "written counts Lost and frames");
+
+    /* saturation: a count past 48 bits is written as PT_LOST_MAX */
+    while (push_seq(&ring, seq) == 0)
+        seq++;
+    ring.lost_pending = PT_LOST_MAX + 100;
+    (void)drain_all(&c, buf, 8192);
+    pt_ring_set_stack_writer(&ring, NULL, NULL);
+    CHECK(push_seq(&ring, seq) == 0, "push after room returned");
+    n = drain_all(&c, buf, 8192);
+    CHECK(n == 2 && buf[0].kind == PT_EV_LOST && buf[0].id == UINT32_MAX && buf[0].aux == UINT16_MAX,
+          "saturated Lost: n %" PRIu64 " id %u aux %u", n, buf[0].id, buf[0].aux);
+    CHECK(n == 2 && record_matches(&buf[1], seq), "record after saturated Lost");
+    seq++;
+
+    /* flush_lost: a trailing gap is announced when there is room */
+    while (push_seq(&ring, seq) == 0)
+        seq++;
+    CHECK(push_seq(&ring, seq + 1) == -ENOBUFS, "second drop");
+    CHECK(pt_ring_flush_lost(&ring, 77) == -ENOBUFS, "flush_lost without room");
+    (void)drain_all(&c, buf, 8192);
+    CHECK(pt_ring_flush_lost(&ring, 77) == 0, "flush_lost with room");
+    n = drain_all(&c, buf, 8192);
+    CHECK(n == 1 && buf[0].kind == PT_EV_LOST && buf[0].id == 2 && buf[0].ticks == 77, "trailing Lost(2)");
+    CHECK(pt_ring_flush_lost(&ring, 78) == 0 && drain_all(&c, buf, 8192) == 0, "nothing pending, nothing written");
+    CHECK(c.header_errors == 0 && c.length_errors == 0, "headers %" PRIu64 " lengths %" PRIu64, c.header_errors,
+          c.length_errors);
+    free_layout(&l);
+}
+
+static void test_wait_policy_bound(void)
+{
+    const uint32_t chunk_bytes = 4096, chunks = 2;
+    layout_t l = make_layout(chunk_bytes, chunks);
+    pt_ring_t ring;
+    CHECK(pt_ring_init(&ring, l.slot, l.base, chunk_bytes, chunks, PT_POLICY_WAIT, 2000000 /* 2 ms */, 0, 1) == 0,
+          "init");
+    tc_consumer_t c;
+    tc_init(&c, l.slot, l.base, chunk_bytes, chunks, 1);
+    uint64_t capacity = PT_CHUNK_EVENTS(chunk_bytes) * chunks, seq = 0;
+    for (; seq < capacity; seq++)
+        CHECK(push_seq(&ring, seq) == 0, "push below capacity");
+    /* nobody drains: the push waits for its bound, then drops */
+    CHECK(push_seq(&ring, seq++) == -ENOBUFS, "wait bound ran out: -ENOBUFS");
+    CHECK(ring.waiting_disabled == 1, "after a timeout the ring stops waiting");
+    CHECK(push_seq(&ring, seq++) == -ENOBUFS, "second push drops at once");
+    CHECK(atomic_load(&l.slot->events_dropped) == 2, "two drops counted");
+    static pt_event_t buf[1024];
+    CHECK(drain_all(&c, buf, 1024) == capacity, "drain");
+    CHECK(push_seq(&ring, seq) == 0, "room returned");
+    CHECK(ring.waiting_disabled == 0, "waiting again once room returned");
+    uint64_t n = drain_all(&c, buf, 1024);
+    CHECK(n == 2 && buf[0].kind == PT_EV_LOST && buf[0].id == 2, "Lost(2) then the record");
+    CHECK(n == 2 && record_matches(&buf[1], seq), "record after Lost");
+    free_layout(&l);
+}
+
+static void test_misuse(void)
+{
+    pt_ring_t zero;
+    memset(&zero, 0, sizeof zero);
+    CHECK(pt_ring_push(&zero, 1, 2, PT_EV_CALL, 0, 0) == -ENOBUFS, "a zero handle drops");
+    CHECK(pt_ring_written(&zero) == 0, "a zero handle wrote nothing");
+    layout_t l = make_layout(4096, 4);
+    pt_ring_t ring;
+    CHECK(pt_ring_init(&ring, l.slot, l.base, 3000, 4, 0, 0, 0, 1) == -EINVAL, "chunk size not a power of two");
+    CHECK(pt_ring_init(&ring, l.slot, l.base, 2048, 4, 0, 0, 0, 1) == -EINVAL, "chunk size below minimum");
+    CHECK(pt_ring_init(&ring, l.slot, l.base, 4096, 3, 0, 0, 0, 1) == -EINVAL, "chunk count not a power of two");
+    CHECK(pt_ring_init(&ring, l.slot, l.base, 4096, 1, 0, 0, 0, 1) == -EINVAL, "one chunk");
+    CHECK(pt_ring_init(&ring, l.slot, l.base, 4096, 4, 7, 0, 0, 1) == -EINVAL, "unknown policy");
+    CHECK(pt_ring_init(&ring, NULL, l.base, 4096, 4, 0, 0, 0, 1) == -EINVAL, "no slot");
+    /* re-init over a used slot resets the cursors of the previous owner */
+    atomic_store(&l.slot->released_chunks, 1234);
+    atomic_store(&l.slot->head_chunk, 1234);
+    CHECK(pt_ring_init(&ring, l.slot, l.base, 4096, 4, 0, 0, 0, 1) == 0, "init");
+    CHECK(atomic_load(&l.slot->released_chunks) == 0 && atomic_load(&l.slot->head_chunk) == 0, "cursors reset");
+    free_layout(&l);
+}
+
+int main(void)
+{
+    test_order_and_wraparound(4096, 4, 3000000);
+    test_order_and_wraparound(8192, 2, 1000000);
+    test_order_and_wraparound(65536, 64, 3000000);
+    test_drop_policy();
+    test_wait_policy_bound();
+    test_misuse();
+    if (failures) {
+        fprintf(stderr, "test_ring_order: %d check(s) failed\n", failures);
+        return 1;
+    }
+    printf("test_ring_order: all checks passed\n");
+    return 0;
+}
