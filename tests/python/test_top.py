@@ -1,0 +1,319 @@
+"""End-to-end tests of pytrace-top: the real binary, under tmux, attached to a real
+traced workload (`python -m pytrace run`) whose shape is known: `work3` does three
+times the loop iterations of `work1`, both called from the main thread's loop, and a
+second thread runs `side_work` only.
+
+Needs: the package installed (`pip install /work/main`, which puts pytrace-top on
+PATH) or PYTRACE_TOP pointing at a built binary; tmux. No test asserts a duration;
+own-time ratios are checked with a tolerance.
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+PY = sys.executable
+
+WORKLOAD = r'''
+import sys, threading, time
+
+def work3():
+    s = 0
+    for i in range(30000):
+        s += i
+    return s
+
+def work1():
+    s = 0
+    for i in range(10000):
+        s += i
+    return s
+
+def side_work():
+    s = 0
+    for i in range(5000):
+        s += i
+    time.sleep(0.001)
+    return s
+
+def side():
+    while True:
+        side_work()
+
+def main(seconds):
+    threading.Thread(target=side, daemon=True, name="side").start()
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        work3()
+        work1()
+
+main(float(sys.argv[1]))
+'''
+
+
+def _find_top():
+    env = os.environ.get("PYTRACE_TOP")
+    if env and os.access(env, os.X_OK):
+        return env
+    found = shutil.which("pytrace-top")
+    if found:
+        return found
+    for cand in sorted(os.listdir(ROOT)):
+        path = os.path.join(ROOT, cand, "viewer", "pytrace-top")
+        if cand.startswith("build") and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+TOP = _find_top()
+
+
+def _pytrace_runnable():
+    r = subprocess.run([PY, "-c", "import pytrace, pytrace.cli"], capture_output=True)
+    return r.returncode == 0
+
+
+pytestmark = [
+    pytest.mark.skipif(TOP is None, reason="pytrace-top not built/installed (pip install /work/main)"),
+    pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed"),
+    pytest.mark.skipif(not _pytrace_runnable(), reason="the pytrace package is not installed"),
+]
+
+
+class Workload:
+    def __init__(self, tmp, seconds):
+        self.script = os.path.join(str(tmp), "workload_top.py")
+        with open(self.script, "w") as f:
+            f.write(WORKLOAD)
+        self.proc = subprocess.Popen([PY, "-m", "pytrace", "run", self.script, str(seconds)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.pid = self.proc.pid
+        self.segment = None
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            line = self.proc.stderr.readline()
+            if not line:
+                break
+            m = re.search(r"into (/pytrace-\S+?);", line)
+            if m:
+                self.segment = m.group(1)
+                break
+        if not self.segment:
+            self.stop()
+            pytest.fail("the traced workload did not announce its segment")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=30)
+        if self.segment:
+            try:
+                os.unlink("/dev/shm" + self.segment)
+            except OSError:
+                pass
+
+
+@pytest.fixture(scope="module")
+def workload(tmp_path_factory):
+    w = Workload(tmp_path_factory.mktemp("top"), 600)
+    time.sleep(1.0)
+    yield w
+    w.stop()
+
+
+def run_once(target, *args, timeout=60):
+    r = subprocess.run([TOP, str(target), "--once", *args], capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def rows_by_name(doc):
+    return {f["name"]: f for f in doc["functions"]}
+
+
+class Tmux:
+    """One detached tmux session running pytrace-top; killed on exit."""
+
+    def __init__(self, target, width=160, height=50):
+        self.name = "pttop%d" % os.getpid()
+        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
+        cmd = "env LANG=C.UTF-8 LC_ALL=C.UTF-8 TERM=xterm-256color %s %s" % (TOP, target)
+        subprocess.run(["tmux", "new-session", "-d", "-s", self.name, "-x", str(width), "-y", str(height), cmd],
+                       check=True)
+
+    def screen(self):
+        r = subprocess.run(["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True, text=True)
+        return r.stdout
+
+    def keys(self, *keys):
+        subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
+
+    def wait_for(self, predicate, timeout=20, what="screen condition"):
+        deadline = time.monotonic() + timeout
+        s = ""
+        while time.monotonic() < deadline:
+            s = self.screen()
+            if predicate(s):
+                return s
+            time.sleep(0.2)
+        raise AssertionError("timed out waiting for %s; screen:\n%s" % (what, s))
+
+    def close(self):
+        self.keys("q")
+        time.sleep(0.5)
+        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
+        time.sleep(0.3)  # the consumer lock is released by the exiting viewer
+
+
+@pytest.fixture
+def tmux_top(workload):
+    t = Tmux(workload.pid)
+    yield t
+    t.close()
+
+
+def table_order(screen, names):
+    """Line index of each name in the table (first occurrence)."""
+    lines = screen.splitlines()
+    pos = {}
+    for i, line in enumerate(lines):
+        for n in names:
+            if n not in pos and re.search(r"\b%s\b" % n, line):
+                pos[n] = i
+    return pos
+
+
+# ---- headless -------------------------------------------------------------------
+
+def test_headless_json_has_functions_with_3_to_1_own_time(workload):
+    doc = json.loads(run_once(workload.pid, "--json", "--duration", "3"))
+    assert doc["pid"] == workload.pid
+    assert doc["state"] == "RUNNING"
+    rows = rows_by_name(doc)
+    for name in ("work3", "work1", "side_work"):
+        assert name in rows, sorted(rows)
+    w3, w1 = rows["work3"], rows["work1"]
+    assert w3["calls"] > 10 and w1["calls"] > 10
+    ratio = w3["self_ns"] / w1["self_ns"]
+    assert 2.2 < ratio < 4.0, ratio
+    assert w3["file"].endswith("workload_top.py")
+    assert doc["events_read"] > 0
+    assert len(doc["threads"]) >= 2
+
+
+def test_headless_json_thread_filter(workload):
+    doc = json.loads(run_once(workload.pid, "--json", "--duration", "1"))
+    threads = [t["thread"] for t in doc["threads"]]
+    seen = []
+    for th in threads:
+        d = json.loads(run_once(workload.pid, "--json", "--duration", "1", "--thread", str(th)))
+        seen.append(set(rows_by_name(d)))
+    assert any("work3" in s and "side_work" not in s for s in seen), seen
+    assert any("side_work" in s and "work3" not in s for s in seen), seen
+
+
+def test_headless_text_table(workload):
+    out = run_once(workload.segment, "--duration", "1")
+    assert "OWN%" in out and "TOTAL%" in out
+    assert re.search(r"work3\s+\S*workload_top\.py:\d+", out), out
+    assert "[RUNNING]" in out
+
+
+def test_file_option_is_reserved():
+    r = subprocess.run([TOP, "--file", "x.pytrace"], capture_output=True, text=True)
+    assert r.returncode == 2
+    assert "not supported yet" in r.stderr
+
+
+def test_bad_target_is_one_line_error():
+    r = subprocess.run([TOP, "/pytrace-0-0", "--once"], capture_output=True, text=True)
+    assert r.returncode != 0
+    assert r.stderr.strip() and len(r.stderr.strip().splitlines()) == 1
+
+
+# ---- interactive ------------------------------------------------------------------
+
+def test_screen_shows_functions_and_views_switch(tmux_top):
+    s = tmux_top.wait_for(lambda s: "work3" in s and "work1" in s, what="work3 and work1 in the table")
+    assert "OWN%" in s and "RUNNING" in s
+    assert "table" in s.splitlines()[0]
+    tmux_top.keys("Tab")
+    s = tmux_top.wait_for(lambda s: "flame" in s.splitlines()[0] and "OWN%" not in s, what="flame view")
+    tmux_top.wait_for(lambda s: "work3" in s, what="work3 in the flame graph")
+    # select down into the biggest child, zoom in, zoom out
+    tmux_top.keys("Down", "Down", "Enter")
+    tmux_top.wait_for(lambda s: "zoomed" in s, what="zoomed flame")
+    tmux_top.keys("BSpace", "BSpace")  # one level out per key: zoomed two levels deep
+    tmux_top.wait_for(lambda s: "zoomed" not in s, what="zoomed out")
+    tmux_top.keys("Tab")
+    tmux_top.wait_for(lambda s: "OWN%" in s, what="back to the table")
+
+
+def test_sorting_changes_order(tmux_top):
+    s = tmux_top.wait_for(lambda s: "work3" in s and "work1" in s, what="table")
+    pos = table_order(s, ["work3", "work1"])
+    assert pos["work3"] < pos["work1"]  # own time, descending
+    tmux_top.keys("n")  # by name, ascending
+    s = tmux_top.wait_for(lambda s: "sort name" in s, what="sort by name")
+    s = tmux_top.wait_for(lambda s: table_order(s, ["work3", "work1"]).get("work1", 99) <
+                          table_order(s, ["work3", "work1"]).get("work3", 0), what="work1 above work3")
+    tmux_top.keys("o")
+    tmux_top.wait_for(lambda s: "sort own" in s, what="sort by own")
+
+
+def test_thread_selection_changes_rows(tmux_top):
+    tmux_top.wait_for(lambda s: "work3" in s and "side_work" in s, what="both threads' functions")
+    screens = []
+    for _ in range(2):
+        tmux_top.keys("T")
+        s = tmux_top.wait_for(lambda s: re.search(r"thread \d+", s.splitlines()[0]), what="one thread selected")
+        time.sleep(0.8)
+        screens.append(tmux_top.screen())
+    assert any("work3" in s and "side_work" not in s for s in screens), screens
+    assert any("side_work" in s and "work3" not in s for s in screens), screens
+    tmux_top.keys("T")  # back to all threads
+    tmux_top.wait_for(lambda s: "all threads" in s.splitlines()[0], what="all threads")
+
+
+def test_filter_by_name(tmux_top):
+    tmux_top.wait_for(lambda s: "work3" in s and "work1" in s, what="table")
+    tmux_top.keys("/", "work3", "Enter")
+    s = tmux_top.wait_for(lambda s: "filter: work3" in s and "work1" not in s, what="filtered table")
+    assert "work3" in s
+
+
+def test_resize_redraws_at_new_width(tmux_top):
+    s = tmux_top.wait_for(lambda s: "FILE:LINE" in s and "work3" in s, what="table")
+    header = [line for line in s.splitlines() if "FILE:LINE" in line][0]
+    assert header.index("FILE:LINE") > 100
+    subprocess.run(["tmux", "resize-window", "-t", tmux_top.name, "-x", "100", "-y", "30"], check=True)
+
+    def narrow(s):
+        lines = [line for line in s.splitlines() if "FILE:LINE" in line]
+        return lines and lines[0].index("FILE:LINE") < 100 and max(len(x) for x in s.splitlines()) <= 100
+    s = tmux_top.wait_for(narrow, what="table redrawn at 100 columns")
+    assert "work3" in s
+    assert "q:quit" in s.splitlines()[-1] or any("q:quit" in x for x in s.splitlines()[-3:])
+
+
+def test_end_of_job_shows_ENDED(tmp_path):
+    w = Workload(tmp_path, 4)
+    t = Tmux(w.pid)
+    try:
+        t.wait_for(lambda s: "work3" in s, what="work3 while running")
+        s = t.wait_for(lambda s: "ENDED" in s, timeout=40, what="ENDED")
+        assert "work3" in s  # the last picture stays
+        w.proc.wait(timeout=30)
+        time.sleep(1)
+        assert "ENDED" in t.screen()
+    finally:
+        t.close()
+        w.stop()

@@ -1,0 +1,1254 @@
+/*
+ * pt_agg implementation.
+ *
+ * Design summary
+ *   - Nodes live in one growable array; a node's index never changes, and a
+ *     child always has a larger index than its parent, so inclusive time is a
+ *     single reverse pass (incl[parent] += incl[child]) at query time.
+ *   - (parent, symbol id) -> node is an open-addressing hash table; each node
+ *     also caches its last looked-up child, which hits for loops calling the
+ *     same function over and over.
+ *   - Per event we only add ticks to the top frame's self time (and to the
+ *     slice entry of that node), push or pop. Inclusive time, primitive calls
+ *     and the pstats "total time of outermost activations" are derived from
+ *     the tree at query time (a node is an outermost activation of its symbol
+ *     when no ancestor has the same symbol). That keeps the hot path short and
+ *     makes recursion exact by construction.
+ *   - Window: a ring of slices; each slice holds (node, calls, self) entries.
+ *     A node caches the absolute slice number of its last entry and the entry
+ *     index, so the steady path appends at most once per node per slice and
+ *     otherwise adds in place. Slice arrays keep their capacity when reused.
+ */
+#include "agg.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_SLICE_NS 100000000ull
+#define DEFAULT_SLICE_COUNT 6000u
+#define MAX_STACK_DEPTH (1u << 20)
+#define NO_SLICE UINT64_MAX
+
+/* ---- u64 -> u32 open-addressing map (value PT_AGG_NONE = empty) ---------- */
+
+typedef struct map {
+    uint64_t *keys;
+    uint32_t *vals;
+    size_t cap; /* power of two */
+    size_t used;
+} map_t;
+
+static inline uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    return x;
+}
+
+static int map_init(map_t *m, size_t cap)
+{
+    m->keys = malloc(cap * sizeof *m->keys);
+    m->vals = malloc(cap * sizeof *m->vals);
+    if (!m->keys || !m->vals) {
+        free(m->keys);
+        free(m->vals);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < cap; i++)
+        m->vals[i] = PT_AGG_NONE;
+    m->cap = cap;
+    m->used = 0;
+    return 0;
+}
+
+static void map_free(map_t *m)
+{
+    free(m->keys);
+    free(m->vals);
+    memset(m, 0, sizeof *m);
+}
+
+static inline uint32_t map_get(const map_t *m, uint64_t key)
+{
+    size_t mask = m->cap - 1;
+    for (size_t i = mix64(key) & mask;; i = (i + 1) & mask) {
+        if (m->vals[i] == PT_AGG_NONE)
+            return PT_AGG_NONE;
+        if (m->keys[i] == key)
+            return m->vals[i];
+    }
+}
+
+static int map_put(map_t *m, uint64_t key, uint32_t val);
+
+static int map_grow(map_t *m)
+{
+    map_t bigger;
+    int rc = map_init(&bigger, m->cap * 2);
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < m->cap; i++)
+        if (m->vals[i] != PT_AGG_NONE)
+            map_put(&bigger, m->keys[i], m->vals[i]);
+    map_free(m);
+    *m = bigger;
+    return 0;
+}
+
+/* Insert or overwrite. Load factor kept <= 1/2. */
+static int map_put(map_t *m, uint64_t key, uint32_t val)
+{
+    if ((m->used + 1) * 2 > m->cap) {
+        int rc = map_grow(m);
+        if (rc)
+            return rc;
+    }
+    size_t mask = m->cap - 1;
+    for (size_t i = mix64(key) & mask;; i = (i + 1) & mask) {
+        if (m->vals[i] == PT_AGG_NONE) {
+            m->keys[i] = key;
+            m->vals[i] = val;
+            m->used++;
+            return 0;
+        }
+        if (m->keys[i] == key) {
+            m->vals[i] = val;
+            return 0;
+        }
+    }
+}
+
+/* ---- state ---------------------------------------------------------------- */
+
+typedef struct node {
+    uint32_t parent;
+    uint32_t sym;          /* dense symbol index; PT_AGG_NONE for a thread root */
+    uint32_t first_child;
+    uint32_t next_sibling;
+    uint32_t cache_sym;    /* last child looked up from here */
+    uint32_t cache_child;
+    uint32_t slice_entry;  /* index of this node's entry in slice slice_no */
+    uint32_t thread;       /* thread index */
+    uint64_t slice_no;     /* NO_SLICE if none */
+    uint64_t calls;
+    uint64_t self;         /* ticks */
+} node_t;
+
+typedef struct sym {
+    uint32_t id;
+    uint8_t kind;
+    uint8_t known;
+    char *name;
+    char *file;
+    uint32_t line;
+} sym_t;
+
+typedef struct frame {
+    uint32_t node;
+    uint32_t id;
+} frame_t;
+
+typedef struct thread {
+    uint64_t number;
+    uint64_t os_tid;
+    char *name;
+    uint32_t root;
+    int ended;
+    int recovering;        /* inside a run of Frame records */
+    int prefix_intact;     /* the Frame records so far matched the old stack */
+    uint32_t recover_pos;
+    uint64_t last;         /* ticks of the last event accounted */
+    int have_last;
+    uint64_t events;
+    uint64_t dropped_reported; /* LostCount / ThreadEnd */
+    frame_t *stack;
+    uint32_t depth, stack_cap;
+    /* slice cache: ticks [slice_start, slice_end) are slice slice_no */
+    uint64_t slice_no, slice_start, slice_end;
+    uint32_t slice_slot;   /* slice_no % slice_count */
+} thread_t;
+
+typedef struct slice_entry {
+    uint32_t node;
+    uint32_t calls;
+    uint64_t self;
+} slice_entry_t;
+
+typedef struct slice {
+    uint64_t no; /* absolute slice number held, NO_SLICE if none */
+    uint64_t events;
+    slice_entry_t *entries;
+    uint32_t count, cap;
+} slice_t;
+
+struct pt_agg {
+    pt_fb_process_info_t pinfo;
+    int have_pinfo;
+    uint64_t tps;          /* ticks per second */
+    uint64_t slice_ns;
+    uint64_t slice_ticks;
+    uint32_t slice_count;
+    slice_t *slices;
+    uint64_t max_slice;    /* NO_SLICE until the first event */
+    uint64_t origin;       /* tick of slice 0 */
+    int have_ticks;
+    uint64_t min_tick, latest;
+
+    node_t *nodes;
+    uint32_t node_count, node_cap;
+    map_t node_map;        /* (parent << 32 | symbol id) -> node */
+
+    sym_t *syms;
+    uint32_t sym_count, sym_cap;
+    map_t sym_map;         /* id -> dense index */
+
+    thread_t *threads;
+    uint32_t thread_count, thread_cap;
+    map_t thread_map;      /* number -> index */
+    uint32_t last_thread;  /* lookup cache */
+
+    char **old_strings;    /* replaced symbol strings, freed at destroy */
+    size_t old_count, old_cap;
+
+    uint64_t events_seen, unmatched, bad_events;
+    uint64_t lost_records;
+    uint64_t producer_dropped, hook_errors;
+    uint32_t producer_state;
+};
+
+static int grow(void **arr, uint32_t *cap, size_t elem, uint32_t need)
+{
+    if (need <= *cap)
+        return 0;
+    size_t ncap = *cap ? *cap : 16;
+    while (ncap < need)
+        ncap *= 2;
+    if (ncap > UINT32_MAX - 1)
+        return -ENOMEM;
+    void *p = realloc(*arr, ncap * elem);
+    if (!p)
+        return -ENOMEM;
+    *arr = p;
+    *cap = (uint32_t)ncap;
+    return 0;
+}
+
+static char *dup_bytes(const char *p, size_t n)
+{
+    char *s = malloc(n + 1);
+    if (!s)
+        return NULL;
+    if (n)
+        memcpy(s, p, n);
+    s[n] = 0;
+    return s;
+}
+
+static void recompute_slice_ticks(pt_agg_t *a)
+{
+    double t = (double)a->tps * (double)a->slice_ns / 1e9;
+    a->slice_ticks = t < 1.0 ? 1 : (uint64_t)(t + 0.5);
+}
+
+int pt_agg_create(const pt_agg_config_t *cfg, pt_agg_t **out)
+{
+    pt_agg_t *a = calloc(1, sizeof *a);
+    if (!a)
+        return -ENOMEM;
+    a->slice_ns = cfg && cfg->slice_ns ? cfg->slice_ns : DEFAULT_SLICE_NS;
+    a->slice_count = cfg && cfg->slice_count ? cfg->slice_count : DEFAULT_SLICE_COUNT;
+    a->tps = 1000000000ull;
+    a->pinfo.ticks_per_second = a->tps;
+    recompute_slice_ticks(a);
+    a->max_slice = NO_SLICE;
+    a->slices = calloc(a->slice_count, sizeof *a->slices);
+    if (!a->slices)
+        goto err;
+    for (uint32_t i = 0; i < a->slice_count; i++)
+        a->slices[i].no = NO_SLICE;
+    if (map_init(&a->node_map, 1024) || map_init(&a->sym_map, 256) || map_init(&a->thread_map, 16))
+        goto err;
+    *out = a;
+    return 0;
+err:
+    pt_agg_destroy(a);
+    return -ENOMEM;
+}
+
+void pt_agg_destroy(pt_agg_t *a)
+{
+    if (!a)
+        return;
+    if (a->slices)
+        for (uint32_t i = 0; i < a->slice_count; i++)
+            free(a->slices[i].entries);
+    free(a->slices);
+    free(a->nodes);
+    map_free(&a->node_map);
+    for (uint32_t i = 0; i < a->sym_count; i++) {
+        free(a->syms[i].name);
+        free(a->syms[i].file);
+    }
+    free(a->syms);
+    map_free(&a->sym_map);
+    for (uint32_t i = 0; i < a->thread_count; i++) {
+        free(a->threads[i].name);
+        free(a->threads[i].stack);
+    }
+    free(a->threads);
+    map_free(&a->thread_map);
+    for (size_t i = 0; i < a->old_count; i++)
+        free(a->old_strings[i]);
+    free(a->old_strings);
+    free((void *)a->pinfo.command_line.ptr);
+    free((void *)a->pinfo.python_version.ptr);
+    free((void *)a->pinfo.segment.ptr);
+    free(a);
+}
+
+/* ---- symbols ---------------------------------------------------------------- */
+
+static uint32_t sym_index(pt_agg_t *a, uint32_t id)
+{
+    uint32_t idx = map_get(&a->sym_map, id);
+    if (idx != PT_AGG_NONE)
+        return idx;
+    if (grow((void **)&a->syms, &a->sym_cap, sizeof *a->syms, a->sym_count + 1))
+        return PT_AGG_NONE;
+    char buf[40];
+    snprintf(buf, sizeof buf, "<unknown #%u>", id);
+    sym_t *s = &a->syms[a->sym_count];
+    memset(s, 0, sizeof *s);
+    s->id = id;
+    s->name = dup_bytes(buf, strlen(buf));
+    s->file = dup_bytes("", 0);
+    if (!s->name || !s->file) {
+        free(s->name);
+        free(s->file);
+        return PT_AGG_NONE;
+    }
+    if (map_put(&a->sym_map, id, a->sym_count)) {
+        free(s->name);
+        free(s->file);
+        return PT_AGG_NONE;
+    }
+    return a->sym_count++;
+}
+
+static void keep_old(pt_agg_t *a, char *s)
+{
+    if (a->old_count == a->old_cap) {
+        size_t ncap = a->old_cap ? a->old_cap * 2 : 16;
+        char **p = realloc(a->old_strings, ncap * sizeof *p);
+        if (!p) { /* leak rather than dangle */
+            return;
+        }
+        a->old_strings = p;
+        a->old_cap = ncap;
+    }
+    a->old_strings[a->old_count++] = s;
+}
+
+static int feed_symbol(pt_agg_t *a, const pt_fb_symbol_t *in)
+{
+    uint32_t idx = sym_index(a, in->id);
+    if (idx == PT_AGG_NONE)
+        return -ENOMEM;
+    sym_t *s = &a->syms[idx];
+    char *name = dup_bytes(in->name.ptr ? in->name.ptr : "", in->name.ptr ? in->name.len : 0);
+    char *file = dup_bytes(in->file.ptr ? in->file.ptr : "", in->file.ptr ? in->file.len : 0);
+    if (!name || !file) {
+        free(name);
+        free(file);
+        return -ENOMEM;
+    }
+    /* pointers handed out earlier stay valid until destroy */
+    keep_old(a, s->name);
+    keep_old(a, s->file);
+    s->name = name;
+    s->file = file;
+    s->kind = in->kind;
+    s->line = in->line;
+    s->known = 1;
+    return 0;
+}
+
+pt_agg_symbol_t pt_agg_symbol(pt_agg_t *a, uint32_t id)
+{
+    pt_agg_symbol_t out = {.id = id, .name = "<unknown>", .file = ""};
+    uint32_t idx = sym_index(a, id);
+    if (idx == PT_AGG_NONE)
+        return out;
+    const sym_t *s = &a->syms[idx];
+    out.kind = s->kind;
+    out.known = s->known;
+    out.name = s->name;
+    out.file = s->file;
+    out.line = s->line;
+    return out;
+}
+
+/* ---- nodes ------------------------------------------------------------------ */
+
+static uint32_t node_new(pt_agg_t *a, uint32_t parent, uint32_t sym, uint32_t thread)
+{
+    if (grow((void **)&a->nodes, &a->node_cap, sizeof *a->nodes, a->node_count + 1))
+        return PT_AGG_NONE;
+    uint32_t idx = a->node_count++;
+    node_t *n = &a->nodes[idx];
+    n->parent = parent;
+    n->sym = sym;
+    n->first_child = PT_AGG_NONE;
+    n->next_sibling = PT_AGG_NONE;
+    n->cache_sym = PT_AGG_NONE;
+    n->cache_child = PT_AGG_NONE;
+    n->slice_entry = 0;
+    n->thread = thread;
+    n->slice_no = NO_SLICE;
+    n->calls = 0;
+    n->self = 0;
+    if (parent != PT_AGG_NONE) {
+        n->next_sibling = a->nodes[parent].first_child;
+        a->nodes[parent].first_child = idx;
+    }
+    return idx;
+}
+
+/* The child of `parent` for symbol id; created on first sight. */
+static inline uint32_t child_of(pt_agg_t *a, uint32_t parent, uint32_t id)
+{
+    node_t *p = &a->nodes[parent];
+    if (p->cache_sym == id)
+        return p->cache_child;
+    uint64_t key = ((uint64_t)parent << 32) | id;
+    uint32_t c = map_get(&a->node_map, key);
+    if (c == PT_AGG_NONE) {
+        uint32_t sym = sym_index(a, id);
+        if (sym == PT_AGG_NONE)
+            return PT_AGG_NONE;
+        c = node_new(a, parent, sym, a->nodes[parent].thread);
+        if (c == PT_AGG_NONE)
+            return PT_AGG_NONE;
+        if (map_put(&a->node_map, key, c))
+            return PT_AGG_NONE;
+    }
+    p = &a->nodes[parent]; /* node_new may have moved the array */
+    p->cache_sym = id;
+    p->cache_child = c;
+    return c;
+}
+
+/* ---- slices ----------------------------------------------------------------- */
+
+/* Make slice `no` current if it is newer than every slice seen; returns the
+ * slot, or NULL if `no` fell out of the ring. */
+static slice_t *slice_get(pt_agg_t *a, uint64_t no)
+{
+    if (a->max_slice == NO_SLICE || no > a->max_slice) {
+        uint64_t from = a->max_slice == NO_SLICE ? no : a->max_slice + 1;
+        if (no - from >= a->slice_count)
+            from = no - a->slice_count + 1;
+        for (uint64_t s = from; s <= no; s++) {
+            slice_t *sl = &a->slices[s % a->slice_count];
+            sl->no = s;
+            sl->count = 0;
+            sl->events = 0;
+        }
+        a->max_slice = no;
+    }
+    if (no + a->slice_count <= a->max_slice)
+        return NULL;
+    slice_t *sl = &a->slices[no % a->slice_count];
+    return sl->no == no ? sl : NULL;
+}
+
+static inline uint64_t slice_of_ticks(const pt_agg_t *a, uint64_t t)
+{
+    return t <= a->origin ? 0 : (t - a->origin) / a->slice_ticks;
+}
+
+/* Slice number of tick t for thread th (cached per thread). */
+static inline uint64_t thread_slice(pt_agg_t *a, thread_t *th, uint64_t t)
+{
+    if (t >= th->slice_start && t < th->slice_end)
+        return th->slice_no;
+    uint64_t no = slice_of_ticks(a, t);
+    th->slice_no = no;
+    th->slice_slot = (uint32_t)(no % a->slice_count);
+    th->slice_start = no == 0 ? 0 : a->origin + no * a->slice_ticks;
+    th->slice_end = a->origin + (no + 1) * a->slice_ticks;
+    return no;
+}
+
+static void slice_add(pt_agg_t *a, uint32_t node, uint64_t no, uint32_t slot, uint32_t calls, uint64_t self)
+{
+    node_t *n = &a->nodes[node];
+    if (n->slice_no == no) {
+        slice_t *sl = &a->slices[slot];
+        if (sl->no == no && n->slice_entry < sl->count && sl->entries[n->slice_entry].node == node) {
+            sl->entries[n->slice_entry].calls += calls;
+            sl->entries[n->slice_entry].self += self;
+            return;
+        }
+    }
+    slice_t *sl = slice_get(a, no);
+    if (!sl)
+        return; /* older than the window ring: whole run only */
+    if (sl->count == sl->cap &&
+        grow((void **)&sl->entries, &sl->cap, sizeof *sl->entries, sl->count + 1))
+        return;
+    sl->entries[sl->count] = (slice_entry_t){.node = node, .calls = calls, .self = self};
+    n->slice_no = no;
+    n->slice_entry = sl->count++;
+}
+
+/* ---- threads ---------------------------------------------------------------- */
+
+static thread_t *thread_get(pt_agg_t *a, uint64_t number)
+{
+    if (a->last_thread < a->thread_count && a->threads[a->last_thread].number == number)
+        return &a->threads[a->last_thread];
+    uint32_t idx = map_get(&a->thread_map, number);
+    if (idx == PT_AGG_NONE) {
+        if (grow((void **)&a->threads, &a->thread_cap, sizeof *a->threads, a->thread_count + 1))
+            return NULL;
+        idx = a->thread_count;
+        thread_t *th = &a->threads[idx];
+        memset(th, 0, sizeof *th);
+        th->number = number;
+        th->root = node_new(a, PT_AGG_NONE, PT_AGG_NONE, idx);
+        if (th->root == PT_AGG_NONE || map_put(&a->thread_map, number, idx))
+            return NULL;
+        th->slice_no = NO_SLICE;
+        a->thread_count++;
+    }
+    a->last_thread = idx;
+    return &a->threads[idx];
+}
+
+static void note_tick(pt_agg_t *a, uint64_t t)
+{
+    if (!a->have_ticks) {
+        a->have_ticks = 1;
+        a->min_tick = a->latest = t;
+        a->origin = a->have_pinfo && a->pinfo.base_ticks && a->pinfo.base_ticks <= t ? a->pinfo.base_ticks : t;
+        return;
+    }
+    if (t < a->min_tick)
+        a->min_tick = t;
+    if (t > a->latest)
+        a->latest = t;
+}
+
+/* Give the ticks since the thread's last event to the frame on top. */
+static void account(pt_agg_t *a, thread_t *th, uint64_t now)
+{
+    if (!th->have_last) {
+        th->have_last = 1;
+        th->last = now;
+        return;
+    }
+    if (now <= th->last)
+        return; /* same tick, or a clock that went back: nothing to give */
+    uint32_t top = th->depth ? th->stack[th->depth - 1].node : th->root;
+    uint64_t t = th->last;
+    a->nodes[top].self += now - t;
+    /* window: split the interval at slice borders; parts older than the
+     * ring are only in the whole run */
+    uint64_t ring_ticks = (uint64_t)a->slice_count * a->slice_ticks;
+    if (now - t > ring_ticks)
+        t = now - ring_ticks;
+    while (t < now) {
+        uint64_t no = thread_slice(a, th, t);
+        uint64_t end = th->slice_end < now ? th->slice_end : now;
+        slice_add(a, top, no, th->slice_slot, 0, end - t);
+        t = end;
+    }
+    th->last = now;
+}
+
+static void truncate_stack(thread_t *th, uint32_t depth)
+{
+    if (depth < th->depth)
+        th->depth = depth;
+}
+
+static int push(pt_agg_t *a, thread_t *th, uint32_t id, int count_call, uint64_t now)
+{
+    if (th->depth >= MAX_STACK_DEPTH)
+        return -ENOMEM;
+    if (th->depth == th->stack_cap &&
+        grow((void **)&th->stack, &th->stack_cap, sizeof *th->stack, th->depth + 1))
+        return -ENOMEM;
+    uint32_t parent = th->depth ? th->stack[th->depth - 1].node : th->root;
+    uint32_t c = child_of(a, parent, id);
+    if (c == PT_AGG_NONE)
+        return -ENOMEM;
+    if (count_call) {
+        a->nodes[c].calls++;
+        uint64_t no = thread_slice(a, th, now);
+        slice_add(a, c, no, th->slice_slot, 1, 0);
+    }
+    th->stack[th->depth++] = (frame_t){.node = c, .id = id};
+    return 0;
+}
+
+static void pop(pt_agg_t *a, thread_t *th, uint32_t id)
+{
+    if (th->depth && th->stack[th->depth - 1].id == id) {
+        th->depth--;
+        return;
+    }
+    /* missed returns: close every frame above the matching one */
+    for (uint32_t i = th->depth; i-- > 0;) {
+        if (th->stack[i].id == id) {
+            th->depth = i;
+            return;
+        }
+    }
+    a->unmatched++;
+}
+
+static void end_recovery(thread_t *th)
+{
+    if (!th->recovering)
+        return;
+    if (th->prefix_intact)
+        truncate_stack(th, th->recover_pos); /* old frames beyond the reported stack are gone */
+    th->recovering = 0;
+}
+
+static void begin_recovery(thread_t *th)
+{
+    th->recovering = 1;
+    th->prefix_intact = 1;
+    th->recover_pos = 0;
+}
+
+static int on_frame(pt_agg_t *a, thread_t *th, const pt_event_t *ev)
+{
+    if (!th->recovering)
+        begin_recovery(th);
+    if (th->prefix_intact && th->recover_pos < th->depth && th->stack[th->recover_pos].id == ev->id) {
+        /* kept; the time since the Lost record goes to whichever frame ends
+         * up on top once the stack is known */
+        th->recover_pos++;
+        return 0;
+    }
+    if (th->prefix_intact) {
+        truncate_stack(th, th->recover_pos);
+        th->prefix_intact = 0;
+    }
+    account(a, th, ev->ticks);
+    th->recover_pos++;
+    return push(a, th, ev->id, 0, ev->ticks);
+}
+
+static int feed_event(pt_agg_t *a, thread_t *th, const pt_event_t *ev)
+{
+    uint64_t now = ev->ticks;
+    note_tick(a, now);
+    uint64_t no = thread_slice(a, th, now);
+    slice_t *sl = &a->slices[th->slice_slot];
+    if (sl->no != no)
+        sl = slice_get(a, no);
+    if (sl)
+        sl->events++;
+    th->events++;
+    switch (ev->kind) {
+    case PT_EV_CALL:
+    case PT_EV_RESUME:
+    case PT_EV_CCALL:
+    case PT_EV_SPAN_BEGIN:
+        end_recovery(th);
+        account(a, th, now);
+        return push(a, th, ev->id, 1, now);
+    case PT_EV_RETURN:
+    case PT_EV_YIELD:
+    case PT_EV_UNWIND:
+    case PT_EV_CRETURN:
+    case PT_EV_CUNWIND:
+    case PT_EV_SPAN_END:
+        end_recovery(th);
+        account(a, th, now);
+        pop(a, th, ev->id);
+        return 0;
+    case PT_EV_MARK:
+        end_recovery(th);
+        account(a, th, now);
+        return 0;
+    case PT_EV_LOST:
+        account(a, th, now);
+        a->lost_records += (uint64_t)ev->id | ((uint64_t)ev->aux << 32);
+        begin_recovery(th);
+        return 0;
+    case PT_EV_FRAME:
+        return on_frame(a, th, ev);
+    default:
+        a->bad_events++;
+        return 0;
+    }
+}
+
+int pt_agg_feed_events(pt_agg_t *a, uint64_t thread, const pt_event_t *events, size_t count)
+{
+    thread_t *th = thread_get(a, thread);
+    if (!th)
+        return -ENOMEM;
+    if (th->ended)
+        th->ended = 0; /* events after ThreadEnd: the slot was reused; keep going */
+    a->events_seen += count;
+    int rc = 0;
+    for (size_t i = 0; i < count; i++) {
+        rc = feed_event(a, th, &events[i]);
+        if (rc)
+            break;
+    }
+    return rc;
+}
+
+static void close_thread(pt_agg_t *a, thread_t *th, uint64_t ticks)
+{
+    if (ticks) {
+        note_tick(a, ticks);
+        account(a, th, ticks);
+    }
+    th->recovering = 0;
+    th->depth = 0;
+    th->ended = 1;
+}
+
+static char *str_copy(pt_fb_str_t s)
+{
+    return dup_bytes(s.ptr ? s.ptr : "", s.ptr ? s.len : 0);
+}
+
+int pt_agg_feed_msg(pt_agg_t *a, const pt_fb_msg_t *m)
+{
+    switch (m->type) {
+    case PT_MSG_PROCESS_INFO: {
+        free((void *)a->pinfo.command_line.ptr);
+        free((void *)a->pinfo.python_version.ptr);
+        free((void *)a->pinfo.segment.ptr);
+        a->pinfo = m->u.process_info;
+        char *c = str_copy(m->u.process_info.command_line);
+        char *v = str_copy(m->u.process_info.python_version);
+        char *s = str_copy(m->u.process_info.segment);
+        a->pinfo.command_line = (pt_fb_str_t){c, c ? (uint32_t)strlen(c) : 0};
+        a->pinfo.python_version = (pt_fb_str_t){v, v ? (uint32_t)strlen(v) : 0};
+        a->pinfo.segment = (pt_fb_str_t){s, s ? (uint32_t)strlen(s) : 0};
+        a->have_pinfo = 1;
+        if (!a->have_ticks && a->pinfo.ticks_per_second) {
+            a->tps = a->pinfo.ticks_per_second;
+            recompute_slice_ticks(a);
+        }
+        a->pinfo.ticks_per_second = a->tps;
+        return (c && v && s) ? 0 : -ENOMEM;
+    }
+    case PT_MSG_THREAD_START: {
+        const pt_fb_thread_start_t *in = &m->u.thread_start;
+        thread_t *th = thread_get(a, in->thread);
+        if (!th)
+            return -ENOMEM;
+        if (th->ended) { /* a new thread under a reused number: start clean */
+            th->ended = 0;
+            th->have_last = 0;
+        }
+        th->os_tid = in->os_tid;
+        free(th->name);
+        th->name = str_copy(in->name);
+        if (in->ticks) {
+            note_tick(a, in->ticks);
+            account(a, th, in->ticks);
+        }
+        return th->name ? 0 : -ENOMEM;
+    }
+    case PT_MSG_THREAD_END: {
+        const pt_fb_thread_end_t *in = &m->u.thread_end;
+        thread_t *th = thread_get(a, in->thread);
+        if (!th)
+            return -ENOMEM;
+        if (in->events_dropped > th->dropped_reported)
+            th->dropped_reported = in->events_dropped;
+        close_thread(a, th, in->ticks);
+        return 0;
+    }
+    case PT_MSG_SYMBOL:
+        return feed_symbol(a, &m->u.symbol);
+    case PT_MSG_EVENT_CHUNK:
+        return pt_agg_feed_events(a, m->u.event_chunk.thread, m->u.event_chunk.events, m->u.event_chunk.count);
+    case PT_MSG_LOST_COUNT: {
+        thread_t *th = thread_get(a, m->u.lost_count.thread);
+        if (!th)
+            return -ENOMEM;
+        if (m->u.lost_count.dropped_total > th->dropped_reported)
+            th->dropped_reported = m->u.lost_count.dropped_total;
+        return 0;
+    }
+    case PT_MSG_PRODUCER_STATUS:
+        a->producer_state = m->u.producer_status.state;
+        if (m->u.producer_status.events_dropped > a->producer_dropped)
+            a->producer_dropped = m->u.producer_status.events_dropped;
+        a->hook_errors = m->u.producer_status.hook_errors;
+        return 0;
+    default:
+        return 0; /* unknown message types from a newer minor: ignore */
+    }
+}
+
+int pt_agg_feed_bytes(pt_agg_t *a, const uint8_t *buf, size_t len)
+{
+    pt_fb_msg_t m;
+    if (pt_fb_parse(buf, len, &m, NULL, 0))
+        return -EBADMSG;
+    return pt_agg_feed_msg(a, &m);
+}
+
+/* ---- info ----------------------------------------------------------------- */
+
+size_t pt_agg_thread_count(const pt_agg_t *a) { return a->thread_count; }
+
+int pt_agg_thread_at(const pt_agg_t *a, size_t index, pt_agg_thread_info_t *out)
+{
+    if (index >= a->thread_count)
+        return -EINVAL;
+    const thread_t *th = &a->threads[index];
+    out->thread = th->number;
+    out->os_tid = th->os_tid;
+    out->name = th->name ? th->name : "";
+    out->ended = th->ended;
+    out->events = th->events;
+    out->depth = th->depth;
+    return 0;
+}
+
+const pt_fb_process_info_t *pt_agg_process_info(const pt_agg_t *a) { return &a->pinfo; }
+
+static uint64_t ticks_ns(const pt_agg_t *a, uint64_t ticks)
+{
+    return (uint64_t)((double)ticks * 1e9 / (double)a->tps + 0.5);
+}
+
+uint64_t pt_agg_ticks_to_ns(const pt_agg_t *a, uint64_t ticks)
+{
+    return ticks <= a->min_tick ? 0 : ticks_ns(a, ticks - a->min_tick);
+}
+
+void pt_agg_counters(const pt_agg_t *a, pt_agg_counters_t *out)
+{
+    memset(out, 0, sizeof *out);
+    out->events_seen = a->events_seen;
+    out->dropped_lost_records = a->lost_records;
+    uint64_t reported = 0;
+    uint32_t active = 0;
+    for (uint32_t i = 0; i < a->thread_count; i++) {
+        reported += a->threads[i].dropped_reported;
+        active += !a->threads[i].ended;
+    }
+    out->dropped_lost_counts = reported;
+    out->dropped_producer = a->producer_dropped;
+    out->dropped = a->lost_records;
+    if (reported > out->dropped)
+        out->dropped = reported;
+    if (a->producer_dropped > out->dropped)
+        out->dropped = a->producer_dropped;
+    out->unmatched_closes = a->unmatched;
+    out->producer_state = a->producer_state;
+    out->threads_seen = a->thread_count;
+    out->threads_active = active;
+    out->hook_errors = a->hook_errors;
+    out->symbols = a->sym_count;
+    out->nodes = a->node_count;
+    out->span_ns = a->have_ticks ? ticks_ns(a, a->latest - a->min_tick) : 0;
+    out->window_max_seconds = (double)a->slice_ns * a->slice_count / 1e9;
+    if (a->max_slice != NO_SLICE) {
+        uint64_t k = 1000000000ull / a->slice_ns;
+        if (k < 1)
+            k = 1;
+        uint64_t first = a->max_slice + 1 >= k ? a->max_slice + 1 - k : 0;
+        uint64_t ev = 0;
+        for (uint64_t s = first; s <= a->max_slice; s++) {
+            const slice_t *sl = &a->slices[s % a->slice_count];
+            if (sl->no == s)
+                ev += sl->events;
+        }
+        uint64_t start = a->origin + first * a->slice_ticks;
+        if (start < a->min_tick)
+            start = a->min_tick;
+        if (a->latest > start)
+            out->events_per_second = (double)ev * (double)a->tps / (double)(a->latest - start);
+    }
+}
+
+/* ---- queries -------------------------------------------------------------- */
+
+/* Per-node calls and self ticks of the view, open frames included. */
+typedef struct view {
+    uint64_t *calls;
+    uint64_t *self;
+    uint64_t *incl;
+    uint64_t *sub_calls;
+    uint64_t span_ticks;
+} view_t;
+
+static void view_free(view_t *v)
+{
+    free(v->calls);
+    free(v->self);
+    free(v->incl);
+    free(v->sub_calls);
+}
+
+static int view_build(pt_agg_t *a, const pt_agg_query_t *q, view_t *v)
+{
+    size_t n = a->node_count ? a->node_count : 1;
+    v->calls = calloc(n, sizeof *v->calls);
+    v->self = calloc(n, sizeof *v->self);
+    v->incl = calloc(n, sizeof *v->incl);
+    v->sub_calls = calloc(n, sizeof *v->sub_calls);
+    if (!v->calls || !v->self || !v->incl || !v->sub_calls) {
+        view_free(v);
+        return -ENOMEM;
+    }
+    uint64_t wstart = a->min_tick;
+    int window = q && q->window_seconds > 0 && a->max_slice != NO_SLICE;
+    if (window) {
+        double want = q->window_seconds * 1e9 / (double)a->slice_ns;
+        uint64_t ns = want < 1 ? 1 : (uint64_t)(want + 0.999999);
+        if (ns > a->slice_count)
+            ns = a->slice_count;
+        uint64_t first = a->max_slice + 1 >= ns ? a->max_slice + 1 - ns : 0;
+        for (uint64_t s = first; s <= a->max_slice; s++) {
+            const slice_t *sl = &a->slices[s % a->slice_count];
+            if (sl->no != s)
+                continue;
+            for (uint32_t i = 0; i < sl->count; i++) {
+                v->calls[sl->entries[i].node] += sl->entries[i].calls;
+                v->self[sl->entries[i].node] += sl->entries[i].self;
+            }
+        }
+        uint64_t ws = a->origin + first * a->slice_ticks;
+        if (ws > wstart)
+            wstart = ws;
+    } else {
+        for (uint32_t i = 0; i < a->node_count; i++) {
+            v->calls[i] = a->nodes[i].calls;
+            v->self[i] = a->nodes[i].self;
+        }
+    }
+    /* frames still open count up to the latest tick seen */
+    for (uint32_t t = 0; t < a->thread_count; t++) {
+        const thread_t *th = &a->threads[t];
+        if (th->ended || !th->have_last || a->latest <= th->last)
+            continue;
+        uint32_t top = th->depth ? th->stack[th->depth - 1].node : th->root;
+        uint64_t from = th->last > wstart ? th->last : wstart;
+        if (a->latest > from)
+            v->self[top] += a->latest - from;
+    }
+    for (uint32_t i = a->node_count; i-- > 0;) {
+        v->incl[i] += v->self[i];
+        v->sub_calls[i] += v->calls[i];
+        uint32_t p = a->nodes[i].parent;
+        if (p != PT_AGG_NONE) {
+            v->incl[p] += v->incl[i];
+            v->sub_calls[p] += v->sub_calls[i];
+        }
+    }
+    v->span_ticks = a->have_ticks && a->latest > wstart ? a->latest - wstart : 0;
+    return 0;
+}
+
+static int thread_selected(const pt_agg_t *a, const pt_agg_query_t *q, uint32_t t)
+{
+    return !q || !q->thread || a->threads[t].number == q->thread;
+}
+
+static int ci_contains(const char *hay, const char *needle)
+{
+    if (!needle || !*needle)
+        return 1;
+    size_t nl = strlen(needle);
+    for (const char *h = hay; *h; h++) {
+        size_t i = 0;
+        while (i < nl && h[i]) {
+            char x = h[i], y = needle[i];
+            if (x >= 'A' && x <= 'Z')
+                x = (char)(x - 'A' + 'a');
+            if (y >= 'A' && y <= 'Z')
+                y = (char)(y - 'A' + 'a');
+            if (x != y)
+                break;
+            i++;
+        }
+        if (i == nl)
+            return 1;
+    }
+    return 0;
+}
+
+/* qsort has no context argument in C11; the viewer sorts from one thread. */
+static int g_sort_key, g_sort_desc;
+
+static int cmp_u64(uint64_t x, uint64_t y) { return x < y ? -1 : x > y; }
+
+static int row_cmp(const void *pa, const void *pb)
+{
+    const pt_agg_row_t *x = pa, *y = pb;
+    int c = 0;
+    switch (g_sort_key) {
+    case PT_AGG_SORT_SELF: c = cmp_u64(x->self_ns, y->self_ns); break;
+    case PT_AGG_SORT_TOTAL: c = cmp_u64(x->total_ns, y->total_ns); break;
+    case PT_AGG_SORT_CALLS: c = cmp_u64(x->calls, y->calls); break;
+    case PT_AGG_SORT_PRIM_CALLS: c = cmp_u64(x->prim_calls, y->prim_calls); break;
+    case PT_AGG_SORT_NAME: c = strcmp(x->name, y->name); break;
+    case PT_AGG_SORT_FILE:
+        c = strcmp(x->file, y->file);
+        if (!c)
+            c = cmp_u64(x->line, y->line);
+        break;
+    default: break;
+    }
+    if (g_sort_desc)
+        c = -c;
+    if (!c)
+        c = strcmp(x->name, y->name);
+    if (!c)
+        c = cmp_u64(x->symbol, y->symbol);
+    return c;
+}
+
+int pt_agg_table(pt_agg_t *a, const pt_agg_query_t *q, int sort, int descending, const char *filter,
+                 pt_agg_table_t *out)
+{
+    memset(out, 0, sizeof *out);
+    view_t v = {0};
+    int rc = view_build(a, q, &v);
+    if (rc)
+        return rc;
+    size_t ns = a->sym_count ? a->sym_count : 1;
+    uint64_t *calls = calloc(ns, sizeof *calls), *prim = calloc(ns, sizeof *prim);
+    uint64_t *self = calloc(ns, sizeof *self), *total = calloc(ns, sizeof *total);
+    uint32_t *onpath = calloc(ns, sizeof *onpath);
+    uint8_t *seen = calloc(ns, 1);
+    rc = -ENOMEM;
+    if (!calls || !prim || !self || !total || !onpath || !seen)
+        goto out;
+    for (uint32_t t = 0; t < a->thread_count; t++) {
+        if (!thread_selected(a, q, t))
+            continue;
+        uint32_t root = a->threads[t].root;
+        /* stackless DFS over first_child / next_sibling / parent; a node
+         * with no time and no calls in its subtree is skipped whole */
+        uint32_t n = a->nodes[root].first_child;
+        while (n != PT_AGG_NONE) {
+            if (v.incl[n] || v.sub_calls[n]) {
+                uint32_t s = a->nodes[n].sym;
+                seen[s] = 1;
+                calls[s] += v.calls[n];
+                self[s] += v.self[n];
+                if (onpath[s] == 0) { /* outermost activation of s on this path */
+                    prim[s] += v.calls[n];
+                    total[s] += v.incl[n];
+                }
+                onpath[s]++;
+                if (a->nodes[n].first_child != PT_AGG_NONE) {
+                    n = a->nodes[n].first_child;
+                    continue;
+                }
+                onpath[s]--;
+            }
+            while (n != PT_AGG_NONE) {
+                if (a->nodes[n].next_sibling != PT_AGG_NONE) {
+                    n = a->nodes[n].next_sibling;
+                    break;
+                }
+                n = a->nodes[n].parent;
+                if (n == root)
+                    n = PT_AGG_NONE;
+                else
+                    onpath[a->nodes[n].sym]--; /* leaving an entered ancestor */
+            }
+        }
+    }
+    size_t count = 0;
+    for (uint32_t s = 0; s < a->sym_count; s++)
+        count += seen[s] && ci_contains(a->syms[s].name, filter);
+    out->rows = calloc(count ? count : 1, sizeof *out->rows);
+    if (!out->rows)
+        goto out;
+    double span_ns = (double)ticks_ns(a, v.span_ticks);
+    for (uint32_t s = 0; s < a->sym_count; s++) {
+        if (!seen[s] || !ci_contains(a->syms[s].name, filter))
+            continue;
+        pt_agg_row_t *r = &out->rows[out->count++];
+        r->symbol = a->syms[s].id;
+        r->kind = a->syms[s].kind;
+        r->name = a->syms[s].name;
+        r->file = a->syms[s].file;
+        r->line = a->syms[s].line;
+        r->calls = calls[s];
+        r->prim_calls = prim[s];
+        r->self_ns = ticks_ns(a, self[s]);
+        r->total_ns = ticks_ns(a, total[s]);
+        r->self_pct = span_ns > 0 ? 100.0 * (double)r->self_ns / span_ns : 0;
+        r->total_pct = span_ns > 0 ? 100.0 * (double)r->total_ns / span_ns : 0;
+    }
+    out->span_ns = (uint64_t)span_ns;
+    g_sort_key = sort;
+    g_sort_desc = sort == PT_AGG_SORT_NAME || sort == PT_AGG_SORT_FILE ? !descending ? 0 : 1 : descending;
+    qsort(out->rows, out->count, sizeof *out->rows, row_cmp);
+    rc = 0;
+out:
+    free(calls);
+    free(prim);
+    free(self);
+    free(total);
+    free(onpath);
+    free(seen);
+    view_free(&v);
+    return rc;
+}
+
+void pt_agg_table_free(pt_agg_table_t *t)
+{
+    free(t->rows);
+    memset(t, 0, sizeof *t);
+}
+
+/* ---- tree ------------------------------------------------------------------- */
+
+static const pt_agg_t *g_tree_agg;
+static const pt_agg_tnode_t *g_tree_nodes;
+
+static int tnode_cmp(const void *pa, const void *pb)
+{
+    uint32_t x = *(const uint32_t *)pa, y = *(const uint32_t *)pb;
+    const pt_agg_tnode_t *nx = &g_tree_nodes[x], *ny = &g_tree_nodes[y];
+    uint32_t sx = map_get(&g_tree_agg->sym_map, nx->symbol), sy = map_get(&g_tree_agg->sym_map, ny->symbol);
+    int c = strcmp(g_tree_agg->syms[sx].name, g_tree_agg->syms[sy].name);
+    return c ? c : cmp_u64(nx->symbol, ny->symbol);
+}
+
+int pt_agg_tree(pt_agg_t *a, const pt_agg_query_t *q, pt_agg_tree_t *out)
+{
+    memset(out, 0, sizeof *out);
+    view_t v = {0};
+    int rc = view_build(a, q, &v);
+    if (rc)
+        return rc;
+    uint32_t *map_to = NULL, *kids = NULL;
+    uint64_t *self_t = NULL;
+    map_t out_map = {0};
+    pt_agg_tnode_t *nodes = NULL;
+    uint32_t count = 0, cap = 0;
+    rc = -ENOMEM;
+    map_to = malloc((a->node_count ? a->node_count : 1) * sizeof *map_to);
+    if (!map_to || map_init(&out_map, 1024) || grow((void **)&nodes, &cap, sizeof *nodes, 1))
+        goto out;
+    nodes[0] = (pt_agg_tnode_t){.symbol = PT_AGG_NONE, .parent = PT_AGG_NONE, .first_child = PT_AGG_NONE,
+                                .next_sibling = PT_AGG_NONE};
+    count = 1;
+    /* nodes come in index order, parents before children */
+    for (uint32_t i = 0; i < a->node_count; i++) {
+        const node_t *n = &a->nodes[i];
+        map_to[i] = PT_AGG_NONE;
+        if (n->parent == PT_AGG_NONE) {
+            if (thread_selected(a, q, n->thread))
+                map_to[i] = 0;
+            continue;
+        }
+        uint32_t op = map_to[n->parent];
+        if (op == PT_AGG_NONE || (!v.incl[i] && !v.sub_calls[i]))
+            continue;
+        uint32_t id = a->syms[n->sym].id;
+        uint64_t key = ((uint64_t)op << 32) | id;
+        uint32_t o = map_get(&out_map, key);
+        if (o == PT_AGG_NONE) {
+            if (grow((void **)&nodes, &cap, sizeof *nodes, count + 1))
+                goto out;
+            o = count++;
+            nodes[o] = (pt_agg_tnode_t){.symbol = id, .parent = op, .first_child = PT_AGG_NONE,
+                                        .next_sibling = PT_AGG_NONE, .depth = nodes[op].depth + 1};
+            if (map_put(&out_map, key, o))
+                goto out;
+        }
+        nodes[o].calls += v.calls[i];
+        nodes[o].self_ns += v.self[i]; /* ticks for now */
+        map_to[i] = o;
+    }
+    /* root self: time with nothing on the stack */
+    for (uint32_t t = 0; t < a->thread_count; t++)
+        if (thread_selected(a, q, t))
+            nodes[0].self_ns += v.self[a->threads[t].root];
+    self_t = malloc(count * sizeof *self_t);
+    kids = malloc(count * sizeof *kids);
+    if (!self_t || !kids)
+        goto out;
+    for (uint32_t i = 0; i < count; i++)
+        self_t[i] = nodes[i].self_ns;
+    /* inclusive in ticks, then convert */
+    for (uint32_t i = count; i-- > 0;) {
+        nodes[i].incl_ns += self_t[i];
+        if (nodes[i].parent != PT_AGG_NONE)
+            nodes[nodes[i].parent].incl_ns += nodes[i].incl_ns;
+    }
+    for (uint32_t i = 0; i < count; i++) {
+        nodes[i].self_ns = ticks_ns(a, self_t[i]);
+        nodes[i].incl_ns = ticks_ns(a, nodes[i].incl_ns);
+    }
+    /* children lists sorted by name: bucket children by parent via counting */
+    {
+        uint32_t *start = calloc((size_t)count + 1, sizeof *start);
+        if (!start)
+            goto out;
+        for (uint32_t i = 1; i < count; i++)
+            start[nodes[i].parent + 1]++;
+        for (uint32_t i = 0; i < count; i++)
+            start[i + 1] += start[i];
+        uint32_t *fill = malloc((size_t)count * sizeof *fill);
+        if (!fill) {
+            free(start);
+            goto out;
+        }
+        memcpy(fill, start, (size_t)count * sizeof *fill);
+        for (uint32_t i = 1; i < count; i++)
+            kids[fill[nodes[i].parent]++] = i;
+        free(fill);
+        g_tree_agg = a;
+        g_tree_nodes = nodes;
+        for (uint32_t p = 0; p < count; p++) {
+            uint32_t b = start[p], e = start[p + 1];
+            if (e - b > 1)
+                qsort(kids + b, e - b, sizeof *kids, tnode_cmp);
+            nodes[p].first_child = e > b ? kids[b] : PT_AGG_NONE;
+            for (uint32_t k = b; k < e; k++)
+                nodes[kids[k]].next_sibling = k + 1 < e ? kids[k + 1] : PT_AGG_NONE;
+        }
+        free(start);
+    }
+    out->nodes = nodes;
+    out->count = count;
+    out->span_ns = ticks_ns(a, v.span_ticks);
+    nodes = NULL;
+    rc = 0;
+out:
+    free(nodes);
+    free(map_to);
+    free(kids);
+    free(self_t);
+    map_free(&out_map);
+    view_free(&v);
+    return rc;
+}
+
+void pt_agg_tree_free(pt_agg_tree_t *t)
+{
+    free(t->nodes);
+    memset(t, 0, sizeof *t);
+}

@@ -1,0 +1,199 @@
+/*
+ * pt_agg: the aggregation shared by pytrace-top, the exporters and the web
+ * viewer. Fed with the reader's messages, it rebuilds every thread's stack and
+ * keeps a calling-context tree (CCT) per thread with call counts and self time,
+ * plus a rolling window of per-time-slice deltas.
+ *
+ * Model (see agg.c for the why):
+ *   - Each CCT node is (parent node, symbol id). A node keeps the calls that
+ *     entered it and its self ticks. Inclusive time is the sum of self over
+ *     the node's subtree, computed at query time; so recursion never double
+ *     counts, and frames still open count up to the latest tick seen.
+ *   - Self time: between two events of a thread, the elapsed ticks go to the
+ *     frame on top of its stack (to the thread's root when the stack is empty).
+ *   - Opening events: Call, Resume, CCall, SpanBegin (each counts one call, as
+ *     cProfile counts every generator resume as a call). Closing events:
+ *     Return, Yield, Unwind, CReturn, CUnwind, SpanEnd. A close whose id is not
+ *     on top closes every frame above the matching one (missed returns); a
+ *     close whose id is nowhere on the stack is ignored and counted.
+ *   - Frame records (at thread start, after a Lost record, or anywhere): a run
+ *     of Frame records describes the whole stack, outermost first. Frames whose
+ *     ids match the current stack position by position (the common prefix) are
+ *     kept open; at the first mismatch the rest of the old stack is closed and
+ *     the remaining Frame records open new frames. Frames opened by a Frame
+ *     record do not count a call (the call happened where we could not see it).
+ *     At the first non-Frame event, old frames beyond the reported stack are
+ *     closed. Time between the last event before a Lost record and the Lost
+ *     record goes to the frame that was on top before the gap; time from the
+ *     Lost record to the end of the Frame run goes to the top of the rebuilt
+ *     common prefix.
+ *   - Function rows follow pstats: calls, primitive calls (the function was
+ *     not already on the stack), self time, and total time counted only for
+ *     outermost activations.
+ *   - Window: time is cut in slices (default 100 ms) kept in a ring (default
+ *     6000 slices = 600 s). A window query of N seconds sums the last
+ *     ceil(N / slice) slices, the current (partial) one included.
+ *
+ * Threading: a pt_agg_t is used by one thread at a time. No allocation per
+ * event on the steady path: nodes, hash tables and slice entries live in
+ * arrays that grow geometrically and are reused.
+ *
+ * Errors: 0 or a negative errno (-ENOMEM, -EINVAL, -EBADMSG).
+ */
+#ifndef PT_VIEWER_AGG_H
+#define PT_VIEWER_AGG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../schema/pt_fb.h"
+#include "../shm/layout.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct pt_agg pt_agg_t;
+
+typedef struct pt_agg_config {
+    uint64_t slice_ns;     /* 0 = 100 ms */
+    uint32_t slice_count;  /* 0 = 6000 (600 s of 100 ms slices) */
+} pt_agg_config_t;
+
+int pt_agg_create(const pt_agg_config_t *cfg, pt_agg_t **out);
+void pt_agg_destroy(pt_agg_t *agg);
+
+/* Feed one decoded message (pointers inside may be released after the call). */
+int pt_agg_feed_msg(pt_agg_t *agg, const pt_fb_msg_t *msg);
+/* Verify, decode and feed one size-prefixed message of exactly len bytes. */
+int pt_agg_feed_bytes(pt_agg_t *agg, const uint8_t *buf, size_t len);
+/* Feed a run of events of one thread (as in an EventChunk). */
+int pt_agg_feed_events(pt_agg_t *agg, uint64_t thread, const pt_event_t *events, size_t count);
+
+/* ---- symbols and threads ---------------------------------------------- */
+
+typedef struct pt_agg_symbol {
+    uint32_t id;
+    uint8_t kind;        /* enum pt_symbol_kind */
+    uint8_t known;       /* 0: never announced; name is "<unknown #id>" */
+    const char *name;    /* raw bytes from the segment, NUL-terminated; escape before display */
+    const char *file;
+    uint32_t line;
+} pt_agg_symbol_t;
+
+/* The symbol (never NULL; unknown ids get "<unknown #id>"). The pointers stay
+ * valid until pt_agg_destroy. */
+pt_agg_symbol_t pt_agg_symbol(pt_agg_t *agg, uint32_t id);
+
+typedef struct pt_agg_thread_info {
+    uint64_t thread;     /* segment-unique thread number */
+    uint64_t os_tid;
+    const char *name;    /* "" if none */
+    int ended;
+    uint64_t events;
+    uint32_t depth;      /* current stack depth */
+} pt_agg_thread_info_t;
+
+size_t pt_agg_thread_count(const pt_agg_t *agg);
+/* Threads in order of first sight; index < pt_agg_thread_count. */
+int pt_agg_thread_at(const pt_agg_t *agg, size_t index, pt_agg_thread_info_t *out);
+
+typedef struct pt_agg_counters {
+    uint64_t events_seen;
+    double events_per_second;    /* over the last second of trace time */
+    uint64_t dropped;            /* best knowledge: max of the three below */
+    uint64_t dropped_lost_records;   /* sum of Lost record counts */
+    uint64_t dropped_lost_counts;    /* sum over threads of LostCount / ThreadEnd */
+    uint64_t dropped_producer;       /* ProducerStatus.events_dropped */
+    uint64_t unmatched_closes;   /* close events with no matching open frame */
+    uint32_t producer_state;     /* enum pt_producer_state (0 until known) */
+    uint32_t threads_seen;
+    uint32_t threads_active;
+    uint64_t hook_errors;
+    uint64_t symbols;
+    uint64_t nodes;
+    uint64_t span_ns;            /* first to latest tick seen */
+    double window_max_seconds;   /* slice_ns * slice_count */
+} pt_agg_counters_t;
+
+void pt_agg_counters(const pt_agg_t *agg, pt_agg_counters_t *out);
+
+/* ProcessInfo as received (zeroed until then; ticks_per_second defaults to 1e9). */
+const pt_fb_process_info_t *pt_agg_process_info(const pt_agg_t *agg);
+
+/* Ticks (absolute) to ns since the first tick seen. */
+uint64_t pt_agg_ticks_to_ns(const pt_agg_t *agg, uint64_t ticks);
+
+/* ---- queries ------------------------------------------------------------ */
+
+typedef struct pt_agg_query {
+    uint64_t thread;        /* 0 = all threads merged */
+    double window_seconds;  /* 0 = whole run; else the last N seconds (clamped) */
+} pt_agg_query_t;
+
+enum pt_agg_sort {
+    PT_AGG_SORT_SELF = 0,
+    PT_AGG_SORT_TOTAL,
+    PT_AGG_SORT_CALLS,
+    PT_AGG_SORT_PRIM_CALLS,
+    PT_AGG_SORT_NAME,
+    PT_AGG_SORT_FILE,
+    PT_AGG_SORT_COUNT
+};
+
+typedef struct pt_agg_row {
+    uint32_t symbol;
+    uint8_t kind;
+    const char *name;
+    const char *file;
+    uint32_t line;
+    uint64_t calls;
+    uint64_t prim_calls;
+    uint64_t self_ns;
+    uint64_t total_ns;     /* outermost activations only (pstats cumtime) */
+    double self_pct;       /* of the span (wall time of the window or run) */
+    double total_pct;
+} pt_agg_row_t;
+
+typedef struct pt_agg_table {
+    pt_agg_row_t *rows;
+    size_t count;
+    uint64_t span_ns;      /* wall time the percentages refer to */
+} pt_agg_table_t;
+
+/* Rows of the function table: one per symbol with any calls or time in the
+ * view. sort: enum pt_agg_sort; descending for numbers (names ascending when
+ * descending = 0). filter: case-insensitive substring of the name, NULL/""
+ * for all. Free with pt_agg_table_free. */
+int pt_agg_table(pt_agg_t *agg, const pt_agg_query_t *q, int sort, int descending, const char *filter,
+                 pt_agg_table_t *out);
+void pt_agg_table_free(pt_agg_table_t *t);
+
+#define PT_AGG_NONE UINT32_MAX
+
+typedef struct pt_agg_tnode {
+    uint32_t symbol;       /* PT_AGG_NONE for the root */
+    uint32_t parent;       /* PT_AGG_NONE for the root */
+    uint32_t first_child;  /* children sorted by name, then symbol id */
+    uint32_t next_sibling;
+    uint32_t depth;        /* root = 0 */
+    uint64_t calls;
+    uint64_t self_ns;
+    uint64_t incl_ns;
+} pt_agg_tnode_t;
+
+typedef struct pt_agg_tree {
+    pt_agg_tnode_t *nodes; /* nodes[0] is the root; nodes with no time and no calls are left out */
+    size_t count;
+    uint64_t span_ns;
+} pt_agg_tree_t;
+
+/* The CCT of the view (one thread, or all threads merged by path). */
+int pt_agg_tree(pt_agg_t *agg, const pt_agg_query_t *q, pt_agg_tree_t *out);
+void pt_agg_tree_free(pt_agg_tree_t *t);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PT_VIEWER_AGG_H */

@@ -1,0 +1,82 @@
+/*
+ * pytrace-top application state and the Panel vtable (htop's Panel.c shape):
+ * each view is a Panel built with designated initializers; the main loop asks
+ * the current panel to draw into the body area and hands it the keys it does
+ * not handle itself. Key handlers return PanelResult flags.
+ */
+#ifndef PT_TOP_APP_H
+#define PT_TOP_APP_H
+
+#include <stdint.h>
+
+#include "shm/reader.h"
+#include "viewer/agg.h"
+
+typedef enum PanelResult {
+    PANEL_IGNORED = 0,
+    PANEL_HANDLED = 1 << 0,
+    PANEL_REDRAW = 1 << 1,   /* draw again now */
+    PANEL_REFRESH = 1 << 2,  /* re-query the aggregation, then draw */
+    PANEL_QUIT = 1 << 3,
+} PanelResult;
+
+struct App;
+
+typedef struct PanelClass {
+    const char *name;
+    const char *help;        /* keys of this panel, shown in the help line */
+    void (*draw)(struct App *app, int top, int rows, int cols);
+    PanelResult (*onKey)(struct App *app, int ch);
+} PanelClass;
+
+extern const PanelClass TablePanel_class;
+extern const PanelClass FlamePanel_class;
+
+#define APP_PATH_MAX 256
+#define APP_FILTER_MAX 128
+
+typedef struct App {
+    pt_reader_t *reader;
+    pt_agg_t *agg;
+    const PanelClass *panel;
+
+    /* what is shown */
+    int paused;              /* picture frozen (reading goes on) */
+    double window_seconds;
+    int table_window;        /* table shows the window (1) or the whole run (0) */
+    uint64_t thread;         /* 0 = all threads */
+    int sort;                /* enum pt_agg_sort */
+    int sort_desc;
+    char filter[APP_FILTER_MAX];
+    int filter_editing;
+
+    /* snapshots, refreshed at the draw rate unless paused */
+    pt_agg_table_t table;
+    pt_agg_tree_t tree;
+    pt_agg_counters_t counters;
+    pt_reader_stats_t stats;
+    double read_rate;        /* events/s read, wall clock */
+
+    /* table panel */
+    int table_selected, table_scroll;
+    /* flame panel: selection and zoom as symbol paths from the root, so they
+     * survive the tree being rebuilt */
+    uint32_t sel_path[APP_PATH_MAX];
+    int sel_len;
+    uint32_t zoom_path[APP_PATH_MAX];
+    int zoom_len;
+
+    /* job state */
+    int ended;               /* producer EXITED and all drained */
+    int died;                /* producer gone without EXITED */
+    char error[256];         /* last reader / parse error, shown on screen */
+    char target[128];
+    int parse_errors;
+} App;
+
+/* Refresh snapshots (table, tree, counters). */
+void App_refresh(App *app);
+/* Display name of a symbol id ("" if none). */
+const char *App_symbolName(App *app, uint32_t id);
+
+#endif

@@ -1,0 +1,672 @@
+/*
+ * pytrace-top: the live terminal view of a traced job.
+ *
+ *   pytrace-top                      pick a live segment (arrows + Enter)
+ *   pytrace-top PID|SEGMENT          attach and show it live
+ *   pytrace-top PID --once [--json]  print the table once and exit
+ *
+ * The main loop drains the reader every ~10 ms (getch timeout) so the job's
+ * rings never fill, and re-queries the aggregation / redraws at ~3 Hz. The
+ * picture can be paused (space) while reading goes on.
+ */
+#include <curses.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "app.h"
+#include "crt.h"
+#include "schema/pt_fb.h"
+#include "shm/clock.h"
+#include "text.h"
+
+#define POLL_MS 10
+#define DRAW_NS 333000000ull
+#define POLL_MAX_EVENTS 4000000u
+
+static const double App_windows[] = {1, 2, 5, 10, 30, 60, 120, 300, 600};
+#define N_WINDOWS (int)(sizeof App_windows / sizeof App_windows[0])
+
+static const char *const App_sortNames[PT_AGG_SORT_COUNT] = {"own", "total", "calls", "prim", "name", "file"};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: pytrace-top [PID | SEGMENT] [--once [--json] [--duration S] [--window S]\n"
+            "                   [--thread N] [--sort own|total|calls|name|file] [--limit N]]\n"
+            "  no argument: pick a live segment. Keys: q quit, space pause, Tab table/flame,\n"
+            "  o/t/c/n/f sort, r reverse, T thread, / filter, +/- window, w table window/run.\n");
+}
+
+/* ---- reading ------------------------------------------------------------ */
+
+static int App_onMessage(void *ctx, uint32_t type, const uint8_t *msg, size_t len)
+{
+    App *app = ctx;
+    pt_fb_msg_t m;
+    char why[128] = "";
+    (void)type;
+    if (pt_fb_parse(msg, len, &m, why, sizeof why)) {
+        app->parse_errors++;
+        snprintf(app->error, sizeof app->error, "bad message from the reader (%s); the picture may be incomplete",
+                 why);
+        return 0; /* skip it, keep reading */
+    }
+    int rc = pt_agg_feed_msg(app->agg, &m);
+    if (rc == -ENOMEM)
+        snprintf(app->error, sizeof app->error, "out of memory while aggregating; the picture is incomplete");
+    return 0;
+}
+
+/* Drain once. Returns events read or a negative errno (recorded in app). */
+static long App_poll(App *app)
+{
+    if (app->ended || app->died)
+        return 0;
+    long n = pt_reader_poll(app->reader, App_onMessage, app, POLL_MAX_EVENTS);
+    if (n == -EPIPE) {
+        app->died = 1;
+    } else if (n < 0) {
+        const char *e = pt_reader_error(app->reader);
+        snprintf(app->error, sizeof app->error, "%s", e && *e ? e : strerror((int)-n));
+    } else {
+        const char *e = pt_reader_error(app->reader);
+        if (e && *e)
+            snprintf(app->error, sizeof app->error, "%s", e);
+    }
+    if (pt_reader_finished(app->reader)) {
+        pt_reader_stats_t st;
+        pt_reader_stats(app->reader, &st);
+        if (st.producer_state == PT_STATE_DEAD)
+            app->died = 1;
+        else
+            app->ended = 1;
+    }
+    return n;
+}
+
+const char *App_symbolName(App *app, uint32_t id) { return pt_agg_symbol(app->agg, id).name; }
+
+void App_refresh(App *app)
+{
+    pt_agg_query_t tq = {.thread = app->thread, .window_seconds = app->table_window ? app->window_seconds : 0};
+    pt_agg_query_t fq = {.thread = app->thread, .window_seconds = app->window_seconds};
+    pt_agg_table_free(&app->table);
+    pt_agg_tree_free(&app->tree);
+    pt_agg_table(app->agg, &tq, app->sort, app->sort_desc, app->filter, &app->table);
+    if (app->panel == &FlamePanel_class)
+        pt_agg_tree(app->agg, &fq, &app->tree);
+    pt_agg_counters(app->agg, &app->counters);
+    pt_reader_stats(app->reader, &app->stats);
+}
+
+static const char *App_stateName(const App *app)
+{
+    if (app->died)
+        return "DIED";
+    if (app->ended)
+        return "ENDED";
+    switch (app->stats.producer_state) {
+    case PT_STATE_RUNNING: return "RUNNING";
+    case PT_STATE_STOPPED: return "STOPPED";
+    case PT_STATE_EXITED: return "EXITED";
+    case PT_STATE_DEAD: return "DIED";
+    default: return "?";
+    }
+}
+
+static uint64_t App_dropped(const App *app)
+{
+    uint64_t d = app->counters.dropped;
+    return app->stats.producer_events_dropped > d ? app->stats.producer_events_dropped : d;
+}
+
+/* ---- interactive -------------------------------------------------------- */
+
+static void App_fillLine(int y, int attr)
+{
+    attrset(attr);
+    move(y, 0);
+    for (int i = 0; i < COLS; i++)
+        addch(' ');
+}
+
+static void App_drawLine(int y, int attr, const char *text)
+{
+    char buf[2048];
+    App_fillLine(y, attr);
+    Text_fit(text, COLS, 0, buf, sizeof buf);
+    mvaddstr(y, 0, buf);
+    attrset(A_NORMAL);
+}
+
+static void App_draw(App *app)
+{
+    erase();
+    char line[2048], rate[32], cmd[300], win[64];
+    const pt_fb_process_info_t *pi = pt_agg_process_info(app->agg);
+    Text_escape(pi->command_line.ptr ? pi->command_line.ptr : "", cmd, sizeof cmd);
+    Text_count(app->read_rate, rate, sizeof rate);
+    uint64_t dropped = App_dropped(app);
+    unsigned threads = app->counters.threads_active;
+    if (app->thread)
+        snprintf(win, sizeof win, "thread %llu", (unsigned long long)app->thread);
+    else
+        snprintf(win, sizeof win, "all threads");
+    const char *state = App_stateName(app);
+    snprintf(line, sizeof line, " pytrace-top  pid %llu  [%s]%s  %s ev/s  dropped %llu  threads %u  window %gs  %s  %s: %s  %s",
+             (unsigned long long)app->stats.pid, state, app->paused ? " PAUSED" : "", rate,
+             (unsigned long long)dropped, threads, app->window_seconds, win, app->panel->name,
+             app->panel == &TablePanel_class ? (app->table_window ? "window" : "whole run") : "window", cmd);
+    App_drawLine(0, CRT_attr(app->ended || app->died ? CRT_C_ENDED : CRT_C_HEADER) | A_BOLD, line);
+    int top = 1;
+    if (dropped) {
+        snprintf(line, sizeof line,
+                 " WARNING: the job dropped %llu events (its rings were full); counts are incomplete - "
+                 "use a larger ring (pytrace run --ring-size) or the lossless policy",
+                 (unsigned long long)dropped);
+        App_drawLine(top++, CRT_attr(CRT_C_WARNING) | A_BOLD, line);
+    }
+    if (app->error[0]) {
+        char esc[600];
+        Text_escape(app->error, esc, sizeof esc);
+        snprintf(line, sizeof line, " error: %s", esc);
+        App_drawLine(top++, CRT_attr(CRT_C_WARNING), line);
+    }
+    if (app->ended || app->died) {
+        snprintf(line, sizeof line, " %s: the job %s; this is its last picture (q to quit)", state,
+                 app->died ? "died without a clean exit" : "exited");
+        App_drawLine(top++, CRT_attr(CRT_C_ENDED) | A_BOLD, line);
+    }
+    if (app->filter_editing || app->filter[0]) {
+        char esc[300];
+        Text_escape(app->filter, esc, sizeof esc);
+        snprintf(line, sizeof line, " filter: %s%s", esc, app->filter_editing ? "_  (Enter: done, Esc: clear)" : "");
+        App_drawLine(top++, A_BOLD, line);
+    }
+    int rows = LINES - top - 1;
+    if (rows > 0)
+        app->panel->draw(app, top, rows, COLS);
+    snprintf(line, sizeof line, " q:quit space:pause Tab:%s T:thread /:filter +/-:window  %s  [sort %s %s]",
+             app->panel == &TablePanel_class ? "flame" : "table", app->panel->help, App_sortNames[app->sort],
+             app->sort_desc ? "desc" : "asc");
+    App_drawLine(LINES - 1, CRT_attr(CRT_C_HELP_KEY), line);
+    refresh();
+}
+
+static void App_cycleThread(App *app)
+{
+    size_t n = pt_agg_thread_count(app->agg);
+    pt_agg_thread_info_t ti;
+    if (!app->thread) {
+        if (n && !pt_agg_thread_at(app->agg, 0, &ti))
+            app->thread = ti.thread;
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (pt_agg_thread_at(app->agg, i, &ti) || ti.thread != app->thread)
+            continue;
+        if (i + 1 < n && !pt_agg_thread_at(app->agg, i + 1, &ti))
+            app->thread = ti.thread;
+        else
+            app->thread = 0;
+        return;
+    }
+    app->thread = 0;
+}
+
+static PanelResult App_onFilterKey(App *app, int ch)
+{
+    size_t len = strlen(app->filter);
+    if (ch == '\n' || ch == '\r' || ch == KEY_ENTER) {
+        app->filter_editing = 0;
+    } else if (ch == 27) {
+        app->filter_editing = 0;
+        app->filter[0] = 0;
+    } else if (ch == KEY_BACKSPACE || ch == 127 || ch == 8) {
+        if (len)
+            app->filter[len - 1] = 0;
+    } else if (ch >= 0x20 && ch < 0x7f && len + 1 < sizeof app->filter) {
+        app->filter[len] = (char)ch;
+        app->filter[len + 1] = 0;
+    } else {
+        return PANEL_HANDLED;
+    }
+    app->table_selected = app->table_scroll = 0;
+    return PANEL_HANDLED | PANEL_REFRESH;
+}
+
+static PanelResult App_onKey(App *app, int ch)
+{
+    if (app->filter_editing)
+        return App_onFilterKey(app, ch);
+    PanelResult r = app->panel->onKey(app, ch);
+    if (r & PANEL_HANDLED)
+        return r;
+    switch (ch) {
+    case 'q': case 'Q': return PANEL_QUIT;
+    case ' ':
+        app->paused = !app->paused;
+        return PANEL_REFRESH;
+    case '\t': case 'v':
+        app->panel = app->panel == &TablePanel_class ? &FlamePanel_class : &TablePanel_class;
+        return PANEL_REFRESH;
+    case 'T':
+        App_cycleThread(app);
+        app->table_selected = app->table_scroll = 0;
+        return PANEL_REFRESH;
+    case '/':
+        app->filter_editing = 1;
+        return PANEL_REDRAW;
+    case '+': case '=': case '-': case '_': {
+        int i = 0;
+        while (i < N_WINDOWS - 1 && App_windows[i] < app->window_seconds)
+            i++;
+        if (ch == '+' || ch == '=')
+            i = i + 1 < N_WINDOWS ? i + 1 : i;
+        else
+            i = i > 0 ? i - 1 : 0;
+        app->window_seconds = App_windows[i];
+        return PANEL_REFRESH;
+    }
+    case KEY_RESIZE:
+        return PANEL_REDRAW;
+    default:
+        return PANEL_IGNORED;
+    }
+}
+
+static int App_run(App *app)
+{
+    uint64_t last_draw = 0, rate_t0 = pt_monotonic_ns(), next_retry = 0;
+    uint64_t rate_events0 = 0;
+    int need_refresh = 1;
+    timeout(POLL_MS);
+    while (!CRT_quit) {
+        uint64_t now = pt_monotonic_ns();
+        if (!app->error[0] || now >= next_retry) {
+            long n = App_poll(app);
+            if (n < 0 && n != -EPIPE)
+                next_retry = now + 1000000000ull; /* keep trying, slowly */
+            else
+                next_retry = 0;
+        }
+        if (now - rate_t0 >= 1000000000ull) {
+            pt_reader_stats_t st;
+            pt_reader_stats(app->reader, &st);
+            app->read_rate = (double)(st.events_read - rate_events0) * 1e9 / (double)(now - rate_t0);
+            rate_events0 = st.events_read;
+            rate_t0 = now;
+        }
+        if (now - last_draw >= DRAW_NS) {
+            if (!app->paused || need_refresh)
+                App_refresh(app);
+            else
+                pt_reader_stats(app->reader, &app->stats);
+            need_refresh = 0;
+            App_draw(app);
+            last_draw = now;
+        }
+        int ch = getch();
+        if (ch == ERR)
+            continue;
+        PanelResult r = App_onKey(app, ch);
+        if (r & PANEL_QUIT)
+            break;
+        if (r & PANEL_REFRESH)
+            App_refresh(app);
+        if (r & (PANEL_REDRAW | PANEL_REFRESH)) {
+            App_draw(app);
+            last_draw = pt_monotonic_ns();
+        }
+    }
+    return 0;
+}
+
+/* ---- picker ------------------------------------------------------------- */
+
+typedef struct PickerRow {
+    pt_segment_info_t info;
+    double rate;
+} PickerRow;
+
+static const char *Picker_stateName(const pt_segment_info_t *s)
+{
+    if (!s->valid)
+        return "INVALID";
+    switch (s->state) {
+    case PT_STATE_RUNNING: return "RUNNING";
+    case PT_STATE_STOPPED: return "STOPPED";
+    case PT_STATE_EXITED: return "EXITED";
+    case PT_STATE_DEAD: return "DEAD";
+    default: return "?";
+    }
+}
+
+static void Picker_format(const PickerRow *r, char *line, size_t cap)
+{
+    char cmd[600], rate[32];
+    Text_escape(r->info.valid ? r->info.cmdline : r->info.error, cmd, sizeof cmd);
+    Text_count(r->rate, rate, sizeof rate);
+    snprintf(line, cap, " %-8llu %-8s %7u %9s %10llu  %-18s %s", (unsigned long long)r->info.pid, Picker_stateName(&r->info),
+             r->info.threads_active, rate, (unsigned long long)r->info.events_dropped, r->info.name, cmd);
+}
+
+/* Returns 0 with the chosen name, 1 if the user quit. */
+static int Picker_run(char *chosen, size_t cap)
+{
+    enum { MAXSEG = 128 };
+    static PickerRow rows[MAXSEG], prev[MAXSEG];
+    size_t count = 0, prev_count = 0;
+    int selected = 0;
+    uint64_t last = 0, prev_t = 0;
+    timeout(100);
+    while (!CRT_quit) {
+        uint64_t now = pt_monotonic_ns();
+        if (!last || now - last >= 1000000000ull) {
+            pt_segment_info_t infos[MAXSEG];
+            size_t found = 0;
+            if (pt_segment_list(infos, MAXSEG, &found) < 0)
+                found = 0;
+            count = found < MAXSEG ? found : MAXSEG;
+            for (size_t i = 0; i < count; i++) {
+                rows[i].info = infos[i];
+                rows[i].rate = 0;
+                for (size_t j = 0; j < prev_count; j++)
+                    if (!strcmp(prev[j].info.name, infos[i].name) && prev_t && now > prev_t &&
+                        infos[i].events_written >= prev[j].info.events_written)
+                        rows[i].rate = (double)(infos[i].events_written - prev[j].info.events_written) * 1e9 /
+                                       (double)(now - prev_t);
+            }
+            memcpy(prev, rows, count * sizeof *rows);
+            prev_count = count;
+            prev_t = now;
+            last = now;
+        }
+        if (selected >= (int)count)
+            selected = count ? (int)count - 1 : 0;
+        erase();
+        App_drawLine(0, CRT_attr(CRT_C_HEADER) | A_BOLD, " pytrace-top: pick a traced job (arrows + Enter, q to quit)");
+        char line[1024];
+        snprintf(line, sizeof line, " %-8s %-8s %7s %9s %10s  %-18s %s", "PID", "STATE", "THREADS", "EV/S", "DROPS",
+                 "SEGMENT", "COMMAND");
+        App_drawLine(1, A_BOLD | A_UNDERLINE, line);
+        if (!count)
+            mvaddstr(3, 1, "no pytrace segments: start a job with `pytrace run script.py` (refreshing every second)");
+        for (size_t i = 0; i < count && (int)i + 2 < LINES - 1; i++) {
+            Picker_format(&rows[i], line, sizeof line);
+            App_drawLine(2 + (int)i, (int)i == selected ? CRT_attr(CRT_C_SELECTED) : (int)A_NORMAL, line);
+        }
+        App_drawLine(LINES - 1, CRT_attr(CRT_C_HELP_KEY), " Up/Down:select  Enter:attach  q:quit");
+        refresh();
+        int ch = getch();
+        switch (ch) {
+        case 'q': case 'Q': return 1;
+        case KEY_UP: case 'k': if (selected > 0) selected--; break;
+        case KEY_DOWN: case 'j': if (selected + 1 < (int)count) selected++; break;
+        case '\n': case '\r': case KEY_ENTER:
+            if (count) {
+                snprintf(chosen, cap, "%s", rows[selected].info.name);
+                return 0;
+            }
+            break;
+        default: break;
+        }
+    }
+    return 1;
+}
+
+static int Picker_print(void)
+{
+    pt_segment_info_t infos[128];
+    size_t found = 0;
+    int rc = pt_segment_list(infos, 128, &found);
+    if (rc < 0) {
+        fprintf(stderr, "pytrace-top: cannot list segments: %s\n", strerror(-rc));
+        return 1;
+    }
+    printf(" %-8s %-8s %7s %9s %10s  %-18s %s\n", "PID", "STATE", "THREADS", "EV/S", "DROPS", "SEGMENT", "COMMAND");
+    for (size_t i = 0; i < found && i < 128; i++) {
+        PickerRow r = {.info = infos[i]};
+        char line[1024];
+        Picker_format(&r, line, sizeof line);
+        printf("%s\n", line);
+    }
+    return 0;
+}
+
+/* ---- headless ------------------------------------------------------------ */
+
+typedef struct Options {
+    const char *target;
+    int once, json;
+    double duration, window;
+    uint64_t thread;
+    int sort, limit;
+    int file_mode;
+} Options;
+
+static void Headless_drain(App *app, double duration)
+{
+    uint64_t end = pt_monotonic_ns() + (uint64_t)(duration * 1e9);
+    for (int i = 0; i < 1000000; i++) { /* drain what is there */
+        long n = App_poll(app);
+        if (n <= 0)
+            break;
+    }
+    while (duration > 0 && pt_monotonic_ns() < end && !CRT_quit && !app->ended && !app->died) {
+        App_poll(app);
+        struct timespec ts = {0, POLL_MS * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    for (int i = 0; i < 1000000; i++) {
+        long n = App_poll(app);
+        if (n <= 0)
+            break;
+    }
+}
+
+static void Headless_json(App *app, const Options *o)
+{
+    char a[2048], b[2048];
+    const pt_fb_process_info_t *pi = pt_agg_process_info(app->agg);
+    Text_json(pi->command_line.ptr, a, sizeof a);
+    Text_json(pi->segment.ptr, b, sizeof b);
+    printf("{\n  \"pid\": %llu,\n  \"segment\": \"%s\",\n  \"command\": \"%s\",\n  \"state\": \"%s\",\n",
+           (unsigned long long)app->stats.pid, b, a, App_stateName(app));
+    printf("  \"events_read\": %llu,\n  \"events_seen\": %llu,\n  \"events_per_second\": %.1f,\n"
+           "  \"events_dropped\": %llu,\n  \"span_ns\": %llu,\n  \"window_seconds\": %g,\n  \"thread\": %llu,\n",
+           (unsigned long long)app->stats.events_read, (unsigned long long)app->counters.events_seen,
+           app->counters.events_per_second, (unsigned long long)App_dropped(app),
+           (unsigned long long)app->table.span_ns, o->window, (unsigned long long)o->thread);
+    if (app->error[0]) {
+        Text_json(app->error, a, sizeof a);
+        printf("  \"error\": \"%s\",\n", a);
+    }
+    printf("  \"threads\": [");
+    for (size_t i = 0; i < pt_agg_thread_count(app->agg); i++) {
+        pt_agg_thread_info_t ti;
+        pt_agg_thread_at(app->agg, i, &ti);
+        Text_json(ti.name, a, sizeof a);
+        printf("%s\n    {\"thread\": %llu, \"os_tid\": %llu, \"name\": \"%s\", \"ended\": %s, \"events\": %llu}",
+               i ? "," : "", (unsigned long long)ti.thread, (unsigned long long)ti.os_tid, a,
+               ti.ended ? "true" : "false", (unsigned long long)ti.events);
+    }
+    printf("\n  ],\n  \"functions\": [");
+    for (size_t i = 0; i < app->table.count && (o->limit <= 0 || (int)i < o->limit); i++) {
+        const pt_agg_row_t *r = &app->table.rows[i];
+        Text_json(r->name, a, sizeof a);
+        Text_json(r->file, b, sizeof b);
+        printf("%s\n    {\"name\": \"%s\", \"file\": \"%s\", \"line\": %u, \"calls\": %llu, \"prim_calls\": %llu, "
+               "\"self_ns\": %llu, \"total_ns\": %llu, \"self_pct\": %.3f, \"total_pct\": %.3f}",
+               i ? "," : "", a, b, r->line, (unsigned long long)r->calls, (unsigned long long)r->prim_calls,
+               (unsigned long long)r->self_ns, (unsigned long long)r->total_ns, r->self_pct, r->total_pct);
+    }
+    printf("\n  ]\n}\n");
+}
+
+static void Headless_text(App *app, const Options *o)
+{
+    char rate[32];
+    Text_count(app->counters.events_per_second, rate, sizeof rate);
+    printf("pid %llu  [%s]  events read %llu  %s ev/s  dropped %llu  threads %u\n",
+           (unsigned long long)app->stats.pid, App_stateName(app), (unsigned long long)app->stats.events_read, rate,
+           (unsigned long long)App_dropped(app), app->counters.threads_seen);
+    if (app->error[0])
+        printf("error: %s\n", app->error);
+    printf("%7s %7s %10s %10s %16s  %s\n", "OWN%", "TOTAL%", "OWN", "TOTAL", "CALLS", "FUNCTION  FILE:LINE");
+    for (size_t i = 0; i < app->table.count && (o->limit <= 0 || (int)i < o->limit); i++) {
+        const pt_agg_row_t *r = &app->table.rows[i];
+        char self[32], total[32], calls[64], name[1024], file[1024];
+        Text_duration(r->self_ns, self, sizeof self);
+        Text_duration(r->total_ns, total, sizeof total);
+        if (r->calls != r->prim_calls)
+            snprintf(calls, sizeof calls, "%llu/%llu", (unsigned long long)r->calls, (unsigned long long)r->prim_calls);
+        else
+            snprintf(calls, sizeof calls, "%llu", (unsigned long long)r->calls);
+        Text_escape(r->name, name, sizeof name);
+        Text_escape(r->file, file, sizeof file);
+        printf("%7.1f %7.1f %10s %10s %16s  %s  %s:%u\n", r->self_pct, r->total_pct, self, total, calls, name, file,
+               r->line);
+    }
+}
+
+static int parse_sort(const char *s)
+{
+    for (int i = 0; i < PT_AGG_SORT_COUNT; i++)
+        if (!strcmp(s, App_sortNames[i]))
+            return i;
+    if (!strcmp(s, "self"))
+        return PT_AGG_SORT_SELF;
+    return -1;
+}
+
+static int parse_args(int argc, char **argv, Options *o)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--once")) {
+            o->once = 1;
+        } else if (!strcmp(a, "--json")) {
+            o->json = 1;
+        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            exit(0);
+        } else if (!strcmp(a, "--file")) {
+            o->file_mode = 1;
+            i++;
+        } else if (!strcmp(a, "--duration") && val) {
+            o->duration = atof(val);
+            i++;
+        } else if (!strcmp(a, "--window") && val) {
+            o->window = atof(val);
+            i++;
+        } else if (!strcmp(a, "--thread") && val) {
+            o->thread = strtoull(val, NULL, 10);
+            i++;
+        } else if (!strcmp(a, "--limit") && val) {
+            o->limit = atoi(val);
+            i++;
+        } else if (!strcmp(a, "--sort") && val) {
+            o->sort = parse_sort(val);
+            if (o->sort < 0) {
+                fprintf(stderr, "pytrace-top: unknown sort key '%s' (own, total, calls, prim, name, file)\n", val);
+                return -1;
+            }
+            i++;
+        } else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "pytrace-top: unknown option '%s'\n", a);
+            usage(stderr);
+            return -1;
+        } else if (!o->target) {
+            o->target = a;
+        } else {
+            fprintf(stderr, "pytrace-top: one target only (a pid or a segment name)\n");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    Options o = {.sort = PT_AGG_SORT_SELF};
+    if (parse_args(argc, argv, &o))
+        return 2;
+    if (o.file_mode) {
+        fprintf(stderr, "pytrace-top: --file (reading a recording) is not supported yet\n");
+        return 2;
+    }
+    CRT_setLocale();
+    if (o.once)
+        CRT_utf8 = 1; /* output is UTF-8 text / JSON, whatever the locale */
+
+    char chosen[128];
+    int interactive_started = 0;
+    if (!o.target) {
+        if (o.once || !isatty(STDOUT_FILENO))
+            return Picker_print();
+        if (CRT_init()) {
+            fprintf(stderr, "pytrace-top: not a terminal; pass a pid with --once for a text table\n");
+            return 1;
+        }
+        interactive_started = 1;
+        if (Picker_run(chosen, sizeof chosen)) {
+            CRT_done();
+            return 0;
+        }
+        o.target = chosen;
+    }
+
+    App app = {.window_seconds = 10, .table_window = 0, .sort = o.sort, .sort_desc = 1, .panel = &TablePanel_class};
+    if (o.sort == PT_AGG_SORT_NAME || o.sort == PT_AGG_SORT_FILE)
+        app.sort_desc = 0;
+    if (o.window > 0) {
+        app.window_seconds = o.window;
+        app.table_window = 1;
+    }
+    app.thread = o.thread;
+    snprintf(app.target, sizeof app.target, "%s", o.target);
+    char err[512] = "";
+    int rc = pt_reader_attach(o.target, 0, &app.reader, err, sizeof err);
+    if (rc) {
+        if (interactive_started)
+            CRT_done();
+        fprintf(stderr, "pytrace-top: %s\n", err[0] ? err : strerror(-rc));
+        return 1;
+    }
+    if (pt_agg_create(NULL, &app.agg)) {
+        if (interactive_started)
+            CRT_done();
+        fprintf(stderr, "pytrace-top: out of memory\n");
+        pt_reader_detach(app.reader, 0);
+        return 1;
+    }
+    int status = 0;
+    if (o.once) {
+        Headless_drain(&app, o.duration);
+        App_refresh(&app);
+        if (o.json)
+            Headless_json(&app, &o);
+        else
+            Headless_text(&app, &o);
+        status = app.error[0] && !app.counters.events_seen ? 1 : 0;
+    } else {
+        if (!interactive_started && CRT_init()) {
+            fprintf(stderr, "pytrace-top: not a terminal; use --once [--json] for a table on stdout\n");
+            status = 1;
+        } else {
+            App_run(&app);
+            CRT_done();
+        }
+    }
+    pt_agg_table_free(&app.table);
+    pt_agg_tree_free(&app.tree);
+    pt_reader_detach(app.reader, 0);
+    pt_agg_destroy(app.agg);
+    return status;
+}
