@@ -1,0 +1,475 @@
+/*
+ * _pytrace: module definition (multi-phase init, module state) and the
+ * tracing API: start, stop, is_tracing, segment_name, counters, label,
+ * span_begin, span_end, mark, list_segments, collect_stale, Reader.
+ */
+#include "pt_tracer.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct pt_module_state {
+    PyObject *reader_type;
+    PyObject *labels;       /* str -> int, under the GIL; cleared per session */
+    char labels_segment[96];
+} pt_module_state_t;
+
+static inline pt_module_state_t *get_state(PyObject *module)
+{
+    return (pt_module_state_t *)PyModule_GetState(module);
+}
+
+PyObject *pt_oserror(int err_neg, const char *msg)
+{
+    PyObject *exc = PyObject_CallFunction(PyExc_OSError, "is", -err_neg, msg);
+    if (exc) {
+        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+        Py_DECREF(exc);
+    }
+    return NULL;
+}
+
+/* ---- start() ----------------------------------------------------------------- */
+
+static char *dup_utf8(PyObject *s)
+{
+    const char *u = PyUnicode_AsUTF8(s);
+    if (u == NULL)
+        return NULL;
+    char *d = strdup(u);
+    if (d == NULL)
+        PyErr_NoMemory();
+    return d;
+}
+
+/* None -> NULL; iterable of str/os.PathLike -> NULL-terminated vector. */
+static int str_vector(PyObject *obj, const char *what, char ***out)
+{
+    *out = NULL;
+    if (obj == NULL || obj == Py_None)
+        return 0;
+    if (PyUnicode_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a list of strings, not a string", what);
+        return -1;
+    }
+    PyObject *seq = PySequence_Fast(obj, "include/exclude must be a list of strings");
+    if (seq == NULL)
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    char **v = calloc((size_t)n + 1, sizeof *v);
+    if (v == NULL) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyOS_FSPath(PySequence_Fast_GET_ITEM(seq, i));
+        if (item == NULL || !PyUnicode_Check(item)) {
+            if (item && !PyErr_Occurred())
+                PyErr_Format(PyExc_TypeError, "%s entries must be strings", what);
+            Py_XDECREF(item);
+            goto err;
+        }
+        v[i] = dup_utf8(item);
+        Py_DECREF(item);
+        if (v[i] == NULL)
+            goto err;
+    }
+    Py_DECREF(seq);
+    *out = v;
+    return 0;
+err:
+    for (Py_ssize_t i = 0; i < n; i++)
+        free(v[i]);
+    free(v);
+    Py_DECREF(seq);
+    return -1;
+}
+
+static char *default_cmdline(void)
+{
+    PyObject *argv = PySys_GetObject("orig_argv"); /* borrowed */
+    if (argv == NULL)
+        argv = PySys_GetObject("argv");
+    if (argv == NULL || !PyList_Check(argv))
+        return NULL;
+    PyObject *sep = PyUnicode_FromString(" ");
+    if (sep == NULL)
+        return NULL;
+    PyObject *joined = PyUnicode_Join(sep, argv);
+    Py_DECREF(sep);
+    if (joined == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    char *s = dup_utf8(joined);
+    Py_DECREF(joined);
+    if (s == NULL)
+        PyErr_Clear();
+    return s;
+}
+
+static void free_vector(char **v)
+{
+    for (char **p = v; p && *p; p++)
+        free(*p);
+    free(v);
+}
+
+static PyObject *py_start(PyObject *module, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"c_calls", "include", "exclude", "policy", "ring_count", "chunk_bytes",
+                             "chunks_per_ring", "symlog_bytes", "wait_timeout", "clock", "cmdline",
+                             NULL};
+    int c_calls = 1;
+    PyObject *include = Py_None, *exclude = Py_None, *cmdline = Py_None;
+    const char *policy = "drop", *clock = "auto";
+    unsigned long ring_count = 0, chunk_bytes = 0, chunks_per_ring = 0;
+    unsigned long long symlog_bytes = 0;
+    double wait_timeout = 1.0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$pOOskkkKdsO:start", kwlist, &c_calls, &include,
+                                     &exclude, &policy, &ring_count, &chunk_bytes, &chunks_per_ring,
+                                     &symlog_bytes, &wait_timeout, &clock, &cmdline))
+        return NULL;
+    if (pt_tracer_is_tracing()) {
+        PyErr_Format(PyExc_RuntimeError, "already tracing into %s; call stop() first",
+                     pt_tracer_segment_name());
+        return NULL;
+    }
+    pt_options_t opts;
+    memset(&opts, 0, sizeof opts);
+    opts.c_calls = c_calls;
+    if (strcmp(policy, "drop") == 0)
+        opts.policy = PT_POLICY_DROP;
+    else if (strcmp(policy, "wait") == 0)
+        opts.policy = PT_POLICY_WAIT;
+    else {
+        PyErr_Format(PyExc_ValueError, "policy must be 'drop' or 'wait', not '%s'", policy);
+        return NULL;
+    }
+    if (strcmp(clock, "auto") == 0)
+        opts.clock_kind = -1;
+    else if (strcmp(clock, "tsc") == 0)
+        opts.clock_kind = PT_CLOCK_TSC;
+    else if (strcmp(clock, "monotonic") == 0)
+        opts.clock_kind = PT_CLOCK_MONOTONIC;
+    else {
+        PyErr_SetString(PyExc_ValueError, "clock must be 'auto', 'tsc' or 'monotonic'");
+        return NULL;
+    }
+    if (ring_count > UINT32_MAX || chunk_bytes > UINT32_MAX || chunks_per_ring > UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "ring_count, chunk_bytes and chunks_per_ring must fit 32 bits");
+        return NULL;
+    }
+    if (!(wait_timeout >= 0.0) || wait_timeout > 3600.0) {
+        PyErr_SetString(PyExc_ValueError, "wait_timeout must be between 0 and 3600 seconds");
+        return NULL;
+    }
+    opts.ring_count = (uint32_t)ring_count;
+    opts.chunk_bytes = (uint32_t)chunk_bytes;
+    opts.chunks_per_ring = (uint32_t)chunks_per_ring;
+    opts.symlog_bytes = symlog_bytes;
+    opts.wait_timeout_ns = (uint64_t)(wait_timeout * 1e9);
+    if (opts.wait_timeout_ns == 0 && opts.policy == PT_POLICY_WAIT)
+        opts.wait_timeout_ns = 1; /* 0 means "default" to the segment */
+    if (str_vector(include, "include", &opts.include) < 0)
+        return NULL;
+    if (str_vector(exclude, "exclude", &opts.exclude) < 0) {
+        free_vector(opts.include);
+        return NULL;
+    }
+    if (cmdline != Py_None) {
+        if (!PyUnicode_Check(cmdline)) {
+            PyErr_SetString(PyExc_TypeError, "cmdline must be a string or None");
+            free_vector(opts.include);
+            free_vector(opts.exclude);
+            return NULL;
+        }
+        opts.cmdline = dup_utf8(cmdline);
+        if (opts.cmdline == NULL) {
+            free_vector(opts.include);
+            free_vector(opts.exclude);
+            return NULL;
+        }
+    } else {
+        opts.cmdline = default_cmdline();
+    }
+
+    char err[512] = "";
+    int rc = pt_tracer_start(&opts, err, sizeof err); /* owns opts now */
+    if (rc == -EALREADY) {
+        PyErr_SetString(PyExc_RuntimeError, err);
+        return NULL;
+    }
+    if (rc < 0)
+        return pt_oserror(rc, err[0] ? err : strerror(-rc));
+    pt_module_state_t *st = get_state(module);
+    PyDict_Clear(st->labels);
+    if (pt_hooks_install(module, c_calls) < 0) {
+        pt_counters_t c;
+        pt_tracer_stop(&c);
+        return NULL;
+    }
+    return PyUnicode_FromString(pt_tracer_segment_name());
+}
+
+/* ---- stop(), counters() -------------------------------------------------------- */
+
+static PyObject *counters_dict(const pt_counters_t *c)
+{
+    PyObject *first = c->first_error[0] ? PyUnicode_DecodeUTF8(c->first_error, (Py_ssize_t)strlen(c->first_error), "replace")
+                                        : Py_NewRef(Py_None);
+    if (first == NULL)
+        return NULL;
+    PyObject *seg = c->segment[0] ? PyUnicode_FromString(c->segment) : Py_NewRef(Py_None);
+    if (seg == NULL) {
+        Py_DECREF(first);
+        return NULL;
+    }
+    return Py_BuildValue("{sNsKsKsKsKsKsKsKsN}", "segment", seg, "events_written",
+                         (unsigned long long)c->events_written, "events_dropped",
+                         (unsigned long long)c->events_dropped, "hook_errors",
+                         (unsigned long long)c->hook_errors, "symbols", (unsigned long long)c->symbols,
+                         "symbols_dropped", (unsigned long long)c->symbols_dropped, "threads",
+                         (unsigned long long)c->threads, "rings_exhausted",
+                         (unsigned long long)c->rings_exhausted, "first_error", first);
+}
+
+static PyObject *py_stop(PyObject *module, PyObject *unused)
+{
+    (void)unused;
+    if (!pt_tracer_is_tracing()) {
+        PyErr_SetString(PyExc_RuntimeError, "not tracing; call start() first");
+        return NULL;
+    }
+    pt_hooks_uninstall(module);
+    pt_counters_t c;
+    pt_tracer_stop(&c);
+    return counters_dict(&c);
+}
+
+static PyObject *py_counters(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    pt_counters_t c;
+    pt_tracer_counters(&c);
+    return counters_dict(&c);
+}
+
+static PyObject *py_is_tracing(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return PyBool_FromLong(pt_tracer_is_tracing());
+}
+
+static PyObject *py_segment_name(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    const char *name = pt_tracer_segment_name();
+    if (name == NULL)
+        Py_RETURN_NONE;
+    return PyUnicode_FromString(name);
+}
+
+/* ---- labels and user records -------------------------------------------------- */
+
+static PyObject *py_label(PyObject *module, PyObject *name)
+{
+    if (!PyUnicode_Check(name)) {
+        PyErr_SetString(PyExc_TypeError, "label name must be a string");
+        return NULL;
+    }
+    pt_module_state_t *st = get_state(module);
+    const char *seg = pt_tracer_segment_name();
+    if (seg == NULL)
+        return PyLong_FromLong(0); /* not tracing: span/mark with 0 are no-ops anyway */
+    if (strcmp(seg, st->labels_segment) != 0) {
+        PyDict_Clear(st->labels);
+        snprintf(st->labels_segment, sizeof st->labels_segment, "%s", seg);
+    }
+    PyObject *cached = PyDict_GetItemWithError(st->labels, name); /* borrowed */
+    if (cached)
+        return Py_NewRef(cached);
+    if (PyErr_Occurred())
+        return NULL;
+    const char *utf8 = PyUnicode_AsUTF8(name);
+    if (utf8 == NULL)
+        return NULL;
+    uint32_t id = 0;
+    int rc = pt_tracer_intern_label(utf8, &id);
+    if (rc < 0 && rc != -ENOSPC) {
+        pt_tracer_fail("label interning failed");
+        id = 0;
+    }
+    PyObject *idobj = PyLong_FromUnsignedLong(id);
+    if (idobj == NULL || PyDict_SetItem(st->labels, name, idobj) < 0) {
+        Py_XDECREF(idobj);
+        return NULL;
+    }
+    return idobj;
+}
+
+static PyObject *user_event(PyObject *arg, uint8_t kind)
+{
+    unsigned long id = PyLong_AsUnsignedLong(arg);
+    if (id == (unsigned long)-1 && PyErr_Occurred())
+        return NULL;
+    if (id > UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "label id out of range");
+        return NULL;
+    }
+    pt_tracer_user_event((uint32_t)id, kind);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_span_begin(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    return user_event(arg, PT_EV_SPAN_BEGIN);
+}
+
+static PyObject *py_span_end(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    return user_event(arg, PT_EV_SPAN_END);
+}
+
+static PyObject *py_mark(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    return user_event(arg, PT_EV_MARK);
+}
+
+/* ---- fork ----------------------------------------------------------------------- */
+
+static PyObject *py_after_fork_child(PyObject *module, PyObject *unused)
+{
+    (void)unused;
+    int was = pt_tracer_is_tracing();
+    pt_tracer_after_fork_child();
+    if (was && !pt_tracer_is_tracing()) {
+        /* the child could not get a segment: remove the hooks */
+        pt_hooks_uninstall(module);
+    }
+    Py_RETURN_NONE;
+}
+
+/* ---- module ----------------------------------------------------------------------- */
+
+static PyMethodDef pt_methods[] = {
+    {"start", (PyCFunction)(void (*)(void))py_start, METH_VARARGS | METH_KEYWORDS,
+     "start(*, c_calls=True, include=None, exclude=None, policy='drop', ring_count=0, chunk_bytes=0, "
+     "chunks_per_ring=0, symlog_bytes=0, wait_timeout=1.0, clock='auto', cmdline=None) -> str\n"
+     "Start tracing into a new shared-memory segment; returns its name."},
+    {"stop", py_stop, METH_NOARGS, "stop() -> dict: close open frames, stop tracing, return counters."},
+    {"is_tracing", py_is_tracing, METH_NOARGS, "is_tracing() -> bool"},
+    {"segment_name", py_segment_name, METH_NOARGS, "segment_name() -> str | None"},
+    {"counters", py_counters, METH_NOARGS, "counters() -> dict (live)"},
+    {"label", py_label, METH_O, "label(name) -> int: intern a span/mark label."},
+    {"span_begin", py_span_begin, METH_O, "span_begin(label_id)"},
+    {"span_end", py_span_end, METH_O, "span_end(label_id)"},
+    {"mark", py_mark, METH_O, "mark(label_id)"},
+    {"list_segments", pt_list_segments, METH_NOARGS, "list_segments() -> list[dict]"},
+    {"collect_stale", pt_collect_stale, METH_NOARGS,
+     "collect_stale() -> int: unlink segments of dead processes."},
+    {"_after_fork_child", py_after_fork_child, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static int pt_exec(PyObject *module)
+{
+    static int fork_registered;
+    pt_module_state_t *st = get_state(module);
+    char err[256] = "";
+    if (pt_tracer_global_init(err, sizeof err) < 0) {
+        PyErr_SetString(PyExc_ImportError, err);
+        return -1;
+    }
+    st->labels = PyDict_New();
+    if (st->labels == NULL)
+        return -1;
+    st->reader_type = pt_reader_type_create(module);
+    if (st->reader_type == NULL)
+        return -1;
+    if (PyModule_AddObject(module, "Reader", Py_NewRef(st->reader_type)) < 0) {
+        Py_DECREF(st->reader_type);
+        return -1;
+    }
+    if (PyModule_AddIntConstant(module, "HAVE_MONITORING", PT_HAVE_MONITORING) < 0)
+        return -1;
+    if (pt_hooks_add_to_module(module) < 0)
+        return -1;
+    if (!fork_registered) {
+        /* os.register_at_fork(after_in_child=_after_fork_child) */
+        PyObject *os = PyImport_ImportModule("os");
+        PyObject *fn = os ? PyObject_GetAttrString(module, "_after_fork_child") : NULL;
+        PyObject *reg = os ? PyObject_GetAttrString(os, "register_at_fork") : NULL;
+        PyObject *kw = fn ? Py_BuildValue("{sO}", "after_in_child", fn) : NULL;
+        PyObject *empty = PyTuple_New(0);
+        PyObject *r = (reg && kw && empty) ? PyObject_Call(reg, empty, kw) : NULL;
+        Py_XDECREF(os);
+        Py_XDECREF(fn);
+        Py_XDECREF(reg);
+        Py_XDECREF(kw);
+        Py_XDECREF(empty);
+        if (r == NULL)
+            return -1;
+        Py_DECREF(r);
+        fork_registered = 1;
+    }
+    return 0;
+}
+
+static int pt_traverse(PyObject *module, visitproc visit, void *arg)
+{
+    pt_module_state_t *st = get_state(module);
+    Py_VISIT(st->reader_type);
+    Py_VISIT(st->labels);
+    return 0;
+}
+
+static int pt_clear(PyObject *module)
+{
+    pt_module_state_t *st = get_state(module);
+    Py_CLEAR(st->reader_type);
+    Py_CLEAR(st->labels);
+    return 0;
+}
+
+static void pt_free(void *module)
+{
+    pt_clear((PyObject *)module);
+}
+
+static PyModuleDef_Slot pt_slots[] = {
+    {Py_mod_exec, __extension__(void *) pt_exec},
+#if PY_VERSION_HEX >= 0x030C0000
+    /* the tracer is process-wide (hooks, TLS, one segment): one interpreter */
+    {Py_mod_multiple_interpreters, Py_MOD_MULTIPLE_INTERPRETERS_NOT_SUPPORTED},
+#endif
+#if PY_VERSION_HEX >= 0x030D0000
+    {Py_mod_gil, Py_MOD_GIL_USED},
+#endif
+    {0, NULL},
+};
+
+static struct PyModuleDef pt_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "pytrace._pytrace",
+    .m_doc = "pytrace native core: hooks, per-thread shared-memory rings, segment reader.",
+    .m_size = sizeof(pt_module_state_t),
+    .m_methods = pt_methods,
+    .m_slots = pt_slots,
+    .m_traverse = pt_traverse,
+    .m_clear = pt_clear,
+    .m_free = pt_free,
+};
+
+PyMODINIT_FUNC PyInit__pytrace(void)
+{
+    return PyModuleDef_Init(&pt_module);
+}

@@ -1,0 +1,480 @@
+/*
+ * pt_hooks: the two interpreter adapters in front of the core entries
+ * (pt_on_py_open / pt_on_py_close / pt_on_c_open / pt_on_c_close).
+ *
+ *   3.12+: sys.monitoring with C callables, registered from one static table.
+ *          Filtered code returns DISABLE from local events, so it costs
+ *          nothing after its first event. C functions: CALL + C_RETURN +
+ *          C_RAISE, and both sides check that the callable is a PyCFunction
+ *          or a method descriptor (and that the calling code is not
+ *          filtered), so they pair. CALL never returns DISABLE: that would
+ *          also silence C_RETURN/C_RAISE of that call site for C callables.
+ *   3.10/3.11: PyEval_SetProfile on every thread of the interpreter
+ *          (_PyEval_SetProfile(tstate, ...), exported by both), and for
+ *          threads started later through threading.setprofile() with a C
+ *          callable that swaps itself for the C profile function on the new
+ *          thread's first event (threads started with _thread directly are
+ *          not traced on these versions).
+ *
+ * Generators on 3.10/3.11 (no yield/resume events there):
+ *   3.10: Call on a frame with f_lasti >= 0 is a Resume; Return on a frame
+ *         whose f_state is FRAME_SUSPENDED is a Yield.
+ *   3.11: the instruction at f_lasti tells: RESUME 0 = first entry (Call),
+ *         RESUME n>0 = Resume, anything else (the YIELD_VALUE the frame is
+ *         suspended at) = entered by throw()/close() (Resume, THROWN); a
+ *         Return at YIELD_VALUE is a Yield.
+ *   Return with arg NULL (exception) is an Unwind on both.
+ */
+#include "pt_tracer.h"
+
+#include <errno.h>
+#include <string.h>
+
+#if PY_VERSION_HEX < 0x030B0000
+#include <frameobject.h>
+#elif PY_VERSION_HEX < 0x030C0000
+#include <opcode.h>
+#endif
+
+static int g_c_calls;
+
+#if PT_HAVE_MONITORING
+/* ======================= sys.monitoring (3.12+) ======================= */
+
+static PyObject *g_disable;  /* sys.monitoring.DISABLE */
+static int g_tool_id = -1;
+
+#define PT_CODE_ARG(args, nargs) \
+    ((nargs) >= 1 && PyCode_Check((args)[0]) ? (PyCodeObject *)(args)[0] : NULL)
+
+static inline PyObject *ret_disable(int filtered)
+{
+    if (filtered)
+        return Py_NewRef(g_disable);
+    Py_RETURN_NONE;
+}
+
+static PyObject *mon_py_start(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    PyCodeObject *code = PT_CODE_ARG(args, nargs);
+    return ret_disable(code && pt_on_py_open(code, PT_EV_CALL, 0));
+}
+
+static PyObject *mon_py_resume(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    PyCodeObject *code = PT_CODE_ARG(args, nargs);
+    return ret_disable(code && pt_on_py_open(code, PT_EV_RESUME, 0));
+}
+
+static PyObject *mon_py_throw(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    PyCodeObject *code = PT_CODE_ARG(args, nargs);
+    if (code)
+        (void)pt_on_py_open(code, PT_EV_RESUME, PT_EVF_THROWN); /* not disableable */
+    Py_RETURN_NONE;
+}
+
+static PyObject *mon_py_return(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    PyCodeObject *code = PT_CODE_ARG(args, nargs);
+    return ret_disable(code && pt_on_py_close(code, PT_EV_RETURN));
+}
+
+static PyObject *mon_py_yield(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    PyCodeObject *code = PT_CODE_ARG(args, nargs);
+    return ret_disable(code && pt_on_py_close(code, PT_EV_YIELD));
+}
+
+static PyObject *mon_py_unwind(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    PyCodeObject *code = PT_CODE_ARG(args, nargs);
+    if (code)
+        (void)pt_on_py_close(code, PT_EV_UNWIND); /* not disableable */
+    Py_RETURN_NONE;
+}
+
+/* C events: callable is args[2]; the calling code (args[0]) must not be
+ * filtered. The same test on both sides keeps CALL and C_RETURN paired. */
+static inline PyObject *c_callable(PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 3)
+        return NULL;
+    PyObject *callable = args[2];
+    if (!pt_cfunc_check(callable))
+        return NULL;
+    PyCodeObject *code = PT_CODE_ARG(args, nargs);
+    if (code && pt_code_lookup(code) == PT_CODE_FILTERED)
+        return NULL;
+    return callable;
+}
+
+static PyObject *mon_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    PyObject *callable = c_callable(args, nargs);
+    if (callable)
+        pt_on_c_open(callable);
+    Py_RETURN_NONE;
+}
+
+static PyObject *mon_c_return(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    PyObject *callable = c_callable(args, nargs);
+    if (callable)
+        pt_on_c_close(callable, PT_EV_CRETURN);
+    Py_RETURN_NONE;
+}
+
+static PyObject *mon_c_raise(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    PyObject *callable = c_callable(args, nargs);
+    if (callable)
+        pt_on_c_close(callable, PT_EV_CUNWIND);
+    Py_RETURN_NONE;
+}
+
+#define PT_MON(fn) ((PyCFunction)(void (*)(void))(fn))
+
+static struct {
+    const char *event;   /* name in sys.monitoring.events */
+    int c_event;         /* only with c_calls=True */
+    PyMethodDef def;
+} pt_mon_table[] = {
+    {"PY_START", 0, {"_pytrace_py_start", PT_MON(mon_py_start), METH_FASTCALL, NULL}},
+    {"PY_RESUME", 0, {"_pytrace_py_resume", PT_MON(mon_py_resume), METH_FASTCALL, NULL}},
+    {"PY_THROW", 0, {"_pytrace_py_throw", PT_MON(mon_py_throw), METH_FASTCALL, NULL}},
+    {"PY_RETURN", 0, {"_pytrace_py_return", PT_MON(mon_py_return), METH_FASTCALL, NULL}},
+    {"PY_YIELD", 0, {"_pytrace_py_yield", PT_MON(mon_py_yield), METH_FASTCALL, NULL}},
+    {"PY_UNWIND", 0, {"_pytrace_py_unwind", PT_MON(mon_py_unwind), METH_FASTCALL, NULL}},
+    {"CALL", 1, {"_pytrace_call", PT_MON(mon_call), METH_FASTCALL, NULL}},
+    {"C_RETURN", 1, {"_pytrace_c_return", PT_MON(mon_c_return), METH_FASTCALL, NULL}},
+    {"C_RAISE", 1, {"_pytrace_c_raise", PT_MON(mon_c_raise), METH_FASTCALL, NULL}},
+};
+#define PT_MON_COUNT (sizeof pt_mon_table / sizeof pt_mon_table[0])
+
+static PyObject *monitoring(void)
+{
+    PyObject *sys_mon = PySys_GetObject("monitoring"); /* borrowed */
+    if (sys_mon == NULL && !PyErr_Occurred())
+        PyErr_SetString(PyExc_RuntimeError, "sys.monitoring is missing");
+    return sys_mon;
+}
+
+static long event_bit(PyObject *mon, const char *name)
+{
+    PyObject *events = PyObject_GetAttrString(mon, "events");
+    if (events == NULL)
+        return -1;
+    PyObject *bit = PyObject_GetAttrString(events, name);
+    Py_DECREF(events);
+    if (bit == NULL)
+        return -1;
+    long v = PyLong_AsLong(bit);
+    Py_DECREF(bit);
+    return v;
+}
+
+int pt_hooks_install(PyObject *module, int c_calls)
+{
+    (void)module;
+    g_c_calls = c_calls;
+    PyObject *mon = monitoring();
+    if (mon == NULL)
+        return -1;
+    if (g_disable == NULL) {
+        g_disable = PyObject_GetAttrString(mon, "DISABLE");
+        if (g_disable == NULL)
+            return -1;
+    }
+    /* PROFILER_ID (2) first, then the ids sys.monitoring leaves unnamed. */
+    static const int candidates[] = {2, 3, 4};
+    g_tool_id = -1;
+    for (size_t i = 0; i < sizeof candidates / sizeof candidates[0]; i++) {
+        PyObject *r = PyObject_CallMethod(mon, "use_tool_id", "is", candidates[i], "pytrace");
+        if (r) {
+            Py_DECREF(r);
+            g_tool_id = candidates[i];
+            break;
+        }
+        if (!PyErr_ExceptionMatches(PyExc_ValueError))
+            return -1;
+        PyErr_Clear();
+    }
+    if (g_tool_id < 0) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "sys.monitoring tool ids 2, 3 and 4 are all in use by other tools; "
+                        "stop another profiler first");
+        return -1;
+    }
+    long mask = 0;
+    for (size_t i = 0; i < PT_MON_COUNT; i++) {
+        if (pt_mon_table[i].c_event && !c_calls)
+            continue;
+        long bit = event_bit(mon, pt_mon_table[i].event);
+        if (bit < 0)
+            goto err;
+        PyObject *fn = PyCFunction_New(&pt_mon_table[i].def, NULL);
+        if (fn == NULL)
+            goto err;
+        PyObject *r = PyObject_CallMethod(mon, "register_callback", "ilO", g_tool_id, bit, fn);
+        Py_DECREF(fn);
+        if (r == NULL)
+            goto err;
+        Py_DECREF(r);
+        mask |= bit;
+    }
+    PyObject *r = PyObject_CallMethod(mon, "set_events", "il", g_tool_id, mask);
+    if (r == NULL)
+        goto err;
+    Py_DECREF(r);
+    /* Re-enable what an earlier session DISABLEd (its filters may differ).
+     * This also re-enables other tools' disabled events: harmless, they
+     * disable them again on their next event. */
+    r = PyObject_CallMethod(mon, "restart_events", NULL);
+    if (r == NULL)
+        goto err;
+    Py_DECREF(r);
+    return 0;
+err:
+    pt_hooks_uninstall(module);
+    return -1;
+}
+
+void pt_hooks_uninstall(PyObject *module)
+{
+    (void)module;
+    if (g_tool_id < 0)
+        return;
+    PyObject *mon = monitoring();
+    if (mon == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    PyObject *saved = PyErr_GetRaisedException();
+    PyObject *r = PyObject_CallMethod(mon, "set_events", "ii", g_tool_id, 0);
+    Py_XDECREF(r);
+    PyErr_Clear();
+    for (size_t i = 0; i < PT_MON_COUNT; i++) {
+        long bit = event_bit(mon, pt_mon_table[i].event);
+        if (bit < 0) {
+            PyErr_Clear();
+            continue;
+        }
+        r = PyObject_CallMethod(mon, "register_callback", "ilO", g_tool_id, bit, Py_None);
+        Py_XDECREF(r);
+        PyErr_Clear();
+    }
+    r = PyObject_CallMethod(mon, "free_tool_id", "i", g_tool_id);
+    Py_XDECREF(r);
+    PyErr_Clear();
+    PyErr_SetRaisedException(saved);
+    g_tool_id = -1;
+}
+
+int pt_hooks_add_to_module(PyObject *module)
+{
+    (void)module;
+    return 0;
+}
+
+#else
+/* ===================== PyEval_SetProfile (3.10/3.11) ===================== */
+
+static inline PyCodeObject *frame_code(PyFrameObject *frame)
+{
+#if PY_VERSION_HEX >= 0x030B0000
+    PyCodeObject *code = PyFrame_GetCode(frame);
+    Py_DECREF(code); /* the frame keeps it alive */
+    return code;
+#else
+    return frame->f_code;
+#endif
+}
+
+#define PT_GEN_FLAGS (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)
+
+#if PY_VERSION_HEX >= 0x030B0000
+/* Instruction the frame is at (3.11), or -1. */
+static int frame_instr(PyFrameObject *frame, PyCodeObject *code, int *oparg)
+{
+    int lasti = PyFrame_GetLasti(frame); /* bytes */
+    if (lasti < 0)
+        return -1;
+    Py_ssize_t index = lasti / (int)sizeof(_Py_CODEUNIT);
+    if (index >= Py_SIZE(code))
+        return -1;
+    _Py_CODEUNIT word = _PyCode_CODE(code)[index];
+    *oparg = _Py_OPARG(word);
+    return _Py_OPCODE(word);
+}
+#endif
+
+static inline void on_py_call(PyFrameObject *frame, PyCodeObject *code)
+{
+    uint8_t kind = PT_EV_CALL, flags = 0;
+    if (code->co_flags & PT_GEN_FLAGS) {
+#if PY_VERSION_HEX >= 0x030B0000
+        int oparg = 0;
+        int op = frame_instr(frame, code, &oparg);
+        if (op == RESUME || op == RESUME_QUICK) {
+            if (oparg != 0)
+                kind = PT_EV_RESUME;
+        } else if (op >= 0) {
+            kind = PT_EV_RESUME;
+            flags = PT_EVF_THROWN;
+        }
+#else
+        if (frame->f_lasti >= 0)
+            kind = PT_EV_RESUME;
+#endif
+    }
+    (void)pt_on_py_open(code, kind, flags);
+}
+
+static inline void on_py_return(PyFrameObject *frame, PyCodeObject *code, PyObject *arg)
+{
+    uint8_t kind = PT_EV_RETURN;
+    if (arg == NULL) {
+        kind = PT_EV_UNWIND;
+    } else if (code->co_flags & PT_GEN_FLAGS) {
+#if PY_VERSION_HEX >= 0x030B0000
+        int oparg = 0;
+        if (frame_instr(frame, code, &oparg) == YIELD_VALUE)
+            kind = PT_EV_YIELD;
+#else
+        if (frame->f_state == FRAME_SUSPENDED)
+            kind = PT_EV_YIELD;
+#endif
+    }
+    (void)pt_on_py_close(code, kind);
+}
+
+static int pt_profile(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg)
+{
+    (void)obj;
+    PyCodeObject *code = frame_code(frame);
+    switch (what) {
+    case PyTrace_CALL:
+        on_py_call(frame, code);
+        break;
+    case PyTrace_RETURN:
+        on_py_return(frame, code, arg);
+        break;
+    case PyTrace_C_CALL:
+        if (g_c_calls && arg && pt_code_lookup(code) != PT_CODE_FILTERED)
+            pt_on_c_open(arg);
+        break;
+    case PyTrace_C_RETURN:
+        if (g_c_calls && arg && pt_code_lookup(code) != PT_CODE_FILTERED)
+            pt_on_c_close(arg, PT_EV_CRETURN);
+        break;
+    case PyTrace_C_EXCEPTION:
+        if (g_c_calls && arg && pt_code_lookup(code) != PT_CODE_FILTERED)
+            pt_on_c_close(arg, PT_EV_CUNWIND);
+        break;
+    default:
+        break;
+    }
+    return 0; /* never raise into the program */
+}
+
+/* threading.setprofile() target: runs once on a new thread's first event and
+ * replaces the Python-level profile trampoline with pt_profile. The event
+ * itself is not recorded; the thread's first recorded event writes its whole
+ * stack as Frame records, so nothing is unbalanced. */
+static PyObject *thread_bootstrap(PyObject *self, PyObject *args)
+{
+    (void)self;
+    (void)args;
+    if (pt_tracer_is_tracing())
+        PyEval_SetProfile(pt_profile, NULL);
+    else
+        PyEval_SetProfile(NULL, NULL);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef thread_bootstrap_def = {"_pytrace_thread_bootstrap", thread_bootstrap,
+                                           METH_VARARGS, NULL};
+static PyObject *g_old_thread_hook; /* threading's previous profile hook */
+static int g_installed;
+
+static int set_threading_hook(PyObject *hook)
+{
+    PyObject *threading = PyImport_ImportModule("threading");
+    if (threading == NULL)
+        return -1;
+    PyObject *r = PyObject_CallMethod(threading, "setprofile", "O", hook);
+    Py_DECREF(threading);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+static int for_all_threads(Py_tracefunc func)
+{
+    PyThreadState *me = PyThreadState_Get();
+    PyInterpreterState *interp = PyThreadState_GetInterpreter(me);
+    for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts; ts = PyThreadState_Next(ts)) {
+        if (func == NULL && ts->c_profilefunc != pt_profile)
+            continue; /* someone else's profiler: leave it */
+        if (_PyEval_SetProfile(ts, func, NULL) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+int pt_hooks_install(PyObject *module, int c_calls)
+{
+    g_c_calls = c_calls;
+    PyObject *threading = PyImport_ImportModule("threading");
+    if (threading == NULL)
+        return -1;
+    Py_XSETREF(g_old_thread_hook, PyObject_GetAttrString(threading, "_profile_hook"));
+    Py_DECREF(threading);
+    if (g_old_thread_hook == NULL)
+        PyErr_Clear();
+    PyObject *hook = PyCFunction_New(&thread_bootstrap_def, module);
+    if (hook == NULL)
+        return -1;
+    int rc = set_threading_hook(hook);
+    Py_DECREF(hook);
+    if (rc < 0)
+        return -1;
+    if (for_all_threads(pt_profile) < 0) {
+        pt_hooks_uninstall(module);
+        return -1;
+    }
+    g_installed = 1;
+    return 0;
+}
+
+void pt_hooks_uninstall(PyObject *module)
+{
+    (void)module;
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    if (for_all_threads(NULL) < 0)
+        PyErr_Clear();
+    if (set_threading_hook(g_old_thread_hook ? g_old_thread_hook : Py_None) < 0)
+        PyErr_Clear();
+    Py_CLEAR(g_old_thread_hook);
+    g_installed = 0;
+    PyErr_Restore(t, v, tb);
+}
+
+int pt_hooks_add_to_module(PyObject *module)
+{
+    (void)module;
+    return 0;
+}
+#endif

@@ -1,0 +1,1103 @@
+/*
+ * pt_tracer: the process-wide tracer behind _pytrace.
+ *
+ * Design summary
+ *
+ *   One tracing session at a time per process, so the tracer is a static
+ *   singleton (`g`): hooks, pthread-key destructors and Py_AtExit handlers have
+ *   no module object to find state through. The module keeps only Python
+ *   objects (labels, callbacks) in its module state.
+ *
+ *   Sessions are numbered by `g.epoch` (0 = not tracing). Every cached fact is
+ *   tagged with the epoch it belongs to, so a new start() (new segment, new
+ *   symbol ids) invalidates all caches at once without visiting them:
+ *     - a code object's co_extra slot holds epoch<<33 | filtered<<32 | id;
+ *     - a C function's rculfhash node holds epoch<<32 | id;
+ *     - a thread context's ok_epoch says its ring belongs to this session.
+ *
+ *   Thread contexts (pt_thread_t) are malloc'd on a thread's first event,
+ *   reached through an initial-exec TLS pointer (one load), kept on a list
+ *   under g.lock, and freed by the pthread-key destructor when the thread
+ *   ends. A context outlives sessions: the thread reclaims a ring into it on
+ *   its first event of the next session.
+ *
+ *   Concurrency. Hooks run with the GIL held, and so do start(), stop() and the
+ *   fork handler; that is what makes the hot path lock-free and lets stop()
+ *   write closing records into other threads' rings (their owners cannot be
+ *   inside a hook while we hold the GIL, and with the epoch reset they never
+ *   touch those rings again). Code that runs without the GIL -- the thread
+ *   destructor, the Py_AtExit handler, the heartbeat thread -- takes g.lock,
+ *   as do the GIL holders when they touch the thread list or the segment's
+ *   lifetime. Not supported: free-threaded builds (3.13t).
+ *
+ *   The cold paths (first sight of a code object or thread) call the Python
+ *   C API, and a GC run there may execute arbitrary Python, even stop(). So
+ *   every cold path does its Python work first, then re-checks the epoch,
+ *   then writes to the ring with no Python call in between.
+ *
+ *   Shadow stack: per thread, PT_SHADOW_CAPACITY entries of (id | C bit).
+ *   Deeper frames still produce events; the shadow only counts them, so the
+ *   stack written after a Lost record and the synthetic closes at stop() use
+ *   id 0 ("<unknown>") for levels beyond the capacity.
+ *   A close whose frame is not on top (a C return or Python return we never
+ *   saw the opening of, e.g. start() itself, or os.fork() in the child) is
+ *   matched against the top few entries: frames above the match are closed
+ *   synthetically, a close that matches nothing is not written. So every
+ *   thread's stream stays balanced whatever the interpreter reports.
+ */
+#include "pt_tracer.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define _LGPL_SOURCE /* inline read-side lock (liburcu is LGPL; header inlines are allowed) */
+#include <urcu/urcu-bp.h>
+#include <urcu/rculfhash.h>
+
+#include "shm/clock.h"
+#include "shm/ring.h"
+#include "shm/segment.h"
+#include "shm/symlog.h"
+
+#if PY_VERSION_HEX < 0x030A0000
+#error "_pytrace needs CPython 3.10 or newer"
+#endif
+#if PY_VERSION_HEX < 0x030B0000
+#include <frameobject.h> /* PyFrame_GetBack */
+#endif
+#if PY_VERSION_HEX >= 0x030C0000
+#define pt_code_set_extra PyUnstable_Code_SetExtra
+#define pt_request_code_extra_index PyUnstable_Eval_RequestCodeExtraIndex
+#else
+#define pt_code_set_extra _PyCode_SetExtra
+#define pt_request_code_extra_index _PyEval_RequestCodeExtraIndex
+#endif
+
+#define PT_SHADOW_CAPACITY 8192u
+#define PT_SHADOW_C_BIT 0x80000000u
+#define PT_CLOSE_SEARCH 16u            /* entries searched for an out-of-order close */
+#define PT_HEARTBEAT_NS 100000000ull   /* 100 ms */
+
+/* Exception save/restore around Python work inside a hook. */
+#if PY_VERSION_HEX >= 0x030C0000
+#define PT_EXC_SAVE PyObject *saved_exc_ = PyErr_GetRaisedException()
+#define PT_EXC_RESTORE PyErr_SetRaisedException(saved_exc_)
+#else
+#define PT_EXC_SAVE                                                                                \
+    PyObject *saved_t_, *saved_v_, *saved_tb_;                                                     \
+    PyErr_Fetch(&saved_t_, &saved_v_, &saved_tb_)
+#define PT_EXC_RESTORE PyErr_Restore(saved_t_, saved_v_, saved_tb_)
+#endif
+
+typedef struct pt_thread {
+    pt_ring_t ring;                 /* hot: first */
+    uint32_t ok_epoch;              /* ring claimed in this session */
+    uint32_t seen_epoch;            /* attach attempted in this session */
+    uint32_t depth;                 /* logical depth (may exceed the capacity) */
+    uint32_t reserved;
+    struct pt_thread *next, *prev;  /* g.threads, under g.lock */
+    uint32_t shadow[PT_SHADOW_CAPACITY];
+} pt_thread_t;
+
+typedef struct pt_cnode {
+    struct cds_lfht_node node;
+    const PyMethodDef *def;
+    _Atomic uint64_t value; /* epoch << 32 | id */
+} pt_cnode_t;
+
+static struct {
+    _Atomic uint32_t epoch;         /* current session; 0 = not tracing */
+    uint32_t last_epoch;            /* last one handed out */
+    pt_segment_t *seg;              /* current or last session's segment */
+    pt_clock_t clock;
+    pt_options_t opts;
+    pthread_mutex_t lock;           /* threads list, seg lifetime, counters below */
+    pt_thread_t *threads;
+    pthread_key_t key;
+    uint64_t retired_written, retired_dropped, threads_seen;
+    _Atomic int first_error_set;
+    char first_error[256];
+    /* heartbeat */
+    pthread_t hb_thread;
+    int hb_running;
+    pthread_mutex_t hb_lock;
+    pthread_cond_t hb_cond;
+    int hb_stop;
+    /* C functions by PyMethodDef; entries never removed (no call_rcu needed) */
+    struct cds_lfht *cfuncs;
+    int initialised;
+} g = {
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .hb_lock = PTHREAD_MUTEX_INITIALIZER,
+    .hb_cond = PTHREAD_COND_INITIALIZER,
+};
+
+Py_ssize_t pt_code_extra_index = -1;
+
+/* initial-exec: one %fs-relative load on the hot path (the module is loaded
+ * with dlopen, which has static TLS surplus for a pointer). */
+static __thread pt_thread_t *tls_thread __attribute__((tls_model("initial-exec")));
+
+/* ---- errors -------------------------------------------------------------- */
+
+static void set_first_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void set_first_error(const char *fmt, ...)
+{
+    int expected = 0;
+    if (!atomic_compare_exchange_strong_explicit(&g.first_error_set, &expected, 1,
+                                                 memory_order_acq_rel, memory_order_relaxed))
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g.first_error, sizeof g.first_error, fmt, ap);
+    va_end(ap);
+    /* release: the text is complete before readers see 2; pairs with the
+     * acquire in copy_counters() */
+    atomic_store_explicit(&g.first_error_set, 2, memory_order_release);
+}
+
+void pt_tracer_fail(const char *what)
+{
+    pt_segment_t *seg = g.seg;
+    if (seg)
+        /* relaxed: a statistic */
+        atomic_fetch_add_explicit(&pt_segment_header(seg)->hook_errors, 1, memory_order_relaxed);
+    set_first_error("%s", what);
+}
+
+/* ---- clock and emit ------------------------------------------------------ */
+
+static inline uint64_t now_ticks(void)
+{
+    return pt_clock_now(&g.clock);
+}
+
+static inline void emit(pt_thread_t *t, uint32_t id, uint8_t kind, uint8_t flags, uint16_t aux)
+{
+    /* -ENOBUFS (dropped) is counted by the ring itself */
+    (void)pt_ring_push(&t->ring, now_ticks(), id, kind, flags, aux);
+}
+
+static inline uint32_t current_epoch(void)
+{
+    /* relaxed: the epoch is only changed with the GIL held (or at exit), and
+     * hooks read it with the GIL held; the GIL orders them */
+    return atomic_load_explicit(&g.epoch, memory_order_relaxed);
+}
+
+/* ---- shadow stack -------------------------------------------------------- */
+
+static inline void shadow_push(pt_thread_t *t, uint32_t entry)
+{
+    if (PT_LIKELY(t->depth < PT_SHADOW_CAPACITY))
+        t->shadow[t->depth] = entry;
+    t->depth++;
+}
+
+static inline uint32_t shadow_at(const pt_thread_t *t, uint32_t level)
+{
+    return level < PT_SHADOW_CAPACITY ? t->shadow[level] : 0;
+}
+
+static void close_synthetic_above(pt_thread_t *t, uint32_t level)
+{
+    while (t->depth > level) {
+        uint32_t e = shadow_at(t, t->depth - 1);
+        int is_c = (e & PT_SHADOW_C_BIT) != 0;
+        emit(t, e & ~PT_SHADOW_C_BIT, is_c ? PT_EV_CRETURN : PT_EV_RETURN, PT_EVF_SYNTHETIC, 0);
+        t->depth--;
+    }
+}
+
+/* Close the frame `entry` (id | C bit) with record `kind`. */
+static inline void close_frame(pt_thread_t *t, uint32_t entry, uint8_t kind)
+{
+    uint32_t d = t->depth;
+    if (PT_UNLIKELY(d > PT_SHADOW_CAPACITY)) { /* beyond the shadow: trust the interpreter */
+        emit(t, entry & ~PT_SHADOW_C_BIT, kind, 0, 0);
+        t->depth = d - 1;
+        return;
+    }
+    if (PT_LIKELY(d > 0 && t->shadow[d - 1] == entry)) {
+        emit(t, entry & ~PT_SHADOW_C_BIT, kind, 0, 0);
+        t->depth = d - 1;
+        return;
+    }
+    /* out of order: find it among the top entries */
+    uint32_t floor = d > PT_CLOSE_SEARCH ? d - PT_CLOSE_SEARCH : 0;
+    for (uint32_t level = d; level-- > floor;) {
+        if (t->shadow[level] == entry) {
+            close_synthetic_above(t, level + 1);
+            emit(t, entry & ~PT_SHADOW_C_BIT, kind, 0, 0);
+            t->depth = level;
+            return;
+        }
+    }
+    /* nothing matches: its opening was never recorded; writing it would
+     * unbalance the stream */
+}
+
+/* Ring callback after a Lost record: write the current stack. */
+static void stack_writer(pt_ring_t *ring, void *ctx, uint32_t room)
+{
+    pt_thread_t *t = ctx;
+    uint32_t n = t->depth;
+    if (room == 0)
+        return;
+    if (n > room - 1)
+        n = room - 1; /* outermost frames first; the rest is lost with the gap */
+    uint64_t ticks = now_ticks();
+    for (uint32_t level = 0; level < n; level++) {
+        uint32_t e = shadow_at(t, level);
+        pt_ring_push_frame(ring, ticks, e & ~PT_SHADOW_C_BIT, level > 0xFFFFu ? 0xFFFFu : (uint16_t)level,
+                           (e & PT_SHADOW_C_BIT) ? PT_EVF_C_FUNCTION : 0);
+    }
+}
+
+/* ---- filters and code interning ----------------------------------------- */
+
+typedef struct pt_code_extra { /* CPython's _PyCodeObjectExtra, 3.10..3.13 */
+    Py_ssize_t ce_size;
+    void *ce_extras[1];
+} pt_code_extra_t;
+
+#define PT_XTRA_FILTERED (UINT64_C(1) << 32)
+
+static inline uint64_t code_extra_get(PyCodeObject *code)
+{
+    /* Same as _PyCode_GetExtra without the call: the layout has been stable
+     * since 3.6 and reading it is the "one load" of the hot path. */
+    const pt_code_extra_t *ex = (const pt_code_extra_t *)code->co_extra;
+    if (ex == NULL || pt_code_extra_index >= ex->ce_size)
+        return 0;
+    return (uint64_t)(uintptr_t)ex->ce_extras[pt_code_extra_index];
+}
+
+static int prefix_match(const char *s, const char *pat, int module)
+{
+    size_t n = strlen(pat);
+    if (strncmp(s, pat, n) != 0)
+        return 0;
+    /* a module pattern "a.b" matches "a.b" and "a.b.c", not "a.bc" */
+    return !module || s[n] == '\0' || s[n] == '.' || pat[n ? n - 1 : 0] == '.';
+}
+
+static int list_matches(char **pats, const char *file, const char *module)
+{
+    for (; pats && *pats; pats++) {
+        if (file && prefix_match(file, *pats, 0))
+            return 1;
+        if (module && prefix_match(module, *pats, 1))
+            return 1;
+    }
+    return 0;
+}
+
+static const char *utf8_or(PyObject *s, const char *fallback)
+{
+    if (s == NULL || !PyUnicode_Check(s))
+        return fallback;
+    const char *u = PyUnicode_AsUTF8(s);
+    if (u == NULL) {
+        PyErr_Clear();
+        return fallback;
+    }
+    return u;
+}
+
+/* Module name of the frame running `code`, if it is the current frame. */
+static const char *module_of(PyCodeObject *code)
+{
+    PyFrameObject *f = PyEval_GetFrame(); /* borrowed */
+    if (f == NULL)
+        return NULL;
+    PyCodeObject *fc = PyFrame_GetCode(f);
+    Py_DECREF(fc);
+    if (fc != code)
+        return NULL;
+    PyObject *globals = PyEval_GetGlobals(); /* borrowed */
+    if (globals == NULL || !PyDict_Check(globals))
+        return NULL;
+    return utf8_or(PyDict_GetItemString(globals, "__name__"), NULL);
+}
+
+static uint64_t code_intern(PyCodeObject *code, uint32_t epoch)
+{
+    uint64_t value;
+    PT_EXC_SAVE;
+    const char *file = utf8_or(code->co_filename, "");
+    int filtered = 0;
+    if (g.opts.include || g.opts.exclude) {
+        const char *module = module_of(code);
+        if (g.opts.include && !list_matches(g.opts.include, file, module))
+            filtered = 1;
+        if (g.opts.exclude && list_matches(g.opts.exclude, file, module))
+            filtered = 1;
+    }
+    uint32_t id = 0;
+    if (!filtered) {
+#if PY_VERSION_HEX >= 0x030B0000
+        const char *name = utf8_or(code->co_qualname, "?");
+#else
+        const char *name = utf8_or(code->co_name, "?");
+#endif
+        if (current_epoch() != epoch || g.seg == NULL) {
+            PT_EXC_RESTORE;
+            return PT_CODE_FILTERED;
+        }
+        int rc = pt_symlog_append(g.seg, PT_SYM_PY_FUNCTION, name, file,
+                                  (uint32_t)(code->co_firstlineno > 0 ? code->co_firstlineno : 0), &id);
+        if (rc == -ENOSPC)
+            set_first_error("symbol log full: %s and later functions show as <unknown>; "
+                            "start with a larger symlog_bytes", name);
+        else if (rc < 0)
+            pt_tracer_fail("symbol log append failed");
+        if (rc < 0)
+            id = 0;
+    }
+    value = ((uint64_t)epoch << 33) | (filtered ? PT_XTRA_FILTERED : 0) | id;
+    /* the id was published by pt_symlog_append before we cache it */
+    if (pt_code_set_extra((PyObject *)code, pt_code_extra_index, (void *)(uintptr_t)value) < 0) {
+        PyErr_Clear();
+        pt_tracer_fail("cannot cache a symbol id on a code object");
+    }
+    PT_EXC_RESTORE;
+    return filtered ? PT_CODE_FILTERED : id;
+}
+
+uint64_t pt_code_lookup(PyCodeObject *code)
+{
+    uint64_t v = code_extra_get(code);
+    uint32_t epoch = current_epoch();
+    if (PT_LIKELY((v >> 33) == epoch && epoch != 0))
+        return (v & PT_XTRA_FILTERED) ? PT_CODE_FILTERED : (uint32_t)v;
+    if (epoch == 0)
+        return PT_CODE_FILTERED;
+    return code_intern(code, epoch);
+}
+
+/* ---- C functions ---------------------------------------------------------- */
+
+static unsigned long hash_ptr(const void *p)
+{
+    uint64_t x = (uint64_t)(uintptr_t)p;
+    x ^= x >> 33;
+    x *= UINT64_C(0xff51afd7ed558ccd);
+    x ^= x >> 33;
+    return (unsigned long)x;
+}
+
+static int cnode_match(struct cds_lfht_node *node, const void *key)
+{
+    return caa_container_of(node, pt_cnode_t, node)->def == key;
+}
+
+/* The PyMethodDef of a C callable we trace, or NULL. */
+static inline const PyMethodDef *cfunc_def(PyObject *callable)
+{
+    if (PyCFunction_Check(callable))
+        return ((PyCFunctionObject *)callable)->m_ml;
+    if (Py_IS_TYPE(callable, &PyMethodDescr_Type))
+        return ((PyMethodDescrObject *)callable)->d_method;
+    return NULL;
+}
+
+int pt_cfunc_check(PyObject *callable)
+{
+    return cfunc_def(callable) != NULL;
+}
+
+static void type_names(PyTypeObject *tp, const char **name, char *module, size_t modlen)
+{
+    const char *full = tp->tp_name;
+    const char *dot = strrchr(full, '.');
+    *name = full;
+    if (dot) {
+        size_t n = (size_t)(dot - full);
+        if (n >= modlen)
+            n = modlen - 1;
+        memcpy(module, full, n);
+        module[n] = '\0';
+    } else {
+        snprintf(module, modlen, "builtins");
+    }
+}
+
+static uint32_t cfunc_intern(PyObject *callable, const PyMethodDef *def, pt_cnode_t *node,
+                             unsigned long hash, uint32_t epoch)
+{
+    char name[512], module[256];
+    const char *owner = NULL;
+    PT_EXC_SAVE;
+    module[0] = '\0';
+    if (PyCFunction_Check(callable)) {
+        PyCFunctionObject *f = (PyCFunctionObject *)callable;
+        PyObject *self = f->m_self;
+        if (self && PyModule_Check(self)) {
+            owner = PyModule_GetName(self);
+            if (owner == NULL) {
+                PyErr_Clear();
+                owner = utf8_or(f->m_module, "");
+            }
+            snprintf(module, sizeof module, "%s", owner);
+        } else if (self && PyType_Check(self)) {
+            type_names((PyTypeObject *)self, &owner, module, sizeof module);
+        } else if (self) {
+            type_names(Py_TYPE(self), &owner, module, sizeof module);
+        } else {
+            owner = utf8_or(f->m_module, "");
+            snprintf(module, sizeof module, "%s", owner);
+        }
+    } else {
+        type_names(PyDescr_TYPE(callable), &owner, module, sizeof module);
+    }
+    if (owner && owner[0])
+        snprintf(name, sizeof name, "%s.%s", owner, def->ml_name);
+    else
+        snprintf(name, sizeof name, "%s", def->ml_name);
+
+    uint32_t id = 0;
+    if (current_epoch() != epoch || g.seg == NULL) {
+        PT_EXC_RESTORE;
+        return 0;
+    }
+    int rc = pt_symlog_append(g.seg, PT_SYM_C_FUNCTION, name, module, 0, &id);
+    if (rc < 0) {
+        id = 0;
+        if (rc != -ENOSPC)
+            pt_tracer_fail("symbol log append failed");
+    }
+    uint64_t value = ((uint64_t)epoch << 32) | id;
+    if (node) {
+        /* release: the symbol is published; pairs with the acquire in cfunc_id */
+        atomic_store_explicit(&node->value, value, memory_order_release);
+    } else {
+        node = calloc(1, sizeof *node);
+        if (node == NULL) {
+            pt_tracer_fail("out of memory interning a C function");
+        } else {
+            cds_lfht_node_init(&node->node);
+            node->def = def;
+            atomic_store_explicit(&node->value, value, memory_order_relaxed);
+            urcu_bp_read_lock();
+            struct cds_lfht_node *got = cds_lfht_add_unique(g.cfuncs, hash, cnode_match, def, &node->node);
+            if (got != &node->node) { /* someone else added it: update theirs */
+                atomic_store_explicit(&caa_container_of(got, pt_cnode_t, node)->value, value,
+                                      memory_order_release);
+                urcu_bp_read_unlock();
+                free(node);
+            } else {
+                urcu_bp_read_unlock();
+            }
+        }
+    }
+    PT_EXC_RESTORE;
+    return id;
+}
+
+static inline uint32_t cfunc_id(PyObject *callable, const PyMethodDef *def, uint32_t epoch)
+{
+    struct cds_lfht_iter iter;
+    unsigned long hash = hash_ptr(def);
+    urcu_bp_read_lock();
+    cds_lfht_lookup(g.cfuncs, hash, cnode_match, def, &iter);
+    struct cds_lfht_node *n = cds_lfht_iter_get_node(&iter);
+    pt_cnode_t *node = n ? caa_container_of(n, pt_cnode_t, node) : NULL;
+    /* acquire: pairs with the release store of the value in cfunc_intern */
+    uint64_t v = node ? atomic_load_explicit(&node->value, memory_order_acquire) : 0;
+    urcu_bp_read_unlock();
+    if (PT_LIKELY(node && (v >> 32) == epoch))
+        return (uint32_t)v;
+    return cfunc_intern(callable, def, node, hash, epoch);
+}
+
+/* ---- thread contexts ------------------------------------------------------ */
+
+static void thread_name(char *out, size_t len)
+{
+    out[0] = '\0';
+    PyObject *threading;
+    PyObject *modname = PyUnicode_FromString("threading");
+    if (modname == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    threading = PyImport_GetModule(modname); /* new ref or NULL, never imports */
+    Py_DECREF(modname);
+    if (threading == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    /* threading._active[get_ident()].name: no side effects (current_thread()
+     * would create a _DummyThread for foreign threads) */
+    PyObject *active = PyObject_GetAttrString(threading, "_active");
+    Py_DECREF(threading);
+    if (active == NULL || !PyDict_Check(active)) {
+        Py_XDECREF(active);
+        PyErr_Clear();
+        return;
+    }
+    PyObject *ident = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
+    PyObject *thr = ident ? PyDict_GetItem(active, ident) : NULL; /* borrowed */
+    Py_XDECREF(ident);
+    if (thr) {
+        PyObject *name = PyObject_GetAttrString(thr, "name");
+        if (name && PyUnicode_Check(name))
+            snprintf(out, len, "%s", utf8_or(name, ""));
+        Py_XDECREF(name);
+    }
+    Py_DECREF(active);
+    PyErr_Clear();
+}
+
+static pt_thread_t *thread_attach(PyCodeObject *opening)
+{
+    uint32_t epoch = current_epoch();
+    pt_thread_t *t = tls_thread;
+    if (epoch == 0 || (t && t->seen_epoch == epoch))
+        return NULL; /* not tracing, or this thread already failed to get a ring */
+    if (t == NULL) {
+        t = calloc(1, sizeof *t);
+        if (t == NULL) {
+            pt_tracer_fail("out of memory for a thread context");
+            return NULL;
+        }
+        pthread_mutex_lock(&g.lock);
+        t->next = g.threads;
+        if (g.threads)
+            g.threads->prev = t;
+        g.threads = t;
+        pthread_mutex_unlock(&g.lock);
+        pthread_setspecific(g.key, t);
+        tls_thread = t;
+    }
+    t->seen_epoch = epoch;
+
+    /* Python work first: name, and the ids of the frames already running
+     * (innermost first), skipping the frame whose opening triggers us. */
+    char name[PT_THREAD_NAME_BYTES];
+    uint32_t *ids = NULL;
+    size_t n = 0, cap = 0;
+    PT_EXC_SAVE;
+    thread_name(name, sizeof name);
+    PyFrameObject *f = PyEval_GetFrame();
+    Py_XINCREF(f);
+    int first = 1;
+    while (f) {
+        PyCodeObject *code = PyFrame_GetCode(f);
+        if (!(first && code == opening)) {
+            uint64_t id = pt_code_lookup(code);
+            if (id != PT_CODE_FILTERED) {
+                if (n == cap) {
+                    size_t ncap = cap ? cap * 2 : 64;
+                    uint32_t *nids = realloc(ids, ncap * sizeof *ids);
+                    if (nids == NULL)
+                        break;
+                    ids = nids;
+                    cap = ncap;
+                }
+                ids[n++] = (uint32_t)id;
+            }
+        }
+        first = 0;
+        Py_DECREF(code);
+        PyFrameObject *back = PyFrame_GetBack(f);
+        Py_DECREF(f);
+        f = back;
+    }
+    Py_XDECREF(f);
+    PT_EXC_RESTORE;
+
+    /* No Python call below this line. */
+    if (current_epoch() != epoch || g.seg == NULL) {
+        free(ids);
+        return NULL;
+    }
+    uint64_t tid = (uint64_t)syscall(SYS_gettid);
+    int rc = pt_segment_claim_ring(g.seg, tid, name, now_ticks(), &t->ring);
+    if (rc < 0) {
+        free(ids);
+        if (rc == -EAGAIN)
+            set_first_error("no free ring for thread %llu (%s): start with a larger ring_count",
+                            (unsigned long long)tid, name);
+        else
+            pt_tracer_fail("cannot claim a ring");
+        return NULL;
+    }
+    pt_ring_set_stack_writer(&t->ring, stack_writer, t);
+    t->depth = 0;
+    t->ok_epoch = epoch;
+    pthread_mutex_lock(&g.lock);
+    g.threads_seen++;
+    pthread_mutex_unlock(&g.lock);
+    uint64_t ticks = now_ticks();
+    for (size_t i = n; i-- > 0;) {
+        uint32_t level = t->depth;
+        (void)pt_ring_push(&t->ring, ticks, ids[i], PT_EV_FRAME, 0,
+                           level > 0xFFFFu ? 0xFFFFu : (uint16_t)level);
+        shadow_push(t, ids[i]);
+    }
+    free(ids);
+    return t;
+}
+
+static inline pt_thread_t *thread_get(PyCodeObject *opening)
+{
+    pt_thread_t *t = tls_thread;
+    if (PT_LIKELY(t != NULL && t->ok_epoch == current_epoch()))
+        return t;
+    return thread_attach(opening);
+}
+
+/* ---- core entries ----------------------------------------------------------- */
+
+int pt_on_py_open(PyCodeObject *code, uint8_t kind, uint8_t flags)
+{
+    uint64_t id = pt_code_lookup(code);
+    if (id == PT_CODE_FILTERED)
+        return 1;
+    pt_thread_t *t = thread_get(code);
+    if (PT_UNLIKELY(t == NULL))
+        return 0;
+    emit(t, (uint32_t)id, kind, flags, 0);
+    shadow_push(t, (uint32_t)id);
+    return 0;
+}
+
+int pt_on_py_close(PyCodeObject *code, uint8_t kind)
+{
+    uint64_t id = pt_code_lookup(code);
+    if (id == PT_CODE_FILTERED)
+        return 1;
+    pt_thread_t *t = thread_get(NULL);
+    if (PT_UNLIKELY(t == NULL))
+        return 0;
+    close_frame(t, (uint32_t)id, kind);
+    return 0;
+}
+
+void pt_on_c_open(PyObject *callable)
+{
+    const PyMethodDef *def = cfunc_def(callable);
+    if (def == NULL)
+        return;
+    pt_thread_t *t = thread_get(NULL);
+    if (PT_UNLIKELY(t == NULL))
+        return;
+    uint32_t id = cfunc_id(callable, def, t->ok_epoch);
+    if (PT_UNLIKELY(t->ok_epoch != current_epoch()))
+        return; /* stopped during interning */
+    emit(t, id, PT_EV_CCALL, 0, 0);
+    shadow_push(t, id | PT_SHADOW_C_BIT);
+}
+
+void pt_on_c_close(PyObject *callable, uint8_t kind)
+{
+    const PyMethodDef *def = cfunc_def(callable);
+    if (def == NULL)
+        return;
+    pt_thread_t *t = thread_get(NULL);
+    if (PT_UNLIKELY(t == NULL))
+        return;
+    uint32_t id = cfunc_id(callable, def, t->ok_epoch);
+    if (PT_UNLIKELY(t->ok_epoch != current_epoch()))
+        return;
+    close_frame(t, id | PT_SHADOW_C_BIT, kind);
+}
+
+void pt_tracer_user_event(uint32_t label_id, uint8_t kind)
+{
+    if (current_epoch() == 0)
+        return;
+    pt_thread_t *t = thread_get(NULL);
+    if (t)
+        emit(t, label_id, kind, 0, 0);
+}
+
+int pt_tracer_intern_label(const char *name, uint32_t *id_out)
+{
+    if (current_epoch() == 0 || g.seg == NULL)
+        return -ENOENT;
+    return pt_symlog_append(g.seg, PT_SYM_LABEL, name, "", 0, id_out);
+}
+
+/* ---- closing and retiring (g.lock held) ----------------------------------- */
+
+/* Close every open frame of t, publish counters, retire its ring. The caller
+ * either holds the GIL (so t's owner is not in a hook) or is t's own thread
+ * after it stopped running Python (destructor) or the exit handler. */
+static void thread_finish_locked(pt_thread_t *t)
+{
+    close_synthetic_above(t, 0);
+    pt_ring_flush_counters(&t->ring);
+    g.retired_written += pt_ring_written(&t->ring);
+    /* relaxed: counters only */
+    g.retired_dropped += atomic_load_explicit(&t->ring.slot->events_dropped, memory_order_relaxed);
+    pt_segment_retire_ring(g.seg, &t->ring, now_ticks());
+    t->ok_epoch = 0;
+}
+
+static void thread_destructor(void *arg)
+{
+    pt_thread_t *t = arg;
+    pthread_mutex_lock(&g.lock);
+    uint32_t epoch = current_epoch();
+    if (epoch != 0 && t->ok_epoch == epoch && g.seg)
+        thread_finish_locked(t);
+    if (t->prev)
+        t->prev->next = t->next;
+    else if (g.threads == t)
+        g.threads = t->next;
+    if (t->next)
+        t->next->prev = t->prev;
+    pthread_mutex_unlock(&g.lock);
+    free(t);
+}
+
+/* ---- heartbeat --------------------------------------------------------------- */
+
+static void *heartbeat_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&g.hb_lock);
+    while (!g.hb_stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += (long)PT_HEARTBEAT_NS;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec += 1;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&g.hb_cond, &g.hb_lock, &ts);
+        if (!g.hb_stop && g.seg)
+            pt_segment_heartbeat(g.seg); /* seg is replaced only after we are joined */
+    }
+    pthread_mutex_unlock(&g.hb_lock);
+    return NULL;
+}
+
+/* (Re)initialise the heartbeat's lock and condition variable: once at
+ * startup and in a fork child, where the parent's copies may have a waiter
+ * (the parent's heartbeat thread) recorded in them. Never destroy them there:
+ * pthread_cond_destroy would wait for that waiter forever. */
+static void heartbeat_sync_init(void)
+{
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    memset(&g.hb_cond, 0, sizeof g.hb_cond);
+    pthread_cond_init(&g.hb_cond, &attr);
+    pthread_condattr_destroy(&attr);
+    memset(&g.hb_lock, 0, sizeof g.hb_lock);
+    pthread_mutex_init(&g.hb_lock, NULL);
+}
+
+static int heartbeat_start(void)
+{
+    g.hb_stop = 0;
+    /* block all signals in the helper: they belong to the Python main thread */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&g.hb_thread, NULL, heartbeat_main, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0)
+        return -rc;
+    g.hb_running = 1;
+    return 0;
+}
+
+static void heartbeat_stop(void)
+{
+    if (!g.hb_running)
+        return;
+    pthread_mutex_lock(&g.hb_lock);
+    g.hb_stop = 1;
+    pthread_cond_signal(&g.hb_cond);
+    pthread_mutex_unlock(&g.hb_lock);
+    pthread_join(g.hb_thread, NULL);
+    g.hb_running = 0;
+}
+
+/* ---- segment lifetime ---------------------------------------------------------- */
+
+static int consumer_alive(pt_seg_header_t *h)
+{
+    /* acquire: pairs with the reader's CAS that takes the lock */
+    uint64_t pid = atomic_load_explicit(&h->consumer_pid, memory_order_acquire);
+    if (pid == 0)
+        return 0;
+    return kill((pid_t)pid, 0) == 0 || errno == EPERM;
+}
+
+/* Drop the previous (stopped) segment before a new session or at exit:
+ * unlink it if no reader is attached, else leave it to the reader. */
+static void segment_release_locked(int exiting)
+{
+    if (g.seg == NULL)
+        return;
+    if (exiting)
+        pt_segment_set_state(g.seg, PT_STATE_EXITED);
+    pt_seg_header_t *h = pt_segment_header(g.seg);
+    int unlink_it = !consumer_alive(h);
+    if (!exiting && !unlink_it) {
+        /* a reader is attached: it reads to the end of this (stopped) session
+         * and unlinks; tell it nothing more will come */
+        pt_segment_set_state(g.seg, PT_STATE_EXITED);
+    }
+    pt_segment_close(g.seg, unlink_it);
+    g.seg = NULL;
+}
+
+static void free_opts(pt_options_t *o)
+{
+    free(o->cmdline);
+    for (char **p = o->include; p && *p; p++)
+        free(*p);
+    for (char **p = o->exclude; p && *p; p++)
+        free(*p);
+    free(o->include);
+    free(o->exclude);
+    memset(o, 0, sizeof *o);
+}
+
+static void stop_locked(void)
+{
+    atomic_store_explicit(&g.epoch, 0, memory_order_relaxed);
+    for (pt_thread_t *t = g.threads; t; t = t->next)
+        if (t->ok_epoch != 0 && t->ok_epoch == g.last_epoch)
+            thread_finish_locked(t);
+}
+
+static void at_exit(void)
+{
+    /* Runs after the interpreter is gone: no Python API here. */
+    heartbeat_stop();
+    pthread_mutex_lock(&g.lock);
+    if (g.seg) {
+        if (current_epoch() != 0)
+            stop_locked();
+        segment_release_locked(1);
+    }
+    pthread_mutex_unlock(&g.lock);
+}
+
+/* ---- public --------------------------------------------------------------------- */
+
+int pt_tracer_global_init(char *err, size_t errlen)
+{
+    if (g.initialised)
+        return 0;
+    heartbeat_sync_init();
+    pt_code_extra_index = pt_request_code_extra_index(NULL);
+    if (pt_code_extra_index < 0) {
+        snprintf(err, errlen, "no free co_extra slot on code objects (too many tools loaded)");
+        return -ENOSPC;
+    }
+    int rc = pthread_key_create(&g.key, thread_destructor);
+    if (rc != 0) {
+        snprintf(err, errlen, "pthread_key_create failed: %s", strerror(rc));
+        return -rc;
+    }
+    /* Fixed size, no auto-resize and no removal: lookups are lock-free, and
+     * nothing ever needs call_rcu (whose worker threads would not survive a
+     * fork). 2^14 buckets keep chains short for tens of thousands of C
+     * functions. */
+    g.cfuncs = cds_lfht_new_flavor(1u << 14, 1u << 14, 1u << 14, 0, &urcu_bp_flavor, NULL);
+    if (g.cfuncs == NULL) {
+        snprintf(err, errlen, "cannot allocate the C function table");
+        return -ENOMEM;
+    }
+    pthread_atfork(urcu_bp_before_fork, urcu_bp_after_fork_parent, urcu_bp_after_fork_child);
+    if (Py_AtExit(at_exit) < 0) {
+        snprintf(err, errlen, "cannot register the exit handler (Py_AtExit table full)");
+        return -ENOSPC;
+    }
+    g.initialised = 1;
+    return 0;
+}
+
+static int create_segment(char *err, size_t errlen)
+{
+    pt_segment_config_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.ring_count = g.opts.ring_count;
+    cfg.chunk_bytes = g.opts.chunk_bytes;
+    cfg.chunks_per_ring = g.opts.chunks_per_ring;
+    cfg.symlog_bytes = g.opts.symlog_bytes;
+    cfg.drop_policy = g.opts.policy;
+    cfg.wait_timeout_ns = g.opts.wait_timeout_ns;
+    cfg.cmdline = g.opts.cmdline;
+    char version[PT_PYVERSION_BYTES];
+    snprintf(version, sizeof version, "%s", Py_GetVersion());
+    char *sp = strchr(version, ' ');
+    if (sp)
+        *sp = '\0';
+    cfg.python_version = version;
+    cfg.clock_kind = g.clock.kind;
+    cfg.ticks_per_second = g.clock.ticks_per_second;
+    cfg.base_ticks = g.clock.base_ticks;
+    cfg.base_monotonic_ns = g.clock.base_monotonic_ns;
+    cfg.base_realtime_ns = g.clock.base_realtime_ns;
+    return pt_segment_create(&cfg, &g.seg, err, errlen);
+}
+
+static int begin_session(char *err, size_t errlen)
+{
+    int rc = create_segment(err, errlen);
+    if (rc < 0)
+        return rc;
+    g.retired_written = g.retired_dropped = g.threads_seen = 0;
+    atomic_store_explicit(&g.first_error_set, 0, memory_order_relaxed);
+    g.first_error[0] = '\0';
+    if (++g.last_epoch >= (1u << 31) || g.last_epoch == 0)
+        g.last_epoch = 1; /* 31 bits in co_extra; wrapping after 2^31 sessions is harmless
+                             only if no code object survived them all -- accepted */
+    rc = heartbeat_start();
+    if (rc < 0) {
+        snprintf(err, errlen, "cannot start the heartbeat thread: %s", strerror(-rc));
+        pt_segment_close(g.seg, 1);
+        g.seg = NULL;
+        return rc;
+    }
+    atomic_store_explicit(&g.epoch, g.last_epoch, memory_order_relaxed);
+    return 0;
+}
+
+int pt_tracer_start(pt_options_t *opts, char *err, size_t errlen)
+{
+    if (current_epoch() != 0) {
+        free_opts(opts);
+        snprintf(err, errlen, "already tracing into %s; call stop() first",
+                 g.seg ? pt_segment_name(g.seg) : "?");
+        return -EALREADY;
+    }
+    int rc = pt_clock_init(&g.clock, opts->clock_kind);
+    if (rc < 0) {
+        free_opts(opts);
+        snprintf(err, errlen, "cannot initialise the clock: %s", strerror(-rc));
+        return rc;
+    }
+    pthread_mutex_lock(&g.lock);
+    segment_release_locked(0);
+    pthread_mutex_unlock(&g.lock);
+    free_opts(&g.opts);
+    g.opts = *opts;
+    memset(opts, 0, sizeof *opts);
+    return begin_session(err, errlen);
+}
+
+static void copy_counters(pt_counters_t *out)
+{
+    memset(out, 0, sizeof *out);
+    if (g.seg == NULL)
+        return;
+    pt_seg_header_t *h = pt_segment_header(g.seg);
+    snprintf(out->segment, sizeof out->segment, "%s", pt_segment_name(g.seg));
+    out->events_written = g.retired_written;
+    out->events_dropped = g.retired_dropped;
+    uint32_t epoch = current_epoch();
+    for (pt_thread_t *t = g.threads; t; t = t->next) {
+        if (epoch == 0 || t->ok_epoch != epoch)
+            continue;
+        pt_ring_flush_counters(&t->ring); /* GIL held: the owner is not in a hook */
+        out->events_written += pt_ring_written(&t->ring);
+        out->events_dropped += atomic_load_explicit(&t->ring.slot->events_dropped, memory_order_relaxed);
+    }
+    /* relaxed: statistics */
+    out->hook_errors = atomic_load_explicit(&h->hook_errors, memory_order_relaxed);
+    out->symbols = atomic_load_explicit(&h->symbol_count, memory_order_relaxed);
+    out->symbols_dropped = atomic_load_explicit(&h->symbols_dropped, memory_order_relaxed);
+    out->rings_exhausted = atomic_load_explicit(&h->rings_exhausted, memory_order_relaxed);
+    out->threads = g.threads_seen;
+    /* acquire: pairs with the release in set_first_error */
+    if (atomic_load_explicit(&g.first_error_set, memory_order_acquire) == 2)
+        snprintf(out->first_error, sizeof out->first_error, "%s", g.first_error);
+}
+
+int pt_tracer_stop(pt_counters_t *out)
+{
+    if (current_epoch() == 0)
+        return -ENOENT;
+    heartbeat_stop();
+    pthread_mutex_lock(&g.lock);
+    stop_locked();
+    pt_segment_set_state(g.seg, PT_STATE_STOPPED);
+    copy_counters(out);
+    pthread_mutex_unlock(&g.lock);
+    /* The segment stays (state STOPPED) until the next start() or exit, so a
+     * reader that attaches late still reads the whole session. */
+    return 0;
+}
+
+int pt_tracer_is_tracing(void)
+{
+    return current_epoch() != 0;
+}
+
+const char *pt_tracer_segment_name(void)
+{
+    return current_epoch() != 0 && g.seg ? pt_segment_name(g.seg) : NULL;
+}
+
+void pt_tracer_counters(pt_counters_t *out)
+{
+    pthread_mutex_lock(&g.lock);
+    copy_counters(out);
+    pthread_mutex_unlock(&g.lock);
+}
+
+const pt_options_t *pt_tracer_options(void)
+{
+    return &g.opts;
+}
+
+void pt_tracer_after_fork_child(void)
+{
+    /* Only the forking thread exists; other threads' contexts are garbage and
+     * the parent's segment must not be touched (its rings are live in the
+     * parent): unmap it without changing a byte. */
+    memset(&g.lock, 0, sizeof g.lock);
+    pthread_mutex_init(&g.lock, NULL);
+    heartbeat_sync_init();
+    g.hb_running = 0;
+    pt_thread_t *me = tls_thread;
+    pt_thread_t *t = g.threads;
+    while (t) {
+        pt_thread_t *next = t->next;
+        if (t != me)
+            free(t);
+        t = next;
+    }
+    g.threads = me;
+    if (me) {
+        me->next = me->prev = NULL;
+        me->ok_epoch = 0;
+        me->seen_epoch = 0;
+        me->depth = 0;
+    }
+    uint32_t was_tracing = current_epoch() != 0;
+    atomic_store_explicit(&g.epoch, 0, memory_order_relaxed);
+    if (g.seg) {
+        pt_segment_close(g.seg, 0);
+        g.seg = NULL;
+    }
+    if (!was_tracing)
+        return;
+    char err[256];
+    if (begin_session(err, sizeof err) < 0) {
+        set_first_error("fork: the child could not create its segment: %s", err);
+        return;
+    }
+    /* Claim now so the child's stream starts with this thread's stack. */
+    (void)thread_get(NULL);
+}

@@ -1,0 +1,105 @@
+/*
+ * _pytrace internal API: the process-wide tracer (pt_tracer.c) as seen by the
+ * module glue (module.c) and the Reader type (reader_type.c).
+ *
+ * Everything here is called with the GIL held unless a comment says otherwise.
+ * Functions return 0 or a negative errno; on failure `err` holds one line a
+ * person can act on.
+ */
+#ifndef PT_RUNTIME_TRACER_H
+#define PT_RUNTIME_TRACER_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shm/layout.h"
+
+#if defined(__GNUC__)
+#define PT_HIDDEN __attribute__((visibility("hidden")))
+#else
+#define PT_HIDDEN
+#endif
+
+#define PT_HAVE_MONITORING (PY_VERSION_HEX >= 0x030C0000)
+
+/* Options of start(); strings are owned by the tracer after pt_tracer_start. */
+typedef struct pt_options {
+    int c_calls;
+    uint32_t policy;            /* enum pt_drop_policy */
+    uint32_t ring_count;
+    uint32_t chunk_bytes;
+    uint32_t chunks_per_ring;
+    uint64_t symlog_bytes;
+    uint64_t wait_timeout_ns;
+    int clock_kind;             /* -1 auto, else enum pt_clock_kind */
+    char *cmdline;              /* malloc'd, may be NULL */
+    char **include;             /* malloc'd NULL-terminated vectors, may be NULL */
+    char **exclude;
+} pt_options_t;
+
+typedef struct pt_counters {
+    uint64_t events_written, events_dropped, hook_errors, symbols, symbols_dropped, threads,
+        rings_exhausted;
+    char segment[96];
+    char first_error[256];      /* "" if none */
+} pt_counters_t;
+
+/* One-time process setup (atexit, fork handlers, C-function table). Called by
+ * the module's exec slot; idempotent. */
+PT_HIDDEN int pt_tracer_global_init(char *err, size_t errlen);
+
+/* Start tracing into a new segment. Takes ownership of opts' strings (also on
+ * failure). -EALREADY if tracing; segment errors as in shm/segment.h. The
+ * hook installation (sys.monitoring / PyEval_SetProfile) is done by the caller
+ * through pt_hooks_install after this returns 0. */
+PT_HIDDEN int pt_tracer_start(pt_options_t *opts, char *err, size_t errlen);
+
+/* Close every open frame on every thread (synthetic records), retire rings,
+ * state = STOPPED. Hooks must already be removed. -ENOENT if not tracing. */
+PT_HIDDEN int pt_tracer_stop(pt_counters_t *out);
+
+PT_HIDDEN int pt_tracer_is_tracing(void);
+PT_HIDDEN const char *pt_tracer_segment_name(void); /* NULL if no segment */
+PT_HIDDEN void pt_tracer_counters(pt_counters_t *out);
+PT_HIDDEN const pt_options_t *pt_tracer_options(void);
+
+/* Labels and user records (no-ops when not tracing). */
+PT_HIDDEN int pt_tracer_intern_label(const char *name, uint32_t *id_out);
+PT_HIDDEN void pt_tracer_user_event(uint32_t label_id, uint8_t kind);
+
+/* Fork: the child drops the parent's segment and starts its own. */
+PT_HIDDEN void pt_tracer_after_fork_child(void);
+
+/* Record a hook failure (sticky; first text kept). Safe from any thread. */
+PT_HIDDEN void pt_tracer_fail(const char *what);
+
+/* Hook adapters (pt_hooks.c). install/uninstall with the GIL held. */
+PT_HIDDEN int pt_hooks_install(PyObject *module, int c_calls);
+PT_HIDDEN void pt_hooks_uninstall(PyObject *module);
+PT_HIDDEN int pt_hooks_add_to_module(PyObject *module);
+
+/* Core entries used by the adapters (pt_tracer.c). `frame_code` is the code
+ * whose frame is executing (for first-sight interning and filters). */
+PT_HIDDEN extern Py_ssize_t pt_code_extra_index;
+
+/* Result of pt_code_lookup: PT_CODE_FILTERED, or the symbol id. */
+#define PT_CODE_FILTERED UINT64_MAX
+
+PT_HIDDEN uint64_t pt_code_lookup(PyCodeObject *code);
+PT_HIDDEN int pt_cfunc_check(PyObject *callable);
+/* Return 1 if the code is filtered out (3.12+: the callback returns DISABLE). */
+PT_HIDDEN int pt_on_py_open(PyCodeObject *code, uint8_t kind, uint8_t flags);
+PT_HIDDEN int pt_on_py_close(PyCodeObject *code, uint8_t kind);
+PT_HIDDEN void pt_on_c_open(PyObject *callable);
+PT_HIDDEN void pt_on_c_close(PyObject *callable, uint8_t kind);
+
+/* Reader type (reader_type.c). */
+PT_HIDDEN PyObject *pt_reader_type_create(PyObject *module);
+PT_HIDDEN PyObject *pt_list_segments(PyObject *module, PyObject *unused);
+PT_HIDDEN PyObject *pt_collect_stale(PyObject *module, PyObject *unused);
+PT_HIDDEN PyObject *pt_oserror(int err_neg, const char *msg);
+
+#endif /* PT_RUNTIME_TRACER_H */

@@ -1,0 +1,340 @@
+/*
+ * _pytrace.Reader: a heap type over the reader library (shm/reader.h), plus
+ * list_segments() and collect_stale().
+ *
+ * poll() releases the GIL while the library drains the segment into a private
+ * buffer (type, length, bytes per message), then builds the Python list from
+ * that buffer with the GIL held. A Reader is not for concurrent use from two
+ * threads: a second poll() while one is draining raises RuntimeError.
+ */
+#include "pt_tracer.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shm/reader.h"
+#include "shm/segment.h"
+
+typedef struct {
+    PyObject_HEAD
+    pt_reader_t *reader;
+    PyObject *segment;      /* str */
+    int busy;               /* a poll is draining without the GIL */
+    int pending_err;        /* negative errno to raise on the next poll */
+    char pending_msg[256];
+    uint8_t *buf;           /* drained messages: [u32 type][u32 len][bytes, 8-aligned] */
+    size_t len, cap;
+} pt_reader_obj_t;
+
+typedef struct {
+    pt_reader_obj_t *self;
+    size_t count;
+} drain_ctx_t;
+
+static int drain_cb(void *vctx, uint32_t type, const uint8_t *msg, size_t len)
+{
+    drain_ctx_t *ctx = vctx;
+    pt_reader_obj_t *self = ctx->self;
+    if (len > UINT32_MAX)
+        return -EMSGSIZE;
+    size_t need = 8 + ((len + 7) & ~(size_t)7);
+    if (self->len + need > self->cap) {
+        size_t ncap = self->cap ? self->cap : 1u << 16;
+        while (ncap < self->len + need)
+            ncap *= 2;
+        uint8_t *nbuf = realloc(self->buf, ncap);
+        if (nbuf == NULL)
+            return -ENOMEM;
+        self->buf = nbuf;
+        self->cap = ncap;
+    }
+    uint32_t hdr[2] = {type, (uint32_t)len};
+    memcpy(self->buf + self->len, hdr, sizeof hdr);
+    memcpy(self->buf + self->len + 8, msg, len);
+    self->len += need;
+    ctx->count++;
+    return 0;
+}
+
+static PyObject *reader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"target", "any_user", "lock", NULL};
+    const char *target;
+    int any_user = 0, lock = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "s|pp:Reader", kwlist, &target, &any_user, &lock))
+        return NULL;
+    pt_reader_obj_t *self = (pt_reader_obj_t *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    unsigned flags = (any_user ? PT_ATTACH_ANY_USER : 0) | (lock ? 0 : PT_READER_NO_LOCK);
+    char err[512] = "";
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = pt_reader_attach(target, flags, &self->reader, err, sizeof err);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        Py_DECREF(self);
+        return pt_oserror(rc, err[0] ? err : strerror(-rc));
+    }
+    self->segment = PyUnicode_FromString(pt_segment_name(pt_reader_segment(self->reader)));
+    if (self->segment == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static void reader_dealloc(pt_reader_obj_t *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    if (self->reader)
+        pt_reader_detach(self->reader, 0);
+    Py_XDECREF(self->segment);
+    free(self->buf);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static int check_open(pt_reader_obj_t *self)
+{
+    if (self->reader == NULL) {
+        PyErr_SetString(PyExc_ValueError, "reader is closed");
+        return -1;
+    }
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "reader is being polled by another thread");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *reader_poll(pt_reader_obj_t *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"max_events", NULL};
+    unsigned long long max_events = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|K:poll", kwlist, &max_events))
+        return NULL;
+    if (check_open(self) < 0)
+        return NULL;
+    if (self->pending_err) {
+        int e = self->pending_err;
+        self->pending_err = 0;
+        return pt_oserror(e, self->pending_msg);
+    }
+    drain_ctx_t ctx = {self, 0};
+    long rc;
+    self->len = 0;
+    self->busy = 1;
+    Py_BEGIN_ALLOW_THREADS
+    rc = pt_reader_poll(self->reader, drain_cb, &ctx, max_events);
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    if (rc < 0 && ctx.count == 0) {
+        const char *msg = pt_reader_error(self->reader);
+        return pt_oserror((int)rc, msg && msg[0] ? msg : strerror((int)-rc));
+    }
+    if (rc < 0) { /* hand out what was drained; raise on the next poll */
+        const char *msg = pt_reader_error(self->reader);
+        self->pending_err = (int)rc;
+        snprintf(self->pending_msg, sizeof self->pending_msg, "%s",
+                 msg && msg[0] ? msg : strerror((int)-rc));
+    }
+    PyObject *list = PyList_New((Py_ssize_t)ctx.count);
+    if (list == NULL)
+        return NULL;
+    size_t off = 0;
+    for (size_t i = 0; i < ctx.count; i++) {
+        uint32_t hdr[2];
+        memcpy(hdr, self->buf + off, sizeof hdr);
+        PyObject *item = Py_BuildValue("(Iy#)", hdr[0], (const char *)self->buf + off + 8, (Py_ssize_t)hdr[1]);
+        if (item == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+        off += 8 + ((hdr[1] + 7u) & ~7u);
+    }
+    if (self->cap > (8u << 20)) { /* do not keep a burst's buffer forever */
+        free(self->buf);
+        self->buf = NULL;
+        self->cap = 0;
+    }
+    return list;
+}
+
+static PyObject *reader_stats(pt_reader_obj_t *self, PyObject *unused)
+{
+    (void)unused;
+    if (check_open(self) < 0)
+        return NULL;
+    pt_reader_stats_t s;
+    pt_reader_stats(self->reader, &s);
+    return Py_BuildValue(
+        "{sKsKsKsKsKsKsKsKsKsKsIsIsK}", "events_read", (unsigned long long)s.events_read, "chunks_read",
+        (unsigned long long)s.chunks_read, "messages", (unsigned long long)s.messages, "symbols_read",
+        (unsigned long long)s.symbols_read, "threads_seen", (unsigned long long)s.threads_seen,
+        "threads_active", (unsigned long long)s.threads_active, "producer_events_written",
+        (unsigned long long)s.producer_events_written, "producer_events_dropped",
+        (unsigned long long)s.producer_events_dropped, "hook_errors", (unsigned long long)s.hook_errors,
+        "symbols_dropped", (unsigned long long)s.symbols_dropped, "producer_state",
+        (unsigned int)s.producer_state, "corrupt_rings", (unsigned int)s.corrupt_rings, "pid",
+        (unsigned long long)s.pid);
+}
+
+static PyObject *reader_close(pt_reader_obj_t *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"unlink_if_finished", NULL};
+    int unlink_it = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|p:close", kwlist, &unlink_it))
+        return NULL;
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "reader is being polled by another thread");
+        return NULL;
+    }
+    if (self->reader) {
+        pt_reader_detach(self->reader, unlink_it);
+        self->reader = NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *reader_enter(pt_reader_obj_t *self, PyObject *unused)
+{
+    (void)unused;
+    if (check_open(self) < 0)
+        return NULL;
+    return Py_NewRef(self);
+}
+
+static PyObject *reader_exit(pt_reader_obj_t *self, PyObject *args)
+{
+    (void)args;
+    if (self->reader && !self->busy) {
+        pt_reader_detach(self->reader, 0);
+        self->reader = NULL;
+    }
+    Py_RETURN_FALSE;
+}
+
+static PyObject *reader_get_finished(pt_reader_obj_t *self, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(self->reader ? pt_reader_finished(self->reader) : 1);
+}
+
+static PyObject *reader_get_error(pt_reader_obj_t *self, void *closure)
+{
+    (void)closure;
+    const char *e = self->reader ? pt_reader_error(self->reader) : "";
+    return PyUnicode_DecodeUTF8(e ? e : "", e ? (Py_ssize_t)strlen(e) : 0, "replace");
+}
+
+static PyObject *reader_get_segment(pt_reader_obj_t *self, void *closure)
+{
+    (void)closure;
+    return Py_NewRef(self->segment);
+}
+
+static PyMethodDef reader_methods[] = {
+    {"poll", (PyCFunction)(void (*)(void))reader_poll, METH_VARARGS | METH_KEYWORDS,
+     "poll(max_events=0) -> list[tuple[int, bytes]]: drain published messages (type, size-prefixed "
+     "FlatBuffer) in stream order."},
+    {"stats", (PyCFunction)reader_stats, METH_NOARGS, "stats() -> dict"},
+    {"close", (PyCFunction)(void (*)(void))reader_close, METH_VARARGS | METH_KEYWORDS,
+     "close(unlink_if_finished=False)"},
+    {"__enter__", (PyCFunction)reader_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)reader_exit, METH_VARARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef reader_getset[] = {
+    {"finished", (getter)reader_get_finished, NULL, "producer exited and everything was read", NULL},
+    {"error", (getter)reader_get_error, NULL, "last error, one line ('' if none)", NULL},
+    {"segment", (getter)reader_get_segment, NULL, "segment name", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot reader_slots[] = {
+    {Py_tp_new, __extension__(void *) reader_new},
+    {Py_tp_dealloc, __extension__(void *) reader_dealloc},
+    {Py_tp_methods, reader_methods},
+    {Py_tp_getset, reader_getset},
+    {Py_tp_doc, "Reader(target, any_user=False, lock=True): drain a pytrace segment."},
+    {0, NULL},
+};
+
+static PyType_Spec reader_spec = {
+    .name = "pytrace._pytrace.Reader",
+    .basicsize = sizeof(pt_reader_obj_t),
+    .flags = Py_TPFLAGS_DEFAULT,
+    .slots = reader_slots,
+};
+
+PyObject *pt_reader_type_create(PyObject *module)
+{
+    return PyType_FromModuleAndSpec(module, &reader_spec, NULL);
+}
+
+/* ---- discovery ------------------------------------------------------------------ */
+
+PyObject *pt_list_segments(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    size_t max = 64, count = 0;
+    pt_segment_info_t *infos = NULL;
+    int rc;
+    for (;;) {
+        pt_segment_info_t *n = realloc(infos, max * sizeof *infos);
+        if (n == NULL) {
+            free(infos);
+            return PyErr_NoMemory();
+        }
+        infos = n;
+        Py_BEGIN_ALLOW_THREADS
+        rc = pt_segment_list(infos, max, &count);
+        Py_END_ALLOW_THREADS
+        if (rc < 0 || count <= max)
+            break;
+        max = count + 16;
+    }
+    if (rc < 0) {
+        free(infos);
+        return pt_oserror(rc, "cannot list /dev/shm");
+    }
+    PyObject *list = PyList_New(0);
+    for (size_t i = 0; list && i < count; i++) {
+        const pt_segment_info_t *s = &infos[i];
+        PyObject *d = Py_BuildValue(
+            "{sssKsIsIsOsOsIsKsKsKsKsNsN}", "name", s->name, "pid", (unsigned long long)s->pid, "uid",
+            (unsigned int)s->uid, "state", (unsigned int)s->state, "alive", s->alive ? Py_True : Py_False,
+            "valid", s->valid ? Py_True : Py_False, "threads_active", (unsigned int)s->threads_active,
+            "events_written", (unsigned long long)s->events_written, "events_dropped",
+            (unsigned long long)s->events_dropped, "segment_bytes", (unsigned long long)s->segment_bytes,
+            "consumer_pid", (unsigned long long)s->consumer_pid, "cmdline",
+            PyUnicode_DecodeUTF8(s->cmdline, (Py_ssize_t)strnlen(s->cmdline, sizeof s->cmdline), "replace"),
+            "error", PyUnicode_DecodeUTF8(s->error, (Py_ssize_t)strnlen(s->error, sizeof s->error), "replace"));
+        if (d == NULL || PyList_Append(list, d) < 0) {
+            Py_XDECREF(d);
+            Py_CLEAR(list);
+            break;
+        }
+        Py_DECREF(d);
+    }
+    free(infos);
+    return list;
+}
+
+PyObject *pt_collect_stale(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = pt_segment_collect_stale();
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return pt_oserror(rc, "cannot collect stale segments in /dev/shm");
+    return PyLong_FromLong(rc);
+}
