@@ -185,9 +185,10 @@ enum pt_msg_type {
  *   head_chunk             P (release)       C (acquire)
  *   events_written/dropped P (relaxed)       C (relaxed, counters only)
  *   released_chunks        C (release)       P (acquire, when changing chunk)
- *   consumer_index         C only: events already read from chunk
- *                          released_chunks (kept in the segment so a reader that
- *                          takes over from a dead one continues where it stopped)
+ *   consumer_index         C only: absolute position of the next record to
+ *                          read (chunk sequence * events_per_chunk + index), kept
+ *                          in the segment so a reader that takes over from a dead
+ *                          one continues where it stopped (shm/reader.c)
  *   released_chunks, consumer_index, events_written/dropped are reset to 0 by
  *   A during the claim (no consumer touches a slot whose new generation is not
  *   yet published).
