@@ -227,10 +227,10 @@ def test_headless_text_table(workload):
     assert "[RUNNING]" in out
 
 
-def test_file_option_is_reserved():
-    r = subprocess.run([TOP, "--file", "x.pytrace"], capture_output=True, text=True)
-    assert r.returncode == 2
-    assert "not supported yet" in r.stderr
+def test_missing_recording_is_one_line_error():
+    r = subprocess.run([TOP, "--file", "/nonexistent/x.pytrace", "--once"], capture_output=True, text=True)
+    assert r.returncode != 0
+    assert len(r.stderr.strip().splitlines()) == 1
 
 
 def test_bad_target_is_one_line_error():

@@ -11,6 +11,7 @@
 
 #include "shm/reader.h"
 #include "viewer/agg.h"
+#include "viewer/recfile.h"
 
 typedef enum PanelResult {
     PANEL_IGNORED = 0,
@@ -36,7 +37,8 @@ extern const PanelClass FlamePanel_class;
 #define APP_FILTER_MAX 128
 
 typedef struct App {
-    pt_reader_t *reader;
+    pt_reader_t *reader;     /* live job, or NULL when showing a recording */
+    pt_recfile_t *recfile;   /* recording (--file), or NULL */
     pt_agg_t *agg;
     const PanelClass *panel;
 
@@ -72,6 +74,15 @@ typedef struct App {
     char error[256];         /* last reader / parse error, shown on screen */
     char target[128];
     int parse_errors;
+
+    /* recording (--file) */
+    const char *file_path;
+    int follow;              /* --follow: wait for the recording's end however long */
+    int file_damaged;        /* damage found; everything before it is shown */
+    int file_stalled;        /* not ended and not growing for a while */
+    uint64_t file_size_seen; /* growth detection */
+    uint64_t file_grew_ns;   /* monotonic time the file last grew (or was opened) */
+    pt_reader_stats_t file_stats; /* what the reader stats say, rebuilt from the file */
 } App;
 
 /* Refresh snapshots (table, tree, counters). */

@@ -4,6 +4,11 @@
  *   pytrace-top                      pick a live segment (arrows + Enter)
  *   pytrace-top PID|SEGMENT          attach and show it live
  *   pytrace-top PID --once [--json]  print the table once and exit
+ *   pytrace-top --file REC [--follow] [--once [--json]]
+ *                                    show a recording (viewer/recfile.h) the
+ *                                    same way; a file still being written is
+ *                                    followed while it grows (or, with
+ *                                    --follow, until the recording ends)
  *
  * The main loop drains the reader every ~10 ms (getch timeout) so the job's
  * rings never fill, and re-queries the aggregation / redraws at ~3 Hz. The
@@ -26,6 +31,10 @@
 #define POLL_MS 10
 #define DRAW_NS 333000000ull
 #define POLL_MAX_EVENTS 4000000u
+#define FILE_POLL_MAX_MESSAGES 4096u
+/* A recording that has not ended and did not grow for this long is taken as
+ * complete (without --follow): its writer stopped or is idle. */
+#define FILE_STALL_NS 1000000000ull
 
 static const double App_windows[] = {1, 2, 5, 10, 30, 60, 120, 300, 600};
 #define N_WINDOWS (int)(sizeof App_windows / sizeof App_windows[0])
@@ -35,9 +44,10 @@ static const char *const App_sortNames[PT_AGG_SORT_COUNT] = {"own", "total", "ca
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: pytrace-top [PID | SEGMENT] [--once [--json] [--duration S] [--window S]\n"
-            "                   [--thread N] [--sort own|total|calls|name|file] [--limit N]]\n"
-            "  no argument: pick a live segment. Keys: q quit, space pause, Tab table/flame,\n"
+            "usage: pytrace-top [PID | SEGMENT | --file REC [--follow]] [--once [--json] [--duration S]\n"
+            "                   [--window S] [--thread N] [--sort own|total|calls|name|file] [--limit N]]\n"
+            "  no argument: pick a live segment. --file: show a recording (pytrace record);\n"
+            "  --follow: keep reading it until the recording ends. Keys: q quit, space pause, Tab table/flame,\n"
             "  o/t/c/n/f sort, r reverse, T thread, / filter, +/- window, w table window/run.\n");
 }
 
@@ -61,9 +71,115 @@ static int App_onMessage(void *ctx, uint32_t type, const uint8_t *msg, size_t le
     return 0;
 }
 
+/* ---- recordings ---------------------------------------------------------- */
+
+static void App_fileDamage(App *app)
+{
+    app->file_damaged = 1;
+    snprintf(app->error, sizeof app->error, "%s: %s (everything before it is shown)", app->file_path,
+             pt_recfile_error(app->recfile));
+}
+
+/* Keep the reader-stats view of a recording up to date from one message. */
+static void App_fileNote(App *app, const pt_fb_msg_t *m)
+{
+    pt_reader_stats_t *st = &app->file_stats;
+    st->messages++;
+    switch (m->type) {
+    case PT_MSG_PROCESS_INFO: st->pid = m->u.process_info.pid; break;
+    case PT_MSG_SYMBOL: st->symbols_read++; break;
+    case PT_MSG_THREAD_START: st->threads_seen++; st->threads_active++; break;
+    case PT_MSG_THREAD_END: if (st->threads_active) st->threads_active--; break;
+    case PT_MSG_EVENT_CHUNK:
+        st->chunks_read++;
+        st->events_read += m->u.event_chunk.count;
+        break;
+    case PT_MSG_PRODUCER_STATUS:
+        st->producer_state = m->u.producer_status.state;
+        st->producer_events_written = m->u.producer_status.events_written;
+        st->producer_events_dropped = m->u.producer_status.events_dropped;
+        st->hook_errors = m->u.producer_status.hook_errors;
+        st->symbols_dropped = m->u.producer_status.symbols_dropped;
+        break;
+    default: break;
+    }
+}
+
+/* At the end of what is written: has the recording ended, stalled, or is it
+ * still growing? */
+static void App_fileAtEnd(App *app)
+{
+    uint64_t now = pt_monotonic_ns();
+    if (pt_recfile_ended(app->recfile)) {
+        if (pt_recfile_finish(app->recfile) == -EBADMSG) {
+            App_fileDamage(app); /* the writer finished, yet the file is torn: truncated */
+            if (pt_recfile_last_state(app->recfile) < PT_STATE_EXITED)
+                return; /* its end is lost: DAMAGED, not ENDED */
+        }
+        if (pt_recfile_last_state(app->recfile) == PT_STATE_DEAD)
+            app->died = 1;
+        else
+            app->ended = 1;
+        app->file_stalled = 0;
+        return;
+    }
+    uint64_t size = pt_recfile_file_size(app->recfile);
+    if (size != app->file_size_seen) {
+        app->file_size_seen = size;
+        app->file_grew_ns = now;
+        app->file_stalled = 0;
+        return;
+    }
+    if (app->follow || now - app->file_grew_ns < FILE_STALL_NS)
+        return;
+    /* Not following and nothing new for a while: a torn tail is truncation.
+     * A clean end is not damage; keep watching in case the writer resumes. */
+    app->file_stalled = 1;
+    if (pt_recfile_finish(app->recfile) == -EBADMSG)
+        App_fileDamage(app);
+}
+
+/* Read what the recording holds now (bounded per call so keys stay live).
+ * Returns events read or a negative errno (recorded in app). */
+static long App_pollFile(App *app)
+{
+    if (app->ended || app->died || app->file_damaged)
+        return 0;
+    long events = 0;
+    for (unsigned i = 0; i < FILE_POLL_MAX_MESSAGES && events < (long)POLL_MAX_EVENTS; i++) {
+        const uint8_t *msg;
+        size_t len;
+        pt_fb_msg_t m;
+        int rc = pt_recfile_next(app->recfile, &msg, &len, &m);
+        if (rc == 1) {
+            App_fileNote(app, &m);
+            if (m.type == PT_MSG_EVENT_CHUNK)
+                events += (long)m.u.event_chunk.count;
+            if (pt_agg_feed_msg(app->agg, &m) == -ENOMEM)
+                snprintf(app->error, sizeof app->error, "out of memory while aggregating; the picture is incomplete");
+            app->file_stalled = 0;
+            continue;
+        }
+        if (rc == -EBADMSG) {
+            App_fileDamage(app);
+        } else if (rc < 0) {
+            snprintf(app->error, sizeof app->error, "%s: %s", app->file_path, pt_recfile_error(app->recfile));
+            return rc;
+        } else {
+            if (app->error[0] && !app->file_damaged)
+                app->error[0] = 0; /* an I/O error went away */
+            App_fileAtEnd(app);
+        }
+        break;
+    }
+    return events;
+}
+
 /* Drain once. Returns events read or a negative errno (recorded in app). */
 static long App_poll(App *app)
 {
+    if (app->recfile)
+        return App_pollFile(app);
     if (app->ended || app->died)
         return 0;
     long n = pt_reader_poll(app->reader, App_onMessage, app, POLL_MAX_EVENTS);
@@ -90,6 +206,14 @@ static long App_poll(App *app)
 
 const char *App_symbolName(App *app, uint32_t id) { return pt_agg_symbol(app->agg, id).name; }
 
+static void App_readStats(const App *app, pt_reader_stats_t *out)
+{
+    if (app->recfile)
+        *out = app->file_stats;
+    else
+        pt_reader_stats(app->reader, out);
+}
+
 void App_refresh(App *app)
 {
     pt_agg_query_t tq = {.thread = app->thread, .window_seconds = app->table_window ? app->window_seconds : 0};
@@ -100,7 +224,7 @@ void App_refresh(App *app)
     if (app->panel == &FlamePanel_class)
         pt_agg_tree(app->agg, &fq, &app->tree);
     pt_agg_counters(app->agg, &app->counters);
-    pt_reader_stats(app->reader, &app->stats);
+    App_readStats(app, &app->stats);
 }
 
 static const char *App_stateName(const App *app)
@@ -109,6 +233,10 @@ static const char *App_stateName(const App *app)
         return "DIED";
     if (app->ended)
         return "ENDED";
+    if (app->file_damaged)
+        return "DAMAGED";
+    if (app->file_stalled)
+        return "INCOMPLETE";
     switch (app->stats.producer_state) {
     case PT_STATE_RUNNING: return "RUNNING";
     case PT_STATE_STOPPED: return "STOPPED";
@@ -157,8 +285,19 @@ static void App_draw(App *app)
     else
         snprintf(win, sizeof win, "all threads");
     const char *state = App_stateName(app);
-    snprintf(line, sizeof line, " pytrace-top  pid %llu  [%s]%s  %s ev/s  dropped %llu  threads %u  window %gs  %s  %s: %s  %s",
-             (unsigned long long)app->stats.pid, state, app->paused ? " PAUSED" : "", rate,
+    char source[300] = "", speed[64];
+    if (app->recfile) {
+        char esc[260];
+        const char *base = strrchr(app->file_path, '/'); /* the whole path is in the error lines */
+        Text_escape(base && base[1] ? base + 1 : app->file_path, esc, sizeof esc);
+        snprintf(source, sizeof source, "file %s  ", esc);
+        Text_count((double)app->stats.events_read, rate, sizeof rate);
+        snprintf(speed, sizeof speed, "%s events", rate);
+    } else {
+        snprintf(speed, sizeof speed, "%s ev/s", rate);
+    }
+    snprintf(line, sizeof line, " pytrace-top  %spid %llu  [%s]%s  %s  dropped %llu  threads %u  window %gs  %s  %s: %s  %s",
+             source, (unsigned long long)app->stats.pid, state, app->paused ? " PAUSED" : "", speed,
              (unsigned long long)dropped, threads, app->window_seconds, win, app->panel->name,
              app->panel == &TablePanel_class ? (app->table_window ? "window" : "whole run") : "window", cmd);
     App_drawLine(0, CRT_attr(app->ended || app->died ? CRT_C_ENDED : CRT_C_HEADER) | A_BOLD, line);
@@ -177,9 +316,17 @@ static void App_draw(App *app)
         App_drawLine(top++, CRT_attr(CRT_C_WARNING), line);
     }
     if (app->ended || app->died) {
-        snprintf(line, sizeof line, " %s: the job %s; this is its last picture (q to quit)", state,
-                 app->died ? "died without a clean exit" : "exited");
+        const char *how = app->died ? "died without a clean exit" : "exited";
+        if (app->recfile && !app->died && pt_recfile_last_state(app->recfile) != PT_STATE_EXITED)
+            how = "was still running when the recording stopped";
+        snprintf(line, sizeof line, " %s: %s %s; this is its last picture%s (q to quit)", state,
+                 app->recfile ? "the recording ended: the job" : "the job", how,
+                 app->recfile ? ", the window is its last seconds" : "");
         App_drawLine(top++, CRT_attr(CRT_C_ENDED) | A_BOLD, line);
+    } else if (app->recfile && app->file_stalled && !app->file_damaged) {
+        App_drawLine(top++, CRT_attr(CRT_C_WARNING),
+                     " INCOMPLETE: the recording has no end mark and is not growing (its writer stopped or is idle); "
+                     "watching the file");
     }
     if (app->filter_editing || app->filter[0]) {
         char esc[300];
@@ -296,7 +443,7 @@ static int App_run(App *app)
         }
         if (now - rate_t0 >= 1000000000ull) {
             pt_reader_stats_t st;
-            pt_reader_stats(app->reader, &st);
+            App_readStats(app, &st);
             app->read_rate = (double)(st.events_read - rate_events0) * 1e9 / (double)(now - rate_t0);
             rate_events0 = st.events_read;
             rate_t0 = now;
@@ -305,7 +452,7 @@ static int App_run(App *app)
             if (!app->paused || need_refresh)
                 App_refresh(app);
             else
-                pt_reader_stats(app->reader, &app->stats);
+                App_readStats(app, &app->stats);
             need_refresh = 0;
             App_draw(app);
             last_draw = now;
@@ -446,7 +593,8 @@ typedef struct Options {
     double duration, window;
     uint64_t thread;
     int sort, limit;
-    int file_mode;
+    const char *file;
+    int follow;
 } Options;
 
 static void Headless_drain(App *app, double duration)
@@ -469,6 +617,27 @@ static void Headless_drain(App *app, double duration)
     }
 }
 
+/* A recording: read it to its end. Without --follow, stop when it has not
+ * ended but has not grown for FILE_STALL_NS (what is there is shown, a torn
+ * tail is truncation); with --follow, wait for its end (or --duration). */
+static void Headless_drainFile(App *app, double duration)
+{
+    uint64_t start = pt_monotonic_ns();
+    while (!CRT_quit && !app->ended && !app->died && !app->file_damaged) {
+        long n = App_pollFile(app);
+        if (n < 0 && !app->follow)
+            break; /* an I/O error: report it rather than spin */
+        if (app->ended || app->died || app->file_damaged || app->file_stalled)
+            break;
+        if (pt_recfile_pending(app->recfile) == 0 && n > 0)
+            continue; /* more may be there at once */
+        if (duration > 0 && pt_monotonic_ns() - start >= (uint64_t)(duration * 1e9))
+            break;
+        struct timespec ts = {0, POLL_MS * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
 static void Headless_json(App *app, const Options *o)
 {
     char a[2048], b[2048];
@@ -485,6 +654,16 @@ static void Headless_json(App *app, const Options *o)
     if (app->error[0]) {
         Text_json(app->error, a, sizeof a);
         printf("  \"error\": \"%s\",\n", a);
+    }
+    if (app->recfile) {
+        Text_json(app->file_path, a, sizeof a);
+        printf("  \"file\": \"%s\",\n  \"recording_ended\": %s,\n  \"lossless\": %s,\n  \"messages_read\": %llu,\n"
+               "  \"bytes_read\": %llu,\n  \"error_offset\": %lld,\n",
+               a, app->ended || app->died ? "true" : "false",
+               pt_recfile_flags(app->recfile) & PT_RECFILE_FLAG_LOSSLESS ? "true" : "false",
+               (unsigned long long)pt_recfile_messages(app->recfile),
+               (unsigned long long)pt_recfile_offset(app->recfile),
+               app->file_damaged ? (long long)pt_recfile_error_offset(app->recfile) : -1LL);
     }
     printf("  \"threads\": [");
     for (size_t i = 0; i < pt_agg_thread_count(app->agg); i++) {
@@ -557,8 +736,14 @@ static int parse_args(int argc, char **argv, Options *o)
             usage(stdout);
             exit(0);
         } else if (!strcmp(a, "--file")) {
-            o->file_mode = 1;
+            if (!val) {
+                fprintf(stderr, "pytrace-top: --file needs a recording file (pytrace record -o FILE ...)\n");
+                return -1;
+            }
+            o->file = val;
             i++;
+        } else if (!strcmp(a, "--follow")) {
+            o->follow = 1;
         } else if (!strcmp(a, "--duration") && val) {
             o->duration = atof(val);
             i++;
@@ -589,6 +774,14 @@ static int parse_args(int argc, char **argv, Options *o)
             return -1;
         }
     }
+    if (o->file && o->target) {
+        fprintf(stderr, "pytrace-top: give a pid/segment or --file FILE, not both\n");
+        return -1;
+    }
+    if (o->follow && !o->file) {
+        fprintf(stderr, "pytrace-top: --follow is for recordings (--file FILE); a live job is always followed\n");
+        return -1;
+    }
     return 0;
 }
 
@@ -597,17 +790,13 @@ int main(int argc, char **argv)
     Options o = {.sort = PT_AGG_SORT_SELF};
     if (parse_args(argc, argv, &o))
         return 2;
-    if (o.file_mode) {
-        fprintf(stderr, "pytrace-top: --file (reading a recording) is not supported yet\n");
-        return 2;
-    }
     CRT_setLocale();
     if (o.once)
         CRT_utf8 = 1; /* output is UTF-8 text / JSON, whatever the locale */
 
     char chosen[128];
     int interactive_started = 0;
-    if (!o.target) {
+    if (!o.target && !o.file) {
         if (o.once || !isatty(STDOUT_FILENO))
             return Picker_print();
         if (CRT_init()) {
@@ -630,9 +819,17 @@ int main(int argc, char **argv)
         app.table_window = 1;
     }
     app.thread = o.thread;
-    snprintf(app.target, sizeof app.target, "%s", o.target);
+    snprintf(app.target, sizeof app.target, "%s", o.file ? o.file : o.target);
     char err[512] = "";
-    int rc = pt_reader_attach(o.target, 0, &app.reader, err, sizeof err);
+    int rc;
+    if (o.file) {
+        app.file_path = o.file;
+        app.follow = o.follow;
+        app.file_grew_ns = pt_monotonic_ns();
+        rc = pt_recfile_open(o.file, &app.recfile, err, sizeof err);
+    } else {
+        rc = pt_reader_attach(o.target, 0, &app.reader, err, sizeof err);
+    }
     if (rc) {
         if (interactive_started)
             CRT_done();
@@ -643,18 +840,34 @@ int main(int argc, char **argv)
         if (interactive_started)
             CRT_done();
         fprintf(stderr, "pytrace-top: out of memory\n");
-        pt_reader_detach(app.reader, 0);
+        if (app.reader)
+            pt_reader_detach(app.reader, 0);
+        pt_recfile_close(app.recfile);
         return 1;
     }
     int status = 0;
     if (o.once) {
-        Headless_drain(&app, o.duration);
+        if (app.recfile)
+            Headless_drainFile(&app, o.duration);
+        else
+            Headless_drain(&app, o.duration);
         App_refresh(&app);
         if (o.json)
             Headless_json(&app, &o);
         else
             Headless_text(&app, &o);
-        status = app.error[0] && !app.counters.events_seen ? 1 : 0;
+        fflush(stdout);
+        if (app.recfile) {
+            /* the table of what was read first, then the damage as one line */
+            if (app.error[0]) {
+                char esc[600];
+                Text_escape(app.error, esc, sizeof esc);
+                fprintf(stderr, "pytrace-top: %s\n", esc);
+                status = 1;
+            }
+        } else {
+            status = app.error[0] && !app.counters.events_seen ? 1 : 0;
+        }
     } else {
         if (!interactive_started && CRT_init()) {
             fprintf(stderr, "pytrace-top: not a terminal; use --once [--json] for a table on stdout\n");
@@ -666,7 +879,9 @@ int main(int argc, char **argv)
     }
     pt_agg_table_free(&app.table);
     pt_agg_tree_free(&app.tree);
-    pt_reader_detach(app.reader, 0);
+    if (app.reader)
+        pt_reader_detach(app.reader, 0);
+    pt_recfile_close(app.recfile);
     pt_agg_destroy(app.agg);
     return status;
 }

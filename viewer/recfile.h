@@ -1,0 +1,112 @@
+/*
+ * pt_recfile: read a pytrace recording file (the reader's message stream on
+ * disk) as untrusted input, message by message, with bounded memory. No Python.
+ *
+ * File format 1.0 (written by runtime/pytrace/recording.py; little-endian):
+ *   0   8  magic "PYTRREC\0"
+ *   8   2  format major = 1 (any other major is refused)
+ *  10   2  format minor (any minor of major 1 is accepted)
+ *  12   4  flags: bit 0 LOSSLESS (ring policy wait), bit 1 FINISHED (the
+ *          writer closed the file normally; nothing more will be appended)
+ *  16      messages back to back: a u32 size prefix S, S bytes of one
+ *          size-prefixed FlatBuffer Message (identifier "PYTR"), then zero
+ *          padding up to a multiple of 8 (not counted in S). A complete last
+ *          message whose padding is missing at the end of the file is accepted.
+ *
+ * Damage (bad magic, other major, implausible size prefix, non-zero padding, a
+ * message that fails pt_fb_parse, a truncated tail once nothing more can come)
+ * is sticky: every message before it was handed out, and from then on
+ * pt_recfile_next returns -EBADMSG; pt_recfile_error() says what and where in
+ * one line, pt_recfile_error_offset() is the byte offset of the damage.
+ *
+ * Files still being written (follow): a file that ends inside the header or
+ * inside a message is not damaged yet, it may be "not yet written".
+ * pt_recfile_next then returns 0 with pt_recfile_pending() > 0; the caller waits
+ * and calls again. Once the caller knows nothing more will come (the recording
+ * ended, the writer is gone, or it is not following), pt_recfile_finish turns
+ * an incomplete tail into damage. A recording ends at a ProducerStatus with
+ * state Exited or Dead (pt_recfile_ended), or when the FINISHED flag is set.
+ *
+ * Threading: a pt_recfile_t is used by one thread at a time.
+ * Errors: 0 or a negative errno (-ENOMEM, -EBADMSG, -EINVAL, or what open(2)
+ * and pread(2) return).
+ */
+#ifndef PT_VIEWER_RECFILE_H
+#define PT_VIEWER_RECFILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../schema/pt_fb.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PT_RECFILE_MAGIC "PYTRREC" /* plus its NUL: 8 bytes */
+#define PT_RECFILE_HEADER_BYTES 16u
+#define PT_RECFILE_FORMAT_MAJOR 1u
+#define PT_RECFILE_FORMAT_MINOR 0u
+#define PT_RECFILE_FLAG_LOSSLESS 0x1u
+#define PT_RECFILE_FLAG_FINISHED 0x2u
+/* Largest size prefix accepted: a ring chunk is at most PT_MAX_CHUNK_BYTES
+ * (16 MiB); anything far bigger is a damaged prefix (same bound as recording.py). */
+#define PT_RECFILE_MAX_MESSAGE_BYTES (64u << 20)
+
+typedef struct pt_recfile pt_recfile_t;
+
+/* Open a recording for reading. Nothing is read yet (a bad header shows up as
+ * damage from the first pt_recfile_next). Fails only if the file cannot be
+ * opened (-errno, with a one-line message in err). */
+int pt_recfile_open(const char *path, pt_recfile_t **out, char *err, size_t errlen);
+void pt_recfile_close(pt_recfile_t *rf);
+
+/* Read the next message.
+ *   1        a verified message: *msg, *len: the size-prefixed FlatBuffer
+ *            without padding (8-aligned, valid until the next call on rf),
+ *            *decoded (may be NULL) its pt_fb_parse result (pointers into *msg)
+ *   0        no complete message now: clean end of what is written
+ *            (pt_recfile_pending() == 0) or an incomplete tail (> 0)
+ *   -EBADMSG damage (sticky), see pt_recfile_error
+ *   -errno   I/O error; may be retried */
+int pt_recfile_next(pt_recfile_t *rf, const uint8_t **msg, size_t *len, pt_fb_msg_t *decoded);
+
+/* Bytes after the last message handed out that do not yet form a complete
+ * header or message (0 at a clean boundary). */
+uint64_t pt_recfile_pending(const pt_recfile_t *rf);
+
+/* Nothing more will be written: an incomplete tail becomes damage. Returns 0
+ * (clean end; reading may still go on if the file grows after all) or
+ * -EBADMSG. */
+int pt_recfile_finish(pt_recfile_t *rf);
+
+/* 1 once a ProducerStatus with state Exited or Dead was read, or the header's
+ * FINISHED flag is set (re-read from the file on each call). */
+int pt_recfile_ended(pt_recfile_t *rf);
+
+/* enum pt_producer_state of the last ProducerStatus read (0 if none). */
+uint32_t pt_recfile_last_state(const pt_recfile_t *rf);
+
+/* Header fields (valid once the header was read; pt_recfile_header_read). */
+int pt_recfile_header_read(const pt_recfile_t *rf);
+uint32_t pt_recfile_flags(const pt_recfile_t *rf);
+uint16_t pt_recfile_format_minor(const pt_recfile_t *rf);
+
+/* File offset of the next message (= bytes consumed so far). */
+uint64_t pt_recfile_offset(const pt_recfile_t *rf);
+/* Size of the file now (fstat), or 0 if it cannot be known. */
+uint64_t pt_recfile_file_size(const pt_recfile_t *rf);
+/* Messages and events (EventChunk lengths) handed out so far. */
+uint64_t pt_recfile_messages(const pt_recfile_t *rf);
+uint64_t pt_recfile_events(const pt_recfile_t *rf);
+
+/* The damage or last I/O error as one line ("" if none), and the damage's
+ * byte offset (-1 if none). */
+const char *pt_recfile_error(const pt_recfile_t *rf);
+int64_t pt_recfile_error_offset(const pt_recfile_t *rf);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PT_VIEWER_RECFILE_H */
