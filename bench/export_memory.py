@@ -1,0 +1,114 @@
+"""Export memory benchmark: a recording of >= 100 million events, exported to every
+format in a child process each; prints peak RSS and wall time per format next to the
+size of the recording. Not a test: it asserts nothing.
+
+    python bench/export_memory.py                      # 100M events, in a temp dir
+    python bench/export_memory.py --events 10e6 --workdir /tmp/pt-bench --keep
+
+Needs pytrace installed for this interpreter. Disk: the recording is ~16 bytes per event
+(1.6 GB for 100M); each output is written, measured and deleted before the next.
+"""
+
+import argparse
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+WORKLOAD = '''
+import sys
+
+def tick():
+    pass
+
+def main(calls):
+    for _ in range(calls):
+        tick()
+
+main(int(sys.argv[1]))
+'''
+
+FORMATS = (("collapsed", "stacks.folded"), ("pstats", "profile.pstats"),
+           ("perfetto", "trace.json"), ("speedscope", "profile.speedscope.json"))
+
+
+def run_measured(cmd):
+    """Run cmd; return (exit status, wall seconds, peak RSS of that child in bytes)."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # wait4 gives this child's own rusage (RUSAGE_CHILDREN would be the max over all).
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    err = proc.stderr.read().decode(errors="replace")
+    proc.stderr.close()
+    return proc.returncode, wall, usage.ru_maxrss * 1024, err
+
+
+def mib(n):
+    return n / (1 << 20)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--events", type=float, default=100e6, help="events to record (default 100e6)")
+    p.add_argument("--workdir", default=None, help="where to put the recording (default: a temp dir)")
+    p.add_argument("--keep", action="store_true", help="keep the recording")
+    p.add_argument("--recording", default=None, help="export this existing recording instead")
+    args = p.parse_args()
+    py = sys.executable
+    print("command: %s" % " ".join(shlex.quote(a) for a in [py] + sys.argv))
+    print("python:  %s" % sys.version.split()[0])
+    work = args.workdir or tempfile.mkdtemp(prefix="pytrace-export-bench-")
+    os.makedirs(work, exist_ok=True)
+    try:
+        if args.recording:
+            rec = args.recording
+            events = None
+        else:
+            script = os.path.join(work, "tight_calls.py")
+            with open(script, "w") as f:
+                f.write(WORKLOAD)
+            rec = os.path.join(work, "bench.pytrace")
+            calls = int(args.events) // 2 + 1000        # Call + Return per call
+            cmd = [py, "-m", "pytrace", "record", "-o", rec, "--no-c-calls", "--", py, script, str(calls)]
+            print("record:  %s" % " ".join(shlex.quote(a) for a in cmd))
+            rc, wall, rss, err = run_measured(cmd)
+            summary = [line for line in err.splitlines() if "events written" in line]
+            if rc != 0 or not summary:
+                print(err, file=sys.stderr)
+                print("recording failed (exit %d)" % rc, file=sys.stderr)
+                return 1
+            events = int(summary[-1].split("pytrace record: ")[1].split(" events written")[0])
+            print("         %s" % summary[-1])
+            print("         %.1f s wall, recorder+job peak RSS %.0f MiB" % (wall, mib(rss)))
+        size = os.path.getsize(rec)
+        print("recording: %s, %.1f MiB%s" % (rec, mib(size),
+                                            ", %d events" % events if events is not None else ""))
+        print()
+        print("%-11s %10s %14s %12s %16s %s" % ("format", "wall s", "peak RSS MiB", "RSS/file",
+                                               "output MiB", "events/s"))
+        for fmt, name in FORMATS:
+            out = os.path.join(work, name)
+            cmd = [py, "-m", "pytrace", "export", rec, "--format", fmt, "-o", out]
+            rc, wall, rss, err = run_measured(cmd)
+            out_size = os.path.getsize(out) if os.path.exists(out) else 0
+            if os.path.exists(out):
+                os.unlink(out)
+            if rc != 0:
+                print("%-11s failed (exit %d): %s" % (fmt, rc, err.strip().splitlines()[-1:] or ""))
+                continue
+            rate = ("%.2fM" % (events / wall / 1e6)) if events else "-"
+            print("%-11s %10.1f %14.1f %11.2f%% %16.1f %s" % (fmt, wall, mib(rss), 100.0 * rss / size,
+                                                         mib(out_size), rate), flush=True)
+    finally:
+        if not args.keep and not args.recording:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

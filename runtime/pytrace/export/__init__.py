@@ -1,0 +1,131 @@
+"""`pytrace export`: turn a recording into the formats other tools read.
+
+    pytrace export out.pytrace --format perfetto   -o trace.json       # ui.perfetto.dev, chrome://tracing
+    pytrace export out.pytrace --format speedscope -o profile.json     # speedscope.app
+    pytrace export out.pytrace --format collapsed  -o stacks.folded    # flamegraph.pl, inferno
+    pytrace export out.pytrace --format pstats     -o profile.pstats   # pstats, snakeviz, gprof2dot
+
+Every format is written while the recording is read message by message (see
+stackwalk.py); memory holds the open stacks, the symbol table and the format's own
+aggregates, never the event list. A damaged recording is exported up to the damage,
+which is reported with its byte offset (exit status 1).
+"""
+
+import argparse
+import os
+import sys
+
+from ..recording import RecordingError
+from .stackwalk import Exporter, Walker
+
+__all__ = ["main", "export", "FORMATS", "Walker", "Exporter"]
+
+FORMATS = ("perfetto", "speedscope", "collapsed", "pstats")
+
+_SUFFIXES = (
+    (".speedscope.json", "speedscope"),
+    (".pstats", "pstats"), (".prof", "pstats"),
+    (".folded", "collapsed"), (".collapsed", "collapsed"), (".txt", "collapsed"),
+    (".json", "perfetto"),
+)
+
+
+def _make(fmt, out, weight, per_thread, tmp_dir):
+    if fmt == "perfetto":
+        from .perfetto import PerfettoExporter
+        return PerfettoExporter(out)
+    if fmt == "speedscope":
+        from .speedscope import SpeedscopeExporter
+        return SpeedscopeExporter(out, tmp_dir=tmp_dir)
+    if fmt == "collapsed":
+        from .collapsed import CollapsedExporter
+        return CollapsedExporter(out, weight=weight, per_thread=per_thread)
+    if fmt == "pstats":
+        from .pstats_export import PstatsExporter
+        return PstatsExporter(out)
+    raise ValueError("unknown format %r (choose from %s)" % (fmt, ", ".join(FORMATS)))
+
+
+def export(recording, fmt, output, weight="ns", per_thread=False, follow=False, timeout=30.0):
+    """Export `recording` to `output` (a path, or "-" for stdout). Returns the Walker
+    (counters: events, lost_events, unmatched, threads) and the RecordingError that
+    stopped the read early, or None."""
+    binary = fmt == "pstats"
+    if output == "-":
+        if binary:
+            raise ValueError("pstats output must go to a file, not stdout")
+        f, close = sys.stdout, False
+        tmp_dir = None
+    else:
+        f = open(output, "wb" if binary else "w", encoding=None if binary else "utf-8",
+                 **({} if binary else {"newline": "\n"}))
+        close = True
+        tmp_dir = os.path.dirname(os.path.abspath(output))
+    try:
+        walker = Walker(_make(fmt, f, weight, per_thread, tmp_dir))
+        error = walker.run(recording, follow=follow, timeout=timeout)
+    finally:
+        if close:
+            f.close()
+    return walker, error
+
+
+def _guess_format(output):
+    low = output.lower()
+    for suffix, fmt in _SUFFIXES:
+        if low.endswith(suffix):
+            return fmt
+    return None
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(
+        prog="pytrace export",
+        description="Export a pytrace recording to Perfetto/Chrome JSON, speedscope JSON, "
+                    "collapsed stacks or a pstats file.")
+    p.add_argument("recording", help="a file written by `pytrace record`")
+    p.add_argument("--format", "-f", choices=FORMATS,
+                   help="output format (default: guessed from the -o suffix)")
+    p.add_argument("-o", "--output", required=True, help="output file ('-' = stdout, not for pstats)")
+    p.add_argument("--weight", choices=("ns", "calls"), default="ns",
+                   help="collapsed: self time in integer nanoseconds (default) or call counts")
+    p.add_argument("--per-thread", action="store_true",
+                   help="collapsed: start each stack with its thread")
+    p.add_argument("--follow", action="store_true",
+                   help="read a recording that is still being written, until the job ends")
+    p.add_argument("--timeout", type=float, default=30.0,
+                   help="--follow: give up after this many seconds without new data")
+    args = p.parse_args(argv)
+    fmt = args.format or _guess_format(args.output)
+    if fmt is None:
+        p.error("cannot tell the format from %r: pass --format (%s)" % (args.output, "|".join(FORMATS)))
+    try:
+        walker, error = export(args.recording, fmt, args.output, weight=args.weight,
+                               per_thread=args.per_thread, follow=args.follow, timeout=args.timeout)
+    except RecordingError as e:       # damage before anything could be read (header)
+        print("pytrace export: %s" % e, file=sys.stderr)
+        return 1
+    except BrokenPipeError:           # `pytrace export ... -o - | head`
+        try:
+            sys.stdout = None
+        finally:
+            return 1
+    except (OSError, ValueError) as e:
+        print("pytrace export: %s" % e, file=sys.stderr)
+        return 1
+    where = "stdout" if args.output == "-" else args.output
+    print("pytrace export: %d events, %d threads, %d symbols -> %s (%s)" % (
+        walker.events, len(walker.threads), len(walker.symbols), where, fmt), file=sys.stderr)
+    if walker.lost_events:
+        print("pytrace export: the recording has gaps: %d events were dropped while recording "
+              "(policy drop); stacks were rebuilt after each gap" % walker.lost_events, file=sys.stderr)
+    if fmt == "pstats" and not walker.events:
+        print("pytrace export: the recording holds no calls; pstats.Stats refuses an empty "
+              "profile", file=sys.stderr)
+    if walker.unmatched:
+        print("pytrace export: %d returns had no matching call and were ignored" % walker.unmatched,
+              file=sys.stderr)
+    if error is not None:
+        print("pytrace export: %s; exported everything before it" % error, file=sys.stderr)
+        return 1
+    return 0

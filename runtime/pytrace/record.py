@@ -1,0 +1,374 @@
+"""`pytrace record`: write a job's message stream to a recording file while it runs.
+
+    pytrace record -o out.pytrace [options] -- python script.py [args...]
+    pytrace record -o out.pytrace [options] -- -m module [args...]
+    pytrace record -o out.pytrace PID
+
+The first form runs the program under `pytrace run --policy wait ...` (lossless by
+default: the job waits when its ring is full; `--policy drop` lets it drop events
+instead, and the recording then marks every gap), attaches to the child's segment
+through the reader library, and writes every message it drains to the file as it
+arrives (format: pytrace.recording).
+
+The child is `python -m pytrace.record --child run ...`, which is `pytrace run` with
+one addition: right after tracing starts it reports its segment name on a pipe and
+waits (at most --attach-timeout) until the recorder has attached. Without that
+handshake a short job could exit, and unlink its segment, before the recorder found
+it, and the start of any job would race the recorder's attach. The second attaches to a running traced job and
+records until it exits or Ctrl-C; the policy is the job's own.
+
+Exit status: the program's exit status (first form), 0 (second form), 1 when the
+recording could not be made.
+"""
+
+import argparse
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+from .recording import RecordingWriter
+
+_POLICY_TEXT = {
+    "wait": "recording lossless (policy wait): the job waits when the ring is full",
+    "drop": "recording with drops (policy drop): when the ring is full the job drops events "
+            "and the recording marks each gap",
+}
+_PY_FLAGS_WITH_VALUE = ("-X", "-W")
+_PY_FLAGS = ("-u", "-O", "-OO", "-B", "-E", "-I", "-s", "-S", "-b", "-bb", "-q", "-v")
+_MSG_PROCESS_INFO = 1
+_ENV_FDS = "PYTRACE_RECORD_FDS"   # "<fd to report the segment on>,<fd to wait on>"
+_POLL_MAX_EVENTS = 1 << 20
+
+
+def _child_main(argv):
+    """`python -m pytrace.record --child run ...`: `pytrace run` plus the handshake."""
+    fds = os.environ.pop(_ENV_FDS, "")
+    import pytrace
+    original_start = pytrace.start
+
+    def start(*args, **kwargs):
+        segment = original_start(*args, **kwargs)
+        pytrace.start = original_start
+        _child_handshake(fds, segment, kwargs)
+        return segment
+
+    if fds:
+        pytrace.start = start
+    from .cli import main as cli_main
+    return cli_main(argv)
+
+
+def _child_handshake(fds, segment, kwargs):
+    try:
+        report_fd, wait_fd = (int(x) for x in fds.split(","))
+    except ValueError:
+        return
+    try:
+        os.write(report_fd, (segment + "\n").encode())
+        os.close(report_fd)
+        os.read(wait_fd, 1)          # the recorder attached (or gave up: EOF)
+    except OSError:
+        pass
+    finally:
+        try:
+            os.close(wait_fd)
+        except OSError:
+            pass
+
+
+def _say(text):
+    sys.stderr.write("pytrace record: %s\n" % text)
+    sys.stderr.flush()
+
+
+def _parser():
+    p = argparse.ArgumentParser(
+        prog="pytrace record",
+        usage="pytrace record -o OUT [options] -- python script.py [args...]\n"
+              "       pytrace record -o OUT [options] PID",
+        description="Record a traced job to a file (read it with `pytrace export`).")
+    p.add_argument("-o", "--output", required=True, help="recording file to write")
+    p.add_argument("--policy", choices=("wait", "drop"), default="wait",
+                   help="full ring: the job waits for the recorder (default, lossless) or drops "
+                        "events (gaps are marked); for a new job only")
+    p.add_argument("--no-c-calls", dest="c_calls", action="store_false",
+                   help="do not record calls of C functions")
+    p.add_argument("--include", action="append", metavar="MODULE_OR_PATH",
+                   help="trace only these modules / path prefixes (repeatable)")
+    p.add_argument("--exclude", action="append", metavar="MODULE_OR_PATH",
+                   help="do not trace these modules / path prefixes (repeatable)")
+    p.add_argument("--ring-size", type=float, default=0, metavar="MiB",
+                   help="size of each ring in MiB (new job only)")
+    p.add_argument("--attach-timeout", type=float, default=30.0, metavar="S",
+                   help="how long to wait for the job's segment to appear (default 30)")
+    p.add_argument("command", nargs=argparse.REMAINDER,
+                   help="-- python script.py args..., or the PID of a traced job")
+    return p
+
+
+def _split_command(command):
+    """-> (interpreter, interpreter flags, `pytrace run` target args)."""
+    interp = sys.executable
+    if command and re.fullmatch(r"python[0-9.]*", os.path.basename(command[0])):
+        interp, command = command[0], command[1:]
+    flags = []
+    i = 0
+    while i < len(command) and command[i] != "-m" and command[i].startswith("-"):
+        if command[i] in _PY_FLAGS_WITH_VALUE and i + 1 < len(command):
+            flags += command[i:i + 2]
+            i += 2
+        elif command[i] in _PY_FLAGS or command[i].startswith(("-X", "-W")):
+            flags.append(command[i])
+            i += 1
+        else:
+            raise ValueError("unsupported python option %s (put it in PYTHONOPTIMIZE etc.)" % command[i])
+    return interp, flags, command[i:]
+
+
+class _Interrupts:
+    """Counts Ctrl-C instead of dying: the recorder must drain and close the file."""
+
+    def __init__(self):
+        self.count = 0
+        self._old = None
+
+    def __enter__(self):
+        self._old = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        self.count += 1
+
+    def __exit__(self, *exc):
+        signal.signal(signal.SIGINT, self._old)
+
+
+def _read_segment(fd, timeout):
+    """The segment name the child reports once tracing started ("" if it never does)."""
+    import select
+    deadline = time.monotonic() + timeout
+    data = b""
+    while b"\n" not in data:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        try:
+            ready, _, _ = select.select([fd], [], [], left)
+        except InterruptedError:
+            continue
+        if not ready:
+            break
+        chunk = os.read(fd, 256)
+        if not chunk:
+            break
+        data += chunk
+    return data.split(b"\n")[0].decode(errors="replace").strip()
+
+
+def _attach(target, child, timeout):
+    """Attach to a segment (name or pid); retries until it exists. -> Reader or None."""
+    target_pid = child.pid if child is not None else int(target)
+    from . import _pytrace
+    deadline = time.monotonic() + timeout
+    last_error = None
+    delay = 0.001
+    while True:
+        try:
+            return _pytrace.Reader(str(target))
+        except OSError as e:
+            last_error = e
+            import errno
+            if e.errno == errno.EBUSY:
+                _say("cannot attach to pid %d: another reader holds its segment (%s)" % (target_pid, e))
+                return None
+        exited = child is not None and child.poll() is not None
+        if exited or time.monotonic() >= deadline:
+            if exited:                      # one last try: the segment outlives the job
+                try:
+                    return _pytrace.Reader(str(target))
+                except OSError as e:
+                    last_error = e
+            _say("no pytrace segment for pid %d%s: %s" % (
+                target_pid, " (the job exited before tracing started)" if exited else
+                " after %.0f s" % timeout, last_error))
+            return None
+        time.sleep(delay)
+        delay = min(delay * 2, 0.02)
+
+
+def _record(reader, writer, child, interrupts, pid_mode):
+    """Drain reader into writer until the job is done. -> (died, stopped_by_user)."""
+    flush_every = 0.1
+    next_flush = time.monotonic() + flush_every
+    quiet_since = None
+    announced = not pid_mode
+    while True:
+        try:
+            batch = reader.poll(_POLL_MAX_EVENTS)
+        except BrokenPipeError:
+            return True, False
+        for msg_type, data in batch:
+            writer.append(data, msg_type)
+            if msg_type == _MSG_PROCESS_INFO:
+                policy = _policy_of(data)
+                if policy is not None:
+                    writer.set_lossless(policy == 1)
+                    if not announced:
+                        _say(_POLICY_TEXT["wait" if policy == 1 else "drop"] + " (the job's setting)")
+                        announced = True
+        if reader.finished:
+            return False, False
+        now = time.monotonic()
+        if now >= next_flush:
+            writer.flush()
+            next_flush = now + flush_every
+        if interrupts.count >= (1 if pid_mode else 2):
+            return False, True
+        if batch:
+            quiet_since = None
+            continue
+        if child is not None and child.poll() is not None:
+            # The job is gone but the reader has not seen it finish: give it a moment.
+            quiet_since = quiet_since or now
+            if now - quiet_since > 5.0:
+                _say("the job exited but its segment did not report it; stopping")
+                return True, False
+        time.sleep(0.002)
+
+
+def _policy_of(data):
+    from .reader import decode
+    try:
+        return decode(_MSG_PROCESS_INFO, data).drop_policy
+    except Exception:  # noqa: BLE001 - the file keeps the message either way
+        return None
+
+
+def _summary(reader, writer, path):
+    dropped = writer.lost_events
+    try:
+        stats = reader.stats()
+        dropped = max(dropped, int(stats.get("producer_events_dropped", 0) or 0))
+    except Exception:  # noqa: BLE001 - the summary must not fail the recording
+        pass
+    _say("%d events written, %d events dropped, %d bytes, %s" % (
+        writer.events, dropped, writer.bytes_written, path))
+
+
+def main(argv=None):
+    args = _parser().parse_args(argv)
+    command = list(args.command)
+    explicit = bool(command) and command[0] == "--"
+    if explicit:
+        command = command[1:]
+    if not command:
+        _say("give a command (pytrace record -o OUT -- python script.py) or a PID")
+        return 2
+    pid_mode = not explicit and len(command) == 1 and command[0].isdigit()
+    path = args.output
+
+    try:
+        from . import _pytrace  # noqa: F401
+    except ImportError as e:
+        _say("the _pytrace extension is not available (%s); reinstall pytrace" % e)
+        return 1
+
+    child = None
+    if pid_mode:
+        target_pid = int(command[0])
+    else:
+        try:
+            interp, flags, target = _split_command(command)
+        except ValueError as e:
+            _say(str(e))
+            return 2
+        if not target:
+            _say("nothing to run after the interpreter: give a script or -m module")
+            return 2
+        run = [interp] + flags + ["-m", "pytrace.record", "--child", "run", "--policy", args.policy]
+        if not args.c_calls:
+            run.append("--no-c-calls")
+        for inc in args.include or ():
+            run += ["--include", inc]
+        for exc in args.exclude or ():
+            run += ["--exclude", exc]
+        if args.ring_size:
+            run += ["--ring-size", str(args.ring_size)]
+        run += target
+        _say(_POLICY_TEXT[args.policy])
+        report_r, report_w = os.pipe()
+        wait_r, wait_w = os.pipe()
+        env = dict(os.environ)
+        env[_ENV_FDS] = "%d,%d" % (report_w, wait_r)
+        try:
+            child = subprocess.Popen(run, pass_fds=(report_w, wait_r), env=env)
+        except OSError as e:
+            _say("cannot start %s: %s" % (interp, e))
+            return 1
+        finally:
+            os.close(report_w)
+            os.close(wait_r)
+        target_pid = child.pid
+        segment = _read_segment(report_r, args.attach_timeout)
+        os.close(report_r)
+
+    with _Interrupts() as interrupts:
+        if child is not None:
+            try:
+                reader = _attach(segment or target_pid, child, args.attach_timeout)
+            finally:
+                os.close(wait_w)     # lets the job go on, attached or not
+        else:
+            reader = _attach(target_pid, None, args.attach_timeout)
+        if reader is None:
+            return _finish_child(child, failed=True)
+        try:
+            writer = RecordingWriter(path, lossless=(not pid_mode and args.policy == "wait"))
+        except OSError as e:
+            _say("cannot write %s: %s" % (path, e))
+            reader.close()
+            return _finish_child(child, failed=True)
+        died = stopped = False
+        try:
+            died, stopped = _record(reader, writer, child, interrupts, pid_mode)
+        except OSError as e:
+            _say("reading the segment failed: %s" % e)
+            died = True
+        finally:
+            writer.close()
+            _summary(reader, writer, path)
+            if died:
+                _say("the job ended without reporting its exit; the recording holds everything "
+                     "it published")
+            if stopped:
+                _say("stopped by Ctrl-C; the recording holds everything read so far")
+            try:
+                reader.close(unlink_if_finished=True)
+            except Exception:  # noqa: BLE001
+                pass
+        return _finish_child(child, failed=False)
+
+
+def _finish_child(child, failed):
+    if child is None:
+        return 1 if failed else 0
+    while True:
+        try:
+            rc = child.wait()
+            break
+        except KeyboardInterrupt:
+            continue
+    if rc < 0:                      # killed by a signal: report it like a shell
+        rc = 128 - rc
+    if failed and rc == 0:
+        return 1
+    return rc
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--child"]:
+        sys.exit(_child_main(sys.argv[2:]))
+    sys.exit(main(sys.argv[1:]))
