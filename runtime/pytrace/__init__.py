@@ -1,0 +1,225 @@
+"""pytrace: live tracing for CPython.
+
+Every call and return of the traced program goes into lock-free rings in a shared-memory
+segment; another process reads them live (`pytrace.Reader`, `pytrace-top`, ...).
+
+    import pytrace
+    pytrace.start()                       # -> "/pytrace-1234-0"
+    with pytrace.span("load batch"):
+        ...
+    pytrace.mark("epoch 3")
+    counters = pytrace.stop()
+
+    with pytrace.trace(c_calls=False, exclude=["logging"]):
+        ...
+
+    @pytrace.span                          # span named by the function's qualname
+    def step(): ...
+"""
+
+import functools
+import inspect
+import os
+import threading
+import warnings
+from dataclasses import dataclass, fields
+
+from .reader import Reader, decode  # noqa: F401  (public)
+
+try:
+    from importlib.metadata import version as _dist_version
+    __version__ = _dist_version("pytrace")
+except Exception:  # noqa: BLE001 - running from a source tree
+    __version__ = "0.1.0"
+
+try:
+    from . import _pytrace
+except ImportError as _e:  # the extension is not built: the reader-side helpers still work
+    _pytrace = None
+    _import_error = _e
+
+__all__ = ["start", "stop", "trace", "span", "mark", "counters", "is_tracing", "Reader",
+           "Counters", "decode", "segment_name", "__version__"]
+
+
+def _ext():
+    if _pytrace is None:
+        raise ImportError("pytrace: the _pytrace extension is not available (%s); "
+                          "reinstall with `pip install pytrace`" % _import_error)
+    return _pytrace
+
+
+@dataclass
+class Counters:
+    """What the tracer did, as reported by stop() / counters()."""
+    segment: str = ""
+    events_written: int = 0
+    events_dropped: int = 0
+    hook_errors: int = 0
+    symbols: int = 0
+    symbols_dropped: int = 0
+    threads: int = 0
+    rings_exhausted: int = 0
+    first_error: str = ""
+
+    @classmethod
+    def _from(cls, d):
+        names = {f.name for f in fields(cls)}
+        c = cls(**{k: v for k, v in d.items() if k in names})
+        if c.first_error is None:
+            c.first_error = ""
+        return c
+
+
+# Label ids are interned once per name and segment: the cache is emptied whenever a
+# new segment starts (start(), and the fork child's own segment).
+_labels = {}
+_labels_lock = threading.Lock()
+
+
+def _clear_labels():
+    _labels.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_clear_labels)
+
+
+def _label(name):
+    label_id = _labels.get(name)
+    if label_id is None:
+        with _labels_lock:
+            label_id = _labels.get(name)
+            if label_id is None:
+                label_id = _labels[name] = _pytrace.label(name)
+    return label_id
+
+
+def start(c_calls=True, include=None, exclude=None, policy="drop", *, ring_count=0,
+          chunk_bytes=0, chunks_per_ring=0, symlog_bytes=0, wait_timeout=1.0, clock="auto",
+          cmdline=None):
+    """Start tracing every thread of this process into a new segment; return its name.
+
+    include/exclude: module names or path prefixes (a string or a list). policy "drop"
+    (a full ring drops events and says so with a Lost record) or "wait" (the producer
+    waits up to wait_timeout seconds for the reader). Raises RuntimeError if tracing is
+    already on, OSError if the segment cannot be created.
+    """
+    ext = _ext()
+    if isinstance(include, str):
+        include = [include]
+    if isinstance(exclude, str):
+        exclude = [exclude]
+    if policy not in ("drop", "wait"):
+        raise ValueError("pytrace.start: policy must be 'drop' or 'wait', not %r" % (policy,))
+    _clear_labels()
+    return ext.start(c_calls=c_calls, include=include, exclude=exclude, policy=policy,
+                     ring_count=ring_count, chunk_bytes=chunk_bytes,
+                     chunks_per_ring=chunks_per_ring, symlog_bytes=symlog_bytes,
+                     wait_timeout=wait_timeout, clock=clock, cmdline=cmdline)
+
+
+def stop():
+    """Stop tracing; return the Counters. Warns (RuntimeWarning) if hooks failed."""
+    result = Counters._from(_ext().stop())
+    _clear_labels()
+    if result.hook_errors:
+        warnings.warn("pytrace: %d hook error(s) while tracing; first: %s"
+                      % (result.hook_errors, result.first_error or "unknown"),
+                      RuntimeWarning, stacklevel=2)
+    return result
+
+
+def counters():
+    """Counters of the running (or last) trace."""
+    return Counters._from(_ext().counters())
+
+
+def is_tracing():
+    return _pytrace is not None and bool(_pytrace.is_tracing())
+
+
+def segment_name():
+    """Name of the current segment ("/pytrace-<pid>-<seq>"), or None."""
+    return _ext().segment_name()
+
+
+class trace:
+    """Context manager: start() on entry, stop() on exit.
+
+        with pytrace.trace(policy="wait") as t:
+            ...
+        t.segment, t.counters
+    """
+
+    def __init__(self, c_calls=True, include=None, exclude=None, policy="drop", **options):
+        self._args = dict(c_calls=c_calls, include=include, exclude=exclude, policy=policy,
+                          **options)
+        self.segment = None
+        self.counters = None
+
+    def __enter__(self):
+        self.segment = start(**self._args)
+        return self
+
+    def __exit__(self, *exc):
+        self.counters = stop()
+        return False
+
+
+class _Span:
+    """A named span: a context manager and a decorator."""
+    __slots__ = ("name", "_open")
+
+    def __init__(self, name):
+        self.name = name
+        self._open = threading.local()
+
+    def __enter__(self):
+        if _pytrace is not None and _pytrace.is_tracing():
+            label_id = _label(self.name)
+            _pytrace.span_begin(label_id)
+            self._open.__dict__.setdefault("ids", []).append(label_id)
+        else:
+            self._open.__dict__.setdefault("ids", []).append(None)
+        return self
+
+    def __exit__(self, *exc):
+        label_id = self._open.ids.pop()
+        if label_id is not None and _pytrace.is_tracing():
+            _pytrace.span_end(label_id)
+        return False
+
+    def __call__(self, func):
+        name = self.name
+        if inspect.iscoroutinefunction(func):
+            @functools.wraps(func)
+            async def async_wrapper(*args, **kwargs):
+                with _Span(name):
+                    return await func(*args, **kwargs)
+            return async_wrapper
+
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            with _Span(name):
+                return func(*args, **kwargs)
+        return wrapper
+
+    def __repr__(self):
+        return "pytrace.span(%r)" % self.name
+
+
+def span(name):
+    """A user span: `with pytrace.span("load batch"):`, `@pytrace.span("x")`, or bare
+    `@pytrace.span` (named by the function's qualified name)."""
+    if callable(name) and not isinstance(name, str):
+        return _Span(getattr(name, "__qualname__", getattr(name, "__name__", "span")))(name)
+    if not isinstance(name, str):
+        raise TypeError("pytrace.span: name must be a str, not %s" % type(name).__name__)
+    return _Span(name)
+
+
+def mark(name):
+    """An instant mark with a label (ignored when not tracing)."""
+    if _pytrace is not None and _pytrace.is_tracing():
+        _pytrace.mark(_label(name))

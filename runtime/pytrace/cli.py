@@ -1,0 +1,303 @@
+"""The `pytrace` command line.
+
+    pytrace run [options] script.py [args...]     run a program traced
+    pytrace run [options] -m module [args...]
+    pytrace ls [--all] [--collect]                 list segments
+
+`top`, `record` and `export` are reserved: they run `pytrace.<name>.main(argv)` when
+that module is part of the build.
+"""
+
+import argparse
+import json
+import os
+import runpy
+import sys
+import tempfile
+
+USAGE = """usage: pytrace run [options] (script.py | -m module) [args...]
+       pytrace ls [--all] [--collect]
+       pytrace top | record | export ...  (when available in this build)"""
+
+ENV_OPTIONS = "PYTRACE_SUBPROCESS_OPTIONS"   # JSON start() options for traced children
+RESERVED = ("top", "record", "export")
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports one line and exits 2 (through UsageError)."""
+
+    def error(self, message):
+        raise UsageError(message)
+
+
+def _run_parser():
+    p = _Parser(prog="pytrace run", add_help=True,
+                description="Run a Python program with tracing on.")
+    p.add_argument("--no-c-calls", dest="c_calls", action="store_false",
+                   help="do not record calls of C functions")
+    p.add_argument("--include", action="append", default=None, metavar="MODULE_OR_PATH",
+                   help="trace only these modules / path prefixes (repeatable)")
+    p.add_argument("--exclude", action="append", default=None, metavar="MODULE_OR_PATH",
+                   help="do not trace these modules / path prefixes (repeatable)")
+    p.add_argument("--policy", choices=("drop", "wait"), default="drop",
+                   help="full ring: drop events (default) or wait for the reader")
+    p.add_argument("--rings", type=int, default=0, metavar="N",
+                   help="number of rings (threads traced at once)")
+    p.add_argument("--ring-size", type=float, default=0, metavar="MiB",
+                   help="size of each ring in MiB")
+    p.add_argument("--subprocesses", action="store_true",
+                   help="trace Python child processes too, each into its own segment")
+    p.add_argument("-m", dest="module", default=None, metavar="MODULE",
+                   help="run a library module as a script")
+    return p
+
+
+def _start_options(ns):
+    opts = {"c_calls": ns.c_calls, "include": ns.include, "exclude": ns.exclude,
+            "policy": ns.policy}
+    if ns.rings < 0 or ns.rings > 4096:
+        raise UsageError("--rings must be between 1 and 4096")
+    if ns.rings:
+        opts["ring_count"] = ns.rings
+    if ns.ring_size < 0:
+        raise UsageError("--ring-size must be positive (MiB)")
+    if ns.ring_size:
+        # A ring is chunks of 64 KiB; round the count to a power of two the layout accepts.
+        ring_bytes = int(ns.ring_size * (1 << 20))
+        chunk = 64 << 10
+        chunks = max(2, ring_bytes // chunk)
+        chunks = 1 << (chunks.bit_length() - 1)
+        if chunks > (1 << 16):
+            raise UsageError("--ring-size %g MiB is too large" % ns.ring_size)
+        opts["chunk_bytes"] = chunk
+        opts["chunks_per_ring"] = chunks
+    return opts
+
+
+def _announce(segment):
+    sys.stderr.write("pytrace: tracing pid %d into %s; attach with: pytrace-top %d\n"
+                     % (os.getpid(), segment, os.getpid()))
+    sys.stderr.flush()
+
+
+def _install_subprocess_hook(opts):
+    """Make Python children start tracing: a sitecustomize.py on PYTHONPATH that imports
+    pytrace._autostart, which reads the options from ENV_OPTIONS."""
+    hook_dir = tempfile.mkdtemp(prefix="pytrace-site-")
+    with open(os.path.join(hook_dir, "sitecustomize.py"), "w") as f:
+        f.write("# written by `pytrace run --subprocesses`\n"
+                "import pytrace._autostart\n"
+                "pytrace._autostart.main(__file__)\n")
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = hook_dir + (os.pathsep + old if old else "")
+    os.environ[ENV_OPTIONS] = json.dumps(opts)
+
+    import atexit
+    import shutil
+    atexit.register(shutil.rmtree, hook_dir, True)
+
+
+def _exit_code(exc):
+    """The process exit code python would use for a SystemExit."""
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    try:
+        sys.stderr.write(str(code) + "\n")
+    except Exception:  # noqa: BLE001
+        pass
+    return 1
+
+
+def _print_exception(exc, skip_file):
+    """Print like the interpreter does, without pytrace's own frames on top."""
+    tb = exc.__traceback__
+    while tb is not None and (tb.tb_frame.f_code.co_filename in skip_file
+                              or "runpy" in os.path.basename(tb.tb_frame.f_code.co_filename)):
+        tb = tb.tb_next
+    exc.__traceback__ = tb     # the display uses the exception's own traceback
+    sys.excepthook(type(exc), exc, tb)
+
+
+_VALUE_OPTIONS = ("--include", "--exclude", "--policy", "--rings", "--ring-size")
+
+
+def _split_run_args(argv):
+    """Split `run` arguments into pytrace's options and the program's command line:
+    the program starts at the first non-option (a script) or just after `-m MODULE`,
+    so its own options are never taken for ours."""
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "-m":
+            return argv[:i + 2], argv[i + 2:]
+        if arg.startswith("-m") and len(arg) > 2:            # -mmodule
+            return argv[:i] + ["-m", arg[2:]], argv[i + 1:]
+        if arg == "--":
+            return argv[:i], argv[i + 1:]
+        if not arg.startswith("-") or arg == "-":
+            return argv[:i], argv[i:]
+        i += 2 if arg in _VALUE_OPTIONS else 1
+    return argv, []
+
+
+def cmd_run(argv):
+    ours, program = _split_run_args(argv)
+    ns = _run_parser().parse_args(ours)
+    ns.target = program
+    if ns.module is None and not ns.target:
+        raise UsageError("run: give a script (pytrace run script.py) or a module (pytrace run -m mod)")
+    if ns.module is None and ns.target[0].startswith("-"):
+        raise UsageError("run: unknown option %s" % ns.target[0])
+    opts = _start_options(ns)
+
+    if ns.module is not None:
+        sys.argv = [ns.module] + ns.target   # runpy sets argv[0] to the module's file
+        sys.path[0] = os.getcwd()            # as `python -m` does
+    else:
+        script = ns.target[0]
+        if not os.path.exists(script):
+            raise UsageError("run: can't open file %r: no such file" % script)
+        sys.argv = list(ns.target)
+        sys.path[0] = os.path.dirname(os.path.abspath(script))
+
+    import pytrace
+    if ns.subprocesses:
+        _install_subprocess_hook(opts)
+    try:
+        segment = pytrace.start(**opts)
+    except (OSError, RuntimeError, ValueError) as e:
+        sys.stderr.write("pytrace: cannot start tracing: %s\n" % e)
+        return 1
+    _announce(segment)
+
+    import atexit
+    # Stop after the interpreter joined the program's non-daemon threads (atexit runs
+    # after threading's shutdown), so their tails are traced too.
+    atexit.register(_stop_at_exit)
+
+    skip = (__file__,)
+    try:
+        if ns.module is not None:
+            runpy.run_module(ns.module, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(sys.argv[0], run_name="__main__")
+    except SystemExit as e:
+        return _exit_code(e)
+    except KeyboardInterrupt as e:
+        _print_exception(e, skip)
+        return 130
+    except BaseException as e:  # noqa: BLE001 - report like the interpreter
+        _print_exception(e, skip)
+        return 1
+    return 0
+
+
+def _stop_at_exit():
+    import pytrace
+    if pytrace.is_tracing():
+        try:
+            pytrace.stop()
+        except Exception:  # noqa: BLE001 - never fail the program's exit
+            pass
+
+
+_STATE_NAMES = {0: "empty", 1: "running", 2: "stopped", 3: "exited", 4: "dead"}
+
+
+def cmd_ls(argv):
+    p = _Parser(prog="pytrace ls", description="List pytrace segments.")
+    p.add_argument("--all", action="store_true", help="include stale segments of dead processes")
+    p.add_argument("--collect", action="store_true", help="remove stale segments")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    ns = p.parse_args(argv)
+    from . import _ext
+    ext = _ext()
+    if ns.collect:
+        removed = ext.collect_stale()
+        print("pytrace: removed %d stale segment%s" % (removed, "" if removed == 1 else "s"))
+        return 0
+    segs = ext.list_segments()
+    if not ns.all:
+        segs = [s for s in segs if s.get("alive") and s.get("valid", True)]
+    if ns.json:
+        print(json.dumps(segs, indent=1))
+        return 0
+    if not segs:
+        print("no %ssegments" % ("" if ns.all else "live "))
+        return 0
+    rows = [("PID", "STATE", "THREADS", "EVENTS", "DROPPED", "SEGMENT", "COMMAND")]
+    for s in segs:
+        state = s.get("state")
+        state = _STATE_NAMES.get(state, str(state)) if isinstance(state, int) else str(state)
+        if not s.get("alive"):
+            state = "stale" if state not in ("exited",) else "exited"
+        if not s.get("valid", True):
+            state = "invalid"
+        cmd = _printable(s.get("cmdline") or s.get("error") or "")
+        rows.append((str(s.get("pid", "?")), state, str(s.get("threads_active", "")),
+                     str(s.get("events_written", "")), str(s.get("events_dropped", "")),
+                     _printable(s.get("name", "")), cmd))
+    widths = [max(len(r[i]) for r in rows) for i in range(6)]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r[:6], widths)) + "  " + r[6])
+    return 0
+
+
+def _printable(text):
+    """Names from a segment are untrusted: escape control characters for the terminal."""
+    return "".join(c if c.isprintable() else "\\x%02x" % ord(c) if ord(c) < 256 else "?"
+                   for c in str(text))
+
+
+def cmd_reserved(name, argv):
+    import importlib
+    try:
+        module = importlib.import_module("pytrace." + name)
+    except ModuleNotFoundError as e:
+        if e.name not in ("pytrace." + name,):
+            raise
+        sys.stderr.write("pytrace: '%s' is not available in this build\n" % name)
+        return 2
+    return module.main(argv)
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE, file=sys.stdout if argv else sys.stderr)
+        return 0 if argv else 2
+    if argv[0] in ("-V", "--version"):
+        from . import __version__
+        print("pytrace", __version__)
+        return 0
+    command, rest = argv[0], argv[1:]
+    try:
+        if command == "run":
+            code = cmd_run(rest)
+        elif command == "ls":
+            code = cmd_ls(rest)
+        elif command in RESERVED:
+            code = cmd_reserved(command, rest)
+        else:
+            raise UsageError("unknown command %r (try: run, ls)" % command)
+    except UsageError as e:
+        sys.stderr.write("pytrace: %s\n" % e)
+        return 2
+    except SystemExit as e:   # argparse --help
+        return _exit_code(e)
+    return code
+
+
+def _entry():
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    _entry()

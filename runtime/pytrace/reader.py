@@ -1,0 +1,413 @@
+"""Reading a pytrace segment from Python.
+
+`Reader(pid_or_segment)` attaches to a live segment (through the C reader library in
+`pytrace._pytrace`) and yields the messages of schema/pytrace.fbs, decoded by the
+flatc-generated code in `pytrace.fb`:
+
+    with pytrace.Reader(1234, follow=True) as reader:
+        for msg in reader:            # ProcessInfo, Symbol, EventChunk, ...
+            ...
+        # or: for msg_type, data in reader.raw(): ...   (size-prefixed FlatBuffers)
+
+`decode(msg_type, data)` decodes one raw message later (e.g. from a recording).
+
+Event chunks are decoded lazily: an `EventChunk` keeps its bytes and the position of
+the events vector (found through the generated accessors); `chunk.events` is a list
+of `Event` namedtuples and `chunk.iter_events()` yields plain tuples quickly.
+"""
+
+import enum
+import struct
+import time
+from collections import namedtuple
+from dataclasses import dataclass, field
+
+__all__ = [
+    "Reader", "decode", "decode_stream", "MsgType", "EventKind", "ProducerState",
+    "SymbolKind", "Event", "ProcessInfo", "ThreadStart", "ThreadEnd", "Symbol",
+    "EventChunk", "LostCount", "ProducerStatus", "FLAG_C_FUNCTION", "FLAG_THROWN",
+    "FLAG_SYNTHETIC",
+]
+
+
+class MsgType(enum.IntEnum):
+    """MessageBody union types (frozen)."""
+    ProcessInfo = 1
+    ThreadStart = 2
+    ThreadEnd = 3
+    Symbol = 4
+    EventChunk = 5
+    LostCount = 6
+    ProducerStatus = 7
+
+
+class EventKind(enum.IntEnum):
+    """Event.kind values (frozen, schema enum EventKind)."""
+    NONE = 0
+    Call = 1
+    Return = 2
+    CCall = 3
+    CReturn = 4
+    Unwind = 5
+    CUnwind = 6
+    Yield = 7
+    Resume = 8
+    SpanBegin = 9
+    SpanEnd = 10
+    Mark = 11
+    Lost = 12
+    Frame = 13
+
+
+class ProducerState(enum.IntEnum):
+    Empty = 0
+    Running = 1
+    Stopped = 2
+    Exited = 3
+    Dead = 4
+
+
+class SymbolKind(enum.IntEnum):
+    PyFunction = 0
+    CFunction = 1
+    Label = 2
+
+
+FLAG_C_FUNCTION = 0x01
+FLAG_THROWN = 0x02
+FLAG_SYNTHETIC = 0x04
+
+EVENT_BYTES = 16
+_EVENT = struct.Struct("<QIHBB")   # ticks, id, aux, kind, flags (schema struct Event)
+
+Event = namedtuple("Event", "ticks id aux kind flags")
+Event.__doc__ = "One 16-byte record. For kind Lost the dropped count is id | aux << 32."
+
+
+def _str(b):
+    return b.decode("utf-8", "replace") if b is not None else ""
+
+
+@dataclass
+class ProcessInfo:
+    pid: int
+    ppid: int
+    command_line: str
+    python_version: str
+    segment: str
+    abi_major: int
+    abi_minor: int
+    clock: int
+    ticks_per_second: int
+    base_ticks: int
+    base_monotonic_ns: int
+    base_realtime_ns: int
+    ring_count: int
+    ring_capacity_events: int
+    drop_policy: int
+    type = MsgType.ProcessInfo
+
+    def ticks_to_ns(self, ticks):
+        """Monotonic nanoseconds of a tick value."""
+        tps = self.ticks_per_second or 1_000_000_000
+        return (ticks - self.base_ticks) * 1_000_000_000 // tps + self.base_monotonic_ns
+
+
+@dataclass
+class ThreadStart:
+    thread: int
+    ring: int
+    os_tid: int
+    name: str
+    ticks: int
+    type = MsgType.ThreadStart
+
+
+@dataclass
+class ThreadEnd:
+    thread: int
+    ticks: int
+    events_written: int
+    events_dropped: int
+    type = MsgType.ThreadEnd
+
+
+@dataclass
+class Symbol:
+    id: int
+    kind: int
+    name: str
+    file: str
+    line: int
+    type = MsgType.Symbol
+
+
+@dataclass
+class LostCount:
+    thread: int
+    dropped_total: int
+    type = MsgType.LostCount
+
+
+@dataclass
+class ProducerStatus:
+    state: int
+    heartbeat_ns: int
+    events_written: int
+    events_dropped: int
+    hook_errors: int
+    symbols_dropped: int
+    type = MsgType.ProducerStatus
+
+
+@dataclass
+class EventChunk:
+    """A run of consecutive events of one thread.
+
+    `data` is the message (size-prefixed FlatBuffer); the events are the `count`
+    16-byte records at `events_offset`.
+    """
+    thread: int
+    first_event: int
+    count: int
+    data: bytes = field(repr=False)
+    events_offset: int = field(repr=False)
+    type = MsgType.EventChunk
+
+    def __len__(self):
+        return self.count
+
+    def events_view(self):
+        """The events vector as a memoryview of count * 16 bytes."""
+        start = self.events_offset
+        return memoryview(self.data)[start:start + EVENT_BYTES * self.count]
+
+    def iter_events(self):
+        """(ticks, id, aux, kind, flags) tuples, without building namedtuples."""
+        return _EVENT.iter_unpack(self.events_view())
+
+    @property
+    def events(self):
+        """The events as a list of `Event` namedtuples (built on first use)."""
+        cached = self.__dict__.get("_events")
+        if cached is None:
+            make = Event._make
+            cached = [make(t) for t in self.iter_events()]
+            self.__dict__["_events"] = cached
+        return cached
+
+    def event(self, index):
+        if not 0 <= index < self.count:
+            raise IndexError(index)
+        return Event._make(_EVENT.unpack_from(self.data, self.events_offset + EVENT_BYTES * index))
+
+
+# ---- decoding with the flatc-generated code ---------------------------------
+
+_fb = None
+
+
+def _gen():
+    """Import the generated readers once (pytrace.fb, installed by the build)."""
+    global _fb
+    if _fb is None:
+        from .fb import (EventChunk as _EC, LostCount as _LC, Message as _M,
+                         ProcessInfo as _PI, ProducerStatus as _PS, Symbol as _S,
+                         ThreadEnd as _TE, ThreadStart as _TS)
+        _fb = {
+            "Message": _M.Message,
+            MsgType.ProcessInfo: _PI.ProcessInfo,
+            MsgType.ThreadStart: _TS.ThreadStart,
+            MsgType.ThreadEnd: _TE.ThreadEnd,
+            MsgType.Symbol: _S.Symbol,
+            MsgType.EventChunk: _EC.EventChunk,
+            MsgType.LostCount: _LC.LostCount,
+            MsgType.ProducerStatus: _PS.ProducerStatus,
+        }
+    return _fb
+
+
+def _events_vector_start(table):
+    """Byte position of events[0] in the buffer, through the generated accessors.
+
+    EventChunk.Events(j) positions struct j at Vector(o) + 16 * j; Events(0) gives us
+    the start without restating the vtable slot here.
+    """
+    first = table.Events(0)
+    return first._tab.Pos if first is not None else 0
+
+
+def decode(msg_type, data):
+    """Decode one size-prefixed Message (bytes) into a dataclass of this module.
+
+    msg_type is the MessageBody type the reader reported; it is checked against the
+    one in the buffer. Raises ValueError on a message that does not decode.
+    """
+    gen = _gen()
+    if len(data) < 12:
+        raise ValueError("message of %d bytes is too short" % len(data))
+    (size,) = struct.unpack_from("<I", data, 0)
+    if size + 4 > len(data):
+        raise ValueError("message size prefix %d exceeds the %d bytes given" % (size, len(data)))
+    try:
+        msg = gen["Message"].GetRootAs(data, 4)
+        body_type = msg.BodyType()
+        if msg_type and body_type != msg_type:
+            raise ValueError("message type %d, but the buffer holds type %d" % (msg_type, body_type))
+        cls = gen.get(body_type)
+        body = msg.Body()
+        if cls is None or body is None:
+            raise ValueError("unknown message type %d" % body_type)
+        t = cls()
+        t.Init(body.Bytes, body.Pos)
+        return _DECODERS[body_type](t, data)
+    except (struct.error, IndexError) as e:
+        raise ValueError("corrupt message of type %d: %s" % (msg_type, e)) from None
+
+
+def _d_process_info(t, data):
+    return ProcessInfo(t.Pid(), t.Ppid(), _str(t.CommandLine()), _str(t.PythonVersion()),
+                       _str(t.Segment()), t.AbiMajor(), t.AbiMinor(), t.Clock(),
+                       t.TicksPerSecond(), t.BaseTicks(), t.BaseMonotonicNs(),
+                       t.BaseRealtimeNs(), t.RingCount(), t.RingCapacityEvents(),
+                       t.DropPolicy())
+
+
+def _d_event_chunk(t, data):
+    count = t.EventsLength()
+    start = _events_vector_start(t) if count else 0
+    if start + EVENT_BYTES * count > len(data):
+        raise ValueError("event vector of %d events overruns the %d-byte message" % (count, len(data)))
+    return EventChunk(t.Thread(), t.FirstEvent(), count, data, start)
+
+
+_DECODERS = {
+    MsgType.ProcessInfo: _d_process_info,
+    MsgType.ThreadStart: lambda t, d: ThreadStart(t.Thread(), t.Ring(), t.OsTid(), _str(t.Name()), t.Ticks()),
+    MsgType.ThreadEnd: lambda t, d: ThreadEnd(t.Thread(), t.Ticks(), t.EventsWritten(), t.EventsDropped()),
+    MsgType.Symbol: lambda t, d: Symbol(t.Id(), t.Kind(), _str(t.Name()), _str(t.File()), t.Line()),
+    MsgType.EventChunk: _d_event_chunk,
+    MsgType.LostCount: lambda t, d: LostCount(t.Thread(), t.DroppedTotal()),
+    MsgType.ProducerStatus: lambda t, d: ProducerStatus(t.State(), t.HeartbeatNs(), t.EventsWritten(),
+                                                        t.EventsDropped(), t.HookErrors(), t.SymbolsDropped()),
+}
+
+
+def decode_stream(buf):
+    """Split a concatenation of size-prefixed Messages (e.g. a recording's body) and
+    yield decoded messages. Messages are 8-aligned if the writer padded them; a zero
+    size prefix is skipped as padding."""
+    view = bytes(buf)
+    pos = 0
+    while pos + 4 <= len(view):
+        (size,) = struct.unpack_from("<I", view, pos)
+        if size == 0:
+            pos += 4
+            continue
+        data = view[pos:pos + 4 + size]
+        msg = _gen()["Message"].GetRootAs(data, 4)
+        yield decode(msg.BodyType(), data)
+        pos += 4 + size
+
+
+# ---- live reader ------------------------------------------------------------
+
+_TERMINAL_STATES = (ProducerState.Stopped, ProducerState.Exited, ProducerState.Dead)
+
+
+class Reader:
+    """A reader attached to one segment (by pid, "/pytrace-<pid>-<seq>" or its name).
+
+    Only one reader holds a segment at a time (OSError EBUSY otherwise). Iterating
+    yields decoded messages; `raw()` yields (msg_type, bytes). With follow=True the
+    iteration keeps polling (sleeping `interval` seconds between empty polls) until
+    the producer stopped or exited and everything it published was read; without it,
+    iteration ends at the first empty poll.
+    """
+
+    def __init__(self, pid_or_segment, any_user=False, follow=False, interval=0.002,
+                 lock=True):
+        from . import _pytrace
+        target = str(pid_or_segment)
+        self.follow = follow
+        self.interval = interval
+        self._r = _pytrace.Reader(target, any_user=any_user, lock=lock)
+        self.segment = getattr(self._r, "segment", target)
+        self.events_read = 0
+        self.producer_state = None      # last ProducerStatus.state seen in the stream
+
+    # one poll -------------------------------------------------------------
+    def poll(self, max_events=0):
+        """Drain what is published now: a list of (msg_type, bytes). After a dead
+        producer has been drained, raises BrokenPipeError."""
+        return self._r.poll(max_events)
+
+    @property
+    def finished(self):
+        return bool(self._r.finished)
+
+    @property
+    def error(self):
+        return self._r.error
+
+    def stats(self):
+        return self._r.stats()
+
+    # iteration --------------------------------------------------------------
+    def raw(self):
+        """Yield (msg_type, size-prefixed FlatBuffer bytes)."""
+        follow = self.follow
+        while True:
+            state = self._state() if follow else None
+            try:
+                batch = self._r.poll(0)
+            except BrokenPipeError:
+                return          # producer died; everything it published was handed out
+            if batch:
+                for msg_type, data in batch:
+                    if msg_type == MsgType.ProducerStatus:
+                        self._note_status(data)
+                    yield msg_type, data
+                continue
+            if self._r.finished or not follow:
+                return
+            # Both states were read before this empty poll, so nothing more will come.
+            if state in _TERMINAL_STATES or self.producer_state in _TERMINAL_STATES:
+                return
+            time.sleep(self.interval)
+
+    def _note_status(self, data):
+        try:
+            self.producer_state = decode(MsgType.ProducerStatus, data).state
+        except ValueError:
+            pass
+
+    def _state(self):
+        try:
+            st = self._r.stats()
+        except Exception:  # noqa: BLE001 - a stats failure must not end the stream
+            return None
+        value = st.get("producer_state") if isinstance(st, dict) else None
+        return ProducerState(value) if value in (0, 1, 2, 3, 4) else None
+
+    def __iter__(self):
+        for msg_type, data in self.raw():
+            msg = decode(msg_type, data)
+            if msg_type == MsgType.EventChunk:
+                self.events_read += msg.count
+            yield msg
+
+    # lifetime -------------------------------------------------------------
+    def close(self, unlink_if_finished=False):
+        if self._r is not None:
+            self._r.close(unlink_if_finished=unlink_if_finished)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __repr__(self):
+        return "<pytrace.Reader %s>" % self.segment

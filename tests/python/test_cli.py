@@ -1,0 +1,139 @@
+"""The `pytrace` command: run (exit codes, argv, path), ls, bad arguments, subprocesses."""
+
+import importlib.util
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from helpers import CORPUS, PY, corpus
+
+
+def pytrace_cmd(*args, cwd=CORPUS, env=None, timeout=60):
+    return subprocess.run([PY, "-m", "pytrace", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+def _announces(stderr):
+    return [l for l in stderr.splitlines() if l.startswith("pytrace: tracing pid")]
+
+
+@pytest.mark.parametrize("args", [
+    [],
+    ["bogus"],
+    ["run"],
+    ["run", "--policy", "maybe", "exit_code.py"],
+    ["run", "--rings", "x", "exit_code.py"],
+    ["run", "--rings", "-1", "exit_code.py"],
+    ["run", "--ring-size", "-3", "exit_code.py"],
+    ["run", "--nonsense", "exit_code.py"],
+    ["run", "no_such_script.py"],
+    ["ls", "--bogus"],
+], ids=lambda a: " ".join(a) or "no-args")
+def test_bad_arguments_exit_2_with_one_line(args):
+    r = pytrace_cmd(*args)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    if args:
+        assert len(lines) == 1 and lines[0].startswith("pytrace: "), r.stderr
+    assert not _announces(r.stderr)
+
+
+@pytest.mark.parametrize("name", ["top", "record", "export"])
+def test_reserved_subcommands_are_not_faked(name):
+    if importlib.util.find_spec("pytrace." + name) is not None:
+        pytest.skip("pytrace.%s is part of this build" % name)
+    r = pytrace_cmd(name)
+    assert r.returncode == 2
+    assert r.stderr.strip() == "pytrace: '%s' is not available in this build" % name
+
+
+@pytest.mark.parametrize("code", [0, 3, 7])
+def test_run_passes_the_exit_code_through(code):
+    r = pytrace_cmd("run", "exit_code.py", str(code))
+    assert r.returncode == code, r.stderr
+    assert len(_announces(r.stderr)) == 1
+    assert "argv ['%d'] path0 %s name __main__" % (code, CORPUS) in r.stdout
+
+
+def test_run_uncaught_exception_prints_traceback_and_exits_1():
+    r = pytrace_cmd("run", "exit_code.py", "raise")
+    assert r.returncode == 1
+    assert "Traceback (most recent call last):" in r.stderr
+    assert "ValueError: corpus failure" in r.stderr
+    assert "exit_code.py" in r.stderr
+    assert "cli.py" not in r.stderr and "runpy" not in r.stderr
+
+
+def test_run_sys_exit_with_message():
+    r = pytrace_cmd("run", "exit_code.py", "message")
+    assert r.returncode == 1
+    assert "exit with a message" in r.stderr
+
+
+def test_run_module(tmp_path):
+    (tmp_path / "modprog.py").write_text(
+        "import sys\nprint('module', __name__, sys.argv[1:])\nsys.exit(int(sys.argv[1]))\n")
+    r = pytrace_cmd("run", "--no-c-calls", "-m", "modprog", "5", cwd=str(tmp_path))
+    assert r.returncode == 5, r.stderr
+    assert "module __main__ ['5']" in r.stdout
+    assert len(_announces(r.stderr)) == 1
+
+
+def test_run_options_are_accepted():
+    r = pytrace_cmd("run", "--policy", "wait", "--rings", "8", "--ring-size", "1",
+                    "--exclude", "json", "--include", CORPUS, "exit_code.py", "0")
+    assert r.returncode == 0, r.stderr
+
+
+def test_subprocesses_are_traced_each_into_its_own_segment():
+    r = pytrace_cmd("run", "--subprocesses", "spawner.py")
+    assert r.returncode == 0, r.stderr
+    line = [l for l in r.stdout.splitlines() if l.startswith("child ")][0]
+    _, pid, tracing, segment = line.split()
+    assert tracing == "True"
+    assert segment == "/pytrace-%s-0" % pid
+    assert len(_announces(r.stderr)) == 2   # the parent and the child each say so once
+
+
+def test_subprocesses_are_not_traced_without_the_option():
+    r = pytrace_cmd("run", "spawner.py")
+    assert r.returncode == 0, r.stderr
+    assert " False None" in r.stdout
+
+
+def _ls(*args):
+    r = pytrace_cmd("ls", *args)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def _row_pids(listing):
+    pids = set()
+    for line in listing.splitlines()[1:]:
+        first = line.split()[0] if line.split() else ""
+        if first.isdigit():
+            pids.add(int(first))
+    return pids
+
+
+def test_ls_lists_live_segments_and_collects_stale_ones():
+    job = subprocess.Popen([PY, corpus("waiter"), "60"], stdout=subprocess.PIPE, text=True)
+    try:
+        segment = job.stdout.readline().strip()
+        assert segment.startswith("/pytrace-%d-" % job.pid)
+        listing = _ls()
+        assert job.pid in _row_pids(listing), listing
+        assert "waiter.py" in listing
+    finally:
+        job.send_signal(signal.SIGKILL)
+        job.wait()
+    time.sleep(0.1)
+    assert job.pid not in _row_pids(_ls())
+    assert job.pid in _row_pids(_ls("--all"))
+    collected = _ls("--collect")
+    assert "removed" in collected
+    assert job.pid not in _row_pids(_ls("--all"))
+    assert not os.path.exists("/dev/shm" + segment)

@@ -1,0 +1,63 @@
+"""Ground truth: the call tree rebuilt from the live stream equals, edge by edge with call
+counts, the tree of the pure-Python reference tracer, for every corpus program.
+
+Each program is run twice: tracing itself with pytrace.start(policy="wait") while a
+separate reader process (drain.py) drains its segment live, and under reftracer.py.
+Only the subtrees below the program's own root functions are compared (interpreter
+startup and the harness are outside them).
+"""
+
+import pytest
+
+from helpers import diff_edges, rooted_edges, run_ref, run_traced
+
+PROGRAMS = ["recursion", "generators", "async_tasks", "exceptions", "ccalls", "threads",
+            "forking"]
+C_CALLS_OFF = ["generators", "ccalls", "async_tasks"]   # c_calls=False checked on these
+
+
+def _check_process(traced, ref, role):
+    assert "drain_err" not in traced, traced["drain_err"]
+    assert "trace" in traced, "the reader wrote no result for the %s process" % role
+    out = traced["trace"]
+    assert out["finished"] or out["states"], "reader ended without seeing the producer stop"
+    counters = traced["counters"]
+    # policy wait: nothing dropped, and the reader got every event the producer wrote
+    assert counters["events_dropped"] == 0
+    assert counters["hook_errors"] == 0, counters["first_error"]
+    assert out["events_read"] == counters["events_written"]
+    assert out["gaps"] == 0 and out["tree"]["lost"] == 0
+    got = rooted_edges(out["tree"], traced["roots"])
+    want = rooted_edges(ref["ref"], ref["roots"])
+    assert want, "the reference tree has nothing below %s" % ref["roots"]
+    problems = diff_edges(got, want)
+    assert not problems, "%s process: call trees differ:\n  %s" % (role, "\n  ".join(problems))
+
+
+@pytest.mark.parametrize("c_calls", [True, False], ids=["c_calls", "no_c_calls"])
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_stream_tree_equals_reference_tree(program, c_calls, tmp_path):
+    if not c_calls and program not in C_CALLS_OFF:
+        pytest.skip("c_calls=False is checked on %s" % ", ".join(C_CALLS_OFF))
+    (tmp_path / "t").mkdir()
+    (tmp_path / "r").mkdir()
+    traced = run_traced(program, tmp_path / "t", c_calls=c_calls)
+    assert traced.returncode == 0, traced.stderr[-3000:]
+    ref = run_ref(program, tmp_path / "r", c_calls=c_calls)
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    assert traced.stdout == ref.stdout            # same program, same result
+    roles = {p["role"] for p in ref.procs.values()}
+    assert roles == {p["role"] for p in traced.procs.values()}
+    for role in sorted(roles):
+        _check_process(traced.by_role(role), ref.by_role(role), role)
+
+
+def test_fork_child_traces_into_its_own_segment(tmp_path):
+    run = run_traced("forking", tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    parent, child = run.by_role("main"), run.by_role("child")
+    p_info, c_info = parent["trace"]["process"], child["trace"]["process"]
+    assert p_info["segment"] != c_info["segment"]
+    assert c_info["ppid"] == p_info["pid"] != c_info["pid"]
+    assert "-%d-" % c_info["pid"] in c_info["segment"]
+    assert child["trace"]["events_read"] == child["counters"]["events_written"] > 0
