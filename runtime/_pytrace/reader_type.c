@@ -88,8 +88,10 @@ static PyObject *reader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
 static void reader_dealloc(pt_reader_obj_t *self)
 {
     PyTypeObject *tp = Py_TYPE(self);
+    /* A finished segment (producer gone, everything read) has no other use:
+     * remove it so /dev/shm does not fill up with spent segments. */
     if (self->reader)
-        pt_reader_detach(self->reader, 0);
+        pt_reader_detach(self->reader, 1);
     Py_XDECREF(self->segment);
     free(self->buf);
     tp->tp_free((PyObject *)self);
@@ -185,7 +187,7 @@ static PyObject *reader_stats(pt_reader_obj_t *self, PyObject *unused)
 static PyObject *reader_close(pt_reader_obj_t *self, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"unlink_if_finished", NULL};
-    int unlink_it = 0;
+    int unlink_it = 1;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|p:close", kwlist, &unlink_it))
         return NULL;
     if (self->busy) {
@@ -211,7 +213,7 @@ static PyObject *reader_exit(pt_reader_obj_t *self, PyObject *args)
 {
     (void)args;
     if (self->reader && !self->busy) {
-        pt_reader_detach(self->reader, 0);
+        pt_reader_detach(self->reader, 1);
         self->reader = NULL;
     }
     Py_RETURN_FALSE;
@@ -242,7 +244,7 @@ static PyMethodDef reader_methods[] = {
      "FlatBuffer) in stream order."},
     {"stats", (PyCFunction)reader_stats, METH_NOARGS, "stats() -> dict"},
     {"close", (PyCFunction)(void (*)(void))reader_close, METH_VARARGS | METH_KEYWORDS,
-     "close(unlink_if_finished=False)"},
+     "close(unlink_if_finished=True)"},
     {"__enter__", (PyCFunction)reader_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)reader_exit, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},

@@ -879,8 +879,8 @@ int main(int argc, char **argv)
     }
     pt_agg_table_free(&app.table);
     pt_agg_tree_free(&app.tree);
-    if (app.reader)
-        pt_reader_detach(app.reader, 0);
+    if (app.reader) /* a finished job's segment is spent once read: remove it */
+        pt_reader_detach(app.reader, 1);
     pt_recfile_close(app.recfile);
     pt_agg_destroy(app.agg);
     return status;
