@@ -9,7 +9,7 @@ apt-get update -qq
 apt-get install -y -qq build-essential liburcu-dev libncurses-dev flatbuffers-compiler \
     libflatbuffers-dev tmux >/dev/null
 
-PYTHONS=${PYTRACE_PYTHONS:-"python3.11 python3.12"}
+PYTHONS=$(bash tests/pythons.sh)
 for py in $PYTHONS; do
     "$py" -m pip install -q --disable-pip-version-check --root-user-action=ignore \
         "scikit-build-core>=0.8" cmake ninja flatbuffers pytest
@@ -18,4 +18,4 @@ for py in $PYTHONS; do
 done
 # pyenv keeps console scripts behind shims; make new ones (pytrace, pytrace-top) visible.
 command -v pyenv >/dev/null 2>&1 && pyenv rehash || true
-echo "pytrace installed for: $PYTHONS"
+echo "pytrace installed for:" $PYTHONS

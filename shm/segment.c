@@ -926,6 +926,7 @@ static void inspect(const char *dname, pt_segment_info_t *info)
     const pt_seg_header_t *h = pt_segment_header(seg);
     info->valid = 1;
     info->pid = h->pid;
+    info->ppid = h->ppid;
     info->uid = h->uid;
     info->segment_bytes = seg->bytes;
     info->alive = pt_segment_producer_alive(seg);
@@ -1031,6 +1032,11 @@ int pt_segment_list(pt_segment_info_t *out, size_t max, size_t *count)
 
 int pt_segment_collect_stale(void)
 {
+    return pt_segment_collect_children(0);
+}
+
+int pt_segment_collect_children(uint64_t parent_pid)
+{
     listed_t *v;
     size_t n;
     int rc = scan(&v, &n);
@@ -1045,6 +1051,8 @@ int pt_segment_collect_stale(void)
          * created right now is briefly invalid and must survive. */
         int stale = info->valid ? !info->alive && info->consumer_pid == 0 /* a live reader finishes first */
                                 : (info->uid == (uint32_t)me && !info->alive);
+        if (parent_pid != 0 && !(info->valid && info->ppid == parent_pid))
+            stale = 0;
         if (stale && shm_unlink(info->name) == 0)
             removed++;
     }

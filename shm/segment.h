@@ -110,6 +110,7 @@ int pt_segment_producer_alive(const pt_segment_t *seg);
 typedef struct pt_segment_info {
     char name[96];            /* "/pytrace-12-0" */
     uint64_t pid;
+    uint64_t ppid;            /* the producer's parent (0 if the header is invalid) */
     uint32_t uid;
     uint32_t state;           /* enum pt_producer_state; PT_STATE_DEAD when the pid is gone */
     int alive;                /* producer process alive */
@@ -131,6 +132,12 @@ int pt_segment_list(pt_segment_info_t *out, size_t max, size_t *count);
  * (or that is not a valid segment, owned by us, and whose pid is gone).
  * Returns the number removed or a negative errno. */
 int pt_segment_collect_stale(void);
+
+/* Like pt_segment_collect_stale, but only valid segments whose producer's
+ * parent is parent_pid (0 = any). A traced process calls it at exit for its
+ * fork children, which often leave with _exit() and so never remove their own
+ * segment. */
+int pt_segment_collect_children(uint64_t parent_pid);
 
 #ifdef __cplusplus
 }

@@ -11,9 +11,10 @@ cmake -S . -B "$build" -DPYTRACE_WERROR=ON -DPYTRACE_BUILD_PYTHON=OFF >/dev/null
 cmake --build "$build" -j2
 ctest --test-dir "$build" --output-on-failure -j2
 
-PYTHONS=${PYTRACE_PYTHONS:-"python3.11 python3.12"}
-for py in $PYTHONS; do
+for py in $(bash tests/pythons.sh); do
     echo "== pytest on $($py --version)"
     # Run from outside the tree so the installed package is the one under test.
-    (cd /tmp && PYTRACE_BUILD_DIR="$root/$build" "$py" -m pytest "$root/tests/python" -q -p no:cacheprovider)
+    # That interpreter's scripts (pytrace, pytrace-top) come first on PATH.
+    scripts=$("$py" -c 'import sysconfig; print(sysconfig.get_path("scripts"))')
+    (cd /tmp && PATH="$scripts:$PATH" PYTRACE_BUILD_DIR="$root/$build" "$py" -m pytest "$root/tests/python" -q -p no:cacheprovider)
 done

@@ -349,12 +349,28 @@ static PyObject *py_mark(PyObject *module, PyObject *arg)
 static PyObject *py_after_fork_child(PyObject *module, PyObject *unused)
 {
     (void)unused;
-    int was = pt_tracer_is_tracing();
+    int was = pt_tracer_fork_pending();
     pt_tracer_after_fork_child();
     if (was && !pt_tracer_is_tracing()) {
         /* the child could not get a segment: remove the hooks */
         pt_hooks_uninstall(module);
     }
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_before_fork(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    pt_tracer_before_fork();
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_after_fork_parent(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    pt_tracer_after_fork_parent();
     Py_RETURN_NONE;
 }
 
@@ -377,6 +393,8 @@ static PyMethodDef pt_methods[] = {
     {"collect_stale", pt_collect_stale, METH_NOARGS,
      "collect_stale() -> int: unlink segments of dead processes."},
     {"_after_fork_child", py_after_fork_child, METH_NOARGS, NULL},
+    {"_before_fork", py_before_fork, METH_NOARGS, NULL},
+    {"_after_fork_parent", py_after_fork_parent, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 
@@ -404,15 +422,21 @@ static int pt_exec(PyObject *module)
     if (pt_hooks_add_to_module(module) < 0)
         return -1;
     if (!fork_registered) {
-        /* os.register_at_fork(after_in_child=_after_fork_child) */
+        /* os.register_at_fork(before=..., after_in_parent=..., after_in_child=...) */
         PyObject *os = PyImport_ImportModule("os");
         PyObject *fn = os ? PyObject_GetAttrString(module, "_after_fork_child") : NULL;
+        PyObject *fb = os ? PyObject_GetAttrString(module, "_before_fork") : NULL;
+        PyObject *fp = os ? PyObject_GetAttrString(module, "_after_fork_parent") : NULL;
         PyObject *reg = os ? PyObject_GetAttrString(os, "register_at_fork") : NULL;
-        PyObject *kw = fn ? Py_BuildValue("{sO}", "after_in_child", fn) : NULL;
+        PyObject *kw = (fn && fb && fp)
+                           ? Py_BuildValue("{sOsOsO}", "after_in_child", fn, "before", fb, "after_in_parent", fp)
+                           : NULL;
         PyObject *empty = PyTuple_New(0);
         PyObject *r = (reg && kw && empty) ? PyObject_Call(reg, empty, kw) : NULL;
         Py_XDECREF(os);
         Py_XDECREF(fn);
+        Py_XDECREF(fb);
+        Py_XDECREF(fp);
         Py_XDECREF(reg);
         Py_XDECREF(kw);
         Py_XDECREF(empty);

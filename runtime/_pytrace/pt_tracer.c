@@ -135,6 +135,9 @@ static struct {
     /* C functions by PyMethodDef; entries never removed (no call_rcu needed) */
     struct cds_lfht *cfuncs;
     int initialised;
+    /* fork: the child was tracing when fork() returned (set by the C atfork
+     * child handler, consumed by the Python after_in_child hook) */
+    int fork_resume;
 } g = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
     .hb_lock = PTHREAD_MUTEX_INITIALIZER,
@@ -878,17 +881,34 @@ static void stop_locked(void)
             thread_finish_locked(t);
 }
 
+/* Runs inside fork() in the child, before any Python after-fork hook: from
+ * here on the child must not write a byte into the parent's rings (they are
+ * still mapped and live in the parent), so tracing is switched off at once.
+ * Python hooks registered before ours (random, threading) run next, untraced;
+ * our after_in_child hook then gives the child its own segment. */
+static void atfork_child(void)
+{
+    g.fork_resume = current_epoch() != 0;
+    /* relaxed: the child has one thread */
+    atomic_store_explicit(&g.epoch, 0, memory_order_relaxed);
+}
+
 static void at_exit(void)
 {
     /* Runs after the interpreter is gone: no Python API here. */
     heartbeat_stop();
     pthread_mutex_lock(&g.lock);
+    int traced = g.seg != NULL;
     if (g.seg) {
         if (current_epoch() != 0)
             stop_locked();
         segment_release_locked(1);
     }
     pthread_mutex_unlock(&g.lock);
+    /* Fork children that left with _exit() (multiprocessing workers do) and
+     * that no reader holds would otherwise stay in /dev/shm for good. */
+    if (traced)
+        (void)pt_segment_collect_children((uint64_t)getpid());
 }
 
 /* ---- public --------------------------------------------------------------------- */
@@ -918,6 +938,7 @@ int pt_tracer_global_init(char *err, size_t errlen)
         return -ENOMEM;
     }
     pthread_atfork(urcu_bp_before_fork, urcu_bp_after_fork_parent, urcu_bp_after_fork_child);
+    pthread_atfork(NULL, NULL, atfork_child);
     if (Py_AtExit(at_exit) < 0) {
         snprintf(err, errlen, "cannot register the exit handler (Py_AtExit table full)");
         return -ENOSPC;
@@ -1056,6 +1077,26 @@ void pt_tracer_counters(pt_counters_t *out)
     pthread_mutex_unlock(&g.lock);
 }
 
+int pt_tracer_fork_pending(void)
+{
+    return g.fork_resume;
+}
+
+/* The heartbeat thread is stopped around fork(): a fork child inherits no
+ * threads anyway, and 3.12+ warns about fork() in a multi-threaded process
+ * (it counts threads after fork() returns, before the after_in_parent hooks,
+ * which restart it). */
+void pt_tracer_before_fork(void)
+{
+    heartbeat_stop();
+}
+
+void pt_tracer_after_fork_parent(void)
+{
+    if (current_epoch() != 0 && !g.hb_running && heartbeat_start() != 0)
+        pt_tracer_fail("fork: cannot restart the heartbeat thread");
+}
+
 const pt_options_t *pt_tracer_options(void)
 {
     return &g.opts;
@@ -1085,7 +1126,8 @@ void pt_tracer_after_fork_child(void)
         me->seen_epoch = 0;
         me->depth = 0;
     }
-    uint32_t was_tracing = current_epoch() != 0;
+    int was_tracing = g.fork_resume;
+    g.fork_resume = 0;
     atomic_store_explicit(&g.epoch, 0, memory_order_relaxed);
     if (g.seg) {
         pt_segment_close(g.seg, 0);

@@ -72,6 +72,11 @@ PT_HIDDEN void pt_tracer_user_event(uint32_t label_id, uint8_t kind);
 
 /* Fork: the child drops the parent's segment and starts its own. */
 PT_HIDDEN void pt_tracer_after_fork_child(void);
+/* 1 between fork() in a traced child and pt_tracer_after_fork_child(). */
+PT_HIDDEN int pt_tracer_fork_pending(void);
+/* os.register_at_fork(before=...) / (after_in_parent=...) */
+PT_HIDDEN void pt_tracer_before_fork(void);
+PT_HIDDEN void pt_tracer_after_fork_parent(void);
 
 /* Record a hook failure (sticky; first text kept). Safe from any thread. */
 PT_HIDDEN void pt_tracer_fail(const char *what);

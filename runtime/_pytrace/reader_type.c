@@ -309,7 +309,8 @@ PyObject *pt_list_segments(PyObject *module, PyObject *unused)
     for (size_t i = 0; list && i < count; i++) {
         const pt_segment_info_t *s = &infos[i];
         PyObject *d = Py_BuildValue(
-            "{sssKsIsIsOsOsIsKsKsKsKsNsN}", "name", s->name, "pid", (unsigned long long)s->pid, "uid",
+            "{sssKsKsIsIsOsOsIsKsKsKsKsNsN}", "name", s->name, "pid", (unsigned long long)s->pid, "ppid",
+            (unsigned long long)s->ppid, "uid",
             (unsigned int)s->uid, "state", (unsigned int)s->state, "alive", s->alive ? Py_True : Py_False,
             "valid", s->valid ? Py_True : Py_False, "threads_active", (unsigned int)s->threads_active,
             "events_written", (unsigned long long)s->events_written, "events_dropped",

@@ -1,0 +1,53 @@
+"""Fork while tracing: the child traces into its own segment from the moment fork()
+returns (never into the parent's rings), a child that leaves with os._exit() does not
+leave its segment behind, and Python 3.12+ sees no extra thread at fork()."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytrace._pytrace as native
+
+PROGRAM = textwrap.dedent("""
+    import os, sys, warnings
+    import pytrace
+    warnings.simplefilter("error")          # 3.12+: a multi-threaded fork() warns
+    pytrace.start()
+    def work(n):
+        return sum(range(n))
+    pids = []
+    for _ in range(3):
+        pid = os.fork()
+        if pid == 0:
+            work(1000)
+            print(pytrace._pytrace.segment_name(), flush=True)
+            os._exit(0)                      # skips every exit handler, like multiprocessing
+        pids.append(pid)
+    for pid in pids:
+        os.waitpid(pid, 0)
+    print(pytrace._pytrace.segment_name(), flush=True)
+    pytrace.stop()
+""")
+
+
+def _segments_of(pids):
+    return [s for s in native.list_segments() if s["pid"] in pids]
+
+
+def test_fork_children_get_own_segments_and_leave_none_behind(tmp_path):
+    script = tmp_path / "forker.py"
+    script.write_text(PROGRAM)
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "multi-threaded" not in r.stderr
+    names = r.stdout.split()
+    assert len(names) == 4, r.stdout
+    # three children and the parent, each its own segment
+    assert len(set(names)) == 4
+    child_pids = {int(n.split("-")[1]) for n in names[:3]}
+    parent_pid = int(names[3].split("-")[1])
+    assert parent_pid not in child_pids
+    # the parent's exit removed its own segment and its dead children's
+    left = _segments_of(child_pids | {parent_pid})
+    assert left == [], left
