@@ -1,3 +1,4 @@
+#include <sys/ioctl.h>
 #include "crt.h"
 
 #include <curses.h>
@@ -68,6 +69,18 @@ static void CRT_releaseStderr(void)
                 break;
     fclose(crt_stderr_file);
     crt_stderr_file = NULL;
+}
+
+int CRT_syncSize(void)
+{
+    struct winsize ws;
+    if (!crt_active || ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) != 0 || ws.ws_col == 0 || ws.ws_row == 0)
+        return 0;
+    if (ws.ws_col == COLS && ws.ws_row == LINES)
+        return 0;
+    resize_term(ws.ws_row, ws.ws_col);
+    clearok(curscr, TRUE);
+    return 1;
 }
 
 int CRT_init(void)

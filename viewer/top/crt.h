@@ -25,6 +25,11 @@ extern volatile int CRT_quit;   /* set by SIGINT / SIGTERM */
 void CRT_setLocale(void);       /* setlocale + CRT_utf8; also for headless mode */
 int CRT_init(void);             /* 0 or -1 (not a terminal) */
 void CRT_done(void);
+/* Compare curses' idea of the size with the terminal's (TIOCGWINSZ) and resize
+ * if they differ; 1 if it resized. Called before every frame, so a SIGWINCH
+ * that arrived before curses installed its handler (a terminal resized right
+ * after the program started) is never lost. */
+int CRT_syncSize(void);
 int CRT_attr(int color);        /* COLOR_PAIR with fallbacks for monochrome terminals */
 
 #endif

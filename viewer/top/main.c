@@ -448,6 +448,8 @@ static int App_run(App *app)
             rate_events0 = st.events_read;
             rate_t0 = now;
         }
+        if (CRT_syncSize())
+            last_draw = 0; /* draw the new size now */
         if (now - last_draw >= DRAW_NS) {
             if (!app->paused || need_refresh)
                 App_refresh(app);
@@ -535,6 +537,7 @@ static int Picker_run(char *chosen, size_t cap)
         }
         if (selected >= (int)count)
             selected = count ? (int)count - 1 : 0;
+        (void)CRT_syncSize();
         erase();
         App_drawLine(0, CRT_attr(CRT_C_HEADER) | A_BOLD, " pytrace-top: pick a traced job (arrows + Enter, q to quit)");
         char line[1024];
