@@ -3,9 +3,11 @@
     pytrace run [options] script.py [args...]     run a program traced
     pytrace run [options] -m module [args...]
     pytrace ls [--all] [--collect]                 list segments
+    pytrace top [PID | SEGMENT | -- python script.py args]   live view (pytrace.top)
+    pytrace record -o OUT (-- python script.py args | PID)  record to a file (pytrace.record)
+    pytrace export FILE --format F -o OUT         export a recording (pytrace.export)
 
-`top`, `record` and `export` are reserved: they run `pytrace.<name>.main(argv)` when
-that module is part of the build.
+`top`, `record` and `export` run `pytrace.<name>.main(argv)`.
 """
 
 import argparse
@@ -17,7 +19,9 @@ import tempfile
 
 USAGE = """usage: pytrace run [options] (script.py | -m module) [args...]
        pytrace ls [--all] [--collect]
-       pytrace top | record | export ...  (when available in this build)"""
+       pytrace top [PID | SEGMENT | [options] -- python script.py [args...]]
+       pytrace record -o OUT [options] (-- python script.py [args...] | PID)
+       pytrace export FILE --format perfetto|speedscope|collapsed|pstats -o OUT"""
 
 ENV_OPTIONS = "PYTRACE_SUBPROCESS_OPTIONS"   # JSON start() options for traced children
 RESERVED = ("top", "record", "export")
@@ -286,7 +290,7 @@ def main(argv=None):
         elif command in RESERVED:
             code = cmd_reserved(command, rest)
         else:
-            raise UsageError("unknown command %r (try: run, ls)" % command)
+            raise UsageError("unknown command %r (try: run, ls, top, record, export)" % command)
     except UsageError as e:
         sys.stderr.write("pytrace: %s\n" % e)
         return 2

@@ -398,7 +398,9 @@ class Reader:
             yield msg
 
     # lifetime -------------------------------------------------------------
-    def close(self, unlink_if_finished=False):
+    def close(self, unlink_if_finished=True):
+        """Detach. A finished segment (the job exited and everything was read) is
+        removed unless unlink_if_finished=False: no other reader can use it."""
         if self._r is not None:
             self._r.close(unlink_if_finished=unlink_if_finished)
 

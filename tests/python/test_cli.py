@@ -1,6 +1,5 @@
 """The `pytrace` command: run (exit codes, argv, path), ls, bad arguments, subprocesses."""
 
-import importlib.util
 import os
 import signal
 import subprocess
@@ -39,15 +38,6 @@ def test_bad_arguments_exit_2_with_one_line(args):
     if args:
         assert len(lines) == 1 and lines[0].startswith("pytrace: "), r.stderr
     assert not _announces(r.stderr)
-
-
-@pytest.mark.parametrize("name", ["top", "record", "export"])
-def test_reserved_subcommands_are_not_faked(name):
-    if importlib.util.find_spec("pytrace." + name) is not None:
-        pytest.skip("pytrace.%s is part of this build" % name)
-    r = pytrace_cmd(name)
-    assert r.returncode == 2
-    assert r.stderr.strip() == "pytrace: '%s' is not available in this build" % name
 
 
 @pytest.mark.parametrize("code", [0, 3, 7])

@@ -317,3 +317,47 @@ def test_end_of_job_shows_ENDED(tmp_path):
     finally:
         t.close()
         w.stop()
+
+
+# ---- `pytrace top -- python script.py`: start the program and show it at once ------------
+
+def _pids_running(script):
+    r = subprocess.run(["pgrep", "-f", script], capture_output=True, text=True)
+    return [int(p) for p in r.stdout.split()]
+
+
+def test_pytrace_top_starts_the_program_headless(tmp_path):
+    script = tmp_path / "workload_top.py"
+    script.write_text(WORKLOAD)
+    r = subprocess.run([PY, "-m", "pytrace", "top", "--once", "--json", "--duration", "3", "--",
+                        PY, str(script), "600"], capture_output=True, text=True, timeout=120)
+    doc = json.loads(r.stdout)
+    rows = rows_by_name(doc)
+    assert "work3" in rows and "work1" in rows, sorted(rows)
+    assert 2.2 < rows["work3"]["self_ns"] / rows["work1"]["self_ns"] < 4.0
+    # the view closed first, so the program was stopped, and its output was kept aside
+    assert _pids_running(str(script)) == []
+    assert "the program's output is in" in r.stderr
+    assert r.returncode != 0  # stopped by SIGINT: KeyboardInterrupt
+
+
+def test_pytrace_top_starts_the_program_under_tmux(tmp_path):
+    script = tmp_path / "workload_top.py"
+    script.write_text(WORKLOAD)
+    name = "pttopjob%d" % os.getpid()
+    cmd = "env LANG=C.UTF-8 LC_ALL=C.UTF-8 TERM=xterm-256color %s -m pytrace top -- %s %s 600" % (
+        PY, PY, script)
+    subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", "160", "-y", "50", cmd], check=True)
+    t = Tmux.__new__(Tmux)
+    t.name = name
+    try:
+        s = t.wait_for(lambda s: "work3" in s and "work1" in s, what="the started program's functions")
+        assert "RUNNING" in s.splitlines()[0]
+        assert _pids_running(str(script)) != []
+        t.keys("q")
+        deadline = time.monotonic() + 20
+        while _pids_running(str(script)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _pids_running(str(script)) == []  # quitting the view stopped the program
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)

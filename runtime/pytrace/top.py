@@ -1,0 +1,160 @@
+"""`pytrace top`: the live terminal view.
+
+    pytrace top                                  pick a traced job (runs pytrace-top)
+    pytrace top PID | SEGMENT [options]          attach to a running traced job
+    pytrace top [job options] -- python script.py [args...]
+                                                 start the program traced and show it at once
+
+Job options (before `--`): --no-c-calls, --policy drop|wait, --ring-size MiB,
+--include X, --exclude X (as for `pytrace run`); any other option before `--` goes to
+pytrace-top (e.g. --once --json --duration S).
+
+The program's standard output and error go to a log file (the screen belongs to the
+view); its path is printed when the view closes. Quitting the view while the program
+still runs stops it (SIGINT, then SIGTERM); the exit code is the program's.
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+
+from . import record
+
+_JOB_FLAGS_WITH_VALUE = ("--policy", "--ring-size", "--include", "--exclude")
+_JOB_FLAGS = ("--no-c-calls",)
+
+
+def _say(text):
+    sys.stderr.write("pytrace top: %s\n" % text)
+    sys.stderr.flush()
+
+
+def find_viewer():
+    """pytrace-top next to this interpreter's scripts, else on PATH."""
+    scripts = sysconfig.get_path("scripts")
+    cand = os.path.join(scripts, "pytrace-top") if scripts else None
+    if cand and os.access(cand, os.X_OK):
+        return cand
+    return shutil.which("pytrace-top")
+
+
+def _split_options(before):
+    """-> (options for `pytrace run`, options for pytrace-top)."""
+    job, view = [], []
+    i = 0
+    while i < len(before):
+        a = before[i]
+        name = a.split("=", 1)[0]
+        if name in _JOB_FLAGS_WITH_VALUE:
+            if "=" in a:
+                job.append(a)
+                i += 1
+            elif i + 1 < len(before):
+                job += before[i:i + 2]
+                i += 2
+            else:
+                raise ValueError("%s needs a value" % a)
+        elif a in _JOB_FLAGS:
+            job.append(a)
+            i += 1
+        else:
+            view.append(a)
+            i += 1
+    return job, view
+
+
+def _wait_attached(segment, viewer, timeout):
+    """True once the viewer process holds the segment's consumer lock."""
+    from . import _pytrace
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if viewer.poll() is not None:
+            return False
+        for s in _pytrace.list_segments():
+            if s["name"] == segment and s["consumer_pid"] == viewer.pid:
+                return True
+        time.sleep(0.02)
+    return False
+
+
+def _stop_job(job):
+    for sig, grace in ((signal.SIGINT, 5.0), (signal.SIGTERM, 3.0), (signal.SIGKILL, 3.0)):
+        if job.poll() is not None:
+            return
+        job.send_signal(sig)
+        try:
+            job.wait(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    viewer_path = find_viewer()
+    if viewer_path is None:
+        _say("pytrace-top is not installed (pip install pytrace puts it next to python)")
+        return 1
+    if "--" not in argv:
+        # attach / pick: pytrace-top does it all
+        os.execv(viewer_path, [viewer_path] + argv)
+    cut = argv.index("--")
+    try:
+        job_opts, view_opts = _split_options(argv[:cut])
+        interp, flags, target = record._split_command(argv[cut + 1:])
+    except ValueError as e:
+        _say(str(e))
+        return 2
+    if not target:
+        _say("give the program to run: pytrace top -- python script.py [args]")
+        return 2
+
+    log = tempfile.NamedTemporaryFile(prefix="pytrace-top-job-", suffix=".log", delete=False)
+    report_r, report_w = os.pipe()
+    wait_r, wait_w = os.pipe()
+    env = dict(os.environ)
+    env[record._ENV_FDS] = "%d,%d" % (report_w, wait_r)
+    run = [interp] + flags + ["-m", "pytrace.record", "--child", "run"] + job_opts + target
+    try:
+        job = subprocess.Popen(run, pass_fds=(report_w, wait_r), env=env, stdin=subprocess.DEVNULL,
+                               stdout=log, stderr=subprocess.STDOUT)
+    except OSError as e:
+        _say("cannot start %s: %s" % (interp, e))
+        return 1
+    finally:
+        os.close(report_w)
+        os.close(wait_r)
+        log.close()
+    segment = record._read_segment(report_r, 30.0)
+    os.close(report_r)
+    if not segment:
+        os.close(wait_w)
+        rc = job.wait()
+        _say("the program did not start tracing (exit code %d); its output is in %s" % (rc, log.name))
+        return rc or 1
+
+    viewer = subprocess.Popen([viewer_path, segment] + view_opts)
+    try:
+        if not _wait_attached(segment, viewer, 10.0) and viewer.poll() is None:
+            _say("pytrace-top did not attach within 10 s; the program runs on untraced by it")
+    finally:
+        os.close(wait_w)        # the program goes on
+    interrupted = False
+    while True:
+        try:
+            viewer.wait()
+            break
+        except KeyboardInterrupt:
+            interrupted = True
+    if job.poll() is None:
+        _stop_job(job)
+    rc = job.wait()
+    if rc < 0:
+        rc = 128 - rc
+    _say("the program's output is in %s (exit code %d)" % (log.name, rc))
+    return 130 if interrupted and rc == 0 else rc
