@@ -5,12 +5,16 @@
                              [--tools untraced,pytrace-wait,...] [--no-install]
 
 Every (tool, workload) pair runs in a fresh interpreter (bench/overhead_child.py); the
-figure is the best of --repeat timed runs after one warm-up run. Tools:
+figure is the best of --repeat timed runs after one warm-up run, all inside one session of
+the tool (one cProfile.Profile, one pytrace segment and reader). Tools:
 
   untraced       the workload alone
+  hook-floor     an empty C callback on the hook and events pytrace uses (bench/hookfloor.c):
+                 what any tracer on that hook pays per event before doing anything
   pytrace-wait   pytrace.start(policy="wait") with a reader draining in another process
                  (nothing may drop; the events_dropped column shows it)
-  pytrace-drop   pytrace.start(policy="drop") with no reader (the rings fill and drop)
+  pytrace-drop   pytrace.start(policy="drop") with no reader: the ring fills in the warm-up
+                 run, so this is the cost of dropping (and counting) every event
   cprofile       cProfile.Profile enable/disable
   yappi          yappi.start/stop (defaults: CPU clock, no builtins)
   viztracer      VizTracer start/stop (defaults: no C functions), not saved
@@ -33,7 +37,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHILD = os.path.join(HERE, "overhead_child.py")
-TOOLS = ["untraced", "pytrace-wait", "pytrace-drop", "cprofile", "yappi", "viztracer"]
+TOOLS = ["untraced", "hook-floor", "pytrace-wait", "pytrace-drop", "cprofile", "yappi", "viztracer"]
 WORKLOADS = ["call-heavy", "mixed"]
 PIP_NAMES = {"yappi": "yappi", "viztracer": "viztracer"}
 
@@ -52,6 +56,8 @@ def have_module(python, name):
 
 def ensure_tool(python, tool, install):
     """True if the tool can run; installs it with pip if allowed. Prints why not."""
+    if tool == "hook-floor":
+        return True
     if tool.startswith("pytrace"):
         if have_module(python, "pytrace._pytrace"):
             return True
