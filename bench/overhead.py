@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Tracing overhead of pytrace against the untraced run and other deterministic tracers.
 
-    python bench/overhead.py [--python python3.12] [--repeat 3] [--workload call-heavy]
+    python bench/overhead.py [--python python3.12] [--repeat 5] [--rounds 3] [--workload call-heavy]
                              [--tools untraced,pytrace-wait,...] [--no-install]
 
 Every (tool, workload) pair runs in a fresh interpreter (bench/overhead_child.py); the
 figure is the best of --repeat timed runs after one warm-up run, all inside one session of
-the tool (one cProfile.Profile, one pytrace segment and reader). Tools:
+the tool (one cProfile.Profile, one pytrace segment and reader). Tools run interleaved in
+--rounds rounds and the median round is reported, so machine drift hits every tool alike. Tools:
 
   untraced       the workload alone
   hook-floor     an empty C callback on the hook and events pytrace uses (bench/hookfloor.c):
@@ -81,7 +82,9 @@ def ensure_tool(python, tool, install):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--python", default=sys.executable, help="interpreter to measure")
-    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--repeat", type=int, default=5, help="timed runs per child (best is kept)")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="rounds over all tools, interleaved; the median round is reported")
     p.add_argument("--workload", action="append", choices=WORKLOADS)
     p.add_argument("--tools", default=",".join(TOOLS))
     p.add_argument("--no-install", action="store_true")
@@ -105,13 +108,19 @@ def main(argv=None):
         header = "%-14s %9s %8s %10s %16s" % ("tool", "seconds", "ratio", "ns/event", "pytrace events")
         print(header)
         print("-" * len(header))
+        results = {t: [] for t in tools}
+        for _ in range(ns.rounds):          # interleaved, so drift hits every tool alike
+            for tool in tools:
+                try:
+                    results[tool].append(run_child(ns.python, tool, workload, ns.repeat))
+                except Exception as e:  # noqa: BLE001 - report and go on with the others
+                    print("%-14s failed: %s" % (tool, e))
         base = None
         for tool in tools:
-            try:
-                res = run_child(ns.python, tool, workload, ns.repeat)
-            except Exception as e:  # noqa: BLE001 - report and go on with the others
-                print("%-14s failed: %s" % (tool, e))
+            runs = sorted(results[tool], key=lambda r: r["seconds"])
+            if not runs:
                 continue
+            res = runs[len(runs) // 2]      # median over rounds of each round's best
             secs = res["seconds"]
             if tool == "untraced":
                 base = secs

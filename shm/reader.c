@@ -48,6 +48,7 @@
  *   Memory orders are named at every atomic access below.
  */
 #include "reader.h"
+#include "shm_internal.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -120,23 +121,11 @@ static void rd_error(pt_reader_t *r, const char *fmt, ...)
     va_end(ap);
 }
 
-#if defined(__GNUC__)
-__attribute__((format(printf, 3, 4)))
-#endif
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || !errlen)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 int pt_reader_attach(const char *target, unsigned flags, pt_reader_t **out, char *err, size_t errlen)
 {
     if (!target || !out) {
-        set_err(err, errlen, "pt_reader_attach: no segment name or pid given");
+        pt_set_err(err, errlen, "pt_reader_attach: no segment name or pid given");
         return -EINVAL;
     }
     *out = NULL;
@@ -162,7 +151,7 @@ int pt_reader_attach(const char *target, unsigned flags, pt_reader_t **out, char
         r->chunks_per_ring < PT_MIN_CHUNKS_PER_RING || r->chunks_per_ring > PT_MAX_CHUNKS_PER_RING ||
         (r->chunks_per_ring & (r->chunks_per_ring - 1)) != 0) {
         if (err && errlen && !err[0])
-            set_err(err, errlen, "segment %s: geometry changed after validation (corrupt segment)",
+            pt_set_err(err, errlen, "segment %s: geometry changed after validation (corrupt segment)",
                     pt_segment_name(seg));
         rc = -EPROTO;
         goto err_reader;
@@ -191,7 +180,7 @@ err_reader:
     free(r);
 err_seg:
     if (rc == -ENOMEM)
-        set_err(err, errlen, "out of memory attaching to %s", target);
+        pt_set_err(err, errlen, "out of memory attaching to %s", target);
     pt_segment_close(seg, 0);
     return rc;
 }

@@ -20,6 +20,7 @@
  *   not a zombie, and its start time matches.
  */
 #include "segment.h"
+#include "shm_internal.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -69,8 +70,7 @@ struct pt_segment {
  * child's pid differs. */
 static _Atomic uint32_t segment_seq;
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
+void pt_set_err(char *err, size_t errlen, const char *fmt, ...)
 {
     if (err == NULL || errlen == 0)
         return;
@@ -255,7 +255,7 @@ static int validate_named(const char *name, const pt_seg_header_t *live, uint64_
 {
     const char *what = name[0] ? name : "(unnamed)";
     if (file_bytes < sizeof(pt_seg_header_t)) {
-        set_err(err, errlen,
+        pt_set_err(err, errlen,
                 "segment %s is truncated: file has %llu bytes, less than the %u-byte header; remove it with "
                 "`pytrace ls --collect`",
                 what, (unsigned long long)file_bytes, PT_SEG_HEADER_BYTES);
@@ -269,49 +269,49 @@ static int validate_named(const char *name, const pt_seg_header_t *live, uint64_
         memcpy(snap, &h, offsetof(pt_seg_header_t, python_version));
 
     if (h.magic == __builtin_bswap64(PT_SEG_MAGIC)) {
-        set_err(err, errlen,
+        pt_set_err(err, errlen,
                 "segment %s was written by a big-endian host (wrong endianness); read it on the machine that "
                 "wrote it",
                 what);
         return -EPROTO;
     }
     if (h.magic != PT_SEG_MAGIC) {
-        set_err(err, errlen,
+        pt_set_err(err, errlen,
                 "segment %s: wrong magic 0x%016llx (not a pytrace segment); run `pytrace ls` to see valid "
                 "segments",
                 what, (unsigned long long)h.magic);
         return -EPROTO;
     }
     if (h.endian_mark != PT_ENDIAN_MARK) {
-        set_err(err, errlen,
+        pt_set_err(err, errlen,
                 "segment %s: wrong endianness mark 0x%08x (expected 0x%08x); read it on the machine that wrote "
                 "it",
                 what, h.endian_mark, PT_ENDIAN_MARK);
         return -EPROTO;
     }
     if (h.abi_major != PT_ABI_MAJOR) {
-        set_err(err, errlen,
+        pt_set_err(err, errlen,
                 "segment %s uses segment ABI %u.%u but this reader speaks ABI %u.x; use the pytrace version "
                 "that traced the program",
                 what, h.abi_major, h.abi_minor, PT_ABI_MAJOR);
         return -EPROTO;
     }
     if (h.header_bytes != PT_SEG_HEADER_BYTES || h.ring_slot_bytes != PT_RING_SLOT_BYTES) {
-        set_err(err, errlen,
+        pt_set_err(err, errlen,
                 "segment %s: header size %u / ring slot size %u differ from %u / %u; the segment is corrupt, "
                 "remove it",
                 what, h.header_bytes, h.ring_slot_bytes, PT_SEG_HEADER_BYTES, PT_RING_SLOT_BYTES);
         return -EPROTO;
     }
     if (h.segment_bytes > file_bytes) {
-        set_err(err, errlen,
+        pt_set_err(err, errlen,
                 "segment %s is truncated: file has %llu bytes, header says %llu; the segment is damaged, remove "
                 "it",
                 what, (unsigned long long)file_bytes, (unsigned long long)h.segment_bytes);
         return -EBADMSG;
     }
     if (h.segment_bytes != file_bytes || h.segment_bytes > PT_MAX_SEGMENT_BYTES) {
-        set_err(err, errlen,
+        pt_set_err(err, errlen,
                 "segment %s: header says %llu bytes but the file has %llu (limit %llu); the segment is "
                 "corrupt, remove it",
                 what, (unsigned long long)h.segment_bytes, (unsigned long long)file_bytes,
@@ -319,43 +319,43 @@ static int validate_named(const char *name, const pt_seg_header_t *live, uint64_
         return -EPROTO;
     }
     if (h.ring_count == 0 || h.ring_count > PT_MAX_RINGS) {
-        set_err(err, errlen, "segment %s: ring count %u outside 1..%u; the segment is corrupt, remove it", what,
+        pt_set_err(err, errlen, "segment %s: ring count %u outside 1..%u; the segment is corrupt, remove it", what,
                 h.ring_count, PT_MAX_RINGS);
         return -EPROTO;
     }
     if (!is_pow2_u64(h.chunk_bytes) || h.chunk_bytes < PT_MIN_CHUNK_BYTES || h.chunk_bytes > PT_MAX_CHUNK_BYTES) {
-        set_err(err, errlen,
+        pt_set_err(err, errlen,
                 "segment %s: chunk size %u is not a power of two in %u..%u; the segment is corrupt, remove it",
                 what, h.chunk_bytes, PT_MIN_CHUNK_BYTES, PT_MAX_CHUNK_BYTES);
         return -EPROTO;
     }
     if (!is_pow2_u64(h.chunks_per_ring) || h.chunks_per_ring < PT_MIN_CHUNKS_PER_RING ||
         h.chunks_per_ring > PT_MAX_CHUNKS_PER_RING) {
-        set_err(err, errlen,
+        pt_set_err(err, errlen,
                 "segment %s: %u chunks per ring is not a power of two in %u..%u; the segment is corrupt, remove "
                 "it",
                 what, h.chunks_per_ring, PT_MIN_CHUNKS_PER_RING, PT_MAX_CHUNKS_PER_RING);
         return -EPROTO;
     }
     if (h.ring_bytes != (uint64_t)h.chunk_bytes * h.chunks_per_ring) {
-        set_err(err, errlen,
+        pt_set_err(err, errlen,
                 "segment %s: ring size %llu is not chunk size x chunks (%u x %u); the segment is corrupt, remove "
                 "it",
                 what, (unsigned long long)h.ring_bytes, h.chunk_bytes, h.chunks_per_ring);
         return -EPROTO;
     }
     if (h.drop_policy != PT_POLICY_DROP && h.drop_policy != PT_POLICY_WAIT) {
-        set_err(err, errlen, "segment %s: unknown drop policy %u; the segment is corrupt, remove it", what,
+        pt_set_err(err, errlen, "segment %s: unknown drop policy %u; the segment is corrupt, remove it", what,
                 h.drop_policy);
         return -EPROTO;
     }
     if (h.clock_kind != PT_CLOCK_MONOTONIC && h.clock_kind != PT_CLOCK_TSC) {
-        set_err(err, errlen, "segment %s: unknown clock kind %u; the segment is corrupt, remove it", what,
+        pt_set_err(err, errlen, "segment %s: unknown clock kind %u; the segment is corrupt, remove it", what,
                 h.clock_kind);
         return -EPROTO;
     }
     if (h.ticks_per_second == 0) {
-        set_err(err, errlen, "segment %s: clock rate is 0 ticks per second; the segment is corrupt, remove it",
+        pt_set_err(err, errlen, "segment %s: clock rate is 0 ticks per second; the segment is corrupt, remove it",
                 what);
         return -EPROTO;
     }
@@ -375,7 +375,7 @@ static int validate_named(const char *name, const pt_seg_header_t *live, uint64_
     for (int i = 0; i < 3; i++) {
         if (!region_inside(reg[i].off, reg[i].len, total) || reg[i].off < PT_SEG_HEADER_BYTES ||
             reg[i].off % reg[i].align != 0 || (i == 2 && reg[i].len % 8 != 0)) {
-            set_err(err, errlen,
+            pt_set_err(err, errlen,
                     "segment %s: %s at offset %llu (+%llu bytes) is outside the %llu-byte segment or misaligned; "
                     "the segment is corrupt, remove it",
                     what, reg[i].label, (unsigned long long)reg[i].off, (unsigned long long)reg[i].len,
@@ -386,7 +386,7 @@ static int validate_named(const char *name, const pt_seg_header_t *live, uint64_
     for (int i = 0; i < 3; i++) {
         for (int j = i + 1; j < 3; j++) {
             if (regions_overlap(reg[i].off, reg[i].len, reg[j].off, reg[j].len)) {
-                set_err(err, errlen, "segment %s: %s and %s overlap; the segment is corrupt, remove it", what,
+                pt_set_err(err, errlen, "segment %s: %s and %s overlap; the segment is corrupt, remove it", what,
                         reg[i].label, reg[j].label);
                 return -EPROTO;
             }
@@ -398,7 +398,7 @@ static int validate_named(const char *name, const pt_seg_header_t *live, uint64_
 int pt_segment_validate(const pt_seg_header_t *h, uint64_t file_bytes, char *err, size_t errlen)
 {
     if (h == NULL) {
-        set_err(err, errlen, "no segment header given");
+        pt_set_err(err, errlen, "no segment header given");
         return -EINVAL;
     }
     return validate_named("", h, file_bytes, err, errlen, NULL);
@@ -424,7 +424,7 @@ static void adopt_geometry(pt_segment_t *seg, const pt_seg_header_t *h)
 int pt_segment_create(const pt_segment_config_t *cfg, pt_segment_t **out, char *err, size_t errlen)
 {
     if (cfg == NULL || out == NULL) {
-        set_err(err, errlen, "pt_segment_create: no configuration or output given");
+        pt_set_err(err, errlen, "pt_segment_create: no configuration or output given");
         return -EINVAL;
     }
     *out = NULL;
@@ -435,30 +435,30 @@ int pt_segment_create(const pt_segment_config_t *cfg, pt_segment_t **out, char *
     uint64_t wait_timeout_ns = cfg->wait_timeout_ns ? cfg->wait_timeout_ns : PT_DEFAULT_WAIT_TIMEOUT_NS;
 
     if (ring_count > PT_MAX_RINGS) {
-        set_err(err, errlen, "%u rings requested, the limit is %u: lower --rings", ring_count, PT_MAX_RINGS);
+        pt_set_err(err, errlen, "%u rings requested, the limit is %u: lower --rings", ring_count, PT_MAX_RINGS);
         return -EINVAL;
     }
     if (!is_pow2_u64(chunk_bytes) || chunk_bytes < PT_MIN_CHUNK_BYTES || chunk_bytes > PT_MAX_CHUNK_BYTES) {
-        set_err(err, errlen, "chunk size %u must be a power of two between %u and %u bytes", chunk_bytes,
+        pt_set_err(err, errlen, "chunk size %u must be a power of two between %u and %u bytes", chunk_bytes,
                 PT_MIN_CHUNK_BYTES, PT_MAX_CHUNK_BYTES);
         return -EINVAL;
     }
     if (!is_pow2_u64(chunks_per_ring) || chunks_per_ring < PT_MIN_CHUNKS_PER_RING ||
         chunks_per_ring > PT_MAX_CHUNKS_PER_RING) {
-        set_err(err, errlen, "%u chunks per ring must be a power of two between %u and %u", chunks_per_ring,
+        pt_set_err(err, errlen, "%u chunks per ring must be a power of two between %u and %u", chunks_per_ring,
                 PT_MIN_CHUNKS_PER_RING, PT_MAX_CHUNKS_PER_RING);
         return -EINVAL;
     }
     if (cfg->drop_policy != PT_POLICY_DROP && cfg->drop_policy != PT_POLICY_WAIT) {
-        set_err(err, errlen, "unknown drop policy %u: use drop (0) or wait (1)", cfg->drop_policy);
+        pt_set_err(err, errlen, "unknown drop policy %u: use drop (0) or wait (1)", cfg->drop_policy);
         return -EINVAL;
     }
     if (cfg->clock_kind != PT_CLOCK_MONOTONIC && cfg->clock_kind != PT_CLOCK_TSC) {
-        set_err(err, errlen, "unknown clock kind %u: initialise the clock with pt_clock_init", cfg->clock_kind);
+        pt_set_err(err, errlen, "unknown clock kind %u: initialise the clock with pt_clock_init", cfg->clock_kind);
         return -EINVAL;
     }
     if (symlog_bytes > PT_MAX_SEGMENT_BYTES) {
-        set_err(err, errlen, "symbol log of %llu bytes is larger than a segment may be",
+        pt_set_err(err, errlen, "symbol log of %llu bytes is larger than a segment may be",
                 (unsigned long long)symlog_bytes);
         return -EINVAL;
     }
@@ -470,7 +470,7 @@ int pt_segment_create(const pt_segment_config_t *cfg, pt_segment_t **out, char *
     uint64_t symlog_offset = align_up(rings_offset + (uint64_t)ring_count * ring_bytes, PT_SEG_PAGE);
     uint64_t segment_bytes = align_up(symlog_offset + symlog_bytes, PT_SEG_PAGE);
     if (ring_count == 0 || segment_bytes > PT_MAX_SEGMENT_BYTES) {
-        set_err(err, errlen,
+        pt_set_err(err, errlen,
                 "a segment of %u rings x %llu bytes plus a %llu-byte symbol log (%llu MiB) exceeds the %llu MiB "
                 "limit: lower --rings/--ring-size",
                 ring_count, (unsigned long long)ring_bytes, (unsigned long long)symlog_bytes,
@@ -480,7 +480,7 @@ int pt_segment_create(const pt_segment_config_t *cfg, pt_segment_t **out, char *
 
     pt_segment_t *seg = calloc(1, sizeof *seg);
     if (seg == NULL) {
-        set_err(err, errlen, "out of memory creating a segment handle");
+        pt_set_err(err, errlen, "out of memory creating a segment handle");
         return -ENOMEM;
     }
     int rc;
@@ -495,24 +495,24 @@ int pt_segment_create(const pt_segment_config_t *cfg, pt_segment_t **out, char *
     }
     if (fd < 0) {
         rc = -errno;
-        set_err(err, errlen, "cannot create shared memory segment %s: %s; check that /dev/shm is mounted and writable",
+        pt_set_err(err, errlen, "cannot create shared memory segment %s: %s; check that /dev/shm is mounted and writable",
                 seg->name, strerror(errno));
         goto err_free;
     }
     if (ftruncate(fd, (off_t)segment_bytes) != 0) {
         rc = -errno;
-        set_err(err, errlen, "cannot size segment %s to %llu MiB: %s; free space in /dev/shm or lower --rings/--ring-size",
+        pt_set_err(err, errlen, "cannot size segment %s to %llu MiB: %s; free space in /dev/shm or lower --rings/--ring-size",
                 seg->name, (unsigned long long)(segment_bytes >> 20), strerror(errno));
         goto err_unlink;
     }
     rc = posix_fallocate(fd, 0, (off_t)segment_bytes);
     if (rc != 0) {
         if (rc == ENOSPC || rc == EFBIG || rc == ENOMEM)
-            set_err(err, errlen,
+            pt_set_err(err, errlen,
                     "not enough room in /dev/shm for a %llu MiB segment: free space or lower --rings/--ring-size",
                     (unsigned long long)((segment_bytes + (1u << 20) - 1) >> 20));
         else
-            set_err(err, errlen, "cannot reserve %llu MiB for segment %s: %s; free space in /dev/shm",
+            pt_set_err(err, errlen, "cannot reserve %llu MiB for segment %s: %s; free space in /dev/shm",
                     (unsigned long long)(segment_bytes >> 20), seg->name, strerror(rc));
         rc = (rc == EFBIG || rc == ENOMEM) ? -ENOSPC : -rc;
         goto err_unlink;
@@ -520,7 +520,7 @@ int pt_segment_create(const pt_segment_config_t *cfg, pt_segment_t **out, char *
     void *map = mmap(NULL, (size_t)segment_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (map == MAP_FAILED) {
         rc = -errno;
-        set_err(err, errlen, "cannot map segment %s (%llu MiB): %s; lower --rings/--ring-size", seg->name,
+        pt_set_err(err, errlen, "cannot map segment %s (%llu MiB): %s; lower --rings/--ring-size", seg->name,
                 (unsigned long long)(segment_bytes >> 20), strerror(errno));
         goto err_unlink;
     }
@@ -596,7 +596,7 @@ static int open_validated(const char *name, unsigned flags, int writable, pt_seg
 {
     pt_segment_t *seg = calloc(1, sizeof *seg);
     if (seg == NULL) {
-        set_err(err, errlen, "out of memory attaching to %s", name);
+        pt_set_err(err, errlen, "out of memory attaching to %s", name);
         return -ENOMEM;
     }
     snprintf(seg->name, sizeof seg->name, "%s", name);
@@ -605,24 +605,24 @@ static int open_validated(const char *name, unsigned flags, int writable, pt_seg
     if (fd < 0) {
         rc = -errno;
         if (errno == ENOENT)
-            set_err(err, errlen, "no segment %s: the process may have ended and its segment been collected; run "
+            pt_set_err(err, errlen, "no segment %s: the process may have ended and its segment been collected; run "
                                  "`pytrace ls`",
                     seg->name);
         else if (errno == EACCES)
-            set_err(err, errlen, "segment %s belongs to another user; run as that user", seg->name);
+            pt_set_err(err, errlen, "segment %s belongs to another user; run as that user", seg->name);
         else
-            set_err(err, errlen, "cannot open segment %s: %s", seg->name, strerror(errno));
+            pt_set_err(err, errlen, "cannot open segment %s: %s", seg->name, strerror(errno));
         goto err_free;
     }
     struct stat st;
     if (fstat(fd, &st) != 0) {
         rc = -errno;
-        set_err(err, errlen, "cannot stat segment %s: %s", seg->name, strerror(errno));
+        pt_set_err(err, errlen, "cannot stat segment %s: %s", seg->name, strerror(errno));
         goto err_close;
     }
     if (st.st_uid != geteuid() && !(flags & PT_ATTACH_ANY_USER)) {
         rc = -EACCES;
-        set_err(err, errlen,
+        pt_set_err(err, errlen,
                 "segment %s belongs to uid %u, not to you (uid %u); run as that user or allow other users "
                 "explicitly",
                 seg->name, (unsigned)st.st_uid, (unsigned)geteuid());
@@ -635,14 +635,14 @@ static int open_validated(const char *name, unsigned flags, int writable, pt_seg
     }
     if (file_bytes > PT_MAX_SEGMENT_BYTES) {
         rc = -EPROTO;
-        set_err(err, errlen, "segment %s: file of %llu bytes is larger than any valid segment; remove it",
+        pt_set_err(err, errlen, "segment %s: file of %llu bytes is larger than any valid segment; remove it",
                 seg->name, (unsigned long long)file_bytes);
         goto err_close;
     }
     void *map = mmap(NULL, (size_t)file_bytes, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
     if (map == MAP_FAILED) {
         rc = -errno;
-        set_err(err, errlen, "cannot map segment %s: %s", seg->name, strerror(errno));
+        pt_set_err(err, errlen, "cannot map segment %s: %s", seg->name, strerror(errno));
         goto err_close;
     }
     close(fd);
@@ -668,19 +668,19 @@ err_free:
 static int resolve_target(const char *target, char *name, size_t namelen, char *err, size_t errlen)
 {
     if (target == NULL || target[0] == '\0') {
-        set_err(err, errlen, "no segment given: pass a segment name or a pid (see `pytrace ls`)");
+        pt_set_err(err, errlen, "no segment given: pass a segment name or a pid (see `pytrace ls`)");
         return -EINVAL;
     }
     if (all_digits(target)) {
         uint64_t pid = strtoull(target, NULL, 10);
         int rc = find_by_pid(pid, name, namelen);
         if (rc != 0)
-            set_err(err, errlen, "no pytrace segment for pid %s: is it traced? run `pytrace ls`", target);
+            pt_set_err(err, errlen, "no pytrace segment for pid %s: is it traced? run `pytrace ls`", target);
         return rc;
     }
     const char *base = target[0] == '/' ? target + 1 : target;
     if (base[0] == '\0' || strchr(base, '/') != NULL || strlen(base) + 2 > namelen) {
-        set_err(err, errlen, "'%.80s' is not a segment name: use a name like pytrace-12-0 or a pid", target);
+        pt_set_err(err, errlen, "'%.80s' is not a segment name: use a name like pytrace-12-0 or a pid", target);
         return -EINVAL;
     }
     snprintf(name, namelen, "/%s", base);
@@ -690,7 +690,7 @@ static int resolve_target(const char *target, char *name, size_t namelen, char *
 int pt_segment_attach(const char *target, unsigned flags, pt_segment_t **out, char *err, size_t errlen)
 {
     if (out == NULL) {
-        set_err(err, errlen, "pt_segment_attach: no output handle given");
+        pt_set_err(err, errlen, "pt_segment_attach: no output handle given");
         return -EINVAL;
     }
     *out = NULL;
@@ -858,7 +858,7 @@ int pt_segment_lock_consumer(pt_segment_t *seg, char *err, size_t errlen)
         int taking_over = 0;
         if (holder != 0) {
             if (process_alive(holder, holder_start)) {
-                set_err(err, errlen,
+                pt_set_err(err, errlen,
                         "segment %s is being read by pid %llu (pytrace-top?); stop that reader first", seg->name,
                         (unsigned long long)holder);
                 return -EBUSY;
@@ -879,7 +879,7 @@ int pt_segment_lock_consumer(pt_segment_t *seg, char *err, size_t errlen)
         seg->consumer_locked = 1;
         return 0;
     }
-    set_err(err, errlen, "segment %s: the reader lock keeps changing hands; try again", seg->name);
+    pt_set_err(err, errlen, "segment %s: the reader lock keeps changing hands; try again", seg->name);
     return -EBUSY;
 }
 

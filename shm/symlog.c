@@ -15,6 +15,7 @@
  * log cannot change a record between its check and its use.
  */
 #include "symlog.h"
+#include "shm_internal.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -117,18 +118,6 @@ int pt_symlog_append(pt_segment_t *seg, uint32_t kind, const char *name, const c
     return 0;
 }
 
-#if defined(__GNUC__)
-__attribute__((format(printf, 3, 4)))
-#endif
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || !errlen)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 static uint32_t rd32(const uint8_t *p)
 {
@@ -150,7 +139,7 @@ int pt_symlog_read_bounded(const pt_segment_t *seg, uint64_t cap, uint64_t *curs
         return -EINVAL;
     const uint8_t *log = pt_segment_symlog(seg);
     if (published > cap) {
-        set_err(err, errlen, "symbol log: published watermark %llu is beyond the log size %llu (corrupt segment)",
+        pt_set_err(err, errlen, "symbol log: published watermark %llu is beyond the log size %llu (corrupt segment)",
                 (unsigned long long)published, (unsigned long long)cap);
         return -EBADMSG;
     }
@@ -164,14 +153,14 @@ int pt_symlog_read_bounded(const pt_segment_t *seg, uint64_t cap, uint64_t *curs
     while (*cursor < published) {
         const uint64_t off = *cursor;
         if (off % 8 || published - off < 12) {
-            set_err(err, errlen, "symbol log: truncated record at offset %llu (corrupt segment)",
+            pt_set_err(err, errlen, "symbol log: truncated record at offset %llu (corrupt segment)",
                     (unsigned long long)off);
             rc = -EBADMSG;
             break;
         }
         const uint64_t size = (uint64_t)rd32(log + off) + 4;
         if (size < 12 || size > PT_MAX_SYMBOL_RECORD_BYTES || size > published - off) {
-            set_err(err, errlen, "symbol log: record at offset %llu has bad size %llu (corrupt segment)",
+            pt_set_err(err, errlen, "symbol log: record at offset %llu has bad size %llu (corrupt segment)",
                     (unsigned long long)off, (unsigned long long)size);
             rc = -EBADMSG;
             break;
@@ -181,7 +170,7 @@ int pt_symlog_read_bounded(const pt_segment_t *seg, uint64_t cap, uint64_t *curs
         if (pt_fb_parse(copy, (size_t)size, &m, why, sizeof why) != 0 || m.type != PT_MSG_SYMBOL) {
             if (m.type != PT_MSG_SYMBOL && !why[0])
                 snprintf(why, sizeof why, "not a Symbol message (type %u)", m.type);
-            set_err(err, errlen, "symbol log: record at offset %llu is malformed: %s (corrupt segment)",
+            pt_set_err(err, errlen, "symbol log: record at offset %llu is malformed: %s (corrupt segment)",
                     (unsigned long long)off, why);
             rc = -EBADMSG;
             break;
@@ -212,7 +201,7 @@ int pt_symlog_read(const pt_segment_t *seg, uint64_t *cursor, uint64_t published
      * reader library uses the size it validated at attach instead. */
     uint64_t cap = h->symlog_bytes;
     if (h->symlog_offset > h->segment_bytes || cap > h->segment_bytes - h->symlog_offset) {
-        set_err(err, errlen, "symbol log: size %llu does not fit the segment (corrupt segment)",
+        pt_set_err(err, errlen, "symbol log: size %llu does not fit the segment (corrupt segment)",
                 (unsigned long long)cap);
         return -EBADMSG;
     }

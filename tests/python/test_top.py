@@ -18,62 +18,9 @@ import time
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
+from topkit import TOP, WORKLOAD, Tmux, rows_by_name, table_order
+
 PY = sys.executable
-
-WORKLOAD = r'''
-import sys, threading, time
-
-def work3():
-    s = 0
-    for i in range(30000):
-        s += i
-    return s
-
-def work1():
-    s = 0
-    for i in range(10000):
-        s += i
-    return s
-
-def side_work():
-    s = 0
-    for i in range(5000):
-        s += i
-    time.sleep(0.001)
-    return s
-
-def side():
-    while True:
-        side_work()
-
-def main(seconds):
-    threading.Thread(target=side, daemon=True, name="side").start()
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        work3()
-        work1()
-
-main(float(sys.argv[1]))
-'''
-
-
-def _find_top():
-    env = os.environ.get("PYTRACE_TOP")
-    if env and os.access(env, os.X_OK):
-        return env
-    found = shutil.which("pytrace-top")
-    if found:
-        return found
-    for cand in sorted(os.listdir(ROOT)):
-        path = os.path.join(ROOT, cand, "viewer", "pytrace-top")
-        if cand.startswith("build") and os.access(path, os.X_OK):
-            return path
-    return None
-
-
-TOP = _find_top()
 
 
 def _pytrace_runnable():
@@ -135,42 +82,6 @@ def run_once(target, *args, timeout=60):
     return r.stdout
 
 
-def rows_by_name(doc):
-    return {f["name"]: f for f in doc["functions"]}
-
-
-class Tmux:
-    """One detached tmux session running pytrace-top; killed on exit."""
-
-    def __init__(self, target, width=160, height=50):
-        self.name = "pttop%d" % os.getpid()
-        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
-        cmd = "env LANG=C.UTF-8 LC_ALL=C.UTF-8 TERM=xterm-256color %s %s" % (TOP, target)
-        subprocess.run(["tmux", "new-session", "-d", "-s", self.name, "-x", str(width), "-y", str(height), cmd],
-                       check=True)
-
-    def screen(self):
-        r = subprocess.run(["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True, text=True)
-        return r.stdout
-
-    def keys(self, *keys):
-        subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
-
-    def wait_for(self, predicate, timeout=20, what="screen condition"):
-        deadline = time.monotonic() + timeout
-        s = ""
-        while time.monotonic() < deadline:
-            s = self.screen()
-            if predicate(s):
-                return s
-            time.sleep(0.2)
-        raise AssertionError("timed out waiting for %s; screen:\n%s" % (what, s))
-
-    def close(self):
-        self.keys("q")
-        time.sleep(0.5)
-        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
-        time.sleep(0.3)  # the consumer lock is released by the exiting viewer
 
 
 @pytest.fixture
@@ -180,15 +91,6 @@ def tmux_top(workload):
     t.close()
 
 
-def table_order(screen, names):
-    """Line index of each name in the table (first occurrence)."""
-    lines = screen.splitlines()
-    pos = {}
-    for i, line in enumerate(lines):
-        for n in names:
-            if n not in pos and re.search(r"\b%s\b" % n, line):
-                pos[n] = i
-    return pos
 
 
 # ---- headless -------------------------------------------------------------------
@@ -344,12 +246,8 @@ def test_pytrace_top_starts_the_program_headless(tmp_path):
 def test_pytrace_top_starts_the_program_under_tmux(tmp_path):
     script = tmp_path / "workload_top.py"
     script.write_text(WORKLOAD)
-    name = "pttopjob%d" % os.getpid()
-    cmd = "env LANG=C.UTF-8 LC_ALL=C.UTF-8 TERM=xterm-256color %s -m pytrace top -- %s %s 600" % (
-        PY, PY, script)
-    subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", "160", "-y", "50", cmd], check=True)
-    t = Tmux.__new__(Tmux)
-    t.name = name
+    cmd = "%s -m pytrace top -- %s %s 600" % (PY, PY, script)
+    t = Tmux(command=cmd, name="pttopjob")
     try:
         s = t.wait_for(lambda s: "work3" in s and "work1" in s, what="the started program's functions")
         assert "RUNNING" in s.splitlines()[0]
@@ -360,4 +258,4 @@ def test_pytrace_top_starts_the_program_under_tmux(tmp_path):
             time.sleep(0.2)
         assert _pids_running(str(script)) == []  # quitting the view stopped the program
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+        t.kill()

@@ -26,65 +26,12 @@ import time
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
+from topkit import TOP, WORKLOAD, Tmux, rows_by_name, table_order
+
 PY = sys.executable
-
-WORKLOAD = r'''
-import sys, threading, time
-
-def work3():
-    s = 0
-    for i in range(30000):
-        s += i
-    return s
-
-def work1():
-    s = 0
-    for i in range(10000):
-        s += i
-    return s
-
-def side_work():
-    s = 0
-    for i in range(5000):
-        s += i
-    time.sleep(0.001)
-    return s
-
-def side():
-    while True:
-        side_work()
-
-def main(seconds):
-    threading.Thread(target=side, daemon=True, name="side").start()
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        work3()
-        work1()
-
-main(float(sys.argv[1]))
-'''
 
 HEADER = struct.Struct("<8sHHI")
 MAGIC = b"PYTRREC\x00"
-
-
-def _find_top():
-    env = os.environ.get("PYTRACE_TOP")
-    if env and os.access(env, os.X_OK):
-        return env
-    found = shutil.which("pytrace-top")
-    if found:
-        return found
-    for cand in sorted(os.listdir(ROOT)):
-        path = os.path.join(ROOT, cand, "viewer", "pytrace-top")
-        if cand.startswith("build") and os.access(path, os.X_OK):
-            return path
-    return None
-
-
-TOP = _find_top()
 
 
 def _runs(*args):
@@ -99,17 +46,9 @@ HAVE_RECORD = HAVE_PYTRACE and _runs("-m", "pytrace", "record", "--help")
 HAVE_TMUX = shutil.which("tmux") is not None
 
 
-def _top_supports_file():
-    if TOP is None:
-        return False
-    r = subprocess.run([TOP, "--file", "/nonexistent.pytrace", "--once"], capture_output=True, text=True)
-    return "not supported" not in r.stderr
-
-
 pytestmark = [
     pytest.mark.skipif(TOP is None, reason="pytrace-top not built/installed (pip install /work/main)"),
     pytest.mark.skipif(not HAVE_PYTRACE, reason="the pytrace package is not installed"),
-    pytest.mark.skipif(not _top_supports_file(), reason="this pytrace-top predates --file (reinstall)"),
 ]
 needs_tmux = pytest.mark.skipif(not HAVE_TMUX, reason="tmux is not installed")
 
@@ -213,8 +152,6 @@ def once_json(path, *args):
     return r, json.loads(r.stdout)
 
 
-def rows_by_name(doc):
-    return {f["name"]: f for f in doc["functions"]}
 
 
 # ---- headless ----------------------------------------------------------------------
@@ -407,48 +344,6 @@ def test_file_being_written_is_read_to_its_end(recording, tmp_path, follow):
 
 
 # ---- interactive ---------------------------------------------------------------------
-
-class Tmux:
-    """One detached tmux session running pytrace-top; killed on exit."""
-
-    def __init__(self, args, width=160, height=50):
-        self.name = "pttopfile%d" % os.getpid()
-        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
-        cmd = "env LANG=C.UTF-8 LC_ALL=C.UTF-8 TERM=xterm-256color %s %s" % (TOP, args)
-        subprocess.run(["tmux", "new-session", "-d", "-s", self.name, "-x", str(width), "-y", str(height), cmd],
-                       check=True)
-
-    def screen(self):
-        r = subprocess.run(["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True, text=True)
-        return r.stdout
-
-    def keys(self, *keys):
-        subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
-
-    def wait_for(self, predicate, timeout=20, what="screen condition"):
-        deadline = time.monotonic() + timeout
-        s = ""
-        while time.monotonic() < deadline:
-            s = self.screen()
-            if predicate(s):
-                return s
-            time.sleep(0.2)
-        raise AssertionError("timed out waiting for %s; screen:\n%s" % (what, s))
-
-    def close(self):
-        self.keys("q")
-        time.sleep(0.3)
-        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
-
-
-def table_order(screen, names):
-    pos = {}
-    for i, line in enumerate(screen.splitlines()):
-        for n in names:
-            if n not in pos and re.search(r"\b%s\b" % n, line):
-                pos[n] = i
-    return pos
-
 
 @needs_tmux
 def test_interactive_views_of_a_recording(recording):

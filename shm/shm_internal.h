@@ -1,0 +1,20 @@
+/*
+ * Helpers shared by the shm/ modules; hidden from the library's users.
+ */
+#ifndef PT_SHM_INTERNAL_H
+#define PT_SHM_INTERNAL_H
+
+#include <stddef.h>
+
+#if defined(__GNUC__)
+#define PT_SHM_HIDDEN __attribute__((visibility("hidden")))
+#define PT_SHM_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define PT_SHM_HIDDEN
+#define PT_SHM_PRINTF(f, a)
+#endif
+
+/* Format a one-line error into err (if err is non-NULL and errlen > 0). */
+PT_SHM_HIDDEN void pt_set_err(char *err, size_t errlen, const char *fmt, ...) PT_SHM_PRINTF(3, 4);
+
+#endif /* PT_SHM_INTERNAL_H */
