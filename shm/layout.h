@@ -296,7 +296,7 @@ typedef struct pt_seg_header {
     _Atomic uint64_t hook_errors;       /* sticky failure count of the hooks */
     _Atomic uint64_t symbols_dropped;   /* symbols that did not fit the log */
     _Atomic uint64_t threads_started;   /* last thread number handed out */
-    _Atomic uint64_t rings_exhausted;   /* threads that found no free ring */
+    _Atomic uint64_t rings_exhausted;   /* claims that found no free ring (a thread retries every 100 ms) */
     uint8_t reserved_s2[16];
     /* symbol log line (1408) */
     _Alignas(PT_CACHE_LINE) _Atomic uint64_t symlog_published; /* bytes, release */

@@ -104,6 +104,7 @@ typedef struct pt_thread {
     uint32_t seen_epoch;            /* attach attempted in this session */
     uint32_t depth;                 /* logical depth (may exceed the capacity) */
     uint32_t reserved;
+    uint64_t retry_ticks;           /* no free ring: try again from this tick (0 = never) */
     struct pt_thread *next, *prev;  /* g.threads, under g.lock */
     uint32_t shadow[PT_SHADOW_CAPACITY];
 } pt_thread_t;
@@ -566,8 +567,13 @@ static pt_thread_t *thread_attach(PyCodeObject *opening)
 {
     uint32_t epoch = current_epoch();
     pt_thread_t *t = tls_thread;
-    if (epoch == 0 || (t && t->seen_epoch == epoch))
-        return NULL; /* not tracing, or this thread already failed to get a ring */
+    if (epoch == 0)
+        return NULL;
+    /* This thread already failed to get a ring in this session. If every ring
+     * was taken, try again now and then: a reader frees the rings of threads
+     * that ended, and a long-running thread should show up once it does. */
+    if (t && t->seen_epoch == epoch && (t->retry_ticks == 0 || now_ticks() < t->retry_ticks))
+        return NULL;
     if (t == NULL) {
         t = calloc(1, sizeof *t);
         if (t == NULL) {
@@ -629,13 +635,17 @@ static pt_thread_t *thread_attach(PyCodeObject *opening)
     int rc = pt_segment_claim_ring(g.seg, tid, name, now_ticks(), &t->ring);
     if (rc < 0) {
         free(ids);
-        if (rc == -EAGAIN)
+        t->retry_ticks = 0;
+        if (rc == -EAGAIN) {
             set_first_error("no free ring for thread %llu (%s): start with a larger ring_count",
                             (unsigned long long)tid, name);
-        else
+            t->retry_ticks = now_ticks() + g.clock.ticks_per_second / 10; /* 100 ms */
+        } else {
             pt_tracer_fail("cannot claim a ring");
+        }
         return NULL;
     }
+    t->retry_ticks = 0;
     pt_ring_set_stack_writer(&t->ring, stack_writer, t);
     t->depth = 0;
     t->ok_epoch = epoch;
