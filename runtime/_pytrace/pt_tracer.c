@@ -526,6 +526,21 @@ static inline uint32_t cfunc_id(PyObject *callable, const PyMethodDef *def, uint
 
 /* ---- thread contexts ------------------------------------------------------ */
 
+/* The name of a threading.Thread object into out ("" if it is not one). */
+static void thread_object_name(PyObject *threading, PyObject *thr, char *out, size_t len)
+{
+    PyObject *cls = PyObject_GetAttrString(threading, "Thread");
+    int is_thread = cls ? PyObject_IsInstance(thr, cls) : 0;
+    Py_XDECREF(cls);
+    if (is_thread == 1) {
+        PyObject *name = PyObject_GetAttrString(thr, "name");
+        if (name && PyUnicode_Check(name))
+            snprintf(out, len, "%s", utf8_or(name, ""));
+        Py_XDECREF(name);
+    }
+    PyErr_Clear();
+}
+
 static void thread_name(char *out, size_t len)
 {
     out[0] = '\0';
@@ -544,23 +559,30 @@ static void thread_name(char *out, size_t len)
     /* threading._active[get_ident()].name: no side effects (current_thread()
      * would create a _DummyThread for foreign threads) */
     PyObject *active = PyObject_GetAttrString(threading, "_active");
-    Py_DECREF(threading);
-    if (active == NULL || !PyDict_Check(active)) {
-        Py_XDECREF(active);
-        PyErr_Clear();
-        return;
+    if (active != NULL && PyDict_Check(active)) {
+        PyObject *ident = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
+        PyObject *thr = ident ? PyDict_GetItem(active, ident) : NULL; /* borrowed */
+        Py_XDECREF(ident);
+        if (thr)
+            thread_object_name(threading, thr, out, len);
     }
-    PyObject *ident = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
-    PyObject *thr = ident ? PyDict_GetItem(active, ident) : NULL; /* borrowed */
-    Py_XDECREF(ident);
-    if (thr) {
-        PyObject *name = PyObject_GetAttrString(thr, "name");
-        if (name && PyUnicode_Check(name))
-            snprintf(out, len, "%s", utf8_or(name, ""));
-        Py_XDECREF(name);
-    }
-    Py_DECREF(active);
+    Py_XDECREF(active);
     PyErr_Clear();
+#if PY_VERSION_HEX >= 0x030B0000
+    /* 3.12+ report a new thread's first event on entry to Thread._bootstrap,
+     * before the thread is in _active: its frame's `self` is the Thread. */
+    PyFrameObject *frame = out[0] ? NULL : PyEval_GetFrame(); /* borrowed */
+    if (frame != NULL) {
+        PyObject *locals = PyFrame_GetLocals(frame);
+        PyObject *self = locals ? PyMapping_GetItemString(locals, "self") : NULL;
+        if (self)
+            thread_object_name(threading, self, out, len);
+        Py_XDECREF(self);
+        Py_XDECREF(locals);
+        PyErr_Clear();
+    }
+#endif
+    Py_DECREF(threading);
 }
 
 static pt_thread_t *thread_attach(PyCodeObject *opening)
