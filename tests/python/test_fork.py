@@ -21,7 +21,8 @@ PROGRAM = textwrap.dedent("""
         pid = os.fork()
         if pid == 0:
             work(1000)
-            print(pytrace._pytrace.segment_name(), flush=True)
+            # one write(2) of < PIPE_BUF bytes: lines of several children never interleave
+            os.write(1, (pytrace._pytrace.segment_name() + "\\n").encode())
             os._exit(0)                      # skips every exit handler, like multiprocessing
         pids.append(pid)
     for pid in pids:
