@@ -28,14 +28,19 @@ RESERVED = ("top", "record", "export")
 
 
 class UsageError(Exception):
-    pass
+    """Wrong arguments: printed as one line "pytrace[ COMMAND]: message", exit 2."""
+
+    def __init__(self, message, command=None):
+        super().__init__(message)
+        self.command = command
 
 
 class _Parser(argparse.ArgumentParser):
     """argparse that reports one line and exits 2 (through UsageError)."""
 
     def error(self, message):
-        raise UsageError(message)
+        # "pytrace record: the following arguments are required: -o/--output"
+        raise UsageError(message, self.prog.split(" ", 1)[-1] if " " in self.prog else None)
 
 
 def _run_parser():
@@ -64,11 +69,11 @@ def _start_options(ns):
     opts = {"c_calls": ns.c_calls, "include": ns.include, "exclude": ns.exclude,
             "policy": ns.policy}
     if ns.rings < 0 or ns.rings > 4096:
-        raise UsageError("--rings must be between 1 and 4096")
+        raise UsageError("--rings must be between 1 and 4096", "run")
     if ns.rings:
         opts["ring_count"] = ns.rings
     if ns.ring_size < 0:
-        raise UsageError("--ring-size must be positive (MiB)")
+        raise UsageError("--ring-size must be positive (MiB)", "run")
     if ns.ring_size:
         # A ring is chunks of 64 KiB; round the count to a power of two the layout accepts.
         ring_bytes = int(ns.ring_size * (1 << 20))
@@ -76,7 +81,7 @@ def _start_options(ns):
         chunks = max(2, ring_bytes // chunk)
         chunks = 1 << (chunks.bit_length() - 1)
         if chunks > (1 << 16):
-            raise UsageError("--ring-size %g MiB is too large" % ns.ring_size)
+            raise UsageError("--ring-size %g MiB is too large" % ns.ring_size, "run")
         opts["chunk_bytes"] = chunk
         opts["chunks_per_ring"] = chunks
     return opts
@@ -156,9 +161,9 @@ def cmd_run(argv):
     ns = _run_parser().parse_args(ours)
     ns.target = program
     if ns.module is None and not ns.target:
-        raise UsageError("run: give a script (pytrace run script.py) or a module (pytrace run -m mod)")
+        raise UsageError("give a script (pytrace run script.py) or a module (pytrace run -m mod)", "run")
     if ns.module is None and ns.target[0].startswith("-"):
-        raise UsageError("run: unknown option %s" % ns.target[0])
+        raise UsageError("unknown option %s" % ns.target[0], "run")
     opts = _start_options(ns)
 
     if ns.module is not None:
@@ -167,7 +172,7 @@ def cmd_run(argv):
     else:
         script = ns.target[0]
         if not os.path.exists(script):
-            raise UsageError("run: can't open file %r: no such file" % script)
+            raise UsageError("can't open file %r: no such file" % script, "run")
         sys.argv = list(ns.target)
         sys.path[0] = os.path.dirname(os.path.abspath(script))
 
@@ -292,7 +297,7 @@ def main(argv=None):
         else:
             raise UsageError("unknown command %r (try: run, ls, top, record, export)" % command)
     except UsageError as e:
-        sys.stderr.write("pytrace: %s\n" % e)
+        sys.stderr.write("pytrace%s: %s\n" % (" " + e.command if e.command else "", e))
         return 2
     except SystemExit as e:   # argparse --help
         return _exit_code(e)

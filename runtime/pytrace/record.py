@@ -85,7 +85,8 @@ def _say(text):
 
 
 def _parser():
-    p = argparse.ArgumentParser(
+    from .cli import _Parser      # wrong arguments: one line and exit 2, as for every command
+    p = _Parser(
         prog="pytrace record",
         usage="pytrace record -o OUT [options] -- python script.py [args...]\n"
               "       pytrace record -o OUT [options] PID",
@@ -269,6 +270,10 @@ def main(argv=None):
         return 2
     pid_mode = not explicit and len(command) == 1 and command[0].isdigit()
     path = args.output
+    out_dir = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(out_dir) or not os.access(out_dir, os.W_OK):
+        _say("cannot write %s: %s is not a writable directory; nothing was started" % (path, out_dir))
+        return 2
 
     try:
         from . import _pytrace  # noqa: F401

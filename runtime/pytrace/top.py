@@ -59,6 +59,15 @@ def _split_options(before):
                 i += 2
             else:
                 raise ValueError("%s needs a value" % a)
+            value = job[-1].split("=", 1)[1] if "=" in job[-1] else job[-1]
+            if name == "--policy" and value not in ("drop", "wait"):
+                raise ValueError("--policy must be drop or wait, not %r" % value)
+            if name == "--ring-size":
+                try:
+                    if float(value) <= 0:
+                        raise ValueError
+                except ValueError:
+                    raise ValueError("--ring-size must be a positive number of MiB, not %r" % value) from None
         elif a in _JOB_FLAGS:
             job.append(a)
             i += 1

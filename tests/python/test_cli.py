@@ -1,6 +1,7 @@
 """The `pytrace` command: run (exit codes, argv, path), ls, bad arguments, subprocesses."""
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -30,13 +31,19 @@ def _announces(stderr):
     ["run", "--nonsense", "exit_code.py"],
     ["run", "no_such_script.py"],
     ["ls", "--bogus"],
+    ["record", "--", "python", "x.py"],
+    ["record", "-o", "/nonexistent-dir/x.pytrace", "--", "python", "x.py"],
+    ["export", "x.pytrace", "--format", "nope", "-o", "out"],
+    ["export", "x.pytrace", "-o", "out.unknown-suffix"],
+    ["top", "--policy", "maybe", "--", "python", "x.py"],
 ], ids=lambda a: " ".join(a) or "no-args")
 def test_bad_arguments_exit_2_with_one_line(args):
     r = pytrace_cmd(*args)
     assert r.returncode == 2, (r.stdout, r.stderr)
     lines = r.stderr.strip().splitlines()
     if args:
-        assert len(lines) == 1 and lines[0].startswith("pytrace: "), r.stderr
+        # one line naming the tool and the command: "pytrace[ COMMAND]: message"
+        assert len(lines) == 1 and re.match(r"pytrace( (run|ls|top|record|export))?: \S", lines[0]), r.stderr
     assert not _announces(r.stderr)
 
 

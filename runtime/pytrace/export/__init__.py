@@ -11,11 +11,10 @@ aggregates, never the event list. A damaged recording is exported up to the dama
 which is reported with its byte offset (exit status 1).
 """
 
-import argparse
 import os
 import sys
 
-from ..recording import RecordingError
+from ..recording import HEADER_BYTES, RecordingError, read_header
 from .stackwalk import Exporter, Walker
 
 __all__ = ["main", "export", "FORMATS", "Walker", "Exporter"]
@@ -79,7 +78,8 @@ def _guess_format(output):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(
+    from ..cli import _Parser     # wrong arguments: one line and exit 2, as for every command
+    p = _Parser(
         prog="pytrace export",
         description="Export a pytrace recording to Perfetto/Chrome JSON, speedscope JSON, "
                     "collapsed stacks or a pstats file.")
@@ -99,6 +99,18 @@ def main(argv=None):
     fmt = args.format or _guess_format(args.output)
     if fmt is None:
         p.error("cannot tell the format from %r: pass --format (%s)" % (args.output, "|".join(FORMATS)))
+    if not args.follow:
+        # A file that is not a recording at all gets one line and no output file.
+        try:
+            with open(args.recording, "rb") as f:
+                read_header(f.read(HEADER_BYTES))
+        except OSError as e:
+            print("pytrace export: cannot read %s: %s" % (args.recording, e.strerror or e), file=sys.stderr)
+            return 1
+        except ValueError as e:
+            offset = 8 if "unsupported recording format" in str(e) else 0  # major at 8, magic at 0
+            print("pytrace export: %s" % RecordingError(args.recording, offset, str(e)), file=sys.stderr)
+            return 1
     try:
         walker, error = export(args.recording, fmt, args.output, weight=args.weight,
                                per_thread=args.per_thread, follow=args.follow, timeout=args.timeout)
