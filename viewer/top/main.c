@@ -711,8 +711,12 @@ static void Headless_text(App *app, const Options *o)
             snprintf(calls, sizeof calls, "%llu", (unsigned long long)r->calls);
         Text_escape(r->name, name, sizeof name);
         Text_escape(r->file, file, sizeof file);
-        printf("%7.1f %7.1f %10s %10s %16s  %s  %s:%u\n", r->self_pct, r->total_pct, self, total, calls, name, file,
-               r->line);
+        if (r->line) /* C functions have no line: "builtins", not "builtins:0" */
+            printf("%7.1f %7.1f %10s %10s %16s  %s  %s:%u\n", r->self_pct, r->total_pct, self, total, calls, name,
+                   file, r->line);
+        else
+            printf("%7.1f %7.1f %10s %10s %16s  %s  %s\n", r->self_pct, r->total_pct, self, total, calls, name,
+                   file);
     }
 }
 
