@@ -3,31 +3,13 @@
  * (ticks_per_second = 1e9, so one tick = one ns) and exact expectations.
  * Call counts follow what cProfile/pstats reports for the same program.
  */
+#include "../check.h"
 #include "viewer/agg.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int failures;
-
-#define CHECK(cond)                                                                         \
-    do {                                                                                    \
-        if (!(cond)) {                                                                      \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);        \
-            failures++;                                                                     \
-        }                                                                                   \
-    } while (0)
-
-#define CHECK_EQ(a, b)                                                                      \
-    do {                                                                                    \
-        unsigned long long va_ = (unsigned long long)(a), vb_ = (unsigned long long)(b);    \
-        if (va_ != vb_) {                                                                   \
-            fprintf(stderr, "%s:%d: %s == %llu, expected %s == %llu\n", __FILE__, __LINE__, \
-                    #a, va_, #b, vb_);                                                      \
-            failures++;                                                                     \
-        }                                                                                   \
-    } while (0)
 
 /* ---- stream building ----------------------------------------------------- */
 

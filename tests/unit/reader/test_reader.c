@@ -29,28 +29,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../check.h"
 #include "schema/pt_fb.h"
 #include "shm/reader.h"
 #include "shm/segment.h"
 #include "shm/symlog.h"
 
-static int failures;
-
-#define CHECK(cond)                                                                    \
-    do {                                                                               \
-        if (!(cond)) {                                                                 \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);   \
-            failures++;                                                                \
-        }                                                                              \
-    } while (0)
-
-#define REQUIRE(cond)                                                                  \
-    do {                                                                               \
-        if (!(cond)) {                                                                 \
-            fprintf(stderr, "%s:%d: REQUIRE failed: %s\n", __FILE__, __LINE__, #cond); \
-            exit(1);                                                                   \
-        }                                                                              \
-    } while (0)
 
 static void sleep_us(long us)
 {

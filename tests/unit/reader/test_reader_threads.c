@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../check.h"
 #include "schema/pt_fb.h"
 #include "shm/reader.h"
 #include "shm/segment.h"
@@ -23,15 +24,6 @@
 #endif
 #define RT_THREADS 4 /* on 2 rings: the last two need rings the reader freed */
 
-static int failures;
-
-#define CHECK(cond)                                                                    \
-    do {                                                                               \
-        if (!(cond)) {                                                                 \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);   \
-            failures++;                                                                \
-        }                                                                              \
-    } while (0)
 
 typedef struct arg {
     pt_segment_t *seg;

@@ -4,6 +4,7 @@
  * sees a file being written), with every byte flipped, with damaged headers
  * and size prefixes, and with messages larger than the read cache.
  */
+#include "../check.h"
 #include "viewer/recfile.h"
 
 #include <errno.h>
@@ -12,25 +13,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static int failures;
-
-#define CHECK(cond)                                                                         \
-    do {                                                                                    \
-        if (!(cond)) {                                                                      \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);        \
-            failures++;                                                                     \
-        }                                                                                   \
-    } while (0)
-
-#define CHECK_EQ(a, b)                                                                      \
-    do {                                                                                    \
-        long long va_ = (long long)(a), vb_ = (long long)(b);                               \
-        if (va_ != vb_) {                                                                   \
-            fprintf(stderr, "%s:%d: %s == %lld, expected %s == %lld\n", __FILE__, __LINE__, \
-                    #a, va_, #b, vb_);                                                      \
-            failures++;                                                                     \
-        }                                                                                   \
-    } while (0)
 
 /* ---- building recordings ---------------------------------------------------- */
 

@@ -11,21 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../check.h"
 #include "schema/pt_fb.h"
 #include "shm/ring.h"
 #include "tc_consumer.h"
 
-static int failures;
-
-#define CHECK(cond, ...)                                                                  \
-    do {                                                                                  \
-        if (!(cond)) {                                                                    \
-            failures++;                                                                   \
-            fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond);      \
-            fprintf(stderr, __VA_ARGS__);                                                 \
-            fputc('\n', stderr);                                                          \
-        }                                                                                 \
-    } while (0)
 
 typedef struct layout {
     pt_ring_slot_t *slot;
@@ -93,12 +83,12 @@ static void check_copy_parses(const tc_consumer_t *c, uint64_t chunk_seq, const 
     pt_fb_msg_t msg;
     char why[128] = "";
     int rc = pt_fb_parse(buf, PT_CHUNK_HEADER_BYTES + 16u * n, &msg, why, sizeof why);
-    CHECK(rc == 0, "copy of chunk %" PRIu64 " does not parse: %s", chunk_seq, why);
+    CHECKF(rc == 0, "copy of chunk %" PRIu64 " does not parse: %s", chunk_seq, why);
     if (rc == 0) {
-        CHECK(msg.type == PT_MSG_EVENT_CHUNK, "type %u", msg.type);
-        CHECK(msg.u.event_chunk.count == n, "count %u != %u", msg.u.event_chunk.count, n);
-        CHECK(msg.u.event_chunk.first_event == chunk_seq * c->events_per_chunk, "first_event");
-        CHECK(msg.u.event_chunk.thread == c->thread, "thread");
+        CHECKF(msg.type == PT_MSG_EVENT_CHUNK, "type %u", msg.type);
+        CHECKF(msg.u.event_chunk.count == n, "count %u != %u", msg.u.event_chunk.count, n);
+        CHECKF(msg.u.event_chunk.first_event == chunk_seq * c->events_per_chunk, "first_event");
+        CHECKF(msg.u.event_chunk.thread == c->thread, "thread");
     }
 }
 
@@ -107,12 +97,12 @@ static void test_order_and_wraparound(uint32_t chunk_bytes, uint32_t chunks_per_
 {
     layout_t l = make_layout(chunk_bytes, chunks_per_ring);
     pt_ring_t ring;
-    CHECK(pt_ring_init(&ring, l.slot, l.base, chunk_bytes, chunks_per_ring, PT_POLICY_DROP, 0, 0, 7) == 0, "init");
+    CHECKF(pt_ring_init(&ring, l.slot, l.base, chunk_bytes, chunks_per_ring, PT_POLICY_DROP, 0, 0, 7) == 0, "init");
     tc_consumer_t c;
     tc_init(&c, l.slot, l.base, chunk_bytes, chunks_per_ring, 7);
     uint32_t epc = (uint32_t)PT_CHUNK_EVENTS(chunk_bytes);
     uint64_t capacity = (uint64_t)epc * chunks_per_ring;
-    CHECK(ring.events_per_chunk == epc, "events per chunk %u != %u", ring.events_per_chunk, epc);
+    CHECKF(ring.events_per_chunk == epc, "events per chunk %u != %u", ring.events_per_chunk, epc);
 
     static pt_event_t buf[4096];
     uint64_t pushed = 0, read = 0, bad = 0, rng = 12345;
@@ -127,13 +117,13 @@ static void test_order_and_wraparound(uint32_t chunk_bytes, uint32_t chunks_per_
         for (uint64_t i = 0; i < batch; i++) {
             int rc = push_seq(&ring, pushed);
             if (rc != 0) {
-                CHECK(rc == 0, "push %" PRIu64 " failed (%d) with %" PRIu64 " in flight", pushed, rc,
+                CHECKF(rc == 0, "push %" PRIu64 " failed (%d) with %" PRIu64 " in flight", pushed, rc,
                       pushed - read);
                 goto out;
             }
             pushed++;
         }
-        CHECK(pt_ring_written(&ring) == pushed, "written %" PRIu64 " != %" PRIu64, pt_ring_written(&ring), pushed);
+        CHECKF(pt_ring_written(&ring) == pushed, "written %" PRIu64 " != %" PRIu64, pt_ring_written(&ring), pushed);
         /* drain, sometimes only partly */
         uint64_t want = (rng >> 20) % 4 == 0 ? (pushed - read) / 2 : pushed - read;
         while (read < pushed && want > 0) {
@@ -144,7 +134,7 @@ static void test_order_and_wraparound(uint32_t chunk_bytes, uint32_t chunks_per_
                 break;
             for (uint32_t i = 0; i < n; i++)
                 if (!record_matches(&buf[i], read + i) && bad++ < 5)
-                    CHECK(0, "record %" PRIu64 " wrong: ticks %" PRIu64 " id %u kind %u", read + i, buf[i].ticks,
+                    CHECKF(0, "record %" PRIu64 " wrong: ticks %" PRIu64 " id %u kind %u", read + i, buf[i].ticks,
                           buf[i].id, buf[i].kind);
             if (index_before == 0 && c.index == epc && c.chunk == chunk_before)
                 check_copy_parses(&c, chunk_before, buf, n);
@@ -158,24 +148,24 @@ static void test_order_and_wraparound(uint32_t chunk_bytes, uint32_t chunks_per_
             break;
         for (uint32_t i = 0; i < n; i++)
             if (!record_matches(&buf[i], read + i) && bad++ < 5)
-                CHECK(0, "record %" PRIu64 " wrong", read + i);
+                CHECKF(0, "record %" PRIu64 " wrong", read + i);
         read += n;
     }
 out:
-    CHECK(read == pushed, "read %" PRIu64 " of %" PRIu64, read, pushed);
-    CHECK(bad == 0, "%" PRIu64 " wrong records", bad);
-    CHECK(c.header_errors == 0, "%" PRIu64 " bad chunk headers", c.header_errors);
-    CHECK(c.length_errors == 0, "%" PRIu64 " bad chunk lengths", c.length_errors);
-    CHECK(pushed / capacity >= 100 || total < capacity * 100, "only %" PRIu64 " wraps", pushed / capacity);
-    CHECK(atomic_load(&l.slot->events_dropped) == 0, "dropped %" PRIu64, (uint64_t)atomic_load(&l.slot->events_dropped));
+    CHECKF(read == pushed, "read %" PRIu64 " of %" PRIu64, read, pushed);
+    CHECKF(bad == 0, "%" PRIu64 " wrong records", bad);
+    CHECKF(c.header_errors == 0, "%" PRIu64 " bad chunk headers", c.header_errors);
+    CHECKF(c.length_errors == 0, "%" PRIu64 " bad chunk lengths", c.length_errors);
+    CHECKF(pushed / capacity >= 100 || total < capacity * 100, "only %" PRIu64 " wraps", pushed / capacity);
+    CHECKF(atomic_load(&l.slot->events_dropped) == 0, "dropped %" PRIu64, (uint64_t)atomic_load(&l.slot->events_dropped));
     uint64_t flushed = atomic_load(&l.slot->events_written);
-    CHECK(flushed <= pushed && flushed + epc >= pushed, "flushed counter %" PRIu64 " vs %" PRIu64, flushed, pushed);
+    CHECKF(flushed <= pushed && flushed + epc >= pushed, "flushed counter %" PRIu64 " vs %" PRIu64, flushed, pushed);
     pt_ring_flush_counters(&ring);
-    CHECK(atomic_load(&l.slot->events_written) == pushed, "events_written after flush");
+    CHECKF(atomic_load(&l.slot->events_written) == pushed, "events_written after flush");
     /* size prefix of a ring chunk is the whole chunk */
     uint32_t prefix;
     memcpy(&prefix, l.base, 4);
-    CHECK(prefix == chunk_bytes - 4, "size prefix %u", prefix);
+    CHECKF(prefix == chunk_bytes - 4, "size prefix %u", prefix);
     printf("order/wrap %u x %u: %" PRIu64 " records, %" PRIu64 " wraps, %" PRIu64 " chunk headers checked\n",
            chunks_per_ring, chunk_bytes, pushed, pushed / capacity, c.chunks_checked);
     free_layout(&l);
@@ -214,7 +204,7 @@ static void test_drop_policy(void)
     const uint32_t chunk_bytes = 4096, chunks = 4;
     layout_t l = make_layout(chunk_bytes, chunks);
     pt_ring_t ring;
-    CHECK(pt_ring_init(&ring, l.slot, l.base, chunk_bytes, chunks, PT_POLICY_DROP, 0, 3, 9) == 0, "init");
+    CHECKF(pt_ring_init(&ring, l.slot, l.base, chunk_bytes, chunks, PT_POLICY_DROP, 0, 3, 9) == 0, "init");
     stack_ctx_t sctx = {.frames = 5};
     pt_ring_set_stack_writer(&ring, write_stack, &sctx);
     tc_consumer_t c;
@@ -224,47 +214,47 @@ static void test_drop_policy(void)
 
     uint64_t seq = 0;
     for (; seq < capacity; seq++)
-        CHECK(push_seq(&ring, seq) == 0, "push %" PRIu64 " below capacity failed", seq);
+        CHECKF(push_seq(&ring, seq) == 0, "push %" PRIu64 " below capacity failed", seq);
     /* full: the next pushes drop, counted */
     for (int i = 0; i < 11; i++, seq++)
-        CHECK(push_seq(&ring, seq) == -ENOBUFS, "push into a full ring must return -ENOBUFS");
-    CHECK(atomic_load(&l.slot->events_dropped) == 11, "events_dropped %" PRIu64,
+        CHECKF(push_seq(&ring, seq) == -ENOBUFS, "push into a full ring must return -ENOBUFS");
+    CHECKF(atomic_load(&l.slot->events_dropped) == 11, "events_dropped %" PRIu64,
           (uint64_t)atomic_load(&l.slot->events_dropped));
-    CHECK(ring.lost_pending == 11, "lost_pending %" PRIu64, ring.lost_pending);
-    CHECK(ring.limit == 0, "limit must be 0 while a Lost record is pending");
-    CHECK(sctx.calls == 0, "no stack written while full");
+    CHECKF(ring.lost_pending == 11, "lost_pending %" PRIu64, ring.lost_pending);
+    CHECKF(ring.limit == 0, "limit must be 0 while a Lost record is pending");
+    CHECKF(sctx.calls == 0, "no stack written while full");
 
     static pt_event_t buf[8192];
     uint64_t n = drain_all(&c, buf, 8192);
-    CHECK(n == capacity, "drained %" PRIu64 " of %" PRIu64, n, capacity);
+    CHECKF(n == capacity, "drained %" PRIu64 " of %" PRIu64, n, capacity);
     for (uint64_t i = 0; i < n; i++)
         if (!record_matches(&buf[i], i)) {
-            CHECK(0, "record %" PRIu64 " wrong before the gap", i);
+            CHECKF(0, "record %" PRIu64 " wrong before the gap", i);
             break;
         }
     /* still full from the producer's view until it looks again: the next push
      * finds room, writes Lost(11), the stack, then the record */
-    CHECK(push_seq(&ring, seq) == 0, "push after room returned");
-    CHECK(sctx.calls == 1, "stack writer called once (%u)", sctx.calls);
+    CHECKF(push_seq(&ring, seq) == 0, "push after room returned");
+    CHECKF(sctx.calls == 1, "stack writer called once (%u)", sctx.calls);
     /* consumer released chunks 0..2 (chunk 3 == head stays), so the new head
      * 4 leaves 2 free chunks: room = epc - 1 (after Lost) + 2 * epc */
-    CHECK(sctx.room_seen == epc - 1 + 2 * epc, "room %u != %u", sctx.room_seen, epc - 1 + 2 * epc);
-    CHECK(ring.limit == epc, "limit restored");
+    CHECKF(sctx.room_seen == epc - 1 + 2 * epc, "room %u != %u", sctx.room_seen, epc - 1 + 2 * epc);
+    CHECKF(ring.limit == epc, "limit restored");
     n = drain_all(&c, buf, 8192);
-    CHECK(n == 1 + 5 + 1, "after recovery: %" PRIu64 " records, want Lost + 5 frames + record", n);
+    CHECKF(n == 1 + 5 + 1, "after recovery: %" PRIu64 " records, want Lost + 5 frames + record", n);
     if (n == 7) {
-        CHECK(buf[0].kind == PT_EV_LOST && buf[0].id == 11 && buf[0].aux == 0, "Lost(11): kind %u id %u",
+        CHECKF(buf[0].kind == PT_EV_LOST && buf[0].id == 11 && buf[0].aux == 0, "Lost(11): kind %u id %u",
               buf[0].kind, buf[0].id);
-        CHECK(buf[0].ticks == seq, "Lost carries the ticks of the record that found room");
+        CHECKF(buf[0].ticks == seq, "Lost carries the ticks of the record that found room");
         for (uint32_t d = 0; d < 5; d++) {
-            CHECK(buf[1 + d].kind == PT_EV_FRAME && buf[1 + d].id == 500 + d && buf[1 + d].aux == d,
+            CHECKF(buf[1 + d].kind == PT_EV_FRAME && buf[1 + d].id == 500 + d && buf[1 + d].aux == d,
                   "frame %u: kind %u id %u aux %u", d, buf[1 + d].kind, buf[1 + d].id, buf[1 + d].aux);
-            CHECK(buf[1 + d].flags == (d == 1 ? PT_EVF_C_FUNCTION : 0), "frame flags");
+            CHECKF(buf[1 + d].flags == (d == 1 ? PT_EVF_C_FUNCTION : 0), "frame flags");
         }
-        CHECK(record_matches(&buf[6], seq), "the record after the stack");
+        CHECKF(record_matches(&buf[6], seq), "the record after the stack");
     }
     seq++;
-    CHECK(pt_ring_written(&ring) == capacity + 7, "written counts Lost and frames");
+    CHECKF(pt_ring_written(&ring) == capacity + 7, "written counts Lost and frames");
 
     /* saturation: a count past 48 bits is written as PT_LOST_MAX */
     while (push_seq(&ring, seq) == 0)
@@ -272,24 +262,24 @@ static void test_drop_policy(void)
     ring.lost_pending = PT_LOST_MAX + 100;
     (void)drain_all(&c, buf, 8192);
     pt_ring_set_stack_writer(&ring, NULL, NULL);
-    CHECK(push_seq(&ring, seq) == 0, "push after room returned");
+    CHECKF(push_seq(&ring, seq) == 0, "push after room returned");
     n = drain_all(&c, buf, 8192);
-    CHECK(n == 2 && buf[0].kind == PT_EV_LOST && buf[0].id == UINT32_MAX && buf[0].aux == UINT16_MAX,
+    CHECKF(n == 2 && buf[0].kind == PT_EV_LOST && buf[0].id == UINT32_MAX && buf[0].aux == UINT16_MAX,
           "saturated Lost: n %" PRIu64 " id %u aux %u", n, buf[0].id, buf[0].aux);
-    CHECK(n == 2 && record_matches(&buf[1], seq), "record after saturated Lost");
+    CHECKF(n == 2 && record_matches(&buf[1], seq), "record after saturated Lost");
     seq++;
 
     /* flush_lost: a trailing gap is announced when there is room */
     while (push_seq(&ring, seq) == 0)
         seq++;
-    CHECK(push_seq(&ring, seq + 1) == -ENOBUFS, "second drop");
-    CHECK(pt_ring_flush_lost(&ring, 77) == -ENOBUFS, "flush_lost without room");
+    CHECKF(push_seq(&ring, seq + 1) == -ENOBUFS, "second drop");
+    CHECKF(pt_ring_flush_lost(&ring, 77) == -ENOBUFS, "flush_lost without room");
     (void)drain_all(&c, buf, 8192);
-    CHECK(pt_ring_flush_lost(&ring, 77) == 0, "flush_lost with room");
+    CHECKF(pt_ring_flush_lost(&ring, 77) == 0, "flush_lost with room");
     n = drain_all(&c, buf, 8192);
-    CHECK(n == 1 && buf[0].kind == PT_EV_LOST && buf[0].id == 2 && buf[0].ticks == 77, "trailing Lost(2)");
-    CHECK(pt_ring_flush_lost(&ring, 78) == 0 && drain_all(&c, buf, 8192) == 0, "nothing pending, nothing written");
-    CHECK(c.header_errors == 0 && c.length_errors == 0, "headers %" PRIu64 " lengths %" PRIu64, c.header_errors,
+    CHECKF(n == 1 && buf[0].kind == PT_EV_LOST && buf[0].id == 2 && buf[0].ticks == 77, "trailing Lost(2)");
+    CHECKF(pt_ring_flush_lost(&ring, 78) == 0 && drain_all(&c, buf, 8192) == 0, "nothing pending, nothing written");
+    CHECKF(c.header_errors == 0 && c.length_errors == 0, "headers %" PRIu64 " lengths %" PRIu64, c.header_errors,
           c.length_errors);
     free_layout(&l);
 }
@@ -299,25 +289,25 @@ static void test_wait_policy_bound(void)
     const uint32_t chunk_bytes = 4096, chunks = 2;
     layout_t l = make_layout(chunk_bytes, chunks);
     pt_ring_t ring;
-    CHECK(pt_ring_init(&ring, l.slot, l.base, chunk_bytes, chunks, PT_POLICY_WAIT, 2000000 /* 2 ms */, 0, 1) == 0,
+    CHECKF(pt_ring_init(&ring, l.slot, l.base, chunk_bytes, chunks, PT_POLICY_WAIT, 2000000 /* 2 ms */, 0, 1) == 0,
           "init");
     tc_consumer_t c;
     tc_init(&c, l.slot, l.base, chunk_bytes, chunks, 1);
     uint64_t capacity = PT_CHUNK_EVENTS(chunk_bytes) * chunks, seq = 0;
     for (; seq < capacity; seq++)
-        CHECK(push_seq(&ring, seq) == 0, "push below capacity");
+        CHECKF(push_seq(&ring, seq) == 0, "push below capacity");
     /* nobody drains: the push waits for its bound, then drops */
-    CHECK(push_seq(&ring, seq++) == -ENOBUFS, "wait bound ran out: -ENOBUFS");
-    CHECK(ring.waiting_disabled == 1, "after a timeout the ring stops waiting");
-    CHECK(push_seq(&ring, seq++) == -ENOBUFS, "second push drops at once");
-    CHECK(atomic_load(&l.slot->events_dropped) == 2, "two drops counted");
+    CHECKF(push_seq(&ring, seq++) == -ENOBUFS, "wait bound ran out: -ENOBUFS");
+    CHECKF(ring.waiting_disabled == 1, "after a timeout the ring stops waiting");
+    CHECKF(push_seq(&ring, seq++) == -ENOBUFS, "second push drops at once");
+    CHECKF(atomic_load(&l.slot->events_dropped) == 2, "two drops counted");
     static pt_event_t buf[1024];
-    CHECK(drain_all(&c, buf, 1024) == capacity, "drain");
-    CHECK(push_seq(&ring, seq) == 0, "room returned");
-    CHECK(ring.waiting_disabled == 0, "waiting again once room returned");
+    CHECKF(drain_all(&c, buf, 1024) == capacity, "drain");
+    CHECKF(push_seq(&ring, seq) == 0, "room returned");
+    CHECKF(ring.waiting_disabled == 0, "waiting again once room returned");
     uint64_t n = drain_all(&c, buf, 1024);
-    CHECK(n == 2 && buf[0].kind == PT_EV_LOST && buf[0].id == 2, "Lost(2) then the record");
-    CHECK(n == 2 && record_matches(&buf[1], seq), "record after Lost");
+    CHECKF(n == 2 && buf[0].kind == PT_EV_LOST && buf[0].id == 2, "Lost(2) then the record");
+    CHECKF(n == 2 && record_matches(&buf[1], seq), "record after Lost");
     free_layout(&l);
 }
 
@@ -325,21 +315,21 @@ static void test_misuse(void)
 {
     pt_ring_t zero;
     memset(&zero, 0, sizeof zero);
-    CHECK(pt_ring_push(&zero, 1, 2, PT_EV_CALL, 0, 0) == -ENOBUFS, "a zero handle drops");
-    CHECK(pt_ring_written(&zero) == 0, "a zero handle wrote nothing");
+    CHECKF(pt_ring_push(&zero, 1, 2, PT_EV_CALL, 0, 0) == -ENOBUFS, "a zero handle drops");
+    CHECKF(pt_ring_written(&zero) == 0, "a zero handle wrote nothing");
     layout_t l = make_layout(4096, 4);
     pt_ring_t ring;
-    CHECK(pt_ring_init(&ring, l.slot, l.base, 3000, 4, 0, 0, 0, 1) == -EINVAL, "chunk size not a power of two");
-    CHECK(pt_ring_init(&ring, l.slot, l.base, 2048, 4, 0, 0, 0, 1) == -EINVAL, "chunk size below minimum");
-    CHECK(pt_ring_init(&ring, l.slot, l.base, 4096, 3, 0, 0, 0, 1) == -EINVAL, "chunk count not a power of two");
-    CHECK(pt_ring_init(&ring, l.slot, l.base, 4096, 1, 0, 0, 0, 1) == -EINVAL, "one chunk");
-    CHECK(pt_ring_init(&ring, l.slot, l.base, 4096, 4, 7, 0, 0, 1) == -EINVAL, "unknown policy");
-    CHECK(pt_ring_init(&ring, NULL, l.base, 4096, 4, 0, 0, 0, 1) == -EINVAL, "no slot");
+    CHECKF(pt_ring_init(&ring, l.slot, l.base, 3000, 4, 0, 0, 0, 1) == -EINVAL, "chunk size not a power of two");
+    CHECKF(pt_ring_init(&ring, l.slot, l.base, 2048, 4, 0, 0, 0, 1) == -EINVAL, "chunk size below minimum");
+    CHECKF(pt_ring_init(&ring, l.slot, l.base, 4096, 3, 0, 0, 0, 1) == -EINVAL, "chunk count not a power of two");
+    CHECKF(pt_ring_init(&ring, l.slot, l.base, 4096, 1, 0, 0, 0, 1) == -EINVAL, "one chunk");
+    CHECKF(pt_ring_init(&ring, l.slot, l.base, 4096, 4, 7, 0, 0, 1) == -EINVAL, "unknown policy");
+    CHECKF(pt_ring_init(&ring, NULL, l.base, 4096, 4, 0, 0, 0, 1) == -EINVAL, "no slot");
     /* re-init over a used slot resets the cursors of the previous owner */
     atomic_store(&l.slot->released_chunks, 1234);
     atomic_store(&l.slot->head_chunk, 1234);
-    CHECK(pt_ring_init(&ring, l.slot, l.base, 4096, 4, 0, 0, 0, 1) == 0, "init");
-    CHECK(atomic_load(&l.slot->released_chunks) == 0 && atomic_load(&l.slot->head_chunk) == 0, "cursors reset");
+    CHECKF(pt_ring_init(&ring, l.slot, l.base, 4096, 4, 0, 0, 0, 1) == 0, "init");
+    CHECKF(atomic_load(&l.slot->released_chunks) == 0 && atomic_load(&l.slot->head_chunk) == 0, "cursors reset");
     free_layout(&l);
 }
 

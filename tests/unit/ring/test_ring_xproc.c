@@ -25,6 +25,7 @@
 #include <pthread.h>
 #endif
 
+#include "../check.h"
 #include "shm/clock.h"
 #include "shm/ring.h"
 #include "shm/segment.h"
@@ -35,17 +36,6 @@
 #endif
 #define TC_FRAMES 3u
 
-static int failures;
-
-#define CHECK(cond, ...)                                                                  \
-    do {                                                                                  \
-        if (!(cond)) {                                                                    \
-            failures++;                                                                   \
-            fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond);      \
-            fprintf(stderr, __VA_ARGS__);                                                 \
-            fputc('\n', stderr);                                                          \
-        }                                                                                 \
-    } while (0)
 
 static inline uint32_t seq_id(uint64_t seq)
 {
@@ -170,7 +160,7 @@ static void run(uint32_t policy, uint64_t events)
     char err[256] = "";
     pt_segment_t *seg = NULL;
     int rc = pt_segment_create(&cfg, &seg, err, sizeof err);
-    CHECK(rc == 0, "create: %s", err);
+    CHECKF(rc == 0, "create: %s", err);
     if (rc != 0)
         return;
 
@@ -178,7 +168,7 @@ static void run(uint32_t policy, uint64_t events)
 #ifdef TC_THREADS
     pt_segment_t *rseg = seg; /* one mapping, so TSan sees both sides */
     pthread_t tid;
-    CHECK(pthread_create(&tid, NULL, producer, &pa) == 0, "pthread_create");
+    CHECKF(pthread_create(&tid, NULL, producer, &pa) == 0, "pthread_create");
 #else
     pid_t child = fork();
     if (child == 0) {
@@ -188,20 +178,20 @@ static void run(uint32_t policy, uint64_t events)
         /* the producer's own drop count must match the slot counter */
         _exit(pa.dropped == atomic_load(&pt_segment_slot(seg, 0)->events_dropped) ? 0 : 4);
     }
-    CHECK(child > 0, "fork");
+    CHECKF(child > 0, "fork");
     pt_segment_t *rseg = NULL;
     rc = pt_segment_attach(pt_segment_name(seg), 0, &rseg, err, sizeof err);
-    CHECK(rc == 0, "attach %s: %s", pt_segment_name(seg), err);
+    CHECKF(rc == 0, "attach %s: %s", pt_segment_name(seg), err);
     if (rc != 0)
         return;
-    CHECK(pt_segment_lock_consumer(rseg, err, sizeof err) == 0, "lock: %s", err);
+    CHECKF(pt_segment_lock_consumer(rseg, err, sizeof err) == 0, "lock: %s", err);
 #endif
     pt_ring_slot_t *slot = pt_segment_slot(rseg, 0);
     /* acquire generation: pairs with the claim's release store; then identity
      * and chunk 0 are complete */
     while (atomic_load_explicit(&slot->generation, memory_order_acquire) == 0)
         ;
-    CHECK(slot->os_tid == 4242 && strcmp(slot->name, "producer") == 0 && slot->thread == 1,
+    CHECKF(slot->os_tid == 4242 && strcmp(slot->name, "producer") == 0 && slot->thread == 1,
           "identity: tid %" PRIu64 " name %s thread %" PRIu64, slot->os_tid, slot->name, slot->thread);
     tc_consumer_t c;
     tc_init(&c, slot, pt_segment_ring_base(rseg, 0), 4096, 4, slot->thread);
@@ -235,11 +225,11 @@ static void run(uint32_t policy, uint64_t events)
     }
 #ifdef TC_THREADS
     pthread_join(tid, NULL);
-    CHECK(pa.rc == 0, "claim failed: %d", pa.rc);
+    CHECKF(pa.rc == 0, "claim failed: %d", pa.rc);
 #else
     int status = 0;
     waitpid(child, &status, 0);
-    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "producer exit status %d", status);
+    CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0, "producer exit status %d", status);
 #endif
     uint64_t dropped = atomic_load_explicit(&slot->events_dropped, memory_order_relaxed);
     uint64_t written = atomic_load_explicit(&slot->events_written, memory_order_relaxed);
@@ -247,24 +237,24 @@ static void run(uint32_t policy, uint64_t events)
      * if there was room at retire; either way it is counted */
     uint64_t trailing = events - v.next_seq;
     uint64_t trailing_announced = v.have_lost ? v.pending_lost : 0;
-    CHECK(!v.have_lost || trailing_announced == trailing, "%s: final Lost(%" PRIu64 ") but %" PRIu64 " missing",
+    CHECKF(!v.have_lost || trailing_announced == trailing, "%s: final Lost(%" PRIu64 ") but %" PRIu64 " missing",
           pname, trailing_announced, trailing);
-    CHECK(v.errors == 0, "%s: %" PRIu64 " stream errors", pname, v.errors);
-    CHECK(c.header_errors == 0 && c.length_errors == 0, "%s: chunk headers %" PRIu64 " lengths %" PRIu64, pname,
+    CHECKF(v.errors == 0, "%s: %" PRIu64 " stream errors", pname, v.errors);
+    CHECKF(c.header_errors == 0 && c.length_errors == 0, "%s: chunk headers %" PRIu64 " lengths %" PRIu64, pname,
           c.header_errors, c.length_errors);
-    CHECK(v.records + dropped == events, "%s: read %" PRIu64 " + dropped %" PRIu64 " != pushed %" PRIu64, pname,
+    CHECKF(v.records + dropped == events, "%s: read %" PRIu64 " + dropped %" PRIu64 " != pushed %" PRIu64, pname,
           v.records, dropped, events);
-    CHECK(v.lost_total + trailing - trailing_announced == dropped,
+    CHECKF(v.lost_total + trailing - trailing_announced == dropped,
           "%s: Lost counts %" PRIu64 " + unannounced trailing %" PRIu64 " != dropped %" PRIu64, pname,
           v.lost_total, trailing - trailing_announced, dropped);
-    CHECK(written == v.records + v.lost_records + v.frames, "%s: events_written %" PRIu64 " != read %" PRIu64,
+    CHECKF(written == v.records + v.lost_records + v.frames, "%s: events_written %" PRIu64 " != read %" PRIu64,
           pname, written, v.records + v.lost_records + v.frames);
     if (policy == PT_POLICY_WAIT) {
-        CHECK(dropped == 0 && v.lost_records == 0, "wait: %" PRIu64 " dropped", dropped);
-        CHECK(v.records == events && v.next_seq == events, "wait: read %" PRIu64 " of %" PRIu64, v.records, events);
+        CHECKF(dropped == 0 && v.lost_records == 0, "wait: %" PRIu64 " dropped", dropped);
+        CHECKF(v.records == events && v.next_seq == events, "wait: read %" PRIu64 " of %" PRIu64, v.records, events);
     }
 #ifdef TC_THREADS
-    CHECK(pa.dropped == dropped, "%s: producer saw %" PRIu64 " drops, slot says %" PRIu64, pname, pa.dropped,
+    CHECKF(pa.dropped == dropped, "%s: producer saw %" PRIu64 " drops, slot says %" PRIu64, pname, pa.dropped,
           dropped);
 #endif
     printf("%s: pushed %" PRIu64 ", read %" PRIu64 ", dropped %" PRIu64 " in %" PRIu64

@@ -11,25 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../check.h"
 #include "schema/pt_fb.h"
 
-static int failures;
-
-#define CHECK(cond)                                                                    \
-    do {                                                                               \
-        if (!(cond)) {                                                                 \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);   \
-            failures++;                                                                \
-        }                                                                              \
-    } while (0)
-
-#define REQUIRE(cond)                                                                  \
-    do {                                                                               \
-        if (!(cond)) {                                                                 \
-            fprintf(stderr, "%s:%d: REQUIRE failed: %s\n", __FILE__, __LINE__, #cond); \
-            exit(1);                                                                   \
-        }                                                                              \
-    } while (0)
 
 static pt_fb_str_t S(const char *s) { pt_fb_str_t r = {s, (uint32_t)strlen(s)}; return r; }
 

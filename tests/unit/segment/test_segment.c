@@ -16,27 +16,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../check.h"
 #include "shm/clock.h"
 #include "shm/segment.h"
 
-static int failures;
-
-#define CHECK(cond, ...)                                                                  \
-    do {                                                                                  \
-        if (!(cond)) {                                                                    \
-            failures++;                                                                   \
-            fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond);      \
-            fprintf(stderr, __VA_ARGS__);                                                 \
-            fputc('\n', stderr);                                                          \
-        }                                                                                 \
-    } while (0)
 
 /* An error must be one line that contains `want`. */
 #define CHECK_ERR(rc, want_rc, err, want)                                                              \
     do {                                                                                               \
-        CHECK((rc) == (want_rc), "rc %d, want %d (%s)", (rc), (want_rc), (err));                       \
-        CHECK(strstr((err), (want)) != NULL, "error \"%s\" lacks \"%s\"", (err), (want));             \
-        CHECK(strchr((err), '\n') == NULL, "error is not one line: \"%s\"", (err));                    \
+        CHECKF((rc) == (want_rc), "rc %d, want %d (%s)", (rc), (want_rc), (err));                       \
+        CHECKF(strstr((err), (want)) != NULL, "error \"%s\" lacks \"%s\"", (err), (want));             \
+        CHECKF(strchr((err), '\n') == NULL, "error is not one line: \"%s\"", (err));                    \
         printf("  ok (%d): %s\n", (rc), (err));                                                       \
     } while (0)
 
@@ -67,7 +57,7 @@ static pt_segment_t *create_small(void)
     pt_segment_t *seg = NULL;
     char err[256] = "";
     int rc = pt_segment_create(&cfg, &seg, err, sizeof err);
-    CHECK(rc == 0, "create: %s", err);
+    CHECKF(rc == 0, "create: %s", err);
     if (rc != 0)
         exit(1);
     return seg;
@@ -90,18 +80,18 @@ static void test_round_trip(void)
     pt_seg_header_t *h = pt_segment_header(seg);
     char expect[64];
     snprintf(expect, sizeof expect, "/pytrace-%ld-", (long)getpid());
-    CHECK(strncmp(name, expect, strlen(expect)) == 0, "name %s", name);
+    CHECKF(strncmp(name, expect, strlen(expect)) == 0, "name %s", name);
     struct stat st;
     char path[128];
     snprintf(path, sizeof path, "/dev/shm%s", name);
-    CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == 0600, "mode %o", (unsigned)(st.st_mode & 0777));
-    CHECK((uint64_t)st.st_size == h->segment_bytes, "file size %lld vs %" PRIu64, (long long)st.st_size,
+    CHECKF(stat(path, &st) == 0 && (st.st_mode & 0777) == 0600, "mode %o", (unsigned)(st.st_mode & 0777));
+    CHECKF((uint64_t)st.st_size == h->segment_bytes, "file size %lld vs %" PRIu64, (long long)st.st_size,
           h->segment_bytes);
-    CHECK(h->ring_table_offset % 4096 == 0 && h->rings_offset % 4096 == 0 && h->symlog_offset % 4096 == 0,
+    CHECKF(h->ring_table_offset % 4096 == 0 && h->rings_offset % 4096 == 0 && h->symlog_offset % 4096 == 0,
           "offsets page aligned");
-    CHECK(h->ring_bytes == 8192 && h->ring_count == 4 && h->wait_timeout_ns == 1000000000ull, "geometry");
-    CHECK(atomic_load(&h->state) == PT_STATE_RUNNING, "state RUNNING");
-    CHECK(h->pid == (uint64_t)getpid() && h->uid == geteuid() && h->producer_start != 0, "process info");
+    CHECKF(h->ring_bytes == 8192 && h->ring_count == 4 && h->wait_timeout_ns == 1000000000ull, "geometry");
+    CHECKF(atomic_load(&h->state) == PT_STATE_RUNNING, "state RUNNING");
+    CHECKF(h->pid == (uint64_t)getpid() && h->uid == geteuid() && h->producer_start != 0, "process info");
 
     /* attach: by name with and without '/', and by pid */
     const char *targets[3];
@@ -115,50 +105,50 @@ static void test_round_trip(void)
         pt_segment_t *r = NULL;
         char err[256] = "";
         int rc = pt_segment_attach(targets[i], 0, &r, err, sizeof err);
-        CHECK(rc == 0, "attach %s: %s", targets[i], err);
+        CHECKF(rc == 0, "attach %s: %s", targets[i], err);
         if (rc != 0)
             continue;
-        CHECK(strcmp(pt_segment_name(r), name) == 0, "attached %s, want %s", pt_segment_name(r), name);
+        CHECKF(strcmp(pt_segment_name(r), name) == 0, "attached %s, want %s", pt_segment_name(r), name);
         pt_seg_header_t *rh = pt_segment_header(r);
-        CHECK(strcmp(rh->cmdline, "python3 -m demo --flag") == 0, "cmdline %s", rh->cmdline);
-        CHECK(strcmp(rh->python_version, "3.11.2") == 0, "python_version");
-        CHECK(rh->ticks_per_second == test_clock.ticks_per_second && rh->clock_kind == test_clock.kind, "clock");
-        CHECK(pt_segment_producer_alive(r) == 1, "producer alive");
-        CHECK(pt_segment_ring_base(r, 3) - (uint8_t *)rh == (ptrdiff_t)(rh->rings_offset + 3 * rh->ring_bytes),
+        CHECKF(strcmp(rh->cmdline, "python3 -m demo --flag") == 0, "cmdline %s", rh->cmdline);
+        CHECKF(strcmp(rh->python_version, "3.11.2") == 0, "python_version");
+        CHECKF(rh->ticks_per_second == test_clock.ticks_per_second && rh->clock_kind == test_clock.kind, "clock");
+        CHECKF(pt_segment_producer_alive(r) == 1, "producer alive");
+        CHECKF(pt_segment_ring_base(r, 3) - (uint8_t *)rh == (ptrdiff_t)(rh->rings_offset + 3 * rh->ring_bytes),
               "ring base");
-        CHECK(pt_segment_slot(r, 4) == NULL && pt_segment_ring_base(r, 4) == NULL, "index out of range");
+        CHECKF(pt_segment_slot(r, 4) == NULL && pt_segment_ring_base(r, 4) == NULL, "index out of range");
         pt_segment_close(r, 0);
     }
 
     /* a claimed ring is visible to the reader through generation */
     pt_ring_t ring;
-    CHECK(pt_segment_claim_ring(seg, 99, "main", 5, &ring) == 0, "claim");
+    CHECKF(pt_segment_claim_ring(seg, 99, "main", 5, &ring) == 0, "claim");
     pt_ring_push(&ring, 1, 2, PT_EV_CALL, 0, 0);
     pt_segment_t *r = NULL;
     char err[256];
-    CHECK(pt_segment_attach(name, 0, &r, err, sizeof err) == 0, "attach: %s", err);
+    CHECKF(pt_segment_attach(name, 0, &r, err, sizeof err) == 0, "attach: %s", err);
     if (r) {
         pt_ring_slot_t *slot = pt_segment_slot(r, 0);
-        CHECK(atomic_load_explicit(&slot->generation, memory_order_acquire) == 1, "generation 1");
-        CHECK(atomic_load(&slot->state) == PT_RING_ACTIVE && slot->os_tid == 99 && strcmp(slot->name, "main") == 0,
+        CHECKF(atomic_load_explicit(&slot->generation, memory_order_acquire) == 1, "generation 1");
+        CHECKF(atomic_load(&slot->state) == PT_RING_ACTIVE && slot->os_tid == 99 && strcmp(slot->name, "main") == 0,
               "identity");
         pt_segment_close(r, 0);
     }
     pt_segment_info_t info[64];
     size_t count = 0;
-    CHECK(pt_segment_list(info, 64, &count) == 0, "list");
+    CHECKF(pt_segment_list(info, 64, &count) == 0, "list");
     int found = 0;
     for (size_t i = 0; i < count && i < 64; i++) {
         if (strcmp(info[i].name, name) != 0)
             continue;
         found = 1;
-        CHECK(info[i].valid && info[i].alive && info[i].state == PT_STATE_RUNNING, "listed alive RUNNING");
-        CHECK(info[i].threads_active == 1, "threads_active %u", info[i].threads_active);
-        CHECK(strcmp(info[i].cmdline, "python3 -m demo --flag") == 0, "listed cmdline");
+        CHECKF(info[i].valid && info[i].alive && info[i].state == PT_STATE_RUNNING, "listed alive RUNNING");
+        CHECKF(info[i].threads_active == 1, "threads_active %u", info[i].threads_active);
+        CHECKF(strcmp(info[i].cmdline, "python3 -m demo --flag") == 0, "listed cmdline");
     }
-    CHECK(found, "segment %s not listed", name);
+    CHECKF(found, "segment %s not listed", name);
     pt_segment_close(seg, 1);
-    CHECK(!shm_exists(name), "closed with unlink: gone");
+    CHECKF(!shm_exists(name), "closed with unlink: gone");
 }
 
 /* Attach to `name` and expect a failure with text `want`. */
@@ -168,7 +158,7 @@ static void expect_attach_fails(const char *name, int want_rc, const char *want)
     char err[256] = "";
     int rc = pt_segment_attach(name, 0, &r, err, sizeof err);
     CHECK_ERR(rc, want_rc, err, want);
-    CHECK(r == NULL, "no handle on failure");
+    CHECKF(r == NULL, "no handle on failure");
     if (r)
         pt_segment_close(r, 0);
 }
@@ -199,7 +189,7 @@ static void test_bad_headers(void)
     {
         pt_segment_t *r = NULL;
         char err[256] = "";
-        CHECK(pt_segment_attach(name, 0, &r, err, sizeof err) == 0, "newer minor accepted: %s", err);
+        CHECKF(pt_segment_attach(name, 0, &r, err, sizeof err) == 0, "newer minor accepted: %s", err);
         pt_segment_close(r, 0);
     }
     RESTORE();
@@ -254,19 +244,19 @@ static void test_bad_headers(void)
 
     /* pt_segment_validate on its own, with a file size */
     char err[256] = "";
-    CHECK(pt_segment_validate(h, h->segment_bytes, err, sizeof err) == 0, "valid: %s", err);
+    CHECKF(pt_segment_validate(h, h->segment_bytes, err, sizeof err) == 0, "valid: %s", err);
     CHECK_ERR(pt_segment_validate(h, 100, err, sizeof err), -EBADMSG, err, "less than the 4096-byte header");
 
     /* truncated file: the producer's mapping is not touched afterwards */
     uint64_t full = h->segment_bytes;
     int fd = shm_open(name, O_RDWR, 0);
-    CHECK(fd >= 0 && ftruncate(fd, (off_t)(full - 8192)) == 0, "truncate");
+    CHECKF(fd >= 0 && ftruncate(fd, (off_t)(full - 8192)) == 0, "truncate");
     char want[160];
     snprintf(want, sizeof want, "is truncated: file has %" PRIu64 " bytes, header says %" PRIu64, full - 8192, full);
     expect_attach_fails(name, -EBADMSG, want);
-    CHECK(ftruncate(fd, 1000) == 0, "truncate below the header");
+    CHECKF(ftruncate(fd, 1000) == 0, "truncate below the header");
     expect_attach_fails(name, -EBADMSG, "file has 1000 bytes, less than the 4096-byte header");
-    CHECK(ftruncate(fd, 0) == 0, "truncate to 0");
+    CHECKF(ftruncate(fd, 0) == 0, "truncate to 0");
     expect_attach_fails(name, -EBADMSG, "file has 0 bytes");
     close(fd);
     pt_segment_close(seg, 1);
@@ -298,7 +288,7 @@ static void test_dead_producer(void)
     printf("dead producer\n");
     for (int exited = 0; exited < 2; exited++) {
         int fds[2];
-        CHECK(pipe(fds) == 0, "pipe");
+        CHECKF(pipe(fds) == 0, "pipe");
         pid_t child = fork();
         if (child == 0) {
             pt_segment_config_t cfg = small_config();
@@ -320,41 +310,41 @@ static void test_dead_producer(void)
         }
         close(fds[1]);
         char name[96] = "";
-        CHECK(read(fds[0], name, sizeof name) == (ssize_t)sizeof name, "child segment name");
+        CHECKF(read(fds[0], name, sizeof name) == (ssize_t)sizeof name, "child segment name");
         close(fds[0]);
         int status;
         waitpid(child, &status, 0); /* reaped: the pid is really gone */
         pt_segment_info_t info[64];
         size_t count = 0;
-        CHECK(pt_segment_list(info, 64, &count) == 0, "list");
+        CHECKF(pt_segment_list(info, 64, &count) == 0, "list");
         int found = 0;
         for (size_t i = 0; i < count && i < 64; i++) {
             if (strcmp(info[i].name, name) != 0)
                 continue;
             found = 1;
-            CHECK(info[i].valid && !info[i].alive, "listed valid and not alive");
-            CHECK(info[i].state == (exited ? PT_STATE_EXITED : PT_STATE_DEAD), "state %u", info[i].state);
-            CHECK(info[i].pid == (uint64_t)child && info[i].events_written == 1 && info[i].threads_active == 1,
+            CHECKF(info[i].valid && !info[i].alive, "listed valid and not alive");
+            CHECKF(info[i].state == (exited ? PT_STATE_EXITED : PT_STATE_DEAD), "state %u", info[i].state);
+            CHECKF(info[i].pid == (uint64_t)child && info[i].events_written == 1 && info[i].threads_active == 1,
                   "pid/counters");
             printf("  ok: %s pid %" PRIu64 " state %u alive %d\n", info[i].name, info[i].pid, info[i].state,
                    info[i].alive);
         }
-        CHECK(found, "dead segment %s listed", name);
+        CHECKF(found, "dead segment %s listed", name);
         pt_segment_t *r = NULL;
         char err[256];
-        CHECK(pt_segment_attach(name, 0, &r, err, sizeof err) == 0, "a dead segment can still be read: %s", err);
+        CHECKF(pt_segment_attach(name, 0, &r, err, sizeof err) == 0, "a dead segment can still be read: %s", err);
         if (r) {
-            CHECK(pt_segment_producer_alive(r) == 0, "producer not alive");
+            CHECKF(pt_segment_producer_alive(r) == 0, "producer not alive");
             pt_segment_close(r, 0);
         }
         int removed = pt_segment_collect_stale();
-        CHECK(removed >= 1, "collect removed %d", removed);
-        CHECK(!shm_exists(name), "%s collected", name);
+        CHECKF(removed >= 1, "collect removed %d", removed);
+        CHECKF(!shm_exists(name), "%s collected", name);
     }
     /* collect leaves live segments alone */
     pt_segment_t *live = create_small();
     pt_segment_collect_stale();
-    CHECK(shm_exists(pt_segment_name(live)), "live segment survives collect");
+    CHECKF(shm_exists(pt_segment_name(live)), "live segment survives collect");
     pt_segment_close(live, 1);
 }
 
@@ -364,7 +354,7 @@ static void test_consumer_lock(void)
     pt_segment_t *seg = create_small();
     const char *name = pt_segment_name(seg);
     int ready[2], go[2];
-    CHECK(pipe(ready) == 0 && pipe(go) == 0, "pipes");
+    CHECKF(pipe(ready) == 0 && pipe(go) == 0, "pipes");
     pid_t child = fork();
     if (child == 0) {
         pt_segment_t *r = NULL;
@@ -379,29 +369,29 @@ static void test_consumer_lock(void)
         _exit(0); /* dies holding the lock */
     }
     char ok = 0;
-    CHECK(read(ready[0], &ok, 1) == 1 && ok == 1, "child holds the lock");
+    CHECKF(read(ready[0], &ok, 1) == 1 && ok == 1, "child holds the lock");
     pt_segment_t *r = NULL;
     char err[256] = "";
-    CHECK(pt_segment_attach(name, 0, &r, err, sizeof err) == 0, "attach: %s", err);
+    CHECKF(pt_segment_attach(name, 0, &r, err, sizeof err) == 0, "attach: %s", err);
     char want[64];
     snprintf(want, sizeof want, "being read by pid %ld", (long)child);
     CHECK_ERR(pt_segment_lock_consumer(r, err, sizeof err), -EBUSY, err, want);
     pt_seg_header_t *h = pt_segment_header(r);
-    CHECK(atomic_load(&h->consumer_pid) == (uint64_t)child, "holder recorded");
+    CHECKF(atomic_load(&h->consumer_pid) == (uint64_t)child, "holder recorded");
     /* the holder dies without unlocking: its lock is taken over */
-    CHECK(write(go[1], &ok, 1) == 1, "release child");
+    CHECKF(write(go[1], &ok, 1) == 1, "release child");
     int status;
     waitpid(child, &status, 0);
-    CHECK(pt_segment_lock_consumer(r, err, sizeof err) == 0, "take over a dead holder: %s", err);
-    CHECK(atomic_load(&h->consumer_pid) == (uint64_t)getpid(), "we hold it");
-    CHECK(atomic_load(&h->consumer_takeovers) == 1, "takeover counted");
-    CHECK(atomic_load(&h->consumer_start) != 0, "start time recorded");
+    CHECKF(pt_segment_lock_consumer(r, err, sizeof err) == 0, "take over a dead holder: %s", err);
+    CHECKF(atomic_load(&h->consumer_pid) == (uint64_t)getpid(), "we hold it");
+    CHECKF(atomic_load(&h->consumer_takeovers) == 1, "takeover counted");
+    CHECKF(atomic_load(&h->consumer_start) != 0, "start time recorded");
     pt_segment_unlock_consumer(r);
-    CHECK(atomic_load(&h->consumer_pid) == 0 && atomic_load(&h->consumer_start) == 0, "unlocked");
-    CHECK(pt_segment_lock_consumer(r, err, sizeof err) == 0, "lock again: %s", err);
-    CHECK(atomic_load(&h->consumer_takeovers) == 1, "no takeover for a free lock");
+    CHECKF(atomic_load(&h->consumer_pid) == 0 && atomic_load(&h->consumer_start) == 0, "unlocked");
+    CHECKF(pt_segment_lock_consumer(r, err, sizeof err) == 0, "lock again: %s", err);
+    CHECKF(atomic_load(&h->consumer_takeovers) == 1, "no takeover for a free lock");
     pt_segment_close(r, 0); /* close unlocks */
-    CHECK(atomic_load(&pt_segment_header(seg)->consumer_pid) == 0, "close released the lock");
+    CHECKF(atomic_load(&pt_segment_header(seg)->consumer_pid) == 0, "close released the lock");
     close(ready[0]);
     close(ready[1]);
     close(go[0]);
@@ -425,7 +415,7 @@ static void test_full_shm(void)
 {
     printf("full /dev/shm\n");
     struct statvfs vfs;
-    CHECK(statvfs("/dev/shm", &vfs) == 0, "statvfs");
+    CHECKF(statvfs("/dev/shm", &vfs) == 0, "statvfs");
     uint64_t fs_bytes = (uint64_t)vfs.f_blocks * vfs.f_frsize;
     /* rings of 16 MiB x 256 = 4 GiB each; ask for more than the whole fs */
     uint64_t ring_bytes = (uint64_t)PT_MAX_CHUNK_BYTES * 256;
@@ -443,9 +433,9 @@ static void test_full_shm(void)
     char err[256] = "";
     int rc = pt_segment_create(&cfg, &seg, err, sizeof err);
     CHECK_ERR(rc, -ENOSPC, err, "not enough room in /dev/shm for a");
-    CHECK(strstr(err, "lower --rings/--ring-size") != NULL, "says what to do");
-    CHECK(seg == NULL, "no handle");
-    CHECK(count_own_segments() == before, "no segment left behind");
+    CHECKF(strstr(err, "lower --rings/--ring-size") != NULL, "says what to do");
+    CHECKF(seg == NULL, "no handle");
+    CHECKF(count_own_segments() == before, "no segment left behind");
 }
 
 static void test_foreign_user(void)
@@ -456,7 +446,7 @@ static void test_foreign_user(void)
         return;
     }
     int fds[2];
-    CHECK(pipe(fds) == 0, "pipe");
+    CHECKF(pipe(fds) == 0, "pipe");
     pid_t child = fork();
     if (child == 0) {
         char name[96] = "";
@@ -472,7 +462,7 @@ static void test_foreign_user(void)
         _exit(0);
     }
     char name[96] = "";
-    CHECK(read(fds[0], name, sizeof name) == (ssize_t)sizeof name && name[0] == '/', "child created a segment");
+    CHECKF(read(fds[0], name, sizeof name) == (ssize_t)sizeof name && name[0] == '/', "child created a segment");
     close(fds[0]);
     close(fds[1]);
     int status;
@@ -482,10 +472,10 @@ static void test_foreign_user(void)
     expect_attach_fails(name, -EACCES, "belongs to uid 65534");
     pt_segment_t *r = NULL;
     char err[256] = "";
-    CHECK(pt_segment_attach(name, PT_ATTACH_ANY_USER, &r, err, sizeof err) == 0, "ANY_USER accepts: %s", err);
+    CHECKF(pt_segment_attach(name, PT_ATTACH_ANY_USER, &r, err, sizeof err) == 0, "ANY_USER accepts: %s", err);
     if (r)
         pt_segment_close(r, 0);
-    CHECK(pt_segment_unlink(name) == 0, "unlink");
+    CHECKF(pt_segment_unlink(name) == 0, "unlink");
 }
 
 static void test_claim_retire(void)
@@ -495,34 +485,34 @@ static void test_claim_retire(void)
     pt_seg_header_t *h = pt_segment_header(seg);
     pt_ring_t rings[5];
     for (uint32_t i = 0; i < 4; i++) {
-        CHECK(pt_segment_claim_ring(seg, 100 + i, "worker", i, &rings[i]) == 0, "claim %u", i);
+        CHECKF(pt_segment_claim_ring(seg, 100 + i, "worker", i, &rings[i]) == 0, "claim %u", i);
         pt_ring_slot_t *slot = pt_segment_slot(seg, i);
-        CHECK(slot->thread == i + 1 && atomic_load(&slot->generation) == 1, "thread %" PRIu64, slot->thread);
-        CHECK(rings[i].ring_index == i && rings[i].policy == PT_POLICY_DROP, "ring handle");
+        CHECKF(slot->thread == i + 1 && atomic_load(&slot->generation) == 1, "thread %" PRIu64, slot->thread);
+        CHECKF(rings[i].ring_index == i && rings[i].policy == PT_POLICY_DROP, "ring handle");
     }
-    CHECK(pt_segment_claim_ring(seg, 200, "late", 0, &rings[4]) == -EAGAIN, "exhausted: -EAGAIN");
-    CHECK(atomic_load(&h->rings_exhausted) == 1, "rings_exhausted counted");
-    CHECK(atomic_load(&h->threads_started) == 4, "threads_started");
+    CHECKF(pt_segment_claim_ring(seg, 200, "late", 0, &rings[4]) == -EAGAIN, "exhausted: -EAGAIN");
+    CHECKF(atomic_load(&h->rings_exhausted) == 1, "rings_exhausted counted");
+    CHECKF(atomic_load(&h->threads_started) == 4, "threads_started");
 
     pt_ring_push(&rings[2], 7, 1, PT_EV_CALL, 0, 0);
     pt_segment_retire_ring(seg, &rings[2], 1234);
     pt_ring_slot_t *slot = pt_segment_slot(seg, 2);
-    CHECK(atomic_load(&slot->state) == PT_RING_RETIRED && slot->end_ticks == 1234, "retired");
-    CHECK(atomic_load(&slot->events_written) == 1, "final counters flushed");
-    CHECK(pt_ring_push(&rings[2], 8, 1, PT_EV_CALL, 0, 0) == -ENOBUFS, "a retired handle drops");
-    CHECK(pt_segment_claim_ring(seg, 200, "late", 0, &rings[4]) == -EAGAIN, "retired is not free until drained");
+    CHECKF(atomic_load(&slot->state) == PT_RING_RETIRED && slot->end_ticks == 1234, "retired");
+    CHECKF(atomic_load(&slot->events_written) == 1, "final counters flushed");
+    CHECKF(pt_ring_push(&rings[2], 8, 1, PT_EV_CALL, 0, 0) == -ENOBUFS, "a retired handle drops");
+    CHECKF(pt_segment_claim_ring(seg, 200, "late", 0, &rings[4]) == -EAGAIN, "retired is not free until drained");
     /* the reader drains it and frees it */
     atomic_store_explicit(&slot->released_chunks, 5, memory_order_relaxed);
     atomic_store_explicit(&slot->state, PT_RING_FREE, memory_order_release);
-    CHECK(pt_segment_claim_ring(seg, 200, "late", 9, &rings[4]) == 0, "claim a freed slot");
-    CHECK(rings[4].ring_index == 2 && slot->thread == 5 && atomic_load(&slot->generation) == 2 &&
+    CHECKF(pt_segment_claim_ring(seg, 200, "late", 9, &rings[4]) == 0, "claim a freed slot");
+    CHECKF(rings[4].ring_index == 2 && slot->thread == 5 && atomic_load(&slot->generation) == 2 &&
               strcmp(slot->name, "late") == 0 && slot->os_tid == 200,
           "reused slot identity");
-    CHECK(atomic_load(&slot->released_chunks) == 0 && atomic_load(&slot->head_chunk) == 0 &&
+    CHECKF(atomic_load(&slot->released_chunks) == 0 && atomic_load(&slot->head_chunk) == 0 &&
               atomic_load(&slot->events_written) == 0,
           "cursors reset for the new owner");
     pt_segment_set_state(seg, PT_STATE_STOPPED);
-    CHECK(atomic_load(&h->state) == PT_STATE_STOPPED && atomic_load(&h->heartbeat_ns) != 0, "state");
+    CHECKF(atomic_load(&h->state) == PT_STATE_STOPPED && atomic_load(&h->heartbeat_ns) != 0, "state");
     pt_segment_close(seg, 1);
 }
 
@@ -531,7 +521,7 @@ int main(void)
     pt_clock_init(&test_clock, -1);
     printf("clock: %s, %" PRIu64 " ticks/s\n", test_clock.kind == PT_CLOCK_TSC ? "tsc" : "monotonic",
            test_clock.ticks_per_second);
-    CHECK(test_clock.ticks_per_second > 0, "calibrated");
+    CHECKF(test_clock.ticks_per_second > 0, "calibrated");
     test_round_trip();
     test_bad_headers();
     test_dead_producer();
