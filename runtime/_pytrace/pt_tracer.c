@@ -12,7 +12,8 @@
  *   tagged with the epoch it belongs to, so a new start() (new segment, new
  *   symbol ids) invalidates all caches at once without visiting them:
  *     - a code object's co_extra slot holds epoch<<33 | filtered<<32 | id;
- *     - a C function's rculfhash node holds epoch<<32 | id;
+ *     - a C function's rculfhash node, and each thread's cache of C function ids
+ *       in front of it, hold epoch<<32 | id;
  *     - a thread context's ok_epoch says its ring belongs to this session.
  *
  *   Thread contexts (pt_thread_t) are malloc'd on a thread's first event,
@@ -83,6 +84,7 @@
 #endif
 
 #define PT_SHADOW_CAPACITY 8192u
+#define PT_CCACHE_SIZE 256u /* power of two */
 #define PT_SHADOW_C_BIT 0x80000000u
 #define PT_CLOSE_SEARCH 16u            /* entries searched for an out-of-order close */
 #define PT_HEARTBEAT_NS 100000000ull   /* 100 ms */
@@ -98,6 +100,11 @@
 #define PT_EXC_RESTORE PyErr_Restore(saved_t_, saved_v_, saved_tb_)
 #endif
 
+typedef struct pt_ccache_entry {
+    const PyMethodDef *def;
+    uint64_t value;
+} pt_ccache_entry_t;
+
 typedef struct pt_thread {
     pt_ring_t ring;                 /* hot: first */
     uint32_t ok_epoch;              /* ring claimed in this session */
@@ -105,6 +112,10 @@ typedef struct pt_thread {
     uint32_t depth;                 /* logical depth (may exceed the capacity) */
     uint32_t reserved;
     uint64_t retry_ticks;           /* no free ring: try again from this tick (0 = never) */
+    /* C function ids seen by this thread: a direct-mapped cache in front of the
+     * shared rculfhash, so the hot path needs no RCU read-side section (whose
+     * barrier costs more than the rest of the event). value = epoch << 32 | id. */
+    pt_ccache_entry_t ccache[PT_CCACHE_SIZE];
     struct pt_thread *next, *prev;  /* g.threads, under g.lock */
     uint32_t shadow[PT_SHADOW_CAPACITY];
 } pt_thread_t;
@@ -720,31 +731,48 @@ int pt_on_py_close(PyCodeObject *code, uint8_t kind)
     return 0;
 }
 
-void pt_on_c_open(PyObject *callable)
+/* The thread and symbol id of a C call/return event, or NULL if it is not one
+ * we record. Ids come from the thread's cache, else the shared table. */
+static inline pt_thread_t *c_event(PyObject *callable, uint32_t *id_out)
 {
     const PyMethodDef *def = cfunc_def(callable);
     if (def == NULL)
-        return;
+        return NULL;
     pt_thread_t *t = thread_get(NULL);
     if (PT_UNLIKELY(t == NULL))
-        return;
-    uint32_t id = cfunc_id(callable, def, t->ok_epoch);
+        return NULL;
+    uint32_t epoch = t->ok_epoch;
+    pt_ccache_entry_t *e = &t->ccache[hash_ptr(def) & (PT_CCACHE_SIZE - 1)];
+    if (PT_LIKELY(e->def == def && (uint32_t)(e->value >> 32) == epoch)) {
+        *id_out = (uint32_t)e->value;
+        return t;
+    }
+    uint32_t id = cfunc_id(callable, def, epoch);
     if (PT_UNLIKELY(t->ok_epoch != current_epoch()))
-        return; /* stopped during interning */
+        return NULL; /* stopped during interning */
+    if (id != 0) { /* 0: interning failed (counted); try again next time */
+        e->def = def;
+        e->value = ((uint64_t)epoch << 32) | id;
+    }
+    *id_out = id;
+    return t;
+}
+
+void pt_on_c_open(PyObject *callable)
+{
+    uint32_t id;
+    pt_thread_t *t = c_event(callable, &id);
+    if (t == NULL)
+        return;
     emit(t, id, PT_EV_CCALL, 0, 0);
     shadow_push(t, id | PT_SHADOW_C_BIT);
 }
 
 void pt_on_c_close(PyObject *callable, uint8_t kind)
 {
-    const PyMethodDef *def = cfunc_def(callable);
-    if (def == NULL)
-        return;
-    pt_thread_t *t = thread_get(NULL);
-    if (PT_UNLIKELY(t == NULL))
-        return;
-    uint32_t id = cfunc_id(callable, def, t->ok_epoch);
-    if (PT_UNLIKELY(t->ok_epoch != current_epoch()))
+    uint32_t id;
+    pt_thread_t *t = c_event(callable, &id);
+    if (t == NULL)
         return;
     close_frame(t, id | PT_SHADOW_C_BIT, kind);
 }
