@@ -419,8 +419,6 @@ static int pt_exec(PyObject *module)
     }
     if (PyModule_AddIntConstant(module, "HAVE_MONITORING", PT_HAVE_MONITORING) < 0)
         return -1;
-    if (pt_hooks_add_to_module(module) < 0)
-        return -1;
     if (!fork_registered) {
         /* os.register_at_fork(before=..., after_in_parent=..., after_in_child=...) */
         PyObject *os = PyImport_ImportModule("os");

@@ -280,12 +280,6 @@ void pt_hooks_uninstall(PyObject *module)
     g_tool_id = -1;
 }
 
-int pt_hooks_add_to_module(PyObject *module)
-{
-    (void)module;
-    return 0;
-}
-
 #else
 /* ===================== PyEval_SetProfile (3.10/3.11) ===================== */
 
@@ -470,11 +464,5 @@ void pt_hooks_uninstall(PyObject *module)
     Py_CLEAR(g_old_thread_hook);
     g_installed = 0;
     PyErr_Restore(t, v, tb);
-}
-
-int pt_hooks_add_to_module(PyObject *module)
-{
-    (void)module;
-    return 0;
 }
 #endif

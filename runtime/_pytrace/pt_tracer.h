@@ -84,7 +84,6 @@ PT_HIDDEN void pt_tracer_fail(const char *what);
 /* Hook adapters (pt_hooks.c). install/uninstall with the GIL held. */
 PT_HIDDEN int pt_hooks_install(PyObject *module, int c_calls);
 PT_HIDDEN void pt_hooks_uninstall(PyObject *module);
-PT_HIDDEN int pt_hooks_add_to_module(PyObject *module);
 
 /* Core entries used by the adapters (pt_tracer.c). `frame_code` is the code
  * whose frame is executing (for first-sight interning and filters). */
