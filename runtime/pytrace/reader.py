@@ -314,15 +314,22 @@ def decode_stream(buf):
 
 _TERMINAL_STATES = (ProducerState.Stopped, ProducerState.Exited, ProducerState.Dead)
 
+# A poll that brought less than this found the reader close behind the producer. Polling
+# again at once would read the cache lines the producer is writing (and the chunk length
+# it stores on every event) from the other core, which slows the traced program down:
+# followers sleep `interval` first. A producer that outruns that gives bigger polls.
+CAUGHT_UP_BYTES = 256 * 1024
+
 
 class Reader:
     """A reader attached to one segment (by pid, "/pytrace-<pid>-<seq>" or its name).
 
     Only one reader holds a segment at a time (OSError EBUSY otherwise). Iterating
     yields decoded messages; `raw()` yields (msg_type, bytes). With follow=True the
-    iteration keeps polling (sleeping `interval` seconds between empty polls) until
-    the producer stopped or exited and everything it published was read; without it,
-    iteration ends at the first empty poll.
+    iteration keeps polling (sleeping `interval` seconds after a poll that found it
+    caught up with the producer, see CAUGHT_UP_BYTES) until the producer stopped or
+    exited and everything it published was read; without it, iteration ends at the
+    first empty poll.
     """
 
     def __init__(self, pid_or_segment, any_user=False, follow=False, interval=0.002,
@@ -364,10 +371,14 @@ class Reader:
             except BrokenPipeError:
                 return          # producer died; everything it published was handed out
             if batch:
+                size = 0
                 for msg_type, data in batch:
+                    size += len(data)
                     if msg_type == MsgType.ProducerStatus:
                         self._note_status(data)
                     yield msg_type, data
+                if follow and size < CAUGHT_UP_BYTES:
+                    time.sleep(self.interval)   # caught up: let the producer run ahead
                 continue
             if self._r.finished or not follow:
                 return

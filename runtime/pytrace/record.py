@@ -29,6 +29,7 @@ import subprocess
 import sys
 import time
 
+from .reader import CAUGHT_UP_BYTES
 from .recording import RecordingWriter
 
 _POLICY_TEXT = {
@@ -211,7 +212,9 @@ def _record(reader, writer, child, interrupts, pid_mode):
             batch = reader.poll(_POLL_MAX_EVENTS)
         except BrokenPipeError:
             return True, False
+        size = 0
         for msg_type, data in batch:
+            size += len(data)
             writer.append(data, msg_type)
             if msg_type == _MSG_PROCESS_INFO:
                 policy = _policy_of(data)
@@ -230,6 +233,8 @@ def _record(reader, writer, child, interrupts, pid_mode):
             return False, True
         if batch:
             quiet_since = None
+            if size < CAUGHT_UP_BYTES:
+                time.sleep(0.002)           # caught up: let the job run ahead (see reader.py)
             continue
         if child is not None and child.poll() is not None:
             # The job is gone but the reader has not seen it finish: give it a moment.
