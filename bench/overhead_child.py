@@ -184,9 +184,10 @@ def run_hookfloor(work, repeat):
         mon.use_tool_id(tool, "hookfloor")
         events = (E.PY_START | E.PY_RESUME | E.PY_THROW | E.PY_RETURN | E.PY_YIELD | E.PY_UNWIND
                   | E.CALL | E.C_RETURN | E.C_RAISE)
+        noop = hf.vc_noop()   # the callback kind pytrace registers (vectorcall object)
         for ev in (E.PY_START, E.PY_RESUME, E.PY_THROW, E.PY_RETURN, E.PY_YIELD, E.PY_UNWIND,
                    E.CALL, E.C_RETURN, E.C_RAISE):
-            mon.register_callback(tool, ev, hf.noop)
+            mon.register_callback(tool, ev, noop)
         seconds = _timed(work, repeat, lambda: mon.set_events(tool, events), lambda: mon.set_events(tool, 0))
         mon.free_tool_id(tool)
         return seconds
