@@ -216,7 +216,7 @@ static PyObject *py_start(PyObject *module, PyObject *args, PyObject *kwargs)
 
 /* ---- stop(), counters() -------------------------------------------------------- */
 
-static PyObject *counters_dict(const pt_counters_t *c)
+static PyObject *counters_dict(const pt_counters_t *c, const char *hook)
 {
     PyObject *first = c->first_error[0] ? PyUnicode_DecodeUTF8(c->first_error, (Py_ssize_t)strlen(c->first_error), "replace")
                                         : Py_NewRef(Py_None);
@@ -227,13 +227,13 @@ static PyObject *counters_dict(const pt_counters_t *c)
         Py_DECREF(first);
         return NULL;
     }
-    return Py_BuildValue("{sNsKsKsKsKsKsKsKsN}", "segment", seg, "events_written",
+    return Py_BuildValue("{sNsKsKsKsKsKsKsKsNsz}", "segment", seg, "events_written",
                          (unsigned long long)c->events_written, "events_dropped",
                          (unsigned long long)c->events_dropped, "hook_errors",
                          (unsigned long long)c->hook_errors, "symbols", (unsigned long long)c->symbols,
                          "symbols_dropped", (unsigned long long)c->symbols_dropped, "threads",
                          (unsigned long long)c->threads, "rings_exhausted",
-                         (unsigned long long)c->rings_exhausted, "first_error", first);
+                         (unsigned long long)c->rings_exhausted, "first_error", first, "hook", hook);
 }
 
 static PyObject *py_stop(PyObject *module, PyObject *unused)
@@ -243,10 +243,14 @@ static PyObject *py_stop(PyObject *module, PyObject *unused)
         PyErr_SetString(PyExc_RuntimeError, "not tracing; call start() first");
         return NULL;
     }
+    const char *hook = pt_hooks_name();
+    if (!pt_hooks_intact())
+        pt_tracer_fail("another tool replaced pytrace's frame-evaluation hook (PEP 523) while "
+                       "tracing: Python calls after that were not traced");
     pt_hooks_uninstall(module);
     pt_counters_t c;
     pt_tracer_stop(&c);
-    return counters_dict(&c);
+    return counters_dict(&c, hook);
 }
 
 static PyObject *py_counters(PyObject *module, PyObject *unused)
@@ -255,7 +259,7 @@ static PyObject *py_counters(PyObject *module, PyObject *unused)
     (void)unused;
     pt_counters_t c;
     pt_tracer_counters(&c);
-    return counters_dict(&c);
+    return counters_dict(&c, pt_hooks_name());
 }
 
 static PyObject *py_is_tracing(PyObject *module, PyObject *unused)

@@ -1,14 +1,18 @@
 /*
  * pt_hooks: the two interpreter adapters in front of the core entries
- * (pt_on_py_open / pt_on_py_close / pt_on_c_open / pt_on_c_close).
+ * (pt_py_open / pt_py_close / pt_c_event, inline in pt_tracer_inline.h).
  *
- *   3.12+: sys.monitoring with C callables, registered from one static table.
- *          Filtered code returns DISABLE from local events, so it costs
- *          nothing after its first event. C functions: CALL + C_RETURN +
- *          C_RAISE, and both sides check that the callable is a PyCFunction
- *          or a method descriptor (and that the calling code is not
- *          filtered), so they pair. CALL never returns DISABLE: that would
- *          also silence C_RETURN/C_RAISE of that call site for C callables.
+ *   3.12+: sys.monitoring with callback objects of our own vectorcall type,
+ *          registered from one static table. Filtered code returns DISABLE
+ *          from local events, so it costs nothing after its first event.
+ *          C functions: CALL + C_RETURN + C_RAISE, and both sides check that
+ *          the callable is a PyCFunction or a method descriptor (and that the
+ *          calling code is not filtered), so they pair. CALL returns DISABLE
+ *          only in filtered code: elsewhere it would also silence
+ *          C_RETURN/C_RAISE of that call site for C callables.
+ *   3.11 without C calls: the frame-evaluation function (PEP 523), see
+ *          pt_evalframe.c: far cheaper than the profile hook, and it sees
+ *          every thread, however it was started.
  *   3.10/3.11: PyEval_SetProfile on every thread of the interpreter
  *          (_PyEval_SetProfile(tstate, ...), exported by both), and for
  *          threads started later through threading.setprofile() with a C
@@ -25,7 +29,7 @@
  *         Return at YIELD_VALUE is a Yield.
  *   Return with arg NULL (exception) is an Unwind on both.
  */
-#include "pt_tracer.h"
+#include "pt_tracer_inline.h"
 
 #include <errno.h>
 #include <string.h>
@@ -44,8 +48,28 @@ static int g_c_calls;
 static PyObject *g_disable;  /* sys.monitoring.DISABLE */
 static int g_tool_id = -1;
 
-#define PT_CODE_ARG(args, nargs) \
-    ((nargs) >= 1 && PyCode_Check((args)[0]) ? (PyCodeObject *)(args)[0] : NULL)
+/* A sys.monitoring callback object. CPython calls its vectorcall slot
+ * directly: no PyCFunction wrapper, no recursion check, no thread-state
+ * lookup between the event and our code. */
+typedef struct pt_callback {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+} pt_callback_t;
+
+static PyTypeObject *g_callback_type; /* process-wide, like the tracer */
+
+#define PT_VC_ARGS PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames
+#define PT_VC_UNUSED \
+    (void)self;      \
+    (void)kwnames
+
+/* The code object of an event (args[0]); NULL if the callback was called
+ * with something else (by hand: the objects can be fetched back from
+ * sys.monitoring). */
+static inline PyCodeObject *code_arg(PyObject *const *args, size_t nargsf)
+{
+    return PyVectorcall_NARGS(nargsf) >= 2 && PyCode_Check(args[0]) ? (PyCodeObject *)args[0] : NULL;
+}
 
 static inline PyObject *ret_disable(int filtered)
 {
@@ -54,112 +78,142 @@ static inline PyObject *ret_disable(int filtered)
     Py_RETURN_NONE;
 }
 
-static PyObject *mon_py_start(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *mon_py_start(PT_VC_ARGS)
 {
-    (void)self;
-    PyCodeObject *code = PT_CODE_ARG(args, nargs);
-    return ret_disable(code && pt_on_py_open(code, PT_EV_CALL, 0));
+    PT_VC_UNUSED;
+    PyCodeObject *code = code_arg(args, nargsf);
+    return ret_disable(code && pt_py_open(code, PT_EV_CALL, 0));
 }
 
-static PyObject *mon_py_resume(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *mon_py_resume(PT_VC_ARGS)
 {
-    (void)self;
-    PyCodeObject *code = PT_CODE_ARG(args, nargs);
-    return ret_disable(code && pt_on_py_open(code, PT_EV_RESUME, 0));
+    PT_VC_UNUSED;
+    PyCodeObject *code = code_arg(args, nargsf);
+    return ret_disable(code && pt_py_open(code, PT_EV_RESUME, 0));
 }
 
-static PyObject *mon_py_throw(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *mon_py_throw(PT_VC_ARGS)
 {
-    (void)self;
-    PyCodeObject *code = PT_CODE_ARG(args, nargs);
+    PT_VC_UNUSED;
+    PyCodeObject *code = code_arg(args, nargsf);
     if (code)
-        (void)pt_on_py_open(code, PT_EV_RESUME, PT_EVF_THROWN); /* not disableable */
+        (void)pt_py_open(code, PT_EV_RESUME, PT_EVF_THROWN); /* not disableable */
     Py_RETURN_NONE;
 }
 
-static PyObject *mon_py_return(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *mon_py_return(PT_VC_ARGS)
 {
-    (void)self;
-    PyCodeObject *code = PT_CODE_ARG(args, nargs);
-    return ret_disable(code && pt_on_py_close(code, PT_EV_RETURN));
+    PT_VC_UNUSED;
+    PyCodeObject *code = code_arg(args, nargsf);
+    return ret_disable(code && pt_py_close(code, PT_EV_RETURN));
 }
 
-static PyObject *mon_py_yield(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *mon_py_yield(PT_VC_ARGS)
 {
-    (void)self;
-    PyCodeObject *code = PT_CODE_ARG(args, nargs);
-    return ret_disable(code && pt_on_py_close(code, PT_EV_YIELD));
+    PT_VC_UNUSED;
+    PyCodeObject *code = code_arg(args, nargsf);
+    return ret_disable(code && pt_py_close(code, PT_EV_YIELD));
 }
 
-static PyObject *mon_py_unwind(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *mon_py_unwind(PT_VC_ARGS)
 {
-    (void)self;
-    PyCodeObject *code = PT_CODE_ARG(args, nargs);
+    PT_VC_UNUSED;
+    PyCodeObject *code = code_arg(args, nargsf);
     if (code)
-        (void)pt_on_py_close(code, PT_EV_UNWIND); /* not disableable */
+        (void)pt_py_close(code, PT_EV_UNWIND); /* not disableable */
     Py_RETURN_NONE;
 }
 
-/* C events: callable is args[2]; the calling code (args[0]) must not be
- * filtered. The same test on both sides keeps CALL and C_RETURN paired. */
-static inline PyObject *c_callable(PyObject *const *args, Py_ssize_t nargs)
+/* C events: args = (code, offset, callable, arg0). CALL comes for every call,
+ * C_RETURN / C_RAISE only for callables that are not Python functions; both
+ * sides record only PyCFunctions and method descriptors called from code that
+ * is not filtered, so they pair. */
+static PyObject *mon_call(PT_VC_ARGS)
 {
-    if (nargs < 3)
-        return NULL;
-    PyObject *callable = args[2];
-    if (!pt_cfunc_check(callable))
-        return NULL;
-    PyCodeObject *code = PT_CODE_ARG(args, nargs);
-    if (code && pt_code_lookup(code) == PT_CODE_FILTERED)
-        return NULL;
-    return callable;
+    PT_VC_UNUSED;
+    PyCodeObject *code = code_arg(args, nargsf);
+    if (code == NULL || PyVectorcall_NARGS(nargsf) < 3)
+        Py_RETURN_NONE;
+    const PyMethodDef *def = pt_cfunc_def(args[2]);
+    if (def != NULL)
+        return ret_disable(pt_c_event(code, args[2], def, PT_EV_CCALL));
+    /* Not a C function. A call site in filtered code is silenced for good:
+     * DISABLE turns off CALL there, and with it C_RETURN and C_RAISE, none of
+     * which we would record from that code. Elsewhere CALL must stay on: the
+     * same site may call a C function next time. */
+    uint64_t extra = pt_code_extra(code);
+    uint32_t epoch = pt_epoch_now();
+    return ret_disable(epoch != 0 && (uint32_t)(extra >> 33) == epoch && (extra & PT_XTRA_FILTERED));
 }
 
-static PyObject *mon_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+static inline void c_close(PyObject *const *args, size_t nargsf, uint8_t kind)
 {
-    (void)self;
-    PyObject *callable = c_callable(args, nargs);
-    if (callable)
-        pt_on_c_open(callable);
+    PyCodeObject *code = code_arg(args, nargsf);
+    if (code == NULL || PyVectorcall_NARGS(nargsf) < 3)
+        return;
+    const PyMethodDef *def = pt_cfunc_def(args[2]);
+    if (def != NULL)
+        (void)pt_c_event(code, args[2], def, kind);
+}
+
+static PyObject *mon_c_return(PT_VC_ARGS)
+{
+    PT_VC_UNUSED;
+    c_close(args, nargsf, PT_EV_CRETURN); /* C_RETURN cannot be disabled */
     Py_RETURN_NONE;
 }
 
-static PyObject *mon_c_return(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *mon_c_raise(PT_VC_ARGS)
 {
-    (void)self;
-    PyObject *callable = c_callable(args, nargs);
-    if (callable)
-        pt_on_c_close(callable, PT_EV_CRETURN);
+    PT_VC_UNUSED;
+    c_close(args, nargsf, PT_EV_CUNWIND);
     Py_RETURN_NONE;
 }
 
-static PyObject *mon_c_raise(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    (void)self;
-    PyObject *callable = c_callable(args, nargs);
-    if (callable)
-        pt_on_c_close(callable, PT_EV_CUNWIND);
-    Py_RETURN_NONE;
-}
-
-#define PT_MON(fn) ((PyCFunction)(void (*)(void))(fn))
-
-static struct {
+static const struct {
     const char *event;   /* name in sys.monitoring.events */
     int c_event;         /* only with c_calls=True */
-    PyMethodDef def;
+    vectorcallfunc fn;
 } pt_mon_table[] = {
-    {"PY_START", 0, {"_pytrace_py_start", PT_MON(mon_py_start), METH_FASTCALL, NULL}},
-    {"PY_RESUME", 0, {"_pytrace_py_resume", PT_MON(mon_py_resume), METH_FASTCALL, NULL}},
-    {"PY_THROW", 0, {"_pytrace_py_throw", PT_MON(mon_py_throw), METH_FASTCALL, NULL}},
-    {"PY_RETURN", 0, {"_pytrace_py_return", PT_MON(mon_py_return), METH_FASTCALL, NULL}},
-    {"PY_YIELD", 0, {"_pytrace_py_yield", PT_MON(mon_py_yield), METH_FASTCALL, NULL}},
-    {"PY_UNWIND", 0, {"_pytrace_py_unwind", PT_MON(mon_py_unwind), METH_FASTCALL, NULL}},
-    {"CALL", 1, {"_pytrace_call", PT_MON(mon_call), METH_FASTCALL, NULL}},
-    {"C_RETURN", 1, {"_pytrace_c_return", PT_MON(mon_c_return), METH_FASTCALL, NULL}},
-    {"C_RAISE", 1, {"_pytrace_c_raise", PT_MON(mon_c_raise), METH_FASTCALL, NULL}},
+    {"PY_START", 0, mon_py_start},   {"PY_RESUME", 0, mon_py_resume}, {"PY_THROW", 0, mon_py_throw},
+    {"PY_RETURN", 0, mon_py_return}, {"PY_YIELD", 0, mon_py_yield},   {"PY_UNWIND", 0, mon_py_unwind},
+    {"CALL", 1, mon_call},           {"C_RETURN", 1, mon_c_return},   {"C_RAISE", 1, mon_c_raise},
 };
 #define PT_MON_COUNT (sizeof pt_mon_table / sizeof pt_mon_table[0])
+
+static PyMemberDef callback_members[] = {
+    {"__vectorcalloffset__", Py_T_PYSSIZET, offsetof(pt_callback_t, vectorcall), Py_READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot callback_slots[] = {
+    {Py_tp_call, __extension__(void *) PyVectorcall_Call},
+    {Py_tp_members, callback_members},
+    {Py_tp_doc, (void *)"pytrace's sys.monitoring callback (internal)"},
+    {0, NULL},
+};
+
+static PyType_Spec callback_spec = {
+    .name = "pytrace._pytrace.MonitoringCallback",
+    .basicsize = sizeof(pt_callback_t),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_DISALLOW_INSTANTIATION |
+             Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = callback_slots,
+};
+
+static PyObject *callback_new(vectorcallfunc fn)
+{
+    if (g_callback_type == NULL) {
+        g_callback_type = (PyTypeObject *)PyType_FromSpec(&callback_spec);
+        if (g_callback_type == NULL)
+            return NULL;
+    }
+    pt_callback_t *cb = PyObject_New(pt_callback_t, g_callback_type);
+    if (cb == NULL)
+        return NULL;
+    cb->vectorcall = fn;
+    return (PyObject *)cb;
+}
 
 static PyObject *monitoring(void)
 {
@@ -222,7 +276,7 @@ int pt_hooks_install(PyObject *module, int c_calls)
         long bit = event_bit(mon, pt_mon_table[i].event);
         if (bit < 0)
             goto err;
-        PyObject *fn = PyCFunction_New(&pt_mon_table[i].def, NULL);
+        PyObject *fn = callback_new(pt_mon_table[i].fn);
         if (fn == NULL)
             goto err;
         PyObject *r = PyObject_CallMethod(mon, "register_callback", "ilO", g_tool_id, bit, fn);
@@ -280,6 +334,16 @@ void pt_hooks_uninstall(PyObject *module)
     g_tool_id = -1;
 }
 
+const char *pt_hooks_name(void)
+{
+    return g_tool_id >= 0 ? "sys.monitoring" : NULL;
+}
+
+int pt_hooks_intact(void)
+{
+    return 1; /* our tool id is ours until we free it */
+}
+
 #else
 /* ===================== PyEval_SetProfile (3.10/3.11) ===================== */
 
@@ -331,7 +395,7 @@ static inline void on_py_call(PyFrameObject *frame, PyCodeObject *code)
             kind = PT_EV_RESUME;
 #endif
     }
-    (void)pt_on_py_open(code, kind, flags);
+    (void)pt_py_open(code, kind, flags);
 }
 
 static inline void on_py_return(PyFrameObject *frame, PyCodeObject *code, PyObject *arg)
@@ -349,7 +413,14 @@ static inline void on_py_return(PyFrameObject *frame, PyCodeObject *code, PyObje
             kind = PT_EV_YIELD;
 #endif
     }
-    (void)pt_on_py_close(code, kind);
+    (void)pt_py_close(code, kind);
+}
+
+static inline void c_event(PyCodeObject *caller, PyObject *callable, uint8_t kind)
+{
+    const PyMethodDef *def;
+    if (g_c_calls && callable && (def = pt_cfunc_def(callable)) != NULL)
+        (void)pt_c_event(caller, callable, def, kind);
 }
 
 static int pt_profile(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg)
@@ -364,16 +435,13 @@ static int pt_profile(PyObject *obj, PyFrameObject *frame, int what, PyObject *a
         on_py_return(frame, code, arg);
         break;
     case PyTrace_C_CALL:
-        if (g_c_calls && arg && pt_code_lookup(code) != PT_CODE_FILTERED)
-            pt_on_c_open(arg);
+        c_event(code, arg, PT_EV_CCALL);
         break;
     case PyTrace_C_RETURN:
-        if (g_c_calls && arg && pt_code_lookup(code) != PT_CODE_FILTERED)
-            pt_on_c_close(arg, PT_EV_CRETURN);
+        c_event(code, arg, PT_EV_CRETURN);
         break;
     case PyTrace_C_EXCEPTION:
-        if (g_c_calls && arg && pt_code_lookup(code) != PT_CODE_FILTERED)
-            pt_on_c_close(arg, PT_EV_CUNWIND);
+        c_event(code, arg, PT_EV_CUNWIND);
         break;
     default:
         break;
@@ -400,6 +468,7 @@ static PyMethodDef thread_bootstrap_def = {"_pytrace_thread_bootstrap", thread_b
                                            METH_VARARGS, NULL};
 static PyObject *g_old_thread_hook; /* threading's previous profile hook */
 static int g_installed;
+static int g_evalframe; /* the frame-evaluation adapter is in use instead */
 
 static int set_threading_hook(PyObject *hook)
 {
@@ -430,6 +499,11 @@ static int for_all_threads(Py_tracefunc func)
 int pt_hooks_install(PyObject *module, int c_calls)
 {
     g_c_calls = c_calls;
+    /* Without C calls, 3.11 has a much cheaper hook (pt_evalframe.c). */
+    if (!c_calls && pt_evalframe_install() == 1) {
+        g_evalframe = 1;
+        return 0;
+    }
     PyObject *threading = PyImport_ImportModule("threading");
     if (threading == NULL)
         return -1;
@@ -455,6 +529,11 @@ int pt_hooks_install(PyObject *module, int c_calls)
 void pt_hooks_uninstall(PyObject *module)
 {
     (void)module;
+    if (g_evalframe) {
+        pt_evalframe_uninstall();
+        g_evalframe = 0;
+        return;
+    }
     PyObject *t, *v, *tb;
     PyErr_Fetch(&t, &v, &tb);
     if (for_all_threads(NULL) < 0)
@@ -464,5 +543,17 @@ void pt_hooks_uninstall(PyObject *module)
     Py_CLEAR(g_old_thread_hook);
     g_installed = 0;
     PyErr_Restore(t, v, tb);
+}
+
+const char *pt_hooks_name(void)
+{
+    if (g_evalframe)
+        return "frame evaluation (PEP 523)";
+    return g_installed ? "PyEval_SetProfile" : NULL;
+}
+
+int pt_hooks_intact(void)
+{
+    return !g_evalframe || pt_evalframe_intact();
 }
 #endif

@@ -8,7 +8,7 @@
  *   no module object to find state through. The module keeps only Python
  *   objects (labels, callbacks) in its module state.
  *
- *   Sessions are numbered by `g.epoch` (0 = not tracing). Every cached fact is
+ *   Sessions are numbered by `pt_hot.epoch` (0 = not tracing). Every cached fact is
  *   tagged with the epoch it belongs to, so a new start() (new segment, new
  *   symbol ids) invalidates all caches at once without visiting them:
  *     - a code object's co_extra slot holds epoch<<33 | filtered<<32 | id;
@@ -46,7 +46,7 @@
  *   synthetically, a close that matches nothing is not written. So every
  *   thread's stream stays balanced whatever the interpreter reports.
  */
-#include "pt_tracer.h"
+#include "pt_tracer_inline.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -83,9 +83,6 @@
 #define pt_request_code_extra_index _PyEval_RequestCodeExtraIndex
 #endif
 
-#define PT_SHADOW_CAPACITY 8192u
-#define PT_CCACHE_SIZE 256u /* power of two */
-#define PT_SHADOW_C_BIT 0x80000000u
 #define PT_CLOSE_SEARCH 16u            /* entries searched for an out-of-order close */
 #define PT_HEARTBEAT_NS 100000000ull   /* 100 ms */
 
@@ -100,26 +97,6 @@
 #define PT_EXC_RESTORE PyErr_Restore(saved_t_, saved_v_, saved_tb_)
 #endif
 
-typedef struct pt_ccache_entry {
-    const PyMethodDef *def;
-    uint64_t value;
-} pt_ccache_entry_t;
-
-typedef struct pt_thread {
-    pt_ring_t ring;                 /* hot: first */
-    uint32_t ok_epoch;              /* ring claimed in this session */
-    uint32_t seen_epoch;            /* attach attempted in this session */
-    uint32_t depth;                 /* logical depth (may exceed the capacity) */
-    uint32_t reserved;
-    uint64_t retry_ticks;           /* no free ring: try again from this tick (0 = never) */
-    /* C function ids seen by this thread: a direct-mapped cache in front of the
-     * shared rculfhash, so the hot path needs no RCU read-side section (whose
-     * barrier costs more than the rest of the event). value = epoch << 32 | id. */
-    pt_ccache_entry_t ccache[PT_CCACHE_SIZE];
-    struct pt_thread *next, *prev;  /* g.threads, under g.lock */
-    uint32_t shadow[PT_SHADOW_CAPACITY];
-} pt_thread_t;
-
 typedef struct pt_cnode {
     struct cds_lfht_node node;
     const PyMethodDef *def;
@@ -127,7 +104,6 @@ typedef struct pt_cnode {
 } pt_cnode_t;
 
 static struct {
-    _Atomic uint32_t epoch;         /* current session; 0 = not tracing */
     uint32_t last_epoch;            /* last one handed out */
     pt_segment_t *seg;              /* current or last session's segment */
     pt_clock_t clock;
@@ -144,6 +120,7 @@ static struct {
     pthread_mutex_t hb_lock;
     pthread_cond_t hb_cond;
     int hb_stop;
+    int hook_lost;                  /* the heartbeat reported a replaced hook */
     /* C functions by PyMethodDef; entries never removed (no call_rcu needed) */
     struct cds_lfht *cfuncs;
     int initialised;
@@ -157,10 +134,8 @@ static struct {
 };
 
 Py_ssize_t pt_code_extra_index = -1;
-
-/* initial-exec: one %fs-relative load on the hot path (the module is loaded
- * with dlopen, which has static TLS surplus for a pointer). */
-static __thread pt_thread_t *tls_thread __attribute__((tls_model("initial-exec")));
+pt_hot_t pt_hot;
+__thread pt_thread_t *pt_tls_thread __attribute__((tls_model("initial-exec")));
 
 /* ---- errors -------------------------------------------------------------- */
 
@@ -193,67 +168,55 @@ void pt_tracer_fail(const char *what)
 
 static inline uint64_t now_ticks(void)
 {
-    return pt_clock_now(&g.clock);
-}
-
-static inline void emit(pt_thread_t *t, uint32_t id, uint8_t kind, uint8_t flags, uint16_t aux)
-{
-    /* -ENOBUFS (dropped) is counted by the ring itself */
-    (void)pt_ring_push(&t->ring, now_ticks(), id, kind, flags, aux);
+    return pt_now();
 }
 
 static inline uint32_t current_epoch(void)
 {
-    /* relaxed: the epoch is only changed with the GIL held (or at exit), and
-     * hooks read it with the GIL held; the GIL orders them */
-    return atomic_load_explicit(&g.epoch, memory_order_relaxed);
+    return pt_epoch_now();
 }
 
 /* ---- shadow stack -------------------------------------------------------- */
-
-static inline void shadow_push(pt_thread_t *t, uint32_t entry)
-{
-    if (PT_LIKELY(t->depth < PT_SHADOW_CAPACITY))
-        t->shadow[t->depth] = entry;
-    t->depth++;
-}
 
 static inline uint32_t shadow_at(const pt_thread_t *t, uint32_t level)
 {
     return level < PT_SHADOW_CAPACITY ? t->shadow[level] : 0;
 }
 
-static void close_synthetic_above(pt_thread_t *t, uint32_t level)
+/* Lower the depth; prior frames above it are gone. */
+static inline void set_depth(pt_thread_t *t, uint32_t depth)
+{
+    t->depth = depth;
+    if (t->prior > depth)
+        t->prior = depth;
+}
+
+void pt_close_synthetic_above(pt_thread_t *t, uint32_t level)
 {
     while (t->depth > level) {
         uint32_t e = shadow_at(t, t->depth - 1);
         int is_c = (e & PT_SHADOW_C_BIT) != 0;
-        emit(t, e & ~PT_SHADOW_C_BIT, is_c ? PT_EV_CRETURN : PT_EV_RETURN, PT_EVF_SYNTHETIC, 0);
-        t->depth--;
+        pt_emit(t, e & ~PT_SHADOW_C_BIT, is_c ? PT_EV_CRETURN : PT_EV_RETURN, PT_EVF_SYNTHETIC);
+        set_depth(t, t->depth - 1);
     }
 }
 
-/* Close the frame `entry` (id | C bit) with record `kind`. */
-static inline void close_frame(pt_thread_t *t, uint32_t entry, uint8_t kind)
+/* The frame `entry` (id | C bit) is not on top of the shadow (pt_close). */
+void pt_close_slow(pt_thread_t *t, uint32_t entry, uint8_t kind)
 {
     uint32_t d = t->depth;
-    if (PT_UNLIKELY(d > PT_SHADOW_CAPACITY)) { /* beyond the shadow: trust the interpreter */
-        emit(t, entry & ~PT_SHADOW_C_BIT, kind, 0, 0);
-        t->depth = d - 1;
-        return;
-    }
-    if (PT_LIKELY(d > 0 && t->shadow[d - 1] == entry)) {
-        emit(t, entry & ~PT_SHADOW_C_BIT, kind, 0, 0);
-        t->depth = d - 1;
+    if (d > PT_SHADOW_CAPACITY) { /* beyond the shadow: trust the interpreter */
+        pt_emit(t, entry & ~PT_SHADOW_C_BIT, kind, 0);
+        set_depth(t, d - 1);
         return;
     }
     /* out of order: find it among the top entries */
     uint32_t floor = d > PT_CLOSE_SEARCH ? d - PT_CLOSE_SEARCH : 0;
     for (uint32_t level = d; level-- > floor;) {
         if (t->shadow[level] == entry) {
-            close_synthetic_above(t, level + 1);
-            emit(t, entry & ~PT_SHADOW_C_BIT, kind, 0, 0);
-            t->depth = level;
+            pt_close_synthetic_above(t, level + 1);
+            pt_emit(t, entry & ~PT_SHADOW_C_BIT, kind, 0);
+            set_depth(t, level);
             return;
         }
     }
@@ -279,23 +242,6 @@ static void stack_writer(pt_ring_t *ring, void *ctx, uint32_t room)
 }
 
 /* ---- filters and code interning ----------------------------------------- */
-
-typedef struct pt_code_extra { /* CPython's _PyCodeObjectExtra, 3.10..3.13 */
-    Py_ssize_t ce_size;
-    void *ce_extras[1];
-} pt_code_extra_t;
-
-#define PT_XTRA_FILTERED (UINT64_C(1) << 32)
-
-static inline uint64_t code_extra_get(PyCodeObject *code)
-{
-    /* Same as _PyCode_GetExtra without the call: the layout has been stable
-     * since 3.6 and reading it is the "one load" of the hot path. */
-    const pt_code_extra_t *ex = (const pt_code_extra_t *)code->co_extra;
-    if (ex == NULL || pt_code_extra_index >= ex->ce_size)
-        return 0;
-    return (uint64_t)(uintptr_t)ex->ce_extras[pt_code_extra_index];
-}
 
 static int prefix_match(const char *s, const char *pat, int module)
 {
@@ -389,9 +335,9 @@ static uint64_t code_intern(PyCodeObject *code, uint32_t epoch)
     return filtered ? PT_CODE_FILTERED : id;
 }
 
-uint64_t pt_code_lookup(PyCodeObject *code)
+__attribute__((noinline)) uint64_t pt_code_lookup(PyCodeObject *code)
 {
-    uint64_t v = code_extra_get(code);
+    uint64_t v = pt_code_extra(code);
     uint32_t epoch = current_epoch();
     if (PT_LIKELY((v >> 33) == epoch && epoch != 0))
         return (v & PT_XTRA_FILTERED) ? PT_CODE_FILTERED : (uint32_t)v;
@@ -414,21 +360,6 @@ static unsigned long hash_ptr(const void *p)
 static int cnode_match(struct cds_lfht_node *node, const void *key)
 {
     return caa_container_of(node, pt_cnode_t, node)->def == key;
-}
-
-/* The PyMethodDef of a C callable we trace, or NULL. */
-static inline const PyMethodDef *cfunc_def(PyObject *callable)
-{
-    if (PyCFunction_Check(callable))
-        return ((PyCFunctionObject *)callable)->m_ml;
-    if (Py_IS_TYPE(callable, &PyMethodDescr_Type))
-        return ((PyMethodDescrObject *)callable)->d_method;
-    return NULL;
-}
-
-int pt_cfunc_check(PyObject *callable)
-{
-    return cfunc_def(callable) != NULL;
 }
 
 static void type_names(PyTypeObject *tp, const char **name, char *module, size_t modlen)
@@ -596,10 +527,15 @@ static void thread_name(char *out, size_t len)
     Py_DECREF(threading);
 }
 
+/* First event of this thread in the session: claim a ring and write the
+ * frames already running as Frame records. `opening`: the code whose opening
+ * triggers this, if that frame is already the innermost one on the stack (the
+ * profile and monitoring hooks; the frame-evaluation hook runs before the
+ * frame is linked, so it passes NULL); it is not recorded as a Frame. */
 static pt_thread_t *thread_attach(PyCodeObject *opening)
 {
     uint32_t epoch = current_epoch();
-    pt_thread_t *t = tls_thread;
+    pt_thread_t *t = pt_tls_thread;
     if (epoch == 0)
         return NULL;
     /* This thread already failed to get a ring in this session. If every ring
@@ -620,7 +556,7 @@ static pt_thread_t *thread_attach(PyCodeObject *opening)
         g.threads = t;
         pthread_mutex_unlock(&g.lock);
         pthread_setspecific(g.key, t);
-        tls_thread = t;
+        pt_tls_thread = t;
     }
     t->seen_epoch = epoch;
 
@@ -628,6 +564,7 @@ static pt_thread_t *thread_attach(PyCodeObject *opening)
      * (innermost first), skipping the frame whose opening triggers us. */
     char name[PT_THREAD_NAME_BYTES];
     uint32_t *ids = NULL;
+    pt_prior_frame_t *frames = NULL;
     size_t n = 0, cap = 0;
     PT_EXC_SAVE;
     thread_name(name, sizeof name);
@@ -645,8 +582,14 @@ static pt_thread_t *thread_attach(PyCodeObject *opening)
                     if (nids == NULL)
                         break;
                     ids = nids;
+                    pt_prior_frame_t *nframes = realloc(frames, ncap * sizeof *frames);
+                    if (nframes == NULL)
+                        break;
+                    frames = nframes;
                     cap = ncap;
                 }
+                frames[n].frame = pt_frame_key(f);
+                frames[n].code = code; /* compared, never dereferenced */
                 ids[n++] = (uint32_t)id;
             }
         }
@@ -662,12 +605,14 @@ static pt_thread_t *thread_attach(PyCodeObject *opening)
     /* No Python call below this line. */
     if (current_epoch() != epoch || g.seg == NULL) {
         free(ids);
+        free(frames);
         return NULL;
     }
     uint64_t tid = (uint64_t)syscall(SYS_gettid);
     int rc = pt_segment_claim_ring(g.seg, tid, name, now_ticks(), &t->ring);
     if (rc < 0) {
         free(ids);
+        free(frames);
         t->retry_ticks = 0;
         if (rc == -EAGAIN) {
             set_first_error("no free ring for thread %llu (%s): start with a larger ring_count",
@@ -690,36 +635,51 @@ static pt_thread_t *thread_attach(PyCodeObject *opening)
         uint32_t level = t->depth;
         (void)pt_ring_push(&t->ring, ticks, ids[i], PT_EV_FRAME, 0,
                            level > 0xFFFFu ? 0xFFFFu : (uint16_t)level);
-        shadow_push(t, ids[i]);
+        if (t->depth < PT_SHADOW_CAPACITY)
+            t->shadow[t->depth] = ids[i];
+        t->depth++;
     }
     free(ids);
+    /* prior frames, outermost first, as the shadow */
+    for (size_t lo = 0, hi = n; lo + 1 < hi; lo++, hi--) {
+        pt_prior_frame_t tmp = frames[lo];
+        frames[lo] = frames[hi - 1];
+        frames[hi - 1] = tmp;
+    }
+    free(t->prior_frames);
+    t->prior_frames = frames;
+    t->prior = n < PT_SHADOW_CAPACITY ? (uint32_t)n : PT_SHADOW_CAPACITY;
     return t;
 }
 
 static inline pt_thread_t *thread_get(PyCodeObject *opening)
 {
-    pt_thread_t *t = tls_thread;
+    pt_thread_t *t = pt_tls_thread;
     if (PT_LIKELY(t != NULL && t->ok_epoch == current_epoch()))
         return t;
     return thread_attach(opening);
 }
 
-/* ---- core entries ----------------------------------------------------------- */
+pt_thread_t *pt_thread_current(PyCodeObject *opening)
+{
+    return thread_get(opening);
+}
 
-int pt_on_py_open(PyCodeObject *code, uint8_t kind, uint8_t flags)
+/* ---- slow paths of the core entries (pt_tracer_inline.h) ------------------- */
+
+int pt_py_open_slow(PyCodeObject *code, uint8_t kind, uint8_t flags, int linked)
 {
     uint64_t id = pt_code_lookup(code);
     if (id == PT_CODE_FILTERED)
         return 1;
-    pt_thread_t *t = thread_get(code);
+    pt_thread_t *t = thread_get(linked ? code : NULL);
     if (PT_UNLIKELY(t == NULL))
         return 0;
-    emit(t, (uint32_t)id, kind, flags, 0);
-    shadow_push(t, (uint32_t)id);
+    pt_open(t, (uint32_t)id, kind, flags);
     return 0;
 }
 
-int pt_on_py_close(PyCodeObject *code, uint8_t kind)
+int pt_py_close_slow(PyCodeObject *code, uint8_t kind)
 {
     uint64_t id = pt_code_lookup(code);
     if (id == PT_CODE_FILTERED)
@@ -727,54 +687,39 @@ int pt_on_py_close(PyCodeObject *code, uint8_t kind)
     pt_thread_t *t = thread_get(NULL);
     if (PT_UNLIKELY(t == NULL))
         return 0;
-    close_frame(t, (uint32_t)id, kind);
+    pt_close(t, (uint32_t)id, kind);
     return 0;
 }
 
-/* The thread and symbol id of a C call/return event, or NULL if it is not one
- * we record. Ids come from the thread's cache, else the shared table. */
-static inline pt_thread_t *c_event(PyObject *callable, uint32_t *id_out)
+/* Not in the fast path: the caller's code or this thread is new to the
+ * session, or the C function is not in this thread's cache (its id then
+ * comes from the shared table, or is interned). */
+int pt_c_event_slow(PyCodeObject *caller, PyObject *callable, const PyMethodDef *def, uint8_t kind)
 {
-    const PyMethodDef *def = cfunc_def(callable);
-    if (def == NULL)
-        return NULL;
+    if (pt_code_lookup(caller) == PT_CODE_FILTERED)
+        return 1;
     pt_thread_t *t = thread_get(NULL);
     if (PT_UNLIKELY(t == NULL))
-        return NULL;
+        return 0;
     uint32_t epoch = t->ok_epoch;
-    pt_ccache_entry_t *e = &t->ccache[hash_ptr(def) & (PT_CCACHE_SIZE - 1)];
-    if (PT_LIKELY(e->def == def && (uint32_t)(e->value >> 32) == epoch)) {
-        *id_out = (uint32_t)e->value;
-        return t;
-    }
-    uint32_t id = cfunc_id(callable, def, epoch);
-    if (PT_UNLIKELY(t->ok_epoch != current_epoch()))
-        return NULL; /* stopped during interning */
-    if (id != 0) { /* 0: interning failed (counted); try again next time */
-        e->def = def;
-        e->value = ((uint64_t)epoch << 32) | id;
-    }
-    *id_out = id;
-    return t;
-}
-
-void pt_on_c_open(PyObject *callable)
-{
+    pt_ccache_entry_t *e = &t->ccache[pt_ccache_slot(def)];
     uint32_t id;
-    pt_thread_t *t = c_event(callable, &id);
-    if (t == NULL)
-        return;
-    emit(t, id, PT_EV_CCALL, 0, 0);
-    shadow_push(t, id | PT_SHADOW_C_BIT);
-}
-
-void pt_on_c_close(PyObject *callable, uint8_t kind)
-{
-    uint32_t id;
-    pt_thread_t *t = c_event(callable, &id);
-    if (t == NULL)
-        return;
-    close_frame(t, id | PT_SHADOW_C_BIT, kind);
+    if (e->def == def && (uint32_t)(e->value >> 32) == epoch) {
+        id = (uint32_t)e->value;
+    } else {
+        id = cfunc_id(callable, def, epoch);
+        if (PT_UNLIKELY(t->ok_epoch != current_epoch()))
+            return 0; /* stopped during interning */
+        if (id != 0) { /* 0: interning failed (counted); try again next time */
+            e->def = def;
+            e->value = ((uint64_t)epoch << 32) | id;
+        }
+    }
+    if (kind == PT_EV_CCALL)
+        pt_open(t, id | PT_SHADOW_C_BIT, kind, 0);
+    else
+        pt_close(t, id | PT_SHADOW_C_BIT, kind);
+    return 0;
 }
 
 void pt_tracer_user_event(uint32_t label_id, uint8_t kind)
@@ -783,7 +728,7 @@ void pt_tracer_user_event(uint32_t label_id, uint8_t kind)
         return;
     pt_thread_t *t = thread_get(NULL);
     if (t)
-        emit(t, label_id, kind, 0, 0);
+        pt_emit(t, label_id, kind, 0);
 }
 
 int pt_tracer_intern_label(const char *name, uint32_t *id_out)
@@ -800,7 +745,7 @@ int pt_tracer_intern_label(const char *name, uint32_t *id_out)
  * after it stopped running Python (destructor) or the exit handler. */
 static void thread_finish_locked(pt_thread_t *t)
 {
-    close_synthetic_above(t, 0);
+    pt_close_synthetic_above(t, 0);
     pt_ring_flush_counters(&t->ring);
     g.retired_written += pt_ring_written(&t->ring);
     /* relaxed: counters only */
@@ -823,6 +768,7 @@ static void thread_destructor(void *arg)
     if (t->next)
         t->next->prev = t->prev;
     pthread_mutex_unlock(&g.lock);
+    free(t->prior_frames);
     free(t);
 }
 
@@ -843,6 +789,12 @@ static void *heartbeat_main(void *arg)
         pthread_cond_timedwait(&g.hb_cond, &g.hb_lock, &ts);
         if (!g.hb_stop && g.seg)
             pt_segment_heartbeat(g.seg); /* seg is replaced only after we are joined */
+        if (!g.hb_stop && !g.hook_lost && !pt_hooks_intact()) {
+            g.hook_lost = 1;
+            pt_tracer_fail("another tool replaced pytrace's frame-evaluation hook (PEP 523): "
+                           "Python calls after that are not traced; trace with C calls on "
+                           "(PyEval_SetProfile) alongside that tool");
+        }
     }
     pthread_mutex_unlock(&g.hb_lock);
     return NULL;
@@ -935,7 +887,7 @@ static void free_opts(pt_options_t *o)
 
 static void stop_locked(void)
 {
-    atomic_store_explicit(&g.epoch, 0, memory_order_relaxed);
+    atomic_store_explicit(&pt_hot.epoch, 0, memory_order_relaxed);
     for (pt_thread_t *t = g.threads; t; t = t->next)
         if (t->ok_epoch != 0 && t->ok_epoch == g.last_epoch)
             thread_finish_locked(t);
@@ -950,7 +902,7 @@ static void atfork_child(void)
 {
     g.fork_resume = current_epoch() != 0;
     /* relaxed: the child has one thread */
-    atomic_store_explicit(&g.epoch, 0, memory_order_relaxed);
+    atomic_store_explicit(&pt_hot.epoch, 0, memory_order_relaxed);
 }
 
 static void at_exit(void)
@@ -1038,6 +990,7 @@ static int begin_session(char *err, size_t errlen)
     if (rc < 0)
         return rc;
     g.retired_written = g.retired_dropped = g.threads_seen = 0;
+    g.hook_lost = 0;
     atomic_store_explicit(&g.first_error_set, 0, memory_order_relaxed);
     g.first_error[0] = '\0';
     if (++g.last_epoch >= (1u << 31) || g.last_epoch == 0)
@@ -1050,7 +1003,7 @@ static int begin_session(char *err, size_t errlen)
         g.seg = NULL;
         return rc;
     }
-    atomic_store_explicit(&g.epoch, g.last_epoch, memory_order_relaxed);
+    atomic_store_explicit(&pt_hot.epoch, g.last_epoch, memory_order_relaxed);
     return 0;
 }
 
@@ -1063,6 +1016,7 @@ int pt_tracer_start(pt_options_t *opts, char *err, size_t errlen)
         return -EALREADY;
     }
     int rc = pt_clock_init(&g.clock, opts->clock_kind);
+    pt_hot.clock_kind = g.clock.kind;
     if (rc < 0) {
         free_opts(opts);
         snprintf(err, errlen, "cannot initialise the clock: %s", strerror(-rc));
@@ -1171,12 +1125,14 @@ void pt_tracer_after_fork_child(void)
     pthread_mutex_init(&g.lock, NULL);
     heartbeat_sync_init();
     g.hb_running = 0;
-    pt_thread_t *me = tls_thread;
+    pt_thread_t *me = pt_tls_thread;
     pt_thread_t *t = g.threads;
     while (t) {
         pt_thread_t *next = t->next;
-        if (t != me)
+        if (t != me) {
+            free(t->prior_frames);
             free(t);
+        }
         t = next;
     }
     g.threads = me;
@@ -1185,10 +1141,11 @@ void pt_tracer_after_fork_child(void)
         me->ok_epoch = 0;
         me->seen_epoch = 0;
         me->depth = 0;
+        me->prior = 0;
     }
     int was_tracing = g.fork_resume;
     g.fork_resume = 0;
-    atomic_store_explicit(&g.epoch, 0, memory_order_relaxed);
+    atomic_store_explicit(&pt_hot.epoch, 0, memory_order_relaxed);
     if (g.seg) {
         pt_segment_close(g.seg, 0);
         g.seg = NULL;

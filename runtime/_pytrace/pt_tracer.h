@@ -81,24 +81,37 @@ PT_HIDDEN void pt_tracer_after_fork_parent(void);
 /* Record a hook failure (sticky; first text kept). Safe from any thread. */
 PT_HIDDEN void pt_tracer_fail(const char *what);
 
-/* Hook adapters (pt_hooks.c). install/uninstall with the GIL held. */
+/* Hook adapters (pt_hooks.c). install/uninstall with the GIL held.
+ * pt_hooks_name: the hook tracing runs on ("sys.monitoring",
+ * "PyEval_SetProfile", "frame evaluation (PEP 523)"), or NULL if none.
+ * pt_hooks_intact: 0 if another tool took the hook over while tracing (safe
+ * without the GIL). */
 PT_HIDDEN int pt_hooks_install(PyObject *module, int c_calls);
 PT_HIDDEN void pt_hooks_uninstall(PyObject *module);
+PT_HIDDEN const char *pt_hooks_name(void);
+PT_HIDDEN int pt_hooks_intact(void);
 
-/* Core entries used by the adapters (pt_tracer.c). `frame_code` is the code
- * whose frame is executing (for first-sight interning and filters). */
+/* The PEP 523 adapter (pt_evalframe.c; 3.11 only, elsewhere install returns
+ * 0). install: 1 installed, 0 not possible (another tool owns the frame
+ * evaluation function). */
+PT_HIDDEN int pt_evalframe_install(void);
+PT_HIDDEN void pt_evalframe_uninstall(void);
+PT_HIDDEN int pt_evalframe_intact(void);
+/* What identifies a running frame to the adapter (see pt_prior_frame_t). */
+PT_HIDDEN const void *pt_frame_key(PyFrameObject *frame);
+
+/* co_extra slot of code objects that holds their symbol id (pt_tracer_inline.h). */
 PT_HIDDEN extern Py_ssize_t pt_code_extra_index;
 
 /* Result of pt_code_lookup: PT_CODE_FILTERED, or the symbol id. */
 #define PT_CODE_FILTERED UINT64_MAX
 
+/* Symbol id of `code` in this session, interned on first sight (may run
+ * Python: call it where that is safe, never between two ring writes). */
 PT_HIDDEN uint64_t pt_code_lookup(PyCodeObject *code);
-PT_HIDDEN int pt_cfunc_check(PyObject *callable);
-/* Return 1 if the code is filtered out (3.12+: the callback returns DISABLE). */
-PT_HIDDEN int pt_on_py_open(PyCodeObject *code, uint8_t kind, uint8_t flags);
-PT_HIDDEN int pt_on_py_close(PyCodeObject *code, uint8_t kind);
-PT_HIDDEN void pt_on_c_open(PyObject *callable);
-PT_HIDDEN void pt_on_c_close(PyObject *callable, uint8_t kind);
+
+/* The core entries the adapters call (pt_py_open, pt_py_close, pt_c_event)
+ * are inline, in pt_tracer_inline.h. */
 
 /* Reader type (reader_type.c). */
 PT_HIDDEN PyObject *pt_reader_type_create(PyObject *module);

@@ -61,6 +61,8 @@ class Counters:
     threads: int = 0
     rings_exhausted: int = 0
     first_error: str = ""
+    hook: str = ""          # the interpreter hook in use: sys.monitoring, PyEval_SetProfile,
+                            # or frame evaluation (PEP 523) (3.11 with c_calls=False)
 
     @classmethod
     def _from(cls, d):
@@ -68,6 +70,8 @@ class Counters:
         c = cls(**{k: v for k, v in d.items() if k in names})
         if c.first_error is None:
             c.first_error = ""
+        if c.hook is None:
+            c.hook = ""
         return c
 
 

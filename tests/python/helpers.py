@@ -13,6 +13,15 @@ CORPUS = os.path.join(HERE, "corpus")
 PY = sys.executable
 
 
+def expected_hook(c_calls):
+    """The interpreter hook pytrace runs on for this Python and c_calls setting."""
+    if sys.version_info >= (3, 12):
+        return "sys.monitoring"
+    if sys.version_info >= (3, 11) and not c_calls:
+        return "frame evaluation (PEP 523)"
+    return "PyEval_SetProfile"
+
+
 def corpus(name):
     return os.path.join(CORPUS, name + ".py")
 

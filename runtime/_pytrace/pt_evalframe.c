@@ -1,0 +1,204 @@
+/*
+ * pt_evalframe: the PEP 523 frame-evaluation adapter (CPython 3.11, used when
+ * C calls are not traced).
+ *
+ * Why: on 3.11 the only hook that reports C calls is PyEval_SetProfile, and it
+ * puts the whole interpreter on its tracing path: every instruction goes
+ * through DO_TRACING (which undoes specialisation) and every event builds a
+ * frame object and a line number. An empty profile function already costs
+ * more than half of what cProfile costs. Python frames alone can be seen
+ * through the frame-evaluation function instead: the interpreter keeps running
+ * specialised code, and only Python-to-Python calls lose their inlining (they
+ * recurse on the C stack, as on 3.10).
+ *
+ * What the hook sees: every evaluation of a Python frame -- a call, a
+ * generator or coroutine resumed by send()/throw()/close() (with throwflag),
+ * a module or class body -- and it sees it leave: with a value (return, or a
+ * yield when the generator is suspended afterwards) or NULL (an exception).
+ * A generator or coroutine function called to build its generator object is
+ * also evaluated (it runs up to RETURN_GENERATOR); the other hooks do not
+ * report that run, and neither does this one.
+ *
+ * Frames already running when the hook was installed (or when this thread's
+ * ring was claimed) were not entered through it, so they leave unseen. They
+ * are the bottom `prior` levels of the shadow stack, with their frame and code
+ * in prior_frames. Each time a frame opens while such a frame is on top of
+ * the shadow, the top must still be on the interpreter's frame chain; if it is
+ * not, it is closed there with a synthetic record (PT_EVF_SYNTHETIC), so every
+ * later event has its true parent.
+ *
+ * Not installed when another tool already owns the frame-evaluation function
+ * (the PyEval_SetProfile adapter is used then). A tool that replaces ours
+ * while we trace stops our events; pt_evalframe_intact() says so and the
+ * tracer reports it as an error.
+ */
+#include "pt_tracer_inline.h"
+
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#define PT_HAVE_EVALFRAME 1
+#else
+#define PT_HAVE_EVALFRAME 0
+#endif
+
+#if PT_HAVE_EVALFRAME
+#define Py_BUILD_CORE 1 /* for _PyInterpreterFrame; nothing else in this file */
+#include <internal/pycore_frame.h>
+#include <opcode.h>
+#endif
+
+#if PY_VERSION_HEX < 0x030B0000
+#include <frameobject.h>
+#endif
+
+#if PT_HAVE_EVALFRAME
+
+static PyInterpreterState *g_interp; /* where the hook is installed, or NULL */
+
+#define PT_GEN_FLAGS (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)
+
+const void *pt_frame_key(PyFrameObject *frame)
+{
+    return frame->f_frame;
+}
+
+/* Is the prior frame `p` still on the chain that starts at `f` (the caller of
+ * the frame being opened)? Frames are compared by address and code, so a new
+ * frame that reuses the slot of a finished one does not pass for it. */
+static int on_chain(const _PyInterpreterFrame *f, const pt_prior_frame_t *p)
+{
+    for (; f != NULL; f = f->previous)
+        if ((const void *)f == p->frame && f->f_code == p->code)
+            return 1;
+    return 0;
+}
+
+/* Close the prior frames on top of the shadow that have left. */
+static void drop_stale_priors(pt_thread_t *t, PyThreadState *tstate)
+{
+    const _PyInterpreterFrame *caller = tstate->cframe->current_frame;
+    while (t->prior > 0 && t->depth == t->prior && !on_chain(caller, &t->prior_frames[t->prior - 1]))
+        pt_close_synthetic_above(t, t->depth - 1);
+}
+
+/* Open a frame of `code` that is not linked yet (its caller is the current
+ * frame), after closing the prior frames that left. 1 if the code is
+ * filtered out. */
+static int frame_open(PyThreadState *tstate, PyCodeObject *code, uint8_t kind, uint8_t flags)
+{
+    uint64_t extra = pt_code_extra(code);
+    pt_thread_t *t = pt_fast_thread(pt_epoch_now(), extra);
+    if (PT_UNLIKELY(t == NULL || (extra & PT_XTRA_FILTERED))) {
+        /* Python work (interning, attaching the thread) may run anything,
+         * even stop() and start(): check the session again after it */
+        if (pt_code_lookup(code) == PT_CODE_FILTERED)
+            return 1;
+        t = pt_thread_current(NULL);
+        if (t == NULL)
+            return 0; /* not tracing, or no ring for this thread */
+        extra = pt_code_extra(code);
+        if ((uint32_t)(extra >> 33) != t->ok_epoch || (extra & PT_XTRA_FILTERED))
+            return 0;
+    }
+    if (PT_UNLIKELY(t->prior != 0 && t->depth <= t->prior))
+        drop_stale_priors(t, tstate);
+    pt_open(t, (uint32_t)extra, kind, flags);
+    return 0;
+}
+
+static PyObject *eval_generator(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag);
+
+static PyObject *pt_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag)
+{
+    PyCodeObject *code = frame->f_code;
+    if (PT_UNLIKELY(code->co_flags & PT_GEN_FLAGS))
+        return eval_generator(tstate, frame, throwflag);
+    if (frame_open(tstate, code, PT_EV_CALL, 0))
+        return _PyEval_EvalFrameDefault(tstate, frame, throwflag);
+    PyObject *result = _PyEval_EvalFrameDefault(tstate, frame, throwflag);
+    /* By code, not by what was opened: the frame may outlive the session it
+     * was opened in (stop() and start() inside it), and then it is a prior
+     * frame of the new one. The frame still holds its code here: the caller
+     * clears it after we return. */
+    (void)pt_py_close(code, result != NULL ? PT_EV_RETURN : PT_EV_UNWIND);
+    return result;
+}
+
+static PyObject *eval_generator(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag)
+{
+    PyCodeObject *code = frame->f_code;
+    if (frame->owner != FRAME_OWNED_BY_GENERATOR) /* building the generator object */
+        return _PyEval_EvalFrameDefault(tstate, frame, throwflag);
+    /* A suspended frame stopped at YIELD_VALUE; a new one has not run yet. */
+    uint8_t kind = PT_EV_CALL, flags = 0;
+    if (frame->prev_instr >= _PyCode_CODE(code) && _Py_OPCODE(*frame->prev_instr) == YIELD_VALUE) {
+        kind = PT_EV_RESUME;
+        if (throwflag)
+            flags = PT_EVF_THROWN;
+    }
+    PyGenObject *gen = _PyFrame_GetGenerator(frame);
+    Py_INCREF(gen); /* its frame state is read after the frame ran */
+    PyObject *result;
+    if (frame_open(tstate, code, kind, flags)) {
+        result = _PyEval_EvalFrameDefault(tstate, frame, throwflag);
+    } else {
+        result = _PyEval_EvalFrameDefault(tstate, frame, throwflag);
+        /* YIELD_VALUE sets FRAME_SUSPENDED before it returns; a return or
+         * an exception leaves the state to the caller (gen_send_ex2) */
+        uint8_t close = result == NULL ? PT_EV_UNWIND
+                        : gen->gi_frame_state == FRAME_SUSPENDED ? PT_EV_YIELD
+                                                                 : PT_EV_RETURN;
+        (void)pt_py_close(code, close);
+    }
+    Py_DECREF(gen);
+    return result;
+}
+
+int pt_evalframe_install(void)
+{
+    PyInterpreterState *interp = PyThreadState_GetInterpreter(PyThreadState_Get());
+    _PyFrameEvalFunction current = _PyInterpreterState_GetEvalFrameFunc(interp);
+    if (current != _PyEval_EvalFrameDefault && current != pt_eval_frame)
+        return 0; /* another tool's hook: do not take it over */
+    _PyInterpreterState_SetEvalFrameFunc(interp, pt_eval_frame);
+    g_interp = interp;
+    return 1;
+}
+
+void pt_evalframe_uninstall(void)
+{
+    if (g_interp == NULL)
+        return;
+    if (_PyInterpreterState_GetEvalFrameFunc(g_interp) == pt_eval_frame)
+        _PyInterpreterState_SetEvalFrameFunc(g_interp, _PyEval_EvalFrameDefault);
+    g_interp = NULL;
+}
+
+int pt_evalframe_intact(void)
+{
+    /* a plain read of a pointer another thread may be writing with the GIL;
+     * a stale answer is corrected by the next check */
+    return g_interp == NULL || _PyInterpreterState_GetEvalFrameFunc(g_interp) == pt_eval_frame;
+}
+
+#else /* !PT_HAVE_EVALFRAME */
+
+const void *pt_frame_key(PyFrameObject *frame)
+{
+    return frame;
+}
+
+int pt_evalframe_install(void)
+{
+    return 0;
+}
+
+void pt_evalframe_uninstall(void)
+{
+}
+
+int pt_evalframe_intact(void)
+{
+    return 1;
+}
+
+#endif

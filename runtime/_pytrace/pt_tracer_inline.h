@@ -1,0 +1,233 @@
+/*
+ * Hot path of the tracer: what every hook callback runs, inlined into the
+ * adapters (pt_hooks.c, pt_evalframe.c).
+ *
+ * Every entry has a fast path for the common case -- this thread holds a ring
+ * in the current session and the code object (or C function) already has its
+ * symbol id for this session -- made of a handful of loads, one timestamp, one
+ * ring push and one shadow-stack update. Everything else (first sight of a
+ * thread or a function, a filtered function, an out-of-order close) goes to an
+ * out-of-line slow path in pt_tracer.c, so the fast path keeps no registers
+ * saved and makes no call.
+ *
+ * Callers hold the GIL; the thread context they touch is their own.
+ */
+#ifndef PT_RUNTIME_TRACER_INLINE_H
+#define PT_RUNTIME_TRACER_INLINE_H
+
+#include "pt_tracer.h"
+
+#include <stdatomic.h>
+
+#include "shm/clock.h"
+#include "shm/ring.h"
+
+#define PT_SHADOW_CAPACITY 8192u
+#define PT_CCACHE_SIZE 256u /* power of two */
+#define PT_SHADOW_C_BIT 0x80000000u
+
+/* A code object's co_extra slot: epoch << 33 | filtered << 32 | symbol id. */
+#define PT_XTRA_FILTERED (UINT64_C(1) << 32)
+
+typedef struct pt_ccache_entry {
+    const PyMethodDef *def;
+    uint64_t value; /* epoch << 32 | id */
+} pt_ccache_entry_t;
+
+/* A frame that was already running when the thread's ring was claimed (a
+ * Frame record at the bottom of the shadow): its frame and code, so the
+ * frame-evaluation adapter, which never sees such a frame leave, can tell
+ * whether it is still on the stack. */
+typedef struct pt_prior_frame {
+    const void *frame;
+    const PyCodeObject *code;
+} pt_prior_frame_t;
+
+/* Per-thread context: malloc'd on a thread's first event, reached through the
+ * initial-exec TLS pointer pt_tls_thread. Hot fields first. */
+typedef struct pt_thread {
+    pt_ring_t ring;                 /* hot: first */
+    uint32_t ok_epoch;              /* ring claimed in this session (0: none) */
+    uint32_t depth;                 /* logical depth (may exceed the capacity) */
+    uint32_t prior;                 /* shadow levels [0, prior) are prior frames */
+    uint32_t seen_epoch;            /* attach attempted in this session */
+    pt_prior_frame_t *prior_frames; /* [prior] (malloc'd at attach) */
+    uint64_t retry_ticks;           /* no free ring: try again from this tick (0 = never) */
+    /* C function ids seen by this thread: a direct-mapped cache in front of the
+     * shared rculfhash, so the hot path needs no RCU read-side section. */
+    pt_ccache_entry_t ccache[PT_CCACHE_SIZE];
+    struct pt_thread *next, *prev;  /* the tracer's thread list, under its lock */
+    uint32_t shadow[PT_SHADOW_CAPACITY];
+} pt_thread_t;
+
+/* What the fast path reads of the tracer's state. Written by pt_tracer.c with
+ * the GIL held (or in a fork child / at exit, with one thread left). */
+typedef struct pt_hot {
+    _Atomic uint32_t epoch;   /* current session; 0 = not tracing */
+    uint32_t clock_kind;      /* enum pt_clock_kind of the session's clock */
+} pt_hot_t;
+
+PT_HIDDEN extern pt_hot_t pt_hot;
+/* initial-exec: one %fs-relative load (the module is loaded with dlopen,
+ * which has static TLS surplus for a pointer). */
+PT_HIDDEN extern __thread pt_thread_t *pt_tls_thread __attribute__((tls_model("initial-exec")));
+
+/* Slow paths (pt_tracer.c). Same contracts as the fast entries below.
+ * pt_py_open_slow: `linked` = the frame being opened is already the innermost
+ * frame of the thread (profile and monitoring hooks), not yet (frame
+ * evaluation hook). */
+PT_HIDDEN int pt_py_open_slow(PyCodeObject *code, uint8_t kind, uint8_t flags, int linked);
+PT_HIDDEN int pt_py_close_slow(PyCodeObject *code, uint8_t kind);
+PT_HIDDEN void pt_close_slow(pt_thread_t *t, uint32_t entry, uint8_t kind);
+PT_HIDDEN int pt_c_event_slow(PyCodeObject *caller, PyObject *callable, const PyMethodDef *def,
+                              uint8_t kind);
+/* This thread's context if it holds a ring in the current session, after
+ * attaching it if this is its first event (may run Python). `opening` as in
+ * pt_py_open_slow (NULL: nothing is skipped). NULL if not tracing or no ring. */
+PT_HIDDEN pt_thread_t *pt_thread_current(PyCodeObject *opening);
+/* Close every frame above `level` with synthetic records. */
+PT_HIDDEN void pt_close_synthetic_above(pt_thread_t *t, uint32_t level);
+
+static inline uint32_t pt_epoch_now(void)
+{
+    /* relaxed: the epoch changes only with the GIL held (or with one thread
+     * left, in a fork child or at exit), and hooks run with the GIL; the GIL
+     * orders them */
+    return atomic_load_explicit(&pt_hot.epoch, memory_order_relaxed);
+}
+
+static inline uint64_t pt_now(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    if (PT_LIKELY(pt_hot.clock_kind == PT_CLOCK_TSC))
+        return __rdtsc();
+#endif
+    return pt_monotonic_ns();
+}
+
+typedef struct pt_code_extra { /* CPython's _PyCodeObjectExtra, 3.10..3.13 */
+    Py_ssize_t ce_size;
+    void *ce_extras[1];
+} pt_code_extra_t;
+
+/* The code object's co_extra value for us (0 if none). Same as
+ * _PyCode_GetExtra without the call: the layout has been stable since 3.6. */
+static inline uint64_t pt_code_extra(PyCodeObject *code)
+{
+    const pt_code_extra_t *ex = (const pt_code_extra_t *)code->co_extra;
+    if (ex == NULL || pt_code_extra_index >= ex->ce_size)
+        return 0;
+    return (uint64_t)(uintptr_t)ex->ce_extras[pt_code_extra_index];
+}
+
+/* The thread context, if it holds a ring in session `epoch` and `extra` (a
+ * co_extra value) belongs to that session too; else NULL (slow path). */
+static inline pt_thread_t *pt_fast_thread(uint32_t epoch, uint64_t extra)
+{
+    pt_thread_t *t = pt_tls_thread;
+    if (PT_LIKELY(epoch != 0 && (uint32_t)(extra >> 33) == epoch && t != NULL && t->ok_epoch == epoch))
+        return t;
+    return NULL;
+}
+
+static inline void pt_emit(pt_thread_t *t, uint32_t id, uint8_t kind, uint8_t flags)
+{
+    /* -ENOBUFS (dropped) is counted by the ring itself */
+    (void)pt_ring_push(&t->ring, pt_now(), id, kind, flags, 0);
+}
+
+/* Open a frame: record `kind` and push `entry` (id | C bit) on the shadow. */
+static inline void pt_open(pt_thread_t *t, uint32_t entry, uint8_t kind, uint8_t flags)
+{
+    pt_emit(t, entry & ~PT_SHADOW_C_BIT, kind, flags);
+    uint32_t d = t->depth;
+    if (PT_LIKELY(d < PT_SHADOW_CAPACITY))
+        t->shadow[d] = entry;
+    t->depth = d + 1;
+}
+
+/* Close the frame `entry` (id | C bit) with record `kind`. The frame is
+ * normally on top of the shadow; anything else goes to pt_close_slow. */
+static inline void pt_close(pt_thread_t *t, uint32_t entry, uint8_t kind)
+{
+    uint32_t d = t->depth;
+    if (PT_LIKELY(d - 1u < PT_SHADOW_CAPACITY && t->shadow[d - 1u] == entry)) {
+        pt_emit(t, entry & ~PT_SHADOW_C_BIT, kind, 0);
+        t->depth = d - 1u;
+        if (PT_UNLIKELY(t->prior > d - 1u))
+            t->prior = d - 1u; /* a prior frame left: the level is no longer one */
+        return;
+    }
+    pt_close_slow(t, entry, kind);
+}
+
+/* A Python frame of `code` was entered (kind Call or Resume). Returns 1 if the
+ * code is filtered out (3.12+: the callback may return DISABLE), else 0. */
+static inline int pt_py_open(PyCodeObject *code, uint8_t kind, uint8_t flags)
+{
+    uint64_t extra = pt_code_extra(code);
+    pt_thread_t *t = pt_fast_thread(pt_epoch_now(), extra);
+    if (PT_LIKELY(t != NULL && !(extra & PT_XTRA_FILTERED))) {
+        pt_open(t, (uint32_t)extra, kind, flags);
+        return 0;
+    }
+    return pt_py_open_slow(code, kind, flags, 1);
+}
+
+/* A Python frame of `code` was left (Return, Yield, Unwind). Returns 1 if the
+ * code is filtered out. */
+static inline int pt_py_close(PyCodeObject *code, uint8_t kind)
+{
+    uint64_t extra = pt_code_extra(code);
+    pt_thread_t *t = pt_fast_thread(pt_epoch_now(), extra);
+    if (PT_LIKELY(t != NULL && !(extra & PT_XTRA_FILTERED))) {
+        pt_close(t, (uint32_t)extra, kind);
+        return 0;
+    }
+    return pt_py_close_slow(code, kind);
+}
+
+/* The PyMethodDef of a C callable we trace, or NULL. Exact type tests, not
+ * PyCFunction_Check (a subtype walk for every Python callee): the builtin
+ * function type cannot be subclassed, and PyCMethod_Type is its only subtype. */
+static inline const PyMethodDef *pt_cfunc_def(PyObject *callable)
+{
+    PyTypeObject *tp = Py_TYPE(callable);
+    if (tp == &PyCFunction_Type || tp == &PyCMethod_Type)
+        return ((PyCFunctionObject *)callable)->m_ml;
+    if (tp == &PyMethodDescr_Type)
+        return ((PyMethodDescrObject *)callable)->d_method;
+    return NULL;
+}
+
+static inline uint32_t pt_ccache_slot(const PyMethodDef *def)
+{
+    /* PyMethodDef tables are arrays of 32-byte entries */
+    uintptr_t p = (uintptr_t)def;
+    return (uint32_t)((p >> 5) ^ (p >> 13)) & (PT_CCACHE_SIZE - 1u);
+}
+
+/* A C function `callable` (with PyMethodDef `def`) was called (CCall) or left
+ * (CReturn, CUnwind) from Python code `caller`. Returns 1 if the caller is
+ * filtered out (its C calls are not recorded), else 0. */
+static inline int pt_c_event(PyCodeObject *caller, PyObject *callable, const PyMethodDef *def,
+                             uint8_t kind)
+{
+    uint32_t epoch = pt_epoch_now();
+    uint64_t extra = pt_code_extra(caller);
+    pt_thread_t *t = pt_fast_thread(epoch, extra);
+    if (PT_LIKELY(t != NULL && !(extra & PT_XTRA_FILTERED))) {
+        const pt_ccache_entry_t *e = &t->ccache[pt_ccache_slot(def)];
+        if (PT_LIKELY(e->def == def && (uint32_t)(e->value >> 32) == epoch)) {
+            uint32_t entry = (uint32_t)e->value | PT_SHADOW_C_BIT;
+            if (kind == PT_EV_CCALL)
+                pt_open(t, entry, kind, 0);
+            else
+                pt_close(t, entry, kind);
+            return 0;
+        }
+    }
+    return pt_c_event_slow(caller, callable, def, kind);
+}
+
+#endif /* PT_RUNTIME_TRACER_INLINE_H */
