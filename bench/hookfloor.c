@@ -1,8 +1,9 @@
 /*
  * The cost floor of CPython's tracing hooks, for bench/overhead.py: an empty C
- * callback on the same hook and the same events pytrace uses. Whatever a tracer
- * does, it pays at least this per event; the difference to a tracer's figure is
- * the tracer's own work.
+ * callback on the same hook and the same events pytrace uses, with and without
+ * C calls (on 3.11 without them, that hook is the frame-evaluation function).
+ * Whatever a tracer does, it pays at least this per event; the difference to a
+ * tracer's figure is the tracer's own work.
  *
  * Built by bench/overhead_child.py with the measured interpreter's headers
  * (not part of the library: bench/CMakeLists.txt builds only *.c files that
@@ -89,11 +90,31 @@ static PyObject *hookfloor_setprofile(PyObject *self, PyObject *on)
     Py_RETURN_NONE;
 }
 
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+/* 3.11 without C calls: pytrace uses the frame-evaluation function (PEP 523);
+ * its floor is a function that only evaluates the frame. */
+static PyObject *hookfloor_eval(PyThreadState *tstate, struct _PyInterpreterFrame *frame, int throwflag)
+{
+    return _PyEval_EvalFrameDefault(tstate, frame, throwflag);
+}
+
+static PyObject *hookfloor_set_eval(PyObject *self, PyObject *on)
+{
+    (void)self;
+    PyInterpreterState *interp = PyThreadState_GetInterpreter(PyThreadState_Get());
+    _PyInterpreterState_SetEvalFrameFunc(interp, PyObject_IsTrue(on) ? hookfloor_eval : _PyEval_EvalFrameDefault);
+    Py_RETURN_NONE;
+}
+#endif
+
 static PyMethodDef hookfloor_methods[] = {
     {"noop", (PyCFunction)(void (*)(void))hookfloor_noop, METH_FASTCALL, "empty monitoring callback"},
     {"setprofile", hookfloor_setprofile, METH_O, "setprofile(on): install an empty C profile function"},
 #if PY_VERSION_HEX >= 0x030C0000
     {"vc_noop", hookfloor_vc, METH_NOARGS, "vc_noop() -> an empty callback object called by vectorcall"},
+#endif
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+    {"set_eval", hookfloor_set_eval, METH_O, "set_eval(on): install a frame-evaluation function that only evaluates"},
 #endif
     {NULL, NULL, 0, NULL},
 };

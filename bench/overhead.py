@@ -4,29 +4,36 @@
     python bench/overhead.py [--python python3.12] [--repeat 5] [--rounds 3] [--workload call-heavy]
                              [--tools untraced,pytrace-wait,...] [--no-install]
 
-Every (tool, workload) pair runs in a fresh interpreter (bench/overhead_child.py); the
-figure is the best of --repeat timed runs after one warm-up run, all inside one session of
-the tool (one cProfile.Profile, one pytrace segment and reader). Tools run interleaved in
---rounds rounds and the median round is reported, so machine drift hits every tool alike. Tools:
+Every (tool, workload) pair runs in a fresh interpreter (bench/overhead_child.py); a
+round's figure is the best of --repeat timed runs after one warm-up run, all inside one
+session of the tool (one cProfile.Profile, one pytrace segment and reader). Tools run
+interleaved in --rounds rounds, so machine drift hits every tool alike; the table shows
+the median round, and the spread of ns/event over the rounds.
 
-  untraced       the workload alone
-  hook-floor     an empty C callback on the hook and events pytrace uses (bench/hookfloor.c):
-                 what any tracer on that hook pays per event before doing anything
-  pytrace-wait   pytrace.start(policy="wait") with a reader draining in another process
-                 (nothing may drop; the events_dropped column shows it)
-  pytrace-drop   pytrace.start(policy="drop") with no reader: the ring fills in the warm-up
-                 run, so this is the cost of dropping (and counting) every event
-  cprofile       cProfile.Profile enable/disable
-  yappi          yappi.start/stop (defaults: CPU clock, no builtins)
-  viztracer      VizTracer start/stop (defaults: no C functions), not saved
+Every tool is measured twice, as it is compared: with C functions traced (pytrace's,
+cProfile's and VizTracer's default) and without them (suffix -noc; yappi's default):
+
+  untraced        the workload alone
+  hook-floor      an empty C callback on the hook and events pytrace uses
+                  (bench/hookfloor.c): what any tracer on that hook pays per event before
+                  doing anything. Without C calls on 3.11 that hook is the
+                  frame-evaluation function (PEP 523), which only evaluates the frame
+  pytrace-wait    pytrace.start(policy="wait") with a reader draining in another process
+                  (nothing may drop; the events_dropped column shows it)
+  pytrace-drop    pytrace.start(policy="drop") with no reader: the ring fills in the warm-up
+                  run, so this is the cost of dropping (and counting) every event
+  cprofile        cProfile.Profile(builtins=...) enable/disable
+  yappi           yappi.start(builtins=...)/stop (its default clock, CPU time)
+  viztracer       VizTracer(ignore_c_function=...) start/stop, not saved
 
 ns/event = (tool seconds - untraced seconds) / events, where events is the number of
-call and return events of Python and C functions in one run of the workload, counted by
-a separate sys.setprofile (3.10/3.11) or sys.monitoring (3.12+) counting pass. pytrace's
-own count (events_written, which also holds its bookkeeping records) is shown beside it.
-yappi and VizTracer are installed with pip into the measured interpreter if missing
-(--no-install to skip them instead). This is a benchmark: it prints figures, it asserts
-nothing.
+call and return events in one run of the workload, counted by a separate sys.setprofile
+(3.10/3.11) or sys.monitoring (3.12+) pass: of Python and C functions for the tools that
+trace C functions, of Python functions only for the -noc ones. "x cProfile" divides a
+tool's ns/event by cProfile's in the same group. pytrace's own count (events_written,
+which also holds its bookkeeping records) is shown beside it. yappi and VizTracer are
+installed with pip into the measured interpreter if missing (--no-install to skip them
+instead). This is a benchmark: it prints figures, it asserts nothing.
 """
 
 import argparse
@@ -38,7 +45,8 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHILD = os.path.join(HERE, "overhead_child.py")
-TOOLS = ["untraced", "hook-floor", "pytrace-wait", "pytrace-drop", "cprofile", "yappi", "viztracer"]
+BASE_TOOLS = ["hook-floor", "pytrace-wait", "pytrace-drop", "cprofile", "viztracer", "yappi"]
+TOOLS = ["untraced"] + BASE_TOOLS + [t + "-noc" for t in BASE_TOOLS if t != "pytrace-drop"]
 WORKLOADS = ["call-heavy", "mixed"]
 PIP_NAMES = {"yappi": "yappi", "viztracer": "viztracer"}
 
@@ -57,6 +65,7 @@ def have_module(python, name):
 
 def ensure_tool(python, tool, install):
     """True if the tool can run; installs it with pip if allowed. Prints why not."""
+    tool = tool[:-4] if tool.endswith("-noc") else tool
     if tool == "hook-floor":
         return True
     if tool.startswith("pytrace"):
@@ -102,36 +111,59 @@ def main(argv=None):
     tools = [t for t in tools if ensure_tool(ns.python, t, not ns.no_install)]
 
     for workload in ns.workload or WORKLOADS:
-        events = run_child(ns.python, "count", workload, 1)["events"]
+        counts = run_child(ns.python, "count", workload, 1)
         print()
-        print("workload %s: %d call/return events per run (counting pass)" % (workload, events))
-        header = "%-14s %9s %8s %10s %16s" % ("tool", "seconds", "ratio", "ns/event", "pytrace events")
-        print(header)
-        print("-" * len(header))
+        print("workload %s: %d call/return events per run, %d of them of Python functions "
+              "(counting pass)" % (workload, counts["events"], counts["py_events"]))
         results = {t: [] for t in tools}
         for _ in range(ns.rounds):          # interleaved, so drift hits every tool alike
             for tool in tools:
                 try:
                     results[tool].append(run_child(ns.python, tool, workload, ns.repeat))
                 except Exception as e:  # noqa: BLE001 - report and go on with the others
-                    print("%-14s failed: %s" % (tool, e))
-        base = None
-        for tool in tools:
-            runs = sorted(results[tool], key=lambda r: r["seconds"])
-            if not runs:
+                    print("%-18s failed: %s" % (tool, e))
+        base_runs = sorted(r["seconds"] for r in results.get("untraced", []))
+        if not base_runs:
+            print("untraced failed: no figures")
+            continue
+        base = base_runs[len(base_runs) // 2]
+        header = "%-18s %8s %7s %9s %13s %11s %18s" % (
+            "tool", "seconds", "ratio", "ns/event", "spread", "x cProfile", "pytrace events")
+        for group, suffix, events in (("C functions traced", "", counts["events"]),
+                                      ("C functions not traced", "-noc", counts["py_events"])):
+            rows = [t for t in tools if t != "untraced" and t.endswith("-noc") == (suffix == "-noc")]
+            if not rows:
                 continue
-            res = runs[len(runs) // 2]      # median over rounds of each round's best
-            secs = res["seconds"]
-            if tool == "untraced":
-                base = secs
-            ratio = secs / base if base else float("nan")
-            per_event = (secs - base) * 1e9 / events if base is not None and events else float("nan")
-            own = ""
-            if "events_written" in res:
-                own = "%d" % res["events_written"]
-                if res.get("events_dropped"):
-                    own += " (+%d dropped)" % res["events_dropped"]
-            print("%-14s %9.3f %7.2fx %10.1f %16s" % (tool, secs, ratio, per_event, own))
+            print()
+            print("%s (ns/event over %d events)" % (group, events))
+            print(header)
+            print("-" * len(header))
+            print("%-18s %8.3f %6.2fx %9.1f %13s %11s %18s" % ("untraced", base, 1.0, 0.0, "", "", ""))
+            per_event = {}
+            for tool in rows:
+                runs = sorted(results[tool], key=lambda r: r["seconds"])
+                if runs:
+                    per_event[tool] = [(r["seconds"] - base) * 1e9 / events for r in runs]
+            ref = per_event.get("cprofile" + suffix)
+            ref = ref[len(ref) // 2] if ref else None
+            for tool in rows:
+                runs = sorted(results[tool], key=lambda r: r["seconds"])
+                if not runs:
+                    continue
+                res = runs[len(runs) // 2]      # median over rounds of each round's best
+                ns_event = per_event[tool][len(runs) // 2]
+                spread = "%.1f-%.1f" % (per_event[tool][0], per_event[tool][-1])
+                vs = "%.2f" % (ns_event / ref) if ref else ""
+                own = ""
+                if "events_written" in res:
+                    own = "%d" % res["events_written"]
+                    if res.get("events_dropped"):
+                        own += " (+%d dropped)" % res["events_dropped"]
+                print("%-18s %8.3f %6.2fx %9.1f %13s %11s %18s" % (
+                    tool, res["seconds"], res["seconds"] / base, ns_event, spread, vs, own))
+            hooks = {r.get("hook") for t in rows for r in results[t] if r.get("hook")}
+            if hooks:
+                print("pytrace's hook: %s" % ", ".join(sorted(hooks)))
     return 0
 
 

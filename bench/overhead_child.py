@@ -2,10 +2,13 @@
 
     python overhead_child.py TOOL WORKLOAD REPEAT
 
-Prints one JSON line: {"seconds": best wall time of the workload, "events": ...}.
-TOOL: untraced | count | hook-floor | pytrace-wait | pytrace-drop | cprofile | yappi | viztracer
+Prints one JSON line: {"seconds": best wall time of the workload, ...}.
+TOOL: untraced | count | hook-floor | pytrace-wait | pytrace-drop | cprofile | yappi |
+      viztracer, and with the suffix -noc (C functions not traced): hook-floor-noc,
+      pytrace-wait-noc, cprofile-noc, yappi-noc, viztracer-noc.
 "count" runs the workload once under a counting profiler and reports the number of
-call/return events (Python and C functions, the ones a deterministic profiler sees).
+call/return events: "events" of Python and C functions (what a deterministic profiler
+sees with C calls on) and "py_events" of Python functions only.
 """
 
 import json
@@ -82,41 +85,48 @@ WORKLOADS = {"call-heavy": call_heavy, "mixed": mixed}
 
 
 def count_events(work):
-    """Call/return events of Python and C functions (what cProfile sees)."""
+    """(call/return events of Python and C functions, of Python functions only) in one run
+    of `work`: what a deterministic profiler sees with and without C calls. The counter's
+    own remove call (sys.setprofile(None), set_events(tool, 0)) is not counted."""
     n = [0]
+    c = [0]
     if sys.version_info >= (3, 12):
         mon = sys.monitoring
         tool = 5
         mon.use_tool_id(tool, "count")
         E = mon.events
         c_types = (type(len), type(str.join))
+        own = mon.set_events
 
         def py(*args):
             n[0] += 1
 
-        def call(code, offset, func, arg0):
-            if isinstance(func, c_types):
+        def c_event(code, offset, func, arg0):
+            if isinstance(func, c_types) and func is not own:
                 n[0] += 1
-
-        def c_end(code, offset, func, arg0):
-            if isinstance(func, c_types):
-                n[0] += 1
+                c[0] += 1
         for ev in (E.PY_START, E.PY_RESUME, E.PY_THROW, E.PY_RETURN, E.PY_YIELD, E.PY_UNWIND):
             mon.register_callback(tool, ev, py)
-        mon.register_callback(tool, E.CALL, call)
-        mon.register_callback(tool, E.C_RETURN, c_end)
-        mon.register_callback(tool, E.C_RAISE, c_end)
+        for ev in (E.CALL, E.C_RETURN, E.C_RAISE):
+            mon.register_callback(tool, ev, c_event)
         mon.set_events(tool, E.PY_START | E.PY_RESUME | E.PY_THROW | E.PY_RETURN | E.PY_YIELD
                        | E.PY_UNWIND | E.CALL | E.C_RETURN | E.C_RAISE)
         work()
         mon.set_events(tool, 0)
+        mon.free_tool_id(tool)
     else:
+        own = sys.setprofile
+
         def prof(frame, event, arg):
+            if event.startswith("c_"):
+                if arg is own:
+                    return
+                c[0] += 1
             n[0] += 1
         sys.setprofile(prof)
         work()
         sys.setprofile(None)
-    return n[0] - 2   # the profiler's own install/remove calls
+    return n[0], n[0] - c[0]
 
 
 def _timed(work, repeat, before=None, after=None):
@@ -133,12 +143,12 @@ def _timed(work, repeat, before=None, after=None):
     return best
 
 
-def run_pytrace(work, repeat, policy):
+def run_pytrace(work, repeat, policy, c_calls=True):
     """One tracing session (and, for policy wait, one live reader in another process)
     across all timed runs, as cProfile keeps one Profile: first-sight interning is paid
     in the warm-up run, like every other tool's per-function setup."""
     import pytrace
-    segment = pytrace.start(policy=policy, wait_timeout=10.0)
+    segment = pytrace.start(policy=policy, wait_timeout=10.0, c_calls=c_calls)
     reader = None
     if policy == "wait":
         go = tempfile.mktemp(prefix="pytrace-bench-go-")
@@ -155,7 +165,8 @@ def run_pytrace(work, repeat, policy):
         reader.wait()
     runs = repeat
     return best, {"events_written": (after.events_written - before.events_written) // runs,
-                  "events_dropped": (after.events_dropped - before.events_dropped) // runs}
+                  "events_dropped": (after.events_dropped - before.events_dropped) // runs,
+                  "hook": after.hook}
 
 
 def load_hookfloor():
@@ -176,14 +187,15 @@ def load_hookfloor():
     return mod
 
 
-def run_hookfloor(work, repeat):
-    """Empty C callbacks on exactly the hook and events pytrace uses (c_calls on)."""
+def run_hookfloor(work, repeat, c_calls=True):
+    """Empty C callbacks on exactly the hook and events pytrace uses."""
     hf = load_hookfloor()
     if sys.version_info >= (3, 12):
         mon, E, tool = sys.monitoring, sys.monitoring.events, 4
         mon.use_tool_id(tool, "hookfloor")
-        events = (E.PY_START | E.PY_RESUME | E.PY_THROW | E.PY_RETURN | E.PY_YIELD | E.PY_UNWIND
-                  | E.CALL | E.C_RETURN | E.C_RAISE)
+        events = E.PY_START | E.PY_RESUME | E.PY_THROW | E.PY_RETURN | E.PY_YIELD | E.PY_UNWIND
+        if c_calls:
+            events |= E.CALL | E.C_RETURN | E.C_RAISE
         noop = hf.vc_noop()   # the callback kind pytrace registers (vectorcall object)
         for ev in (E.PY_START, E.PY_RESUME, E.PY_THROW, E.PY_RETURN, E.PY_YIELD, E.PY_UNWIND,
                    E.CALL, E.C_RETURN, E.C_RAISE):
@@ -191,6 +203,8 @@ def run_hookfloor(work, repeat):
         seconds = _timed(work, repeat, lambda: mon.set_events(tool, events), lambda: mon.set_events(tool, 0))
         mon.free_tool_id(tool)
         return seconds
+    if not c_calls and hasattr(hf, "set_eval"):     # 3.11: pytrace's frame-evaluation hook
+        return _timed(work, repeat, lambda: hf.set_eval(True), lambda: hf.set_eval(False))
     return _timed(work, repeat, lambda: hf.setprofile(True), lambda: hf.setprofile(False))
 
 
@@ -210,24 +224,27 @@ def main(argv):
     work = WORKLOADS[workload]
     work()   # warm up: imports, caches, specialisation
     extra = {}
-    if tool == "untraced":
+    c_calls = not tool.endswith("-noc")
+    name = tool[:-4] if tool.endswith("-noc") else tool
+    if name == "untraced":
         seconds = _timed(work, repeat)
-    elif tool == "count":
-        seconds, extra["events"] = 0.0, count_events(work)
-    elif tool in ("pytrace-wait", "pytrace-drop"):
-        seconds, extra = run_pytrace(work, repeat, tool.split("-")[1])
-    elif tool == "hook-floor":
-        seconds = run_hookfloor(work, repeat)
-    elif tool == "cprofile":
+    elif name == "count":
+        seconds = 0.0
+        extra["events"], extra["py_events"] = count_events(work)
+    elif name in ("pytrace-wait", "pytrace-drop"):
+        seconds, extra = run_pytrace(work, repeat, name.split("-")[1], c_calls)
+    elif name == "hook-floor":
+        seconds = run_hookfloor(work, repeat, c_calls)
+    elif name == "cprofile":
         import cProfile
-        prof = cProfile.Profile()
+        prof = cProfile.Profile(builtins=c_calls)
         seconds = _timed(work, repeat, prof.enable, prof.disable)
-    elif tool == "yappi":
+    elif name == "yappi":
         import yappi
-        seconds = _timed(work, repeat, yappi.start, yappi.stop)
-    elif tool == "viztracer":
+        seconds = _timed(work, repeat, lambda: yappi.start(builtins=c_calls), yappi.stop)
+    elif name == "viztracer":
         from viztracer import VizTracer
-        tracer = VizTracer(verbose=0, tracer_entries=2_000_000)
+        tracer = VizTracer(verbose=0, tracer_entries=2_000_000, ignore_c_function=not c_calls)
         seconds = _timed(work, repeat, tracer.start, tracer.stop)
     else:
         raise SystemExit("unknown tool %s" % tool)

@@ -141,6 +141,8 @@ static PyObject *mon_call(PT_VC_ARGS)
      * DISABLE turns off CALL there, and with it C_RETURN and C_RAISE, none of
      * which we would record from that code. Elsewhere CALL must stay on: the
      * same site may call a C function next time. */
+    if (!pt_hot.filtering)
+        Py_RETURN_NONE;
     uint64_t extra = pt_code_extra(code);
     uint32_t epoch = pt_epoch_now();
     return ret_disable(epoch != 0 && (uint32_t)(extra >> 33) == epoch && (extra & PT_XTRA_FILTERED));

@@ -1017,6 +1017,7 @@ int pt_tracer_start(pt_options_t *opts, char *err, size_t errlen)
     }
     int rc = pt_clock_init(&g.clock, opts->clock_kind);
     pt_hot.clock_kind = g.clock.kind;
+    pt_hot.filtering = opts->include != NULL || opts->exclude != NULL;
     if (rc < 0) {
         free_opts(opts);
         snprintf(err, errlen, "cannot initialise the clock: %s", strerror(-rc));

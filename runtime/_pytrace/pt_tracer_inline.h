@@ -65,6 +65,7 @@ typedef struct pt_thread {
 typedef struct pt_hot {
     _Atomic uint32_t epoch;   /* current session; 0 = not tracing */
     uint32_t clock_kind;      /* enum pt_clock_kind of the session's clock */
+    uint32_t filtering;       /* the session has include/exclude filters */
 } pt_hot_t;
 
 PT_HIDDEN extern pt_hot_t pt_hot;
