@@ -27,6 +27,19 @@
  * not, it is closed there with a synthetic record (PT_EVF_SYNTHETIC), so every
  * later event has its true parent.
  *
+ * The C stack. Python-to-Python calls are not inlined while a frame
+ * evaluation function is set: each one costs about 0.5 KiB of C stack, where
+ * the untraced 3.11 interpreter spends none. A program that raised the
+ * recursion limit and recurses deeply (20,000 calls overflow an 8 MiB stack)
+ * would crash here and not untraced. So every evaluation compares the stack
+ * pointer with a floor kept per thread (the stack's low end, from
+ * pthread_getattr_np, plus a reserve of 1/8 of the stack, at least 256 KiB);
+ * below it, the session moves to the PyEval_SetProfile adapter for good
+ * (pt_hooks_fall_back_to_profile): calls are inlined again, the C stack stops
+ * growing, and nothing is lost or doubled -- the profile hook reports the
+ * return of every frame still open (this hook no longer closes them) and the
+ * call of the frame being evaluated.
+ *
  * Not installed when another tool already owns the frame-evaluation function
  * (the PyEval_SetProfile adapter is used then). A tool that replaces ours
  * while we trace stops our events; pt_evalframe_intact() says so and the
@@ -44,6 +57,7 @@
 #define Py_BUILD_CORE 1 /* for _PyInterpreterFrame; nothing else in this file */
 #include <internal/pycore_frame.h>
 #include <opcode.h>
+#include <pthread.h>
 #endif
 
 #if PY_VERSION_HEX < 0x030B0000
@@ -53,6 +67,53 @@
 #if PT_HAVE_EVALFRAME
 
 static PyInterpreterState *g_interp; /* where the hook is installed, or NULL */
+/* 1 while this hook is the session's: it then closes the frames it opened.
+ * 0 after uninstall or the fall-back to the profile hook, which reports the
+ * returns of frames that are still open. */
+static int g_active;
+
+/* Lowest stack address this thread may evaluate a frame at through us;
+ * UINTPTR_MAX = not known yet, 0 = no limit known. */
+static __thread uintptr_t tls_stack_floor __attribute__((tls_model("initial-exec"))) = UINTPTR_MAX;
+
+#define PT_STACK_RESERVE_MIN (256u * 1024u)
+
+static uintptr_t stack_floor_of_this_thread(void)
+{
+    pthread_attr_t attr;
+    void *low;
+    size_t size;
+    uintptr_t floor = 0;
+    if (pthread_getattr_np(pthread_self(), &attr) != 0)
+        return 0;
+    if (pthread_attr_getstack(&attr, &low, &size) == 0) {
+        size_t reserve = size / 8 > PT_STACK_RESERVE_MIN ? size / 8 : PT_STACK_RESERVE_MIN;
+        if (reserve < size)
+            floor = (uintptr_t)low + reserve;
+    }
+    pthread_attr_destroy(&attr);
+    return floor;
+}
+
+/* 1 if this thread's C stack is below its floor (the first call per thread
+ * also finds the floor). */
+static int stack_low(uintptr_t sp)
+{
+    if (tls_stack_floor == UINTPTR_MAX)
+        tls_stack_floor = stack_floor_of_this_thread();
+    return sp < tls_stack_floor;
+}
+
+/* Move the session to the profile hook (see the design summary). */
+static PyObject *fall_back(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag)
+{
+    g_active = 0;
+    pt_evalframe_uninstall();
+    if (pt_hooks_fall_back_to_profile() < 0)
+        pt_tracer_fail("the C stack ran low under the frame-evaluation hook and the profile "
+                       "hook could not take over: Python calls are no longer traced");
+    return _PyEval_EvalFrameDefault(tstate, frame, throwflag);
+}
 
 #define PT_GEN_FLAGS (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)
 
@@ -109,6 +170,9 @@ static PyObject *eval_generator(PyThreadState *tstate, _PyInterpreterFrame *fram
 
 static PyObject *pt_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag)
 {
+    if (PT_UNLIKELY((uintptr_t)__builtin_frame_address(0) < tls_stack_floor) &&
+        stack_low((uintptr_t)__builtin_frame_address(0)))
+        return fall_back(tstate, frame, throwflag);
     PyCodeObject *code = frame->f_code;
     if (PT_UNLIKELY(code->co_flags & PT_GEN_FLAGS))
         return eval_generator(tstate, frame, throwflag);
@@ -118,8 +182,10 @@ static PyObject *pt_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *frame
     /* By code, not by what was opened: the frame may outlive the session it
      * was opened in (stop() and start() inside it), and then it is a prior
      * frame of the new one. The frame still holds its code here: the caller
-     * clears it after we return. */
-    (void)pt_py_close(code, result != NULL ? PT_EV_RETURN : PT_EV_UNWIND);
+     * clears it after we return. Only while this hook is the session's: else
+     * the profile hook reports the return. */
+    if (PT_LIKELY(g_active))
+        (void)pt_py_close(code, result != NULL ? PT_EV_RETURN : PT_EV_UNWIND);
     return result;
 }
 
@@ -147,7 +213,8 @@ static PyObject *eval_generator(PyThreadState *tstate, _PyInterpreterFrame *fram
         uint8_t close = result == NULL ? PT_EV_UNWIND
                         : gen->gi_frame_state == FRAME_SUSPENDED ? PT_EV_YIELD
                                                                  : PT_EV_RETURN;
-        (void)pt_py_close(code, close);
+        if (g_active)
+            (void)pt_py_close(code, close);
     }
     Py_DECREF(gen);
     return result;
@@ -161,11 +228,13 @@ int pt_evalframe_install(void)
         return 0; /* another tool's hook: do not take it over */
     _PyInterpreterState_SetEvalFrameFunc(interp, pt_eval_frame);
     g_interp = interp;
+    g_active = 1;
     return 1;
 }
 
 void pt_evalframe_uninstall(void)
 {
+    g_active = 0;
     if (g_interp == NULL)
         return;
     if (_PyInterpreterState_GetEvalFrameFunc(g_interp) == pt_eval_frame)

@@ -471,6 +471,8 @@ static PyMethodDef thread_bootstrap_def = {"_pytrace_thread_bootstrap", thread_b
 static PyObject *g_old_thread_hook; /* threading's previous profile hook */
 static int g_installed;
 static int g_evalframe; /* the frame-evaluation adapter is in use instead */
+static int g_fell_back; /* it was, until the C stack ran low (pt_evalframe.c) */
+static PyObject *g_module; /* for the threading hook installed on fall-back */
 
 static int set_threading_hook(PyObject *hook)
 {
@@ -498,14 +500,8 @@ static int for_all_threads(Py_tracefunc func)
     return 0;
 }
 
-int pt_hooks_install(PyObject *module, int c_calls)
+static int install_profile(PyObject *module)
 {
-    g_c_calls = c_calls;
-    /* Without C calls, 3.11 has a much cheaper hook (pt_evalframe.c). */
-    if (!c_calls && pt_evalframe_install() == 1) {
-        g_evalframe = 1;
-        return 0;
-    }
     PyObject *threading = PyImport_ImportModule("threading");
     if (threading == NULL)
         return -1;
@@ -526,6 +522,32 @@ int pt_hooks_install(PyObject *module, int c_calls)
     }
     g_installed = 1;
     return 0;
+}
+
+int pt_hooks_install(PyObject *module, int c_calls)
+{
+    g_c_calls = c_calls;
+    g_fell_back = 0;
+    Py_XSETREF(g_module, Py_NewRef(module));
+    /* Without C calls, 3.11 has a much cheaper hook (pt_evalframe.c). */
+    if (!c_calls && pt_evalframe_install() == 1) {
+        g_evalframe = 1;
+        return 0;
+    }
+    return install_profile(module);
+}
+
+int pt_hooks_fall_back_to_profile(void)
+{
+    g_evalframe = 0;
+    g_fell_back = 1;
+    PyObject *t, *v, *tb; /* a frame may be entered with an exception (throw) */
+    PyErr_Fetch(&t, &v, &tb);
+    int rc = install_profile(g_module);
+    if (rc < 0)
+        PyErr_Clear();
+    PyErr_Restore(t, v, tb);
+    return rc;
 }
 
 void pt_hooks_uninstall(PyObject *module)
@@ -551,6 +573,8 @@ const char *pt_hooks_name(void)
 {
     if (g_evalframe)
         return "frame evaluation (PEP 523)";
+    if (g_installed && g_fell_back)
+        return "frame evaluation (PEP 523), then PyEval_SetProfile (deep C stack)";
     return g_installed ? "PyEval_SetProfile" : NULL;
 }
 

@@ -90,6 +90,9 @@ PT_HIDDEN int pt_hooks_install(PyObject *module, int c_calls);
 PT_HIDDEN void pt_hooks_uninstall(PyObject *module);
 PT_HIDDEN const char *pt_hooks_name(void);
 PT_HIDDEN int pt_hooks_intact(void);
+/* 3.10/3.11: move a session from the frame-evaluation adapter to the profile
+ * hook (from inside the former, GIL held). 0 or -1 (not possible). */
+PT_HIDDEN int pt_hooks_fall_back_to_profile(void);
 
 /* The PEP 523 adapter (pt_evalframe.c; 3.11 only, elsewhere install returns
  * 0). install: 1 installed, 0 not possible (another tool owns the frame
