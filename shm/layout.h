@@ -47,7 +47,7 @@
 
 #define PT_SEG_MAGIC 0x0045434152545950ull /* "PYTRACE\0" little-endian */
 #define PT_ABI_MAJOR 1                     /* a reader refuses another major */
-#define PT_ABI_MINOR 0                     /* a reader accepts any minor */
+#define PT_ABI_MINOR 1                     /* a reader accepts any minor (1: stack_request) */
 #define PT_ENDIAN_MARK 0x01020304u         /* reads 0x04030201 on a wrong-endian reader */
 #define PT_SHM_PREFIX "pytrace-"           /* /dev/shm/pytrace-<pid>-<seq> */
 #define PT_FILE_IDENTIFIER "PYTR"
@@ -193,6 +193,11 @@ enum pt_msg_type {
  *   A during the claim (no consumer touches a slot whose new generation is not
  *   yet published).
  *   reported_generation    C only (last generation announced by ThreadStart)
+ *   stack_request          C sets 1 (relaxed) when it starts reading an active
+ *                          ring in the middle (consumer_index > 0: a reader
+ *                          before it read the beginning); P writes the
+ *                          thread's stack as Frame records soon after and
+ *                          sets 0 (relaxed). Carries no data. (ABI minor 1)
  *
  * The chunk with sequence s lives at ring + (s % chunks_per_ring) * chunk_bytes.
  * Chunks with sequence < released_chunks are free; the producer writes chunk
@@ -230,7 +235,8 @@ typedef struct pt_ring_slot {
     _Atomic uint64_t consumer_index;
     _Atomic uint64_t reported_generation;
     _Atomic uint64_t reported_dropped;
-    uint8_t reserved3[32];
+    _Atomic uint32_t stack_request;
+    uint8_t reserved3[28];
 } pt_ring_slot_t;
 
 _Static_assert(sizeof(_Atomic uint64_t) == 8 && _Alignof(_Atomic uint64_t) == 8, "lock-free u64");
@@ -239,6 +245,7 @@ _Static_assert(sizeof(pt_ring_slot_t) == PT_RING_SLOT_BYTES, "ring slot size");
 _Static_assert(offsetof(pt_ring_slot_t, name) == 64, "slot name");
 _Static_assert(offsetof(pt_ring_slot_t, head_chunk) == 128, "producer line");
 _Static_assert(offsetof(pt_ring_slot_t, released_chunks) == 192, "consumer line");
+_Static_assert(offsetof(pt_ring_slot_t, stack_request) == 224, "stack request");
 
 /* ---- segment header ---------------------------------------------------- *
  *

@@ -40,10 +40,14 @@
  *   - Each attach starts a self-contained stream: ProcessInfo, every Symbol
  *     from the start of the log, ThreadStart for every live thread (even if a
  *     previous reader announced it), then records from where the previous
- *     reader stopped (never twice, never skipped). slot->reported_generation
- *     records the generation last announced; its bit 32 marks "ended and
- *     freed by the reader", which tells an in-progress claim (state ACTIVE,
- *     generation not yet bumped) from a live thread.
+ *     reader stopped (never twice, never skipped). For a live thread whose
+ *     beginning a previous reader read, the producer is asked for the stack
+ *     (slot->stack_request): the frames opened before our position get their
+ *     roots from the Frame records it writes soon after.
+ *     slot->reported_generation records the generation last announced; its
+ *     bit 32 marks "ended and freed by the reader", which tells an
+ *     in-progress claim (state ACTIVE, generation not yet bumped) from a live
+ *     thread.
  *
  *   Memory orders are named at every atomic access below.
  */
@@ -464,6 +468,11 @@ static uint64_t drain_ring(pt_reader_t *r, rd_sink_t *sink, uint32_t i, uint64_t
         /* relaxed: reader-only field, published to a later reader by the
          * consumer lock's release/acquire */
         atomic_store_explicit(&slot->reported_generation, rr->snap_gen, memory_order_relaxed);
+        /* A reader before us read this thread's stream up to here: the frames
+         * it saw open are unknown to us. Ask the producer for the stack (Frame
+         * records soon after our position). relaxed: carries no data. */
+        if (rr->snap_state == PT_RING_ACTIVE && atomic_load_explicit(&slot->consumer_index, memory_order_relaxed) > 0)
+            atomic_store_explicit(&slot->stack_request, 1, memory_order_relaxed);
         size_t n = pt_fb_build_thread_start(r->small_msg, sizeof r->small_msg, &ts);
         if (n && emit(r, sink, PT_MSG_THREAD_START, r->small_msg, n))
             return 0;

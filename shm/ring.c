@@ -8,9 +8,10 @@
  *   `head` and may start chunk s only while s - released_chunks < chunks_per_ring.
  *
  *   The hot path appends while index < limit. limit is events_per_chunk, or 0
- *   whenever the next push must come here (a Lost record is pending). So this
- *   file runs only when a chunk is full, when the ring is full, and when the
- *   ring recovers from a gap.
+ *   whenever the next push must come here (a Lost record is pending, or a
+ *   reader asked for the stack). So this file runs only when a chunk is full,
+ *   when the ring is full, when the ring recovers from a gap, and when a stack
+ *   request is served.
  *
  *   Memory orders used here, and what they pair with:
  *     - release store of slot->head_chunk (chunk header written, chunk started):
@@ -24,6 +25,10 @@
  *     - relaxed stores of the counters events_written / events_dropped: they
  *       are statistics; the consumer reads them relaxed and never derives a
  *       memory position from them.
+ *     - relaxed load/store of slot->stack_request and of limit: a request
+ *       carries no data, and a lowered limit only sends the owner here. A
+ *       store of limit by the owner may hide one by another thread; the
+ *       request stays set and is noticed again.
  *
  *   Recovery after a gap always starts a fresh chunk (a drop happens only when
  *   the current chunk is full and the next one is not free), so the stack
@@ -128,7 +133,8 @@ static void count_drop(pt_ring_t *ring)
     /* relaxed: statistics; the producer is the only writer of this counter */
     uint64_t dropped = atomic_load_explicit(&ring->slot->events_dropped, memory_order_relaxed);
     atomic_store_explicit(&ring->slot->events_dropped, dropped + 1, memory_order_relaxed);
-    ring->limit = 0; /* the next push must come here to write the Lost record */
+    /* the next push must come here to write the Lost record */
+    atomic_store_explicit(&ring->limit, 0, memory_order_relaxed);
 }
 
 /* Wait policy: spin, then sleep with a doubling backoff, until the consumer
@@ -207,8 +213,26 @@ int pt_ring_init(pt_ring_t *ring, pt_ring_slot_t *slot, uint8_t *ring_base, uint
     ring->released_cache = 0;
 
     start_chunk(ring, 0);
-    ring->limit = ring->events_per_chunk;
+    atomic_store_explicit(&ring->limit, ring->events_per_chunk, memory_order_relaxed);
     return 0;
+}
+
+void pt_ring_request_slow_path(pt_ring_t *ring)
+{
+    atomic_store_explicit(&ring->limit, 0, memory_order_relaxed);
+}
+
+/* Call the stack writer with the room there is now (ensure_room succeeded).
+ * The request is cleared first: a reader asking again meanwhile gets a later
+ * stack instead of having its request erased. */
+static int write_stack(pt_ring_t *ring, int whole)
+{
+    atomic_store_explicit(&ring->slot->stack_request, 0, memory_order_relaxed);
+    uint64_t room = room_now(ring);
+    int rc = ring->stack_writer(ring, ring->stack_ctx, room > UINT32_MAX ? UINT32_MAX : (uint32_t)room, whole);
+    if (rc != 0) /* did not fit: the next chunk change (a fresh chunk) tries again */
+        atomic_store_explicit(&ring->slot->stack_request, 1, memory_order_relaxed);
+    return rc;
 }
 
 void pt_ring_set_stack_writer(pt_ring_t *ring, pt_ring_stack_writer_fn fn, void *ctx)
@@ -245,17 +269,18 @@ int pt_ring_push_slow(pt_ring_t *ring, uint64_t word0, uint64_t word1)
              * room >= 1; the writer keeps the last one for the record. */
             if (ring->index >= ring->events_per_chunk)
                 (void)ensure_room(ring);
-            uint64_t room = room_now(ring);
-            ring->stack_writer(ring, ring->stack_ctx, room > UINT32_MAX ? UINT32_MAX : (uint32_t)room);
+            (void)write_stack(ring, 0); /* also serves a pending stack request */
         }
-        if (!ensure_room(ring)) {
-            /* Only if the stack writer overran its room (API misuse). */
-            count_drop(ring);
-            return -ENOBUFS;
-        }
-        ring->limit = ring->events_per_chunk;
+    } else if (ring->stack_writer != NULL &&
+               atomic_load_explicit(&ring->slot->stack_request, memory_order_relaxed) != 0) {
+        (void)write_stack(ring, 1);
     }
-
+    if (!ensure_room(ring)) {
+        /* Only if the stack writer overran its room (API misuse). */
+        count_drop(ring);
+        return -ENOBUFS;
+    }
+    atomic_store_explicit(&ring->limit, ring->events_per_chunk, memory_order_relaxed);
     pt_ring_store_(ring, ring->index, word0, word1);
     return 0;
 }
@@ -288,7 +313,7 @@ int pt_ring_flush_lost(pt_ring_t *ring, uint64_t ticks)
     if (!ensure_room(ring))
         return -ENOBUFS;
     store_lost(ring, ticks);
-    ring->limit = ring->events_per_chunk;
+    atomic_store_explicit(&ring->limit, ring->events_per_chunk, memory_order_relaxed);
     pt_ring_flush_counters(ring);
     return 0;
 }

@@ -24,6 +24,13 @@
  * ring keeps dropping without waiting until room returns (so a dead or absent
  * reader costs the program one timeout per gap, not one per event).
  *
+ * Stack on request: a reader that starts in the middle of a thread's stream
+ * sets slot->stack_request. Someone in the producer process (the tracer's
+ * heartbeat thread) sees it and calls pt_ring_request_slow_path(); the owner's
+ * next push then writes the stack through the stack writer (Frame records)
+ * before its record, as after a gap, and clears the request. Only with room
+ * for the whole stack: else at the next chunk change.
+ *
  * Errors: 0 on success; -ENOBUFS when the record was dropped (counted).
  * A zero-initialised handle (no ring claimed, or a retired one) drops every
  * push with -ENOBUFS and counts nothing.
@@ -39,11 +46,13 @@ extern "C" {
 
 typedef struct pt_ring pt_ring_t;
 
-/* Called on the producer thread after a Lost record, with room for at least
- * `room` more records; it pushes at most room - 1 Frame records with
- * pt_ring_push_frame() and returns. The last record of room is kept for the
- * event that triggered the recovery. */
-typedef void (*pt_ring_stack_writer_fn)(pt_ring_t *ring, void *ctx, uint32_t room);
+/* Called on the producer thread, with room for at least `room` more records,
+ * to write the thread's stack as Frame records (pt_ring_push_frame), outermost
+ * first, using at most room - 1 of them: the last is kept for the event that
+ * triggered it. After a Lost record (whole = 0) it writes what fits; for a
+ * reader's stack request (whole = 1) it writes all or nothing. Returns 0 when
+ * it wrote, -EAGAIN when whole = 1 and the stack does not fit. */
+typedef int (*pt_ring_stack_writer_fn)(pt_ring_t *ring, void *ctx, uint32_t room, int whole);
 
 /* Process-local producer handle. Fields are private to ring_inline.h / ring.c;
  * the struct is public only so the hot path can be inlined and the handle can
@@ -53,7 +62,8 @@ struct pt_ring {
     pt_event_t *events;           /* events of the current chunk */
     _Atomic uint32_t *length;     /* its vector length (PT_CHUNK_OFF_LENGTH) */
     uint32_t index;               /* records written into the current chunk */
-    uint32_t limit;               /* events_per_chunk, or 0 to force the slow path */
+    _Atomic uint32_t limit;       /* events_per_chunk, or 0 to force the slow path
+                                     (also set by pt_ring_request_slow_path) */
     /* cold */
     pt_ring_slot_t *slot;
     uint8_t *base;                /* chunk 0 of this ring */
@@ -79,6 +89,11 @@ struct pt_ring {
 int pt_ring_init(pt_ring_t *ring, pt_ring_slot_t *slot, uint8_t *ring_base,
                  uint32_t chunk_bytes, uint32_t chunks_per_ring, uint32_t policy,
                  uint64_t wait_timeout_ns, uint32_t ring_index, uint64_t thread);
+
+/* Send the owner's next push to the slow path (where a pending stack request
+ * is served). The only call that another thread of the process may make on
+ * the handle; the handle must stay valid meanwhile (the caller's business). */
+void pt_ring_request_slow_path(pt_ring_t *ring);
 
 /* Set the callback that writes the thread's stack after a gap (may be NULL). */
 void pt_ring_set_stack_writer(pt_ring_t *ring, pt_ring_stack_writer_fn fn, void *ctx);

@@ -45,7 +45,9 @@ static inline int pt_ring_push(pt_ring_t *ring, uint64_t ticks, uint32_t id, uin
 {
     uint64_t word1 = pt_event_word1(id, aux, kind, flags);
     uint32_t i = ring->index;
-    if (PT_UNLIKELY(i >= ring->limit))
+    /* relaxed: a hint; pairs with nothing (another thread may only lower it to
+     * send us to the slow path, which reads what it needs itself) */
+    if (PT_UNLIKELY(i >= atomic_load_explicit(&ring->limit, memory_order_relaxed)))
         return pt_ring_push_slow(ring, ticks, word1);
     pt_ring_store_(ring, i, ticks, word1);
     return 0;

@@ -157,7 +157,7 @@ static int frame_open(PyThreadState *tstate, PyCodeObject *code, uint8_t kind, u
         if (t == NULL)
             return 0; /* not tracing, or no ring for this thread */
         extra = pt_code_extra(code);
-        if ((uint32_t)(extra >> 33) != t->ok_epoch || (extra & PT_XTRA_FILTERED))
+        if ((uint32_t)(extra >> 33) != pt_ok_epoch(t) || (extra & PT_XTRA_FILTERED))
             return 0;
     }
     if (PT_UNLIKELY(t->prior != 0 && t->depth <= t->prior))

@@ -224,13 +224,14 @@ void pt_close_slow(pt_thread_t *t, uint32_t entry, uint8_t kind)
      * unbalance the stream */
 }
 
-/* Ring callback after a Lost record: write the current stack. */
-static void stack_writer(pt_ring_t *ring, void *ctx, uint32_t room)
+/* Ring callback: write the current stack (after a Lost record, or for a
+ * reader that started in the middle of the stream; ring.h). */
+static int stack_writer(pt_ring_t *ring, void *ctx, uint32_t room, int whole)
 {
     pt_thread_t *t = ctx;
     uint32_t n = t->depth;
-    if (room == 0)
-        return;
+    if (room == 0 || (whole && n > room - 1))
+        return -EAGAIN;
     if (n > room - 1)
         n = room - 1; /* outermost frames first; the rest is lost with the gap */
     uint64_t ticks = now_ticks();
@@ -239,6 +240,7 @@ static void stack_writer(pt_ring_t *ring, void *ctx, uint32_t room)
         pt_ring_push_frame(ring, ticks, e & ~PT_SHADOW_C_BIT, level > 0xFFFFu ? 0xFFFFu : (uint16_t)level,
                            (e & PT_SHADOW_C_BIT) ? PT_EVF_C_FUNCTION : 0);
     }
+    return 0;
 }
 
 /* ---- filters and code interning ----------------------------------------- */
@@ -626,7 +628,9 @@ static pt_thread_t *thread_attach(PyCodeObject *opening)
     t->retry_ticks = 0;
     pt_ring_set_stack_writer(&t->ring, stack_writer, t);
     t->depth = 0;
-    t->ok_epoch = epoch;
+    /* release: publishes the ring handle to the heartbeat thread; pairs with
+     * its acquire load in serve_stack_requests */
+    atomic_store_explicit(&t->ok_epoch, epoch, memory_order_release);
     pthread_mutex_lock(&g.lock);
     g.threads_seen++;
     pthread_mutex_unlock(&g.lock);
@@ -655,7 +659,7 @@ static pt_thread_t *thread_attach(PyCodeObject *opening)
 static inline pt_thread_t *thread_get(PyCodeObject *opening)
 {
     pt_thread_t *t = pt_tls_thread;
-    if (PT_LIKELY(t != NULL && t->ok_epoch == current_epoch()))
+    if (PT_LIKELY(t != NULL && pt_ok_epoch(t) == current_epoch()))
         return t;
     return thread_attach(opening);
 }
@@ -701,14 +705,14 @@ int pt_c_event_slow(PyCodeObject *caller, PyObject *callable, const PyMethodDef 
     pt_thread_t *t = thread_get(NULL);
     if (PT_UNLIKELY(t == NULL))
         return 0;
-    uint32_t epoch = t->ok_epoch;
+    uint32_t epoch = pt_ok_epoch(t);
     pt_ccache_entry_t *e = &t->ccache[pt_ccache_slot(def)];
     uint32_t id;
     if (e->def == def && (uint32_t)(e->value >> 32) == epoch) {
         id = (uint32_t)e->value;
     } else {
         id = cfunc_id(callable, def, epoch);
-        if (PT_UNLIKELY(t->ok_epoch != current_epoch()))
+        if (PT_UNLIKELY(pt_ok_epoch(t) != current_epoch()))
             return 0; /* stopped during interning */
         if (id != 0) { /* 0: interning failed (counted); try again next time */
             e->def = def;
@@ -751,7 +755,7 @@ static void thread_finish_locked(pt_thread_t *t)
     /* relaxed: counters only */
     g.retired_dropped += atomic_load_explicit(&t->ring.slot->events_dropped, memory_order_relaxed);
     pt_segment_retire_ring(g.seg, &t->ring, now_ticks());
-    t->ok_epoch = 0;
+    atomic_store_explicit(&t->ok_epoch, 0, memory_order_relaxed); /* g.lock held */
 }
 
 static void thread_destructor(void *arg)
@@ -759,7 +763,7 @@ static void thread_destructor(void *arg)
     pt_thread_t *t = arg;
     pthread_mutex_lock(&g.lock);
     uint32_t epoch = current_epoch();
-    if (epoch != 0 && t->ok_epoch == epoch && g.seg)
+    if (epoch != 0 && pt_ok_epoch(t) == epoch && g.seg)
         thread_finish_locked(t);
     if (t->prev)
         t->prev->next = t->next;
@@ -774,6 +778,26 @@ static void thread_destructor(void *arg)
 
 /* ---- heartbeat --------------------------------------------------------------- */
 
+/* A reader that started in the middle of a thread's stream asked for its
+ * stack: send the owner's next event to the ring's slow path, which writes it.
+ * Without the GIL: the thread list and the contexts are held by g.lock. */
+static void serve_stack_requests(uint32_t epoch)
+{
+    if (epoch == 0)
+        return;
+    pthread_mutex_lock(&g.lock);
+    for (pt_thread_t *t = g.threads; t; t = t->next) {
+        /* acquire: pairs with the release store of ok_epoch in thread_attach,
+         * after which the ring handle is complete */
+        if (atomic_load_explicit(&t->ok_epoch, memory_order_acquire) != epoch)
+            continue;
+        /* relaxed: the request carries no data (ring.h) */
+        if (atomic_load_explicit(&t->ring.slot->stack_request, memory_order_relaxed) != 0)
+            pt_ring_request_slow_path(&t->ring);
+    }
+    pthread_mutex_unlock(&g.lock);
+}
+
 static void *heartbeat_main(void *arg)
 {
     (void)arg;
@@ -787,8 +811,10 @@ static void *heartbeat_main(void *arg)
             ts.tv_nsec -= 1000000000L;
         }
         pthread_cond_timedwait(&g.hb_cond, &g.hb_lock, &ts);
-        if (!g.hb_stop && g.seg)
+        if (!g.hb_stop && g.seg) {
             pt_segment_heartbeat(g.seg); /* seg is replaced only after we are joined */
+            serve_stack_requests(current_epoch());
+        }
         if (!g.hb_stop && !g.hook_lost && !pt_hooks_intact()) {
             g.hook_lost = 1;
             pt_tracer_fail("another tool replaced pytrace's frame-evaluation hook (PEP 523): "
@@ -889,7 +915,7 @@ static void stop_locked(void)
 {
     atomic_store_explicit(&pt_hot.epoch, 0, memory_order_relaxed);
     for (pt_thread_t *t = g.threads; t; t = t->next)
-        if (t->ok_epoch != 0 && t->ok_epoch == g.last_epoch)
+        if (pt_ok_epoch(t) != 0 && pt_ok_epoch(t) == g.last_epoch)
             thread_finish_locked(t);
 }
 
@@ -1043,7 +1069,7 @@ static void copy_counters(pt_counters_t *out)
     out->events_dropped = g.retired_dropped;
     uint32_t epoch = current_epoch();
     for (pt_thread_t *t = g.threads; t; t = t->next) {
-        if (epoch == 0 || t->ok_epoch != epoch)
+        if (epoch == 0 || pt_ok_epoch(t) != epoch)
             continue;
         pt_ring_flush_counters(&t->ring); /* GIL held: the owner is not in a hook */
         out->events_written += pt_ring_written(&t->ring);
@@ -1139,7 +1165,7 @@ void pt_tracer_after_fork_child(void)
     g.threads = me;
     if (me) {
         me->next = me->prev = NULL;
-        me->ok_epoch = 0;
+        atomic_store_explicit(&me->ok_epoch, 0, memory_order_relaxed); /* one thread left */
         me->seen_epoch = 0;
         me->depth = 0;
         me->prior = 0;

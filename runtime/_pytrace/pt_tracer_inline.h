@@ -47,7 +47,8 @@ typedef struct pt_prior_frame {
  * initial-exec TLS pointer pt_tls_thread. Hot fields first. */
 typedef struct pt_thread {
     pt_ring_t ring;                 /* hot: first */
-    uint32_t ok_epoch;              /* ring claimed in this session (0: none) */
+    _Atomic uint32_t ok_epoch;      /* ring claimed in this session (0: none); also read by
+                                       the heartbeat thread, see pt_ok_epoch */
     uint32_t depth;                 /* logical depth (may exceed the capacity) */
     uint32_t prior;                 /* shadow levels [0, prior) are prior frames */
     uint32_t seen_epoch;            /* attach attempted in this session */
@@ -97,6 +98,15 @@ static inline uint32_t pt_epoch_now(void)
     return atomic_load_explicit(&pt_hot.epoch, memory_order_relaxed);
 }
 
+/* The session this thread's ring belongs to (0: none). relaxed: written by
+ * the owner or with the GIL held, which is how hooks read it; the heartbeat
+ * thread, which reads it without the GIL, uses an acquire load of its own
+ * (pairs with the release store in thread_attach that publishes the ring). */
+static inline uint32_t pt_ok_epoch(const pt_thread_t *t)
+{
+    return atomic_load_explicit(&t->ok_epoch, memory_order_relaxed);
+}
+
 static inline uint64_t pt_now(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
@@ -126,7 +136,7 @@ static inline uint64_t pt_code_extra(PyCodeObject *code)
 static inline pt_thread_t *pt_fast_thread(uint32_t epoch, uint64_t extra)
 {
     pt_thread_t *t = pt_tls_thread;
-    if (PT_LIKELY(epoch != 0 && (uint32_t)(extra >> 33) == epoch && t != NULL && t->ok_epoch == epoch))
+    if (PT_LIKELY(epoch != 0 && (uint32_t)(extra >> 33) == epoch && t != NULL && pt_ok_epoch(t) == epoch))
         return t;
     return NULL;
 }

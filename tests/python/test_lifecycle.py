@@ -95,6 +95,54 @@ def test_killed_reader_leaves_the_job_alone_and_a_new_reader_reads_on(tmp_path):
     assert seen["error"] in ("", None)
 
 
+def _paths(tree):
+    """Qualname paths of every node with calls, over all threads."""
+    from helpers import qualname_of
+    found = {}
+    for rows in tree["threads"].values():
+        for i, (parent, key, calls) in enumerate(rows):
+            names, j = [], i
+            while j > 0:
+                names.append(qualname_of(rows[j][1]))
+                j = rows[j][0]
+            path = " > ".join(reversed(names))
+            found[path] = found.get(path, 0) + calls
+    return found
+
+
+def test_reader_that_starts_mid_stream_gets_the_stack(tmp_path):
+    """A reader that takes over from one that read the beginning asks the producer for
+    each live thread's stack: Frame records come soon after its position, so the frames
+    opened before it (main, here) are the roots of what it sees, not missing."""
+    go1, go2 = str(tmp_path / "go1"), str(tmp_path / "go2")
+    out1, out2 = str(tmp_path / "out1.json"), str(tmp_path / "out2.json")
+    # a ring that does not fill while no reader is attached: no gap, so no Lost record
+    # and no stack after one -- the Frame records below answer the request alone
+    job, segment = start_job(corpus("busy"), go1, go2, "--linger", "1.0",
+                             options=("--no-c-calls", "--ring-size", "64"))
+    try:
+        first = spawn_drain(segment, out1, go1)
+        wait_file(go1)
+        time.sleep(0.3)
+        first.kill()
+        first.wait(timeout=10)
+        second = spawn_drain(segment, out2, go2)
+        stdout, stderr = job.communicate(timeout=60)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert job.returncode == 0, stderr
+    _, err = second.communicate(timeout=60)
+    assert second.returncode == 0, err
+    seen = load(out2)
+    assert seen["finished"] and seen["error"] in ("", None)
+    assert seen["kinds"].get("12", 0) == 0 and seen["tree"]["lost"] == 0, "the ring dropped"
+    assert seen["kinds"].get("13", 0) > 0, "no Frame records in the second reader's stream"
+    paths = _paths(seen["tree"])
+    assert any(p.endswith("main > phase") and calls > 0 for p, calls in paths.items()), \
+        sorted(paths)[:20]
+
+
 def test_reader_refuses_what_is_not_a_segment():
     with pytest.raises(OSError) as e:
         pytrace.Reader("/pytrace-999999999-0")

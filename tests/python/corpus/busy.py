@@ -1,9 +1,10 @@
 """A job for the reader-lifecycle tests, run under `pytrace run`.
 
-    busy.py GO_FILE [GO_FILE2] [--threads N]
+    busy.py GO_FILE [GO_FILE2] [--threads N] [--linger SECONDS]
 
 Waits until GO_FILE exists (a reader is attached), makes calls for a while in N threads,
-then, if GO_FILE2 is given, keeps making calls until GO_FILE2 exists, and exits.
+then, if GO_FILE2 is given, keeps making calls until GO_FILE2 exists (and for SECONDS
+more), and exits.
 """
 import os
 import sys
@@ -28,10 +29,14 @@ def phase(rounds):
 
 
 def main(argv):
-    threads = 1
+    threads, linger = 1, 0.0
     if "--threads" in argv:
         i = argv.index("--threads")
         threads = int(argv[i + 1])
+        del argv[i:i + 2]
+    if "--linger" in argv:
+        i = argv.index("--linger")
+        linger = float(argv[i + 1])
         del argv[i:i + 2]
     wait_for(argv[1])
     workers = [threading.Thread(target=phase, args=(100,)) for _ in range(threads - 1)]
@@ -42,6 +47,10 @@ def main(argv):
         t.join()
     if len(argv) > 2:
         while not os.path.exists(argv[2]):
+            phase(5)
+            time.sleep(0.001)
+        until = time.monotonic() + linger
+        while time.monotonic() < until:
             phase(5)
             time.sleep(0.001)
         phase(50)

@@ -179,13 +179,16 @@ typedef struct stack_ctx {
     uint32_t calls;
 } stack_ctx_t;
 
-static void write_stack(pt_ring_t *ring, void *vctx, uint32_t room)
+static int write_stack(pt_ring_t *ring, void *vctx, uint32_t room, int whole)
 {
     stack_ctx_t *ctx = vctx;
     ctx->calls++;
     ctx->room_seen = room;
+    if (whole && ctx->frames + 1 > room)
+        return -EAGAIN;
     for (uint32_t d = 0; d < ctx->frames && d + 1 < room; d++)
         pt_ring_push_frame(ring, 1000 + d, 500 + d, (uint16_t)d, d == 1 ? PT_EVF_C_FUNCTION : 0);
+    return 0;
 }
 
 static uint64_t drain_all(tc_consumer_t *c, pt_event_t *buf, uint32_t cap)
@@ -221,7 +224,7 @@ static void test_drop_policy(void)
     CHECKF(atomic_load(&l.slot->events_dropped) == 11, "events_dropped %" PRIu64,
           (uint64_t)atomic_load(&l.slot->events_dropped));
     CHECKF(ring.lost_pending == 11, "lost_pending %" PRIu64, ring.lost_pending);
-    CHECKF(ring.limit == 0, "limit must be 0 while a Lost record is pending");
+    CHECKF(atomic_load(&ring.limit) == 0, "limit must be 0 while a Lost record is pending");
     CHECKF(sctx.calls == 0, "no stack written while full");
 
     static pt_event_t buf[8192];
@@ -239,7 +242,7 @@ static void test_drop_policy(void)
     /* consumer released chunks 0..2 (chunk 3 == head stays), so the new head
      * 4 leaves 2 free chunks: room = epc - 1 (after Lost) + 2 * epc */
     CHECKF(sctx.room_seen == epc - 1 + 2 * epc, "room %u != %u", sctx.room_seen, epc - 1 + 2 * epc);
-    CHECKF(ring.limit == epc, "limit restored");
+    CHECKF(atomic_load(&ring.limit) == epc, "limit restored");
     n = drain_all(&c, buf, 8192);
     CHECKF(n == 1 + 5 + 1, "after recovery: %" PRIu64 " records, want Lost + 5 frames + record", n);
     if (n == 7) {
@@ -282,6 +285,77 @@ static void test_drop_policy(void)
     CHECKF(c.header_errors == 0 && c.length_errors == 0, "headers %" PRIu64 " lengths %" PRIu64, c.header_errors,
           c.length_errors);
     free_layout(&l);
+}
+
+/* A reader's stack request: served on the owner's next push after
+ * pt_ring_request_slow_path (whole stack, then the record), or at the next
+ * chunk change when the current chunk has no room for all of it; the request
+ * is cleared once served, and no record is lost or reordered. */
+static void test_stack_request(void)
+{
+    const uint32_t chunk_bytes = 4096, chunks = 4;
+    layout_t l = make_layout(chunk_bytes, chunks);
+    pt_ring_t ring;
+    CHECKF(pt_ring_init(&ring, l.slot, l.base, chunk_bytes, chunks, PT_POLICY_DROP, 0, 3, 9) == 0, "init");
+    stack_ctx_t sctx = {.frames = 4};
+    pt_ring_set_stack_writer(&ring, write_stack, &sctx);
+    tc_consumer_t c;
+    tc_init(&c, l.slot, l.base, chunk_bytes, chunks, 9);
+    uint32_t epc = (uint32_t)PT_CHUNK_EVENTS(chunk_bytes);
+    static pt_event_t buf[8192];
+
+    uint64_t seq = 0;
+    for (; seq < 10; seq++)
+        CHECK(push_seq(&ring, seq) == 0);
+    CHECK(drain_all(&c, buf, 8192) == 10);
+
+    /* no request: a lowered limit only takes one push through the slow path */
+    pt_ring_request_slow_path(&ring);
+    CHECK(push_seq(&ring, seq++) == 0);
+    CHECKF(sctx.calls == 0, "no stack without a request");
+    CHECKF(atomic_load(&ring.limit) == epc, "limit restored after a spurious poke");
+
+    /* request served on the next push: 4 frames, then the record */
+    atomic_store(&l.slot->stack_request, 1);
+    pt_ring_request_slow_path(&ring);
+    CHECK(push_seq(&ring, seq) == 0);
+    CHECKF(sctx.calls == 1, "stack writer called (%u)", sctx.calls);
+    CHECKF(atomic_load(&l.slot->stack_request) == 0, "request cleared");
+    uint64_t n = drain_all(&c, buf, 8192);
+    CHECKF(n == 1 + 4 + 1, "%" PRIu64 " records: want the earlier one, 4 frames, the record", n);
+    if (n == 6) {
+        CHECK(record_matches(&buf[0], seq - 1));
+        for (uint32_t d = 0; d < 4; d++)
+            CHECKF(buf[1 + d].kind == PT_EV_FRAME && buf[1 + d].id == 500 + d && buf[1 + d].aux == d,
+                   "frame %u", d);
+        CHECK(record_matches(&buf[5], seq));
+    }
+    seq++;
+
+    /* not enough room in this chunk (and none free): deferred to the chunk change */
+    while (ring.index < epc - 2)
+        CHECK(push_seq(&ring, seq++) == 0);
+    (void)drain_all(&c, buf, 8192);
+    uint32_t calls = sctx.calls;
+    atomic_store(&l.slot->stack_request, 1);
+    sctx.frames = 3000; /* more than the room left and more than a chunk holds after it */
+    pt_ring_request_slow_path(&ring);
+    uint64_t before = seq;
+    CHECK(push_seq(&ring, seq++) == 0);
+    CHECKF(sctx.calls == calls + 1 && atomic_load(&l.slot->stack_request) == 1,
+           "a stack that does not fit is not written; the request stays");
+    sctx.frames = 4;
+    CHECK(push_seq(&ring, seq++) == 0); /* last slot of the chunk: fast path */
+    CHECK(push_seq(&ring, seq++) == 0); /* chunk change: served here */
+    CHECKF(atomic_load(&l.slot->stack_request) == 0, "served at the chunk change");
+    n = drain_all(&c, buf, 8192);
+    CHECKF(n == 3 + 4, "%" PRIu64 " records after the deferral", n);
+    if (n == 7) {
+        CHECK(record_matches(&buf[0], before) && record_matches(&buf[1], before + 1));
+        CHECKF(buf[2].kind == PT_EV_FRAME && buf[2].aux == 0 && buf[5].kind == PT_EV_FRAME && buf[5].aux == 3,
+               "the stack first in the new chunk");
+        CHECK(record_matches(&buf[6], before + 2));
+    }
 }
 
 static void test_wait_policy_bound(void)
@@ -339,6 +413,7 @@ int main(void)
     test_order_and_wraparound(8192, 2, 1000000);
     test_order_and_wraparound(65536, 64, 3000000);
     test_drop_policy();
+    test_stack_request();
     test_wait_policy_bound();
     test_misuse();
     if (failures) {

@@ -42,11 +42,14 @@ static inline uint32_t seq_id(uint64_t seq)
     return (uint32_t)(seq * 2654435761u);
 }
 
-static void write_stack(pt_ring_t *ring, void *ctx, uint32_t room)
+static int write_stack(pt_ring_t *ring, void *ctx, uint32_t room, int whole)
 {
     (void)ctx;
+    if (whole && TC_FRAMES + 1 > room)
+        return -EAGAIN;
     for (uint32_t d = 0; d < TC_FRAMES && d + 1 < room; d++)
         pt_ring_push_frame(ring, 0, 0xF0000000u + d, (uint16_t)d, 0);
+    return 0;
 }
 
 typedef struct producer_args {
