@@ -127,6 +127,10 @@ def main(argv=None):
             print("untraced failed: no figures")
             continue
         base = base_runs[len(base_runs) // 2]
+        if len(base_runs) > 1 and base_runs[-1] > 1.10 * base_runs[0]:
+            print("note: the untraced run took %.3f-%.3f s over the rounds (more than 10%% apart): "
+                  "the machine was noisy, the figures below are not reliable; run again"
+                  % (base_runs[0], base_runs[-1]))
         header = "%-18s %8s %7s %9s %13s %11s %18s" % (
             "tool", "seconds", "ratio", "ns/event", "spread", "x cProfile", "pytrace events")
         for group, suffix, events in (("C functions traced", "", counts["events"]),
