@@ -45,6 +45,15 @@
  *   matched against the top few entries: frames above the match are closed
  *   synthetically, a close that matches nothing is not written. So every
  *   thread's stream stays balanced whatever the interpreter reports.
+ *   The bottom `prior` levels are the frames that were running when the
+ *   thread's ring was claimed (Frame records), kept with their frame and code
+ *   for the frame-evaluation adapter, which never sees them return
+ *   (pt_evalframe.c).
+ *
+ *   The hot path is inline, in pt_tracer_inline.h; this file holds its slow
+ *   paths and everything else. The heartbeat thread (every 100 ms, no GIL)
+ *   also serves readers' stack requests (shm/ring.h): it only lowers the ring
+ *   limit of the thread concerned, whose next event writes the stack.
  */
 #include "pt_tracer_inline.h"
 
