@@ -7,8 +7,10 @@
 Every (tool, workload) pair runs in a fresh interpreter (bench/overhead_child.py); a
 round's figure is the best of --repeat timed runs after one warm-up run, all inside one
 session of the tool (one cProfile.Profile, one pytrace segment and reader). Tools run
-interleaved in --rounds rounds, so machine drift hits every tool alike; the table shows
-the median round, and the spread of ns/event over the rounds.
+interleaved in --rounds rounds. The table shows each tool's best round (noise only adds
+time; on a VM whose CPU is throttled for whole stretches, the median round can be a
+throttled one for one tool and not for another) and the spread of ns/event over the
+rounds; a note says when the untraced run itself varied by more than 10%.
 
 Every tool is measured twice, as it is compared: with C functions traced (pytrace's,
 cProfile's and VizTracer's default) and without them (suffix -noc; yappi's default):
@@ -93,7 +95,7 @@ def main(argv=None):
     p.add_argument("--python", default=sys.executable, help="interpreter to measure")
     p.add_argument("--repeat", type=int, default=5, help="timed runs per child (best is kept)")
     p.add_argument("--rounds", type=int, default=3,
-                   help="rounds over all tools, interleaved; the median round is reported")
+                   help="rounds over all tools, interleaved; each tool's best round is reported")
     p.add_argument("--workload", action="append", choices=WORKLOADS)
     p.add_argument("--tools", default=",".join(TOOLS))
     p.add_argument("--no-install", action="store_true")
@@ -126,7 +128,7 @@ def main(argv=None):
         if not base_runs:
             print("untraced failed: no figures")
             continue
-        base = base_runs[len(base_runs) // 2]
+        base = base_runs[0]
         if len(base_runs) > 1 and base_runs[-1] > 1.10 * base_runs[0]:
             print("note: the untraced run took %.3f-%.3f s over the rounds (more than 10%% apart): "
                   "the machine was noisy, the figures below are not reliable; run again"
@@ -149,13 +151,13 @@ def main(argv=None):
                 if runs:
                     per_event[tool] = [(r["seconds"] - base) * 1e9 / events for r in runs]
             ref = per_event.get("cprofile" + suffix)
-            ref = ref[len(ref) // 2] if ref else None
+            ref = ref[0] if ref else None
             for tool in rows:
                 runs = sorted(results[tool], key=lambda r: r["seconds"])
                 if not runs:
                     continue
-                res = runs[len(runs) // 2]      # median over rounds of each round's best
-                ns_event = per_event[tool][len(runs) // 2]
+                res = runs[0]                   # the best round
+                ns_event = per_event[tool][0]
                 spread = "%.1f-%.1f" % (per_event[tool][0], per_event[tool][-1])
                 vs = "%.2f" % (ns_event / ref) if ref else ""
                 own = ""
