@@ -244,9 +244,7 @@ static PyObject *py_stop(PyObject *module, PyObject *unused)
         return NULL;
     }
     const char *hook = pt_hooks_name();
-    if (!pt_hooks_intact())
-        pt_tracer_fail("another tool replaced pytrace's frame-evaluation hook (PEP 523) while "
-                       "tracing: Python calls after that were not traced");
+    pt_tracer_check_hook();
     pt_hooks_uninstall(module);
     pt_counters_t c;
     pt_tracer_stop(&c);

@@ -166,6 +166,18 @@ static int frame_open(PyThreadState *tstate, PyCodeObject *code, uint8_t kind, u
     return 0;
 }
 
+/* Close a frame this hook opened. A prior frame can be closed here too (one
+ * this hook saw start in an earlier session): its level is then no longer a
+ * prior one. The shared fast close leaves `prior` alone (only this adapter
+ * reads it); the slow paths lower it themselves. */
+static inline void frame_close(PyCodeObject *code, uint8_t kind)
+{
+    (void)pt_py_close(code, kind);
+    pt_thread_t *t = pt_tls_thread;
+    if (t != NULL && PT_UNLIKELY(t->prior > t->depth))
+        t->prior = t->depth;
+}
+
 static PyObject *eval_generator(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag);
 
 static PyObject *pt_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag)
@@ -185,7 +197,7 @@ static PyObject *pt_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *frame
      * clears it after we return. Only while this hook is the session's: else
      * the profile hook reports the return. */
     if (PT_LIKELY(g_active))
-        (void)pt_py_close(code, result != NULL ? PT_EV_RETURN : PT_EV_UNWIND);
+        frame_close(code, result != NULL ? PT_EV_RETURN : PT_EV_UNWIND);
     return result;
 }
 
@@ -214,7 +226,7 @@ static PyObject *eval_generator(PyThreadState *tstate, _PyInterpreterFrame *fram
                         : gen->gi_frame_state == FRAME_SUSPENDED ? PT_EV_YIELD
                                                                  : PT_EV_RETURN;
         if (g_active)
-            (void)pt_py_close(code, close);
+            frame_close(code, close);
     }
     Py_DECREF(gen);
     return result;

@@ -129,7 +129,7 @@ static struct {
     pthread_mutex_t hb_lock;
     pthread_cond_t hb_cond;
     int hb_stop;
-    int hook_lost;                  /* the heartbeat reported a replaced hook */
+    _Atomic int hook_lost;          /* a replaced hook was reported this session */
     /* C functions by PyMethodDef; entries never removed (no call_rcu needed) */
     struct cds_lfht *cfuncs;
     int initialised;
@@ -171,6 +171,17 @@ void pt_tracer_fail(const char *what)
         /* relaxed: a statistic */
         atomic_fetch_add_explicit(&pt_segment_header(seg)->hook_errors, 1, memory_order_relaxed);
     set_first_error("%s", what);
+}
+
+void pt_tracer_check_hook(void)
+{
+    if (pt_hooks_intact())
+        return;
+    /* relaxed: only makes the report once per session */
+    if (atomic_exchange_explicit(&g.hook_lost, 1, memory_order_relaxed) == 0)
+        pt_tracer_fail("another tool replaced pytrace's frame-evaluation hook (PEP 523): "
+                       "Python calls after that are not traced; trace with C calls on "
+                       "(PyEval_SetProfile) alongside that tool");
 }
 
 /* ---- clock and emit ------------------------------------------------------ */
@@ -824,12 +835,8 @@ static void *heartbeat_main(void *arg)
             pt_segment_heartbeat(g.seg); /* seg is replaced only after we are joined */
             serve_stack_requests(current_epoch());
         }
-        if (!g.hb_stop && !g.hook_lost && !pt_hooks_intact()) {
-            g.hook_lost = 1;
-            pt_tracer_fail("another tool replaced pytrace's frame-evaluation hook (PEP 523): "
-                           "Python calls after that are not traced; trace with C calls on "
-                           "(PyEval_SetProfile) alongside that tool");
-        }
+        if (!g.hb_stop)
+            pt_tracer_check_hook();
     }
     pthread_mutex_unlock(&g.hb_lock);
     return NULL;
@@ -1025,7 +1032,7 @@ static int begin_session(char *err, size_t errlen)
     if (rc < 0)
         return rc;
     g.retired_written = g.retired_dropped = g.threads_seen = 0;
-    g.hook_lost = 0;
+    atomic_store_explicit(&g.hook_lost, 0, memory_order_relaxed);
     atomic_store_explicit(&g.first_error_set, 0, memory_order_relaxed);
     g.first_error[0] = '\0';
     if (++g.last_epoch >= (1u << 31) || g.last_epoch == 0)

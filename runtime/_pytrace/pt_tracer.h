@@ -80,6 +80,9 @@ PT_HIDDEN void pt_tracer_after_fork_parent(void);
 
 /* Record a hook failure (sticky; first text kept). Safe from any thread. */
 PT_HIDDEN void pt_tracer_fail(const char *what);
+/* If another tool took our hook over, report it (once per session). Called
+ * by the heartbeat thread (no GIL) and by stop(). */
+PT_HIDDEN void pt_tracer_check_hook(void);
 
 /* Hook adapters (pt_hooks.c). install/uninstall with the GIL held.
  * pt_hooks_name: the hook tracing runs on ("sys.monitoring",

@@ -164,9 +164,7 @@ static inline void pt_close(pt_thread_t *t, uint32_t entry, uint8_t kind)
     uint32_t d = t->depth;
     if (PT_LIKELY(d - 1u < PT_SHADOW_CAPACITY && t->shadow[d - 1u] == entry)) {
         pt_emit(t, entry & ~PT_SHADOW_C_BIT, kind, 0);
-        t->depth = d - 1u;
-        if (PT_UNLIKELY(t->prior > d - 1u))
-            t->prior = d - 1u; /* a prior frame left: the level is no longer one */
+        t->depth = d - 1u; /* `prior` is kept by the frame-evaluation adapter, its only reader */
         return;
     }
     pt_close_slow(t, entry, kind);
