@@ -64,18 +64,19 @@ def test_reader_gets_every_event_of_a_job_that_exits(tmp_path):
     assert ended  # worker threads ended while the reader was attached
 
 
-def test_killed_reader_leaves_the_job_alone_and_a_new_reader_reads_on(tmp_path):
+def _take_over(tmp_path, job_args=(), options=(), while_first=None):
+    """Run corpus/busy.py traced; a first reader drains it for a while and is killed, then
+    a second reader attaches and reads to the end. while_first(segment) runs while the
+    first one holds the segment. Returns (job stdout, what the second reader saw)."""
     go1, go2 = str(tmp_path / "go1"), str(tmp_path / "go2")
     out1, out2 = str(tmp_path / "out1.json"), str(tmp_path / "out2.json")
-    job, segment = start_job(corpus("busy"), go1, go2)
+    job, segment = start_job(corpus("busy"), go1, go2, *job_args, options=options)
     try:
         first = spawn_drain(segment, out1, go1)
         wait_file(go1)
         time.sleep(0.3)
-        # one reader at a time
-        with pytest.raises(OSError) as busy:
-            pytrace.Reader(segment)
-        assert busy.value.errno == errno.EBUSY
+        if while_first:
+            while_first(segment)
         first.kill()
         first.wait(timeout=10)
         time.sleep(0.2)
@@ -86,10 +87,19 @@ def test_killed_reader_leaves_the_job_alone_and_a_new_reader_reads_on(tmp_path):
         if job.poll() is None:
             job.kill()
     assert job.returncode == 0, stderr
-    assert stdout == "done\n"
     _, err = second.communicate(timeout=60)
     assert second.returncode == 0, err
-    seen = load(out2)
+    return stdout, load(out2)
+
+
+def test_killed_reader_leaves_the_job_alone_and_a_new_reader_reads_on(tmp_path):
+    def one_reader_at_a_time(segment):
+        with pytest.raises(OSError) as busy:
+            pytrace.Reader(segment)
+        assert busy.value.errno == errno.EBUSY
+
+    stdout, seen = _take_over(tmp_path, while_first=one_reader_at_a_time)
+    assert stdout == "done\n"
     assert seen["events_read"] > 0
     assert seen["finished"] and seen["states"][-1] == 3
     assert seen["error"] in ("", None)
@@ -114,27 +124,10 @@ def test_reader_that_starts_mid_stream_gets_the_stack(tmp_path):
     """A reader that takes over from one that read the beginning asks the producer for
     each live thread's stack: Frame records come soon after its position, so the frames
     opened before it (main, here) are the roots of what it sees, not missing."""
-    go1, go2 = str(tmp_path / "go1"), str(tmp_path / "go2")
-    out1, out2 = str(tmp_path / "out1.json"), str(tmp_path / "out2.json")
     # a ring that does not fill while no reader is attached: no gap, so no Lost record
     # and no stack after one -- the Frame records below answer the request alone
-    job, segment = start_job(corpus("busy"), go1, go2, "--linger", "1.0",
-                             options=("--no-c-calls", "--ring-size", "64"))
-    try:
-        first = spawn_drain(segment, out1, go1)
-        wait_file(go1)
-        time.sleep(0.3)
-        first.kill()
-        first.wait(timeout=10)
-        second = spawn_drain(segment, out2, go2)
-        stdout, stderr = job.communicate(timeout=60)
-    finally:
-        if job.poll() is None:
-            job.kill()
-    assert job.returncode == 0, stderr
-    _, err = second.communicate(timeout=60)
-    assert second.returncode == 0, err
-    seen = load(out2)
+    _, seen = _take_over(tmp_path, job_args=("--linger", "1.0"),
+                         options=("--no-c-calls", "--ring-size", "64"))
     assert seen["finished"] and seen["error"] in ("", None)
     assert seen["kinds"].get("12", 0) == 0 and seen["tree"]["lost"] == 0, "the ring dropped"
     assert seen["kinds"].get("13", 0) > 0, "no Frame records in the second reader's stream"

@@ -202,33 +202,53 @@ static uint64_t drain_all(tc_consumer_t *c, pt_event_t *buf, uint32_t cap)
     }
 }
 
+/* A small drop-policy ring (4 chunks of 4 KiB) with a stack writer and a
+ * consumer, for the tests of gaps and stack records. */
+typedef struct small_ring {
+    layout_t l;
+    pt_ring_t ring;
+    tc_consumer_t c;
+    uint32_t chunks;
+    uint32_t epc;
+} small_ring_t;
+
+static void small_ring_init(small_ring_t *s, stack_ctx_t *sctx)
+{
+    const uint32_t chunk_bytes = 4096;
+    s->chunks = 4;
+    s->l = make_layout(chunk_bytes, s->chunks);
+    CHECKF(pt_ring_init(&s->ring, s->l.slot, s->l.base, chunk_bytes, s->chunks, PT_POLICY_DROP, 0, 3, 9) == 0,
+           "init");
+    pt_ring_set_stack_writer(&s->ring, write_stack, sctx);
+    tc_init(&s->c, s->l.slot, s->l.base, chunk_bytes, s->chunks, 9);
+    s->epc = (uint32_t)PT_CHUNK_EVENTS(chunk_bytes);
+}
+
 static void test_drop_policy(void)
 {
-    const uint32_t chunk_bytes = 4096, chunks = 4;
-    layout_t l = make_layout(chunk_bytes, chunks);
-    pt_ring_t ring;
-    CHECKF(pt_ring_init(&ring, l.slot, l.base, chunk_bytes, chunks, PT_POLICY_DROP, 0, 3, 9) == 0, "init");
     stack_ctx_t sctx = {.frames = 5};
-    pt_ring_set_stack_writer(&ring, write_stack, &sctx);
-    tc_consumer_t c;
-    tc_init(&c, l.slot, l.base, chunk_bytes, chunks, 9);
-    uint32_t epc = (uint32_t)PT_CHUNK_EVENTS(chunk_bytes);
-    uint64_t capacity = (uint64_t)epc * chunks;
+    small_ring_t s;
+    small_ring_init(&s, &sctx);
+    pt_ring_t *ring = &s.ring;
+    tc_consumer_t *c = &s.c;
+    pt_ring_slot_t *slot = s.l.slot;
+    uint32_t epc = s.epc;
+    uint64_t capacity = (uint64_t)epc * s.chunks;
 
     uint64_t seq = 0;
     for (; seq < capacity; seq++)
-        CHECKF(push_seq(&ring, seq) == 0, "push %" PRIu64 " below capacity failed", seq);
+        CHECKF(push_seq(ring, seq) == 0, "push %" PRIu64 " below capacity failed", seq);
     /* full: the next pushes drop, counted */
     for (int i = 0; i < 11; i++, seq++)
-        CHECKF(push_seq(&ring, seq) == -ENOBUFS, "push into a full ring must return -ENOBUFS");
-    CHECKF(atomic_load(&l.slot->events_dropped) == 11, "events_dropped %" PRIu64,
-          (uint64_t)atomic_load(&l.slot->events_dropped));
-    CHECKF(ring.lost_pending == 11, "lost_pending %" PRIu64, ring.lost_pending);
-    CHECKF(atomic_load(&ring.limit) == 0, "limit must be 0 while a Lost record is pending");
+        CHECKF(push_seq(ring, seq) == -ENOBUFS, "push into a full ring must return -ENOBUFS");
+    CHECKF(atomic_load(&slot->events_dropped) == 11, "events_dropped %" PRIu64,
+          (uint64_t)atomic_load(&slot->events_dropped));
+    CHECKF(ring->lost_pending == 11, "lost_pending %" PRIu64, ring->lost_pending);
+    CHECKF(atomic_load(&ring->limit) == 0, "limit must be 0 while a Lost record is pending");
     CHECKF(sctx.calls == 0, "no stack written while full");
 
     static pt_event_t buf[8192];
-    uint64_t n = drain_all(&c, buf, 8192);
+    uint64_t n = drain_all(c, buf, 8192);
     CHECKF(n == capacity, "drained %" PRIu64 " of %" PRIu64, n, capacity);
     for (uint64_t i = 0; i < n; i++)
         if (!record_matches(&buf[i], i)) {
@@ -237,13 +257,13 @@ static void test_drop_policy(void)
         }
     /* still full from the producer's view until it looks again: the next push
      * finds room, writes Lost(11), the stack, then the record */
-    CHECKF(push_seq(&ring, seq) == 0, "push after room returned");
+    CHECKF(push_seq(ring, seq) == 0, "push after room returned");
     CHECKF(sctx.calls == 1, "stack writer called once (%u)", sctx.calls);
     /* consumer released chunks 0..2 (chunk 3 == head stays), so the new head
      * 4 leaves 2 free chunks: room = epc - 1 (after Lost) + 2 * epc */
     CHECKF(sctx.room_seen == epc - 1 + 2 * epc, "room %u != %u", sctx.room_seen, epc - 1 + 2 * epc);
-    CHECKF(atomic_load(&ring.limit) == epc, "limit restored");
-    n = drain_all(&c, buf, 8192);
+    CHECKF(atomic_load(&ring->limit) == epc, "limit restored");
+    n = drain_all(c, buf, 8192);
     CHECKF(n == 1 + 5 + 1, "after recovery: %" PRIu64 " records, want Lost + 5 frames + record", n);
     if (n == 7) {
         CHECKF(buf[0].kind == PT_EV_LOST && buf[0].id == 11 && buf[0].aux == 0, "Lost(11): kind %u id %u",
@@ -257,34 +277,34 @@ static void test_drop_policy(void)
         CHECKF(record_matches(&buf[6], seq), "the record after the stack");
     }
     seq++;
-    CHECKF(pt_ring_written(&ring) == capacity + 7, "written counts Lost and frames");
+    CHECKF(pt_ring_written(ring) == capacity + 7, "written counts Lost and frames");
 
     /* saturation: a count past 48 bits is written as PT_LOST_MAX */
-    while (push_seq(&ring, seq) == 0)
+    while (push_seq(ring, seq) == 0)
         seq++;
-    ring.lost_pending = PT_LOST_MAX + 100;
-    (void)drain_all(&c, buf, 8192);
-    pt_ring_set_stack_writer(&ring, NULL, NULL);
-    CHECKF(push_seq(&ring, seq) == 0, "push after room returned");
-    n = drain_all(&c, buf, 8192);
+    ring->lost_pending = PT_LOST_MAX + 100;
+    (void)drain_all(c, buf, 8192);
+    pt_ring_set_stack_writer(ring, NULL, NULL);
+    CHECKF(push_seq(ring, seq) == 0, "push after room returned");
+    n = drain_all(c, buf, 8192);
     CHECKF(n == 2 && buf[0].kind == PT_EV_LOST && buf[0].id == UINT32_MAX && buf[0].aux == UINT16_MAX,
           "saturated Lost: n %" PRIu64 " id %u aux %u", n, buf[0].id, buf[0].aux);
     CHECKF(n == 2 && record_matches(&buf[1], seq), "record after saturated Lost");
     seq++;
 
     /* flush_lost: a trailing gap is announced when there is room */
-    while (push_seq(&ring, seq) == 0)
+    while (push_seq(ring, seq) == 0)
         seq++;
-    CHECKF(push_seq(&ring, seq + 1) == -ENOBUFS, "second drop");
-    CHECKF(pt_ring_flush_lost(&ring, 77) == -ENOBUFS, "flush_lost without room");
-    (void)drain_all(&c, buf, 8192);
-    CHECKF(pt_ring_flush_lost(&ring, 77) == 0, "flush_lost with room");
-    n = drain_all(&c, buf, 8192);
+    CHECKF(push_seq(ring, seq + 1) == -ENOBUFS, "second drop");
+    CHECKF(pt_ring_flush_lost(ring, 77) == -ENOBUFS, "flush_lost without room");
+    (void)drain_all(c, buf, 8192);
+    CHECKF(pt_ring_flush_lost(ring, 77) == 0, "flush_lost with room");
+    n = drain_all(c, buf, 8192);
     CHECKF(n == 1 && buf[0].kind == PT_EV_LOST && buf[0].id == 2 && buf[0].ticks == 77, "trailing Lost(2)");
-    CHECKF(pt_ring_flush_lost(&ring, 78) == 0 && drain_all(&c, buf, 8192) == 0, "nothing pending, nothing written");
-    CHECKF(c.header_errors == 0 && c.length_errors == 0, "headers %" PRIu64 " lengths %" PRIu64, c.header_errors,
-          c.length_errors);
-    free_layout(&l);
+    CHECKF(pt_ring_flush_lost(ring, 78) == 0 && drain_all(c, buf, 8192) == 0, "nothing pending, nothing written");
+    CHECKF(c->header_errors == 0 && c->length_errors == 0, "headers %" PRIu64 " lengths %" PRIu64, c->header_errors,
+          c->length_errors);
+    free_layout(&s.l);
 }
 
 /* A reader's stack request: served on the owner's next push after
@@ -293,35 +313,33 @@ static void test_drop_policy(void)
  * is cleared once served, and no record is lost or reordered. */
 static void test_stack_request(void)
 {
-    const uint32_t chunk_bytes = 4096, chunks = 4;
-    layout_t l = make_layout(chunk_bytes, chunks);
-    pt_ring_t ring;
-    CHECKF(pt_ring_init(&ring, l.slot, l.base, chunk_bytes, chunks, PT_POLICY_DROP, 0, 3, 9) == 0, "init");
     stack_ctx_t sctx = {.frames = 4};
-    pt_ring_set_stack_writer(&ring, write_stack, &sctx);
-    tc_consumer_t c;
-    tc_init(&c, l.slot, l.base, chunk_bytes, chunks, 9);
-    uint32_t epc = (uint32_t)PT_CHUNK_EVENTS(chunk_bytes);
+    small_ring_t s;
+    small_ring_init(&s, &sctx);
+    pt_ring_t *ring = &s.ring;
+    tc_consumer_t *c = &s.c;
+    pt_ring_slot_t *slot = s.l.slot;
+    uint32_t epc = s.epc;
     static pt_event_t buf[8192];
 
     uint64_t seq = 0;
     for (; seq < 10; seq++)
-        CHECK(push_seq(&ring, seq) == 0);
-    CHECK(drain_all(&c, buf, 8192) == 10);
+        CHECK(push_seq(ring, seq) == 0);
+    CHECK(drain_all(c, buf, 8192) == 10);
 
     /* no request: a lowered limit only takes one push through the slow path */
-    pt_ring_request_slow_path(&ring);
-    CHECK(push_seq(&ring, seq++) == 0);
+    pt_ring_request_slow_path(ring);
+    CHECK(push_seq(ring, seq++) == 0);
     CHECKF(sctx.calls == 0, "no stack without a request");
-    CHECKF(atomic_load(&ring.limit) == epc, "limit restored after a spurious poke");
+    CHECKF(atomic_load(&ring->limit) == epc, "limit restored after a spurious poke");
 
     /* request served on the next push: 4 frames, then the record */
-    atomic_store(&l.slot->stack_request, 1);
-    pt_ring_request_slow_path(&ring);
-    CHECK(push_seq(&ring, seq) == 0);
+    atomic_store(&slot->stack_request, 1);
+    pt_ring_request_slow_path(ring);
+    CHECK(push_seq(ring, seq) == 0);
     CHECKF(sctx.calls == 1, "stack writer called (%u)", sctx.calls);
-    CHECKF(atomic_load(&l.slot->stack_request) == 0, "request cleared");
-    uint64_t n = drain_all(&c, buf, 8192);
+    CHECKF(atomic_load(&slot->stack_request) == 0, "request cleared");
+    uint64_t n = drain_all(c, buf, 8192);
     CHECKF(n == 1 + 4 + 1, "%" PRIu64 " records: want the earlier one, 4 frames, the record", n);
     if (n == 6) {
         CHECK(record_matches(&buf[0], seq - 1));
@@ -333,22 +351,22 @@ static void test_stack_request(void)
     seq++;
 
     /* not enough room in this chunk (and none free): deferred to the chunk change */
-    while (ring.index < epc - 2)
-        CHECK(push_seq(&ring, seq++) == 0);
-    (void)drain_all(&c, buf, 8192);
+    while (ring->index < epc - 2)
+        CHECK(push_seq(ring, seq++) == 0);
+    (void)drain_all(c, buf, 8192);
     uint32_t calls = sctx.calls;
-    atomic_store(&l.slot->stack_request, 1);
+    atomic_store(&slot->stack_request, 1);
     sctx.frames = 3000; /* more than the room left and more than a chunk holds after it */
-    pt_ring_request_slow_path(&ring);
+    pt_ring_request_slow_path(ring);
     uint64_t before = seq;
-    CHECK(push_seq(&ring, seq++) == 0);
-    CHECKF(sctx.calls == calls + 1 && atomic_load(&l.slot->stack_request) == 1,
+    CHECK(push_seq(ring, seq++) == 0);
+    CHECKF(sctx.calls == calls + 1 && atomic_load(&slot->stack_request) == 1,
            "a stack that does not fit is not written; the request stays");
     sctx.frames = 4;
-    CHECK(push_seq(&ring, seq++) == 0); /* last slot of the chunk: fast path */
-    CHECK(push_seq(&ring, seq++) == 0); /* chunk change: served here */
-    CHECKF(atomic_load(&l.slot->stack_request) == 0, "served at the chunk change");
-    n = drain_all(&c, buf, 8192);
+    CHECK(push_seq(ring, seq++) == 0); /* last slot of the chunk: fast path */
+    CHECK(push_seq(ring, seq++) == 0); /* chunk change: served here */
+    CHECKF(atomic_load(&slot->stack_request) == 0, "served at the chunk change");
+    n = drain_all(c, buf, 8192);
     CHECKF(n == 3 + 4, "%" PRIu64 " records after the deferral", n);
     if (n == 7) {
         CHECK(record_matches(&buf[0], before) && record_matches(&buf[1], before + 1));
@@ -356,6 +374,7 @@ static void test_stack_request(void)
                "the stack first in the new chunk");
         CHECK(record_matches(&buf[6], before + 2));
     }
+    free_layout(&s.l);
 }
 
 static void test_wait_policy_bound(void)
