@@ -49,7 +49,7 @@
 #define PT_ABI_MAJOR 1                     /* a reader refuses another major */
 #define PT_ABI_MINOR 1                     /* a reader accepts any minor (1: stack_request) */
 #define PT_ENDIAN_MARK 0x01020304u         /* reads 0x04030201 on a wrong-endian reader */
-#define PT_SHM_PREFIX "pytrace-"           /* /dev/shm/pytrace-<pid>-<seq> */
+#define PT_SHM_PREFIX "pytrace-"           /* /dev/shm/pytrace-<pid>-<seq>-<16 hex random> */
 #define PT_FILE_IDENTIFIER "PYTR"
 
 /* ---- the 16-byte record (schema struct Event) -------------------------- */

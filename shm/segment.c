@@ -3,10 +3,17 @@
  *
  * Design summary
  *
- *   Create (producer): shm_open O_CREAT|O_EXCL 0600 under a fresh
- *   /pytrace-<pid>-<seq> name, ftruncate, posix_fallocate (so a full /dev/shm
+ *   Create (producer): O_CREAT|O_EXCL 0600 under a fresh
+ *   /pytrace-<pid>-<seq>-<random> name (64 random bits from getrandom(), so no
+ *   other user can take a job's names ahead of it), ftruncate, posix_fallocate (so a full /dev/shm
  *   is -ENOSPC now, not SIGBUS later), mmap shared, fill the header, publish
  *   magic last and state = RUNNING with a release store.
+ *
+ *   Every open of a name under /dev/shm goes through open_segment_fd():
+ *   non-blocking, no links followed, then fstat on the fd: only a regular
+ *   file owned by the expected user is ever mapped (a FIFO would block the
+ *   open, a file another user owns can shrink under us: SIGBUS). Listing
+ *   shows other users' files from fstat alone, never mapping them.
  *
  *   Attach (reader): the file is untrusted. fstat first (owner, size), map,
  *   then pt_segment_validate before any other field is used. The geometry is
@@ -32,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>
@@ -165,7 +173,8 @@ static void copy_str(char *dst, size_t cap, const char *src)
 
 /* ---- names ----------------------------------------------------------------- */
 
-/* Parse "pytrace-<pid>-<seq>" (no leading '/'). */
+/* Parse "pytrace-<pid>-<seq>[-<hex>]" (no leading '/'). The random part is
+ * optional so that names of earlier versions still parse. */
 static int parse_seg_name(const char *base, uint64_t *pid, uint64_t *seq)
 {
     size_t plen = strlen(PT_SHM_PREFIX);
@@ -180,11 +189,71 @@ static int parse_seg_name(const char *base, uint64_t *pid, uint64_t *seq)
         return 0;
     p = end + 1;
     unsigned long long b = strtoull(p, &end, 10);
-    if (*end != '\0')
+    if (*end == '-') {
+        const char *r = end + 1;
+        if (*r == '\0')
+            return 0;
+        for (; *r; r++)
+            if (!isxdigit((unsigned char)*r))
+                return 0;
+    } else if (*end != '\0') {
         return 0;
+    }
     *pid = a;
     *seq = b;
     return 1;
+}
+
+/* Open /dev/shm/<name> ("/pytrace-...") without blocking and without
+ * following a link, and check on the fd that it is a regular file owned by
+ * `owner` ((uid_t)-1: any owner). *st receives the fstat. Returns the fd, or
+ * a negative errno with a one-line reason in err:
+ *   -ENOENT no such name, -ELOOP a symbolic link, -EPROTO not a regular file,
+ *   -EACCES owned by another user. */
+static int open_segment_fd(const char *name, int writable, uid_t owner, struct stat *st, char *err,
+                           size_t errlen)
+{
+    char path[160];
+    snprintf(path, sizeof path, PT_SHM_DIR "%s", name);
+    int fd = open(path, (writable ? O_RDWR : O_RDONLY) | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
+        int e = errno;
+        if (e == ENOENT)
+            pt_set_err(err, errlen,
+                       "no segment %s: the process may have ended and its segment been collected; run `pytrace ls`",
+                       name);
+        else if (e == ELOOP)
+            pt_set_err(err, errlen, "%s is a symbolic link, not a pytrace segment: not opened", path);
+        else if (e == EISDIR)
+            pt_set_err(err, errlen, "%s is a directory, not a pytrace segment: not opened", path);
+        else if (e == EACCES)
+            pt_set_err(err, errlen, "segment %s belongs to another user; run as that user", name);
+        else
+            pt_set_err(err, errlen, "cannot open segment %s: %s", name, strerror(e));
+        return e == EISDIR ? -EPROTO : -e;
+    }
+    if (fstat(fd, st) != 0) {
+        int e = errno;
+        pt_set_err(err, errlen, "cannot stat segment %s: %s", name, strerror(e));
+        close(fd);
+        return -e;
+    }
+    if (!S_ISREG(st->st_mode)) {
+        pt_set_err(err, errlen, "%s is not a regular file (a FIFO, device or directory), not a pytrace segment: "
+                                "not opened",
+                   path);
+        close(fd);
+        return -EPROTO;
+    }
+    if (owner != (uid_t)-1 && st->st_uid != owner) {
+        pt_set_err(err, errlen,
+                   "segment %s belongs to uid %u, not to you (uid %u); run as that user or allow other users "
+                   "explicitly",
+                   name, (unsigned)st->st_uid, (unsigned)owner);
+        close(fd);
+        return -EACCES;
+    }
+    return fd;
 }
 
 static int all_digits(const char *s)
@@ -214,7 +283,9 @@ static int find_by_pid(uint64_t pid, char *name, size_t namelen)
         char path[512];
         struct stat st;
         snprintf(path, sizeof path, PT_SHM_DIR "/%s", de->d_name);
-        if (stat(path, &st) != 0)
+        /* Only our own regular files: another user may plant names with any
+         * pid in them (lstat: a link is never followed). */
+        if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid())
             continue;
         int newer = !found || st.st_ctim.tv_sec > best_time.tv_sec ||
                     (st.st_ctim.tv_sec == best_time.tv_sec &&
@@ -485,11 +556,21 @@ int pt_segment_create(const pt_segment_config_t *cfg, pt_segment_t **out, char *
     }
     int rc;
     int fd = -1;
-    for (int attempt = 0; attempt < 1000; attempt++) {
+    /* The random part makes a name no other user can create ahead of us, so
+     * EEXIST is a real (2^-64) collision: a few tries are plenty. */
+    for (int attempt = 0; attempt < 16; attempt++) {
         /* relaxed: a unique number is all that is needed */
         uint32_t seq = atomic_fetch_add_explicit(&segment_seq, 1, memory_order_relaxed);
-        snprintf(seg->name, sizeof seg->name, "/%s%ld-%u", PT_SHM_PREFIX, (long)getpid(), seq);
-        fd = shm_open(seg->name, O_RDWR | O_CREAT | O_EXCL, 0600);
+        uint64_t random_part = 0;
+        if (getrandom(&random_part, sizeof random_part, 0) != (ssize_t)sizeof random_part) {
+            /* no entropy source: the clock still differs between tries */
+            random_part = pt_monotonic_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)attempt;
+        }
+        snprintf(seg->name, sizeof seg->name, "/%s%ld-%u-%016llx", PT_SHM_PREFIX, (long)getpid(), seq,
+                 (unsigned long long)random_part);
+        char path[160];
+        snprintf(path, sizeof path, PT_SHM_DIR "%s", seg->name);
+        fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (fd >= 0 || errno != EEXIST)
             break;
     }
@@ -601,32 +682,12 @@ static int open_validated(const char *name, unsigned flags, int writable, pt_seg
     }
     snprintf(seg->name, sizeof seg->name, "%s", name);
     int rc;
-    int fd = shm_open(seg->name, writable ? O_RDWR : O_RDONLY, 0);
-    if (fd < 0) {
-        rc = -errno;
-        if (errno == ENOENT)
-            pt_set_err(err, errlen, "no segment %s: the process may have ended and its segment been collected; run "
-                                 "`pytrace ls`",
-                    seg->name);
-        else if (errno == EACCES)
-            pt_set_err(err, errlen, "segment %s belongs to another user; run as that user", seg->name);
-        else
-            pt_set_err(err, errlen, "cannot open segment %s: %s", seg->name, strerror(errno));
-        goto err_free;
-    }
     struct stat st;
-    if (fstat(fd, &st) != 0) {
-        rc = -errno;
-        pt_set_err(err, errlen, "cannot stat segment %s: %s", seg->name, strerror(errno));
-        goto err_close;
-    }
-    if (st.st_uid != geteuid() && !(flags & PT_ATTACH_ANY_USER)) {
-        rc = -EACCES;
-        pt_set_err(err, errlen,
-                "segment %s belongs to uid %u, not to you (uid %u); run as that user or allow other users "
-                "explicitly",
-                seg->name, (unsigned)st.st_uid, (unsigned)geteuid());
-        goto err_close;
+    int fd = open_segment_fd(seg->name, writable, (flags & PT_ATTACH_ANY_USER) ? (uid_t)-1 : geteuid(), &st, err,
+                             errlen);
+    if (fd < 0) {
+        rc = fd;
+        goto err_free;
     }
     uint64_t file_bytes = (uint64_t)st.st_size;
     if (file_bytes < PT_SEG_HEADER_BYTES) {
@@ -903,9 +964,12 @@ typedef struct listed {
     pt_segment_info_t info;
     struct timespec ctime;
     uint64_t seq;
+    int regular; /* a regular file (not a link, FIFO, directory...) */
 } listed_t;
 
-static void inspect(const char *dname, pt_segment_info_t *info)
+/* `st` is the lstat of the entry. Only our own regular files are opened and
+ * mapped; anything else is listed from its lstat alone. */
+static void inspect(const char *dname, const struct stat *st, pt_segment_info_t *info)
 {
     memset(info, 0, sizeof *info);
     info->name[0] = '/';
@@ -913,10 +977,21 @@ static void inspect(const char *dname, pt_segment_info_t *info)
     uint64_t name_pid = 0, seq = 0;
     (void)parse_seg_name(dname, &name_pid, &seq);
     info->pid = name_pid;
+    info->uid = (uint32_t)st->st_uid;
 
     pt_segment_t *seg = NULL;
     char err[256];
-    int rc = open_validated(info->name, PT_ATTACH_ANY_USER, 0, &seg, err, sizeof err);
+    int rc;
+    if (!S_ISREG(st->st_mode)) {
+        rc = -EPROTO;
+        pt_set_err(err, sizeof err, "not a regular file (a link, FIFO, device or directory): not a pytrace segment");
+    } else if (st->st_uid != geteuid()) {
+        rc = -EACCES;
+        pt_set_err(err, sizeof err, "owned by uid %u: not opened (only your own segments are read)",
+                   (unsigned)st->st_uid);
+    } else {
+        rc = open_validated(info->name, 0, 0, &seg, err, sizeof err);
+    }
     if (rc != 0) {
         copy_str(info->error, sizeof info->error, err);
         info->alive = process_alive(name_pid, 0);
@@ -998,13 +1073,14 @@ static int scan(listed_t **out, size_t *count)
         char path[512];
         struct stat st;
         snprintf(path, sizeof path, PT_SHM_DIR "/%s", de->d_name);
-        if (stat(path, &st) == 0)
-            e->ctime = st.st_ctim;
+        /* lstat: a link is listed as what it is, never followed */
+        if (lstat(path, &st) != 0)
+            continue; /* gone since readdir */
+        e->ctime = st.st_ctim;
+        e->regular = S_ISREG(st.st_mode);
         uint64_t pid;
         (void)parse_seg_name(de->d_name, &pid, &e->seq);
-        inspect(de->d_name, &e->info);
-        if (!e->info.valid)
-            e->info.uid = (uint32_t)st.st_uid;
+        inspect(de->d_name, &st, &e->info);
         n++;
     }
     closedir(d);
@@ -1047,10 +1123,11 @@ int pt_segment_collect_children(uint64_t parent_pid)
     for (size_t i = 0; i < n; i++) {
         const pt_segment_info_t *info = &v[i].info;
         /* A valid segment goes when its producer is dead. An invalid one goes
-         * only if it is ours and the pid in its name is gone: a segment being
-         * created right now is briefly invalid and must survive. */
+         * only if it is our own regular file and the pid in its name is gone:
+         * a segment being created right now is briefly invalid and must
+         * survive, and what is not a file was not made by pytrace. */
         int stale = info->valid ? !info->alive && info->consumer_pid == 0 /* a live reader finishes first */
-                                : (info->uid == (uint32_t)me && !info->alive);
+                                : (v[i].regular && info->uid == (uint32_t)me && !info->alive);
         if (parent_pid != 0 && !(info->valid && info->ppid == parent_pid))
             stale = 0;
         if (stale && shm_unlink(info->name) == 0)

@@ -91,7 +91,7 @@ def test_subprocesses_are_traced_each_into_its_own_segment():
     line = [l for l in r.stdout.splitlines() if l.startswith("child ")][0]
     _, pid, tracing, segment = line.split()
     assert tracing == "True"
-    assert segment == "/pytrace-%s-0" % pid
+    assert re.fullmatch(r"/pytrace-%s-0-[0-9a-f]{16}" % pid, segment), segment
     assert len(_announces(r.stderr)) == 2   # the parent and the child each say so once
 
 

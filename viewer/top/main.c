@@ -497,11 +497,13 @@ static const char *Picker_stateName(const pt_segment_info_t *s)
 
 static void Picker_format(const PickerRow *r, char *line, size_t cap)
 {
-    char cmd[600], rate[32];
+    char cmd[600], rate[32], name[300];
+    /* the name is another user's choice too (any file under /dev/shm) */
     Text_escape(r->info.valid ? r->info.cmdline : r->info.error, cmd, sizeof cmd);
+    Text_escape(r->info.name, name, sizeof name);
     Text_count(r->rate, rate, sizeof rate);
     snprintf(line, cap, " %-8llu %-8s %7u %9s %10llu  %-18s %s", (unsigned long long)r->info.pid, Picker_stateName(&r->info),
-             r->info.threads_active, rate, (unsigned long long)r->info.events_dropped, r->info.name, cmd);
+             r->info.threads_active, rate, (unsigned long long)r->info.events_dropped, name, cmd);
 }
 
 /* Returns 0 with the chosen name, 1 if the user quit. */
@@ -540,7 +542,7 @@ static int Picker_run(char *chosen, size_t cap)
         (void)CRT_syncSize();
         erase();
         App_drawLine(0, CRT_attr(CRT_C_HEADER) | A_BOLD, " pytrace-top: pick a traced job (arrows + Enter, q to quit)");
-        char line[1024];
+        char line[1200];
         snprintf(line, sizeof line, " %-8s %-8s %7s %9s %10s  %-18s %s", "PID", "STATE", "THREADS", "EV/S", "DROPS",
                  "SEGMENT", "COMMAND");
         App_drawLine(1, A_BOLD | A_UNDERLINE, line);
@@ -581,7 +583,7 @@ static int Picker_print(void)
     printf(" %-8s %-8s %7s %9s %10s  %-18s %s\n", "PID", "STATE", "THREADS", "EV/S", "DROPS", "SEGMENT", "COMMAND");
     for (size_t i = 0; i < found && i < 128; i++) {
         PickerRow r = {.info = infos[i]};
-        char line[1024];
+        char line[1200];
         Picker_format(&r, line, sizeof line);
         printf("%s\n", line);
     }

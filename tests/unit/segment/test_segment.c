@@ -482,6 +482,116 @@ static void test_foreign_user(void)
     CHECKF(pt_segment_unlink(name) == 0, "unlink");
 }
 
+/* Names of our pattern that are not our segments: a FIFO (opening it would
+ * block), a symlink to a file of ours (following it would write through it),
+ * a directory, and a file of another user (it may shrink under a mapping:
+ * SIGBUS). list, attach by name and by pid, and collect must neither block
+ * nor map any of them, and must leave them where they are. */
+static void test_planted_names(void)
+{
+    printf("planted names\n");
+    const long fake_pid = 424242;
+    char fifo[96], link[96], dir[96], foreign[96], target[128];
+    snprintf(fifo, sizeof fifo, "/dev/shm/pytrace-%ld-0", fake_pid);
+    snprintf(link, sizeof link, "/dev/shm/pytrace-%ld-1", fake_pid);
+    snprintf(dir, sizeof dir, "/dev/shm/pytrace-%ld-2", fake_pid);
+    snprintf(foreign, sizeof foreign, "/dev/shm/pytrace-%ld-3", fake_pid);
+    snprintf(target, sizeof target, "/tmp/pt-planted-target-%ld", (long)getpid());
+    unlink(fifo), unlink(link), rmdir(dir), unlink(foreign);
+    int tfd = open(target, O_CREAT | O_TRUNC | O_WRONLY, 0600);
+    CHECKF(tfd >= 0 && write(tfd, "keep", 4) == 4, "target file");
+    close(tfd);
+    CHECKF(mkfifo(fifo, 0600) == 0, "mkfifo: %s", strerror(errno));
+    CHECKF(symlink(target, link) == 0, "symlink");
+    CHECKF(mkdir(dir, 0700) == 0, "mkdir");
+    int have_foreign = 0;
+    if (geteuid() == 0) {
+        /* a valid-looking segment of another user: a copy of a real one */
+        pt_segment_t *real = create_small();
+        int ffd = open(foreign, O_CREAT | O_EXCL | O_WRONLY, 0600);
+        uint64_t bytes = pt_segment_header(real)->segment_bytes;
+        have_foreign = ffd >= 0 && write(ffd, pt_segment_header(real), bytes) == (ssize_t)bytes &&
+                       fchown(ffd, 65534, 65534) == 0;
+        CHECKF(have_foreign, "foreign file");
+        close(ffd);
+        pt_segment_close(real, 1);
+    }
+
+    /* Every check runs in a child with an alarm: a blocking open fails the
+     * test instead of hanging it. */
+    pid_t child = fork();
+    if (child == 0) {
+        alarm(10);
+        int failed = 0;
+        pt_segment_info_t infos[64];
+        size_t count = 0;
+        failed |= pt_segment_list(infos, 64, &count) != 0;
+        int seen = 0;
+        for (size_t i = 0; i < count && i < 64; i++) {
+            if (strstr(infos[i].name, "pytrace-424242-") == NULL)
+                continue;
+            seen++;
+            failed |= infos[i].valid; /* none of them is a segment we may read */
+            failed |= infos[i].error[0] == '\0';
+            if (strcmp(infos[i].name, "/pytrace-424242-3") == 0)
+                failed |= infos[i].uid != 65534 || strstr(infos[i].error, "owned by uid 65534") == NULL;
+        }
+        failed |= seen != 3 + have_foreign;
+        const char *names[] = {"/pytrace-424242-0", "/pytrace-424242-1", "/pytrace-424242-2"};
+        for (int i = 0; i < 3; i++) {
+            pt_segment_t *seg = NULL;
+            char err[256] = "";
+            int rc = pt_segment_attach(names[i], PT_ATTACH_ANY_USER, &seg, err, sizeof err);
+            failed |= rc == 0 || strchr(err, '\n') != NULL || err[0] == '\0';
+            printf("  attach %s: %d %s\n", names[i], rc, err);
+        }
+        pt_segment_t *seg = NULL;
+        char err[256] = "";
+        failed |= pt_segment_attach("424242", 0, &seg, err, sizeof err) != -ENOENT; /* by pid: none of ours */
+        failed |= pt_segment_collect_stale() < 0;
+        _exit(failed ? 3 : 0);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+           "list/attach/collect with planted names: %s %d",
+           WIFSIGNALED(status) ? "killed by signal" : "exit", WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+    struct stat st;
+    CHECKF(lstat(fifo, &st) == 0 && S_ISFIFO(st.st_mode), "FIFO left alone");
+    CHECKF(lstat(dir, &st) == 0 && S_ISDIR(st.st_mode), "directory left alone");
+    CHECKF(lstat(target, &st) == 0 && st.st_size == 4, "symlink target untouched");
+    if (have_foreign)
+        CHECKF(lstat(foreign, &st) == 0, "other user's file left alone");
+    unlink(fifo), unlink(link), rmdir(dir), unlink(foreign), unlink(target);
+}
+
+/* Names carry 64 random bits: names of the old pattern planted ahead for this
+ * pid do not stop creation, and two segments never share a name. */
+static void test_random_names(void)
+{
+    printf("random names\n");
+    char planted[96];
+    for (int i = 0; i < 64; i++) {
+        snprintf(planted, sizeof planted, "/dev/shm/pytrace-%ld-%d", (long)getpid(), i);
+        int fd = open(planted, O_CREAT | O_WRONLY, 0600);
+        if (fd >= 0)
+            close(fd);
+    }
+    pt_segment_t *a = create_small(), *b = create_small();
+    const char *na = pt_segment_name(a), *nb = pt_segment_name(b);
+    char expect[64];
+    snprintf(expect, sizeof expect, "/pytrace-%ld-", (long)getpid());
+    const char *dash = strrchr(na, '-');
+    CHECKF(strncmp(na, expect, strlen(expect)) == 0 && dash && strlen(dash + 1) == 16, "name %s", na);
+    CHECKF(strcmp(na, nb) != 0, "distinct names %s %s", na, nb);
+    pt_segment_close(a, 1);
+    pt_segment_close(b, 1);
+    for (int i = 0; i < 64; i++) {
+        snprintf(planted, sizeof planted, "/dev/shm/pytrace-%ld-%d", (long)getpid(), i);
+        unlink(planted);
+    }
+}
+
 static void test_claim_retire(void)
 {
     printf("claim and retire\n");
@@ -533,6 +643,8 @@ int main(void)
     test_full_shm();
     test_foreign_user();
     test_claim_retire();
+    test_planted_names();
+    test_random_names();
     if (failures) {
         fprintf(stderr, "test_segment: %d check(s) failed\n", failures);
         return 1;
