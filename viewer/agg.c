@@ -31,6 +31,29 @@
 #define MAX_STACK_DEPTH (1u << 20)
 #define NO_SLICE UINT64_MAX
 
+/* Ticks come from untrusted input and may sit anywhere up to 2^64 - 1: every
+ * sum or product of them saturates, so a border never wraps below a tick. */
+static inline uint64_t sat_add(uint64_t a, uint64_t b)
+{
+    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+static inline uint64_t sat_mul(uint64_t a, uint64_t b)
+{
+    return b != 0 && a > UINT64_MAX / b ? UINT64_MAX : a * b;
+}
+
+/* double -> u64 without undefined behaviour (NaN and negatives give 0,
+ * anything past 2^64 saturates). */
+static inline uint64_t u64_of_double(double v)
+{
+    if (!(v > 0.0))
+        return 0;
+    if (v >= 18446744073709551616.0)
+        return UINT64_MAX;
+    return (uint64_t)v;
+}
+
 /* ---- u64 -> u32 open-addressing map (value PT_AGG_NONE = empty) ---------- */
 
 typedef struct map {
@@ -123,6 +146,24 @@ static int map_put(map_t *m, uint64_t key, uint32_t val)
     }
 }
 
+/* Pointer to key's value, inserted as 0 if absent; NULL if out of memory. */
+static uint32_t *map_counter(map_t *m, uint64_t key)
+{
+    size_t mask = m->cap - 1;
+    for (size_t i = mix64(key) & mask;; i = (i + 1) & mask) {
+        if (m->vals[i] == PT_AGG_NONE)
+            break;
+        if (m->keys[i] == key)
+            return &m->vals[i];
+    }
+    if (map_put(m, key, 0))
+        return NULL;
+    mask = m->cap - 1;
+    for (size_t i = mix64(key) & mask;; i = (i + 1) & mask)
+        if (m->keys[i] == key && m->vals[i] != PT_AGG_NONE)
+            return &m->vals[i];
+}
+
 /* ---- state ---------------------------------------------------------------- */
 
 typedef struct node {
@@ -210,6 +251,7 @@ struct pt_agg {
     thread_t *threads;
     uint32_t thread_count, thread_cap;
     map_t thread_map;      /* number -> index */
+    map_t open_frames;     /* (thread index << 32 | symbol id) -> frames of it on that stack */
     uint32_t last_thread;  /* lookup cache */
 
     char **old_strings;    /* replaced symbol strings, freed at destroy */
@@ -252,7 +294,7 @@ static char *dup_bytes(const char *p, size_t n)
 static void recompute_slice_ticks(pt_agg_t *a)
 {
     double t = (double)a->tps * (double)a->slice_ns / 1e9;
-    a->slice_ticks = t < 1.0 ? 1 : (uint64_t)(t + 0.5);
+    a->slice_ticks = t < 1.0 ? 1 : u64_of_double(t + 0.5);
 }
 
 int pt_agg_create(const pt_agg_config_t *cfg, pt_agg_t **out)
@@ -271,7 +313,8 @@ int pt_agg_create(const pt_agg_config_t *cfg, pt_agg_t **out)
         goto err;
     for (uint32_t i = 0; i < a->slice_count; i++)
         a->slices[i].no = NO_SLICE;
-    if (map_init(&a->node_map, 1024) || map_init(&a->sym_map, 256) || map_init(&a->thread_map, 16))
+    if (map_init(&a->node_map, 1024) || map_init(&a->sym_map, 256) || map_init(&a->thread_map, 16) ||
+        map_init(&a->open_frames, 64))
         goto err;
     *out = a;
     return 0;
@@ -302,6 +345,7 @@ void pt_agg_destroy(pt_agg_t *a)
     }
     free(a->threads);
     map_free(&a->thread_map);
+    map_free(&a->open_frames);
     for (size_t i = 0; i < a->old_count; i++)
         free(a->old_strings[i]);
     free(a->old_strings);
@@ -461,7 +505,7 @@ static slice_t *slice_get(pt_agg_t *a, uint64_t no)
         }
         a->max_slice = no;
     }
-    if (no + a->slice_count <= a->max_slice)
+    if (a->max_slice - no >= a->slice_count) /* no <= max_slice here */
         return NULL;
     slice_t *sl = &a->slices[no % a->slice_count];
     return sl->no == no ? sl : NULL;
@@ -469,7 +513,9 @@ static slice_t *slice_get(pt_agg_t *a, uint64_t no)
 
 static inline uint64_t slice_of_ticks(const pt_agg_t *a, uint64_t t)
 {
-    return t <= a->origin ? 0 : (t - a->origin) / a->slice_ticks;
+    uint64_t no = t <= a->origin ? 0 : (t - a->origin) / a->slice_ticks;
+    /* NO_SLICE is a sentinel, and loops run up to max_slice inclusive */
+    return no < NO_SLICE - 1 ? no : NO_SLICE - 2;
 }
 
 /* Slice number of tick t for thread th (cached per thread). */
@@ -480,8 +526,10 @@ static inline uint64_t thread_slice(pt_agg_t *a, thread_t *th, uint64_t t)
     uint64_t no = slice_of_ticks(a, t);
     th->slice_no = no;
     th->slice_slot = (uint32_t)(no % a->slice_count);
-    th->slice_start = no == 0 ? 0 : a->origin + no * a->slice_ticks;
-    th->slice_end = a->origin + (no + 1) * a->slice_ticks;
+    th->slice_start = no == 0 ? 0 : sat_add(a->origin, sat_mul(no, a->slice_ticks));
+    /* saturates at 2^64 - 1: the last slice then ends at the last tick, and
+     * account() treats an end that does not move forward as the end */
+    th->slice_end = sat_add(a->origin, sat_mul(no + 1, a->slice_ticks));
     return no;
 }
 
@@ -560,22 +608,34 @@ static void account(pt_agg_t *a, thread_t *th, uint64_t now)
     a->nodes[top].self += now - t;
     /* window: split the interval at slice borders; parts older than the
      * ring are only in the whole run */
-    uint64_t ring_ticks = (uint64_t)a->slice_count * a->slice_ticks;
+    uint64_t ring_ticks = sat_mul(a->slice_count, a->slice_ticks);
     if (now - t > ring_ticks)
         t = now - ring_ticks;
+    /* at most slice_count + 1 rounds: each one ends at a slice border (or
+     * at now), and the interval spans at most the ring */
     while (t < now) {
         uint64_t no = thread_slice(a, th, t);
-        uint64_t end = th->slice_end < now ? th->slice_end : now;
+        uint64_t end = th->slice_end < now && th->slice_end > t ? th->slice_end : now;
         slice_add(a, top, no, th->slice_slot, 0, end - t);
         t = end;
     }
     th->last = now;
 }
 
-static void truncate_stack(thread_t *th, uint32_t depth)
+static inline uint64_t open_key(const pt_agg_t *a, const thread_t *th, uint32_t id)
 {
-    if (depth < th->depth)
-        th->depth = depth;
+    return (uint64_t)(th - a->threads) << 32 | id;
+}
+
+/* Pop every frame above `depth`, keeping the open-frame counts. */
+static void truncate_stack(pt_agg_t *a, thread_t *th, uint32_t depth)
+{
+    while (th->depth > depth) {
+        th->depth--;
+        uint32_t *open = map_counter(&a->open_frames, open_key(a, th, th->stack[th->depth].id));
+        if (open && *open)
+            (*open)--;
+    }
 }
 
 static int push(pt_agg_t *a, thread_t *th, uint32_t id, int count_call, uint64_t now)
@@ -589,6 +649,10 @@ static int push(pt_agg_t *a, thread_t *th, uint32_t id, int count_call, uint64_t
     uint32_t c = child_of(a, parent, id);
     if (c == PT_AGG_NONE)
         return -ENOMEM;
+    uint32_t *open = map_counter(&a->open_frames, open_key(a, th, id));
+    if (!open)
+        return -ENOMEM;
+    (*open)++;
     if (count_call) {
         a->nodes[c].calls++;
         uint64_t no = thread_slice(a, th, now);
@@ -598,28 +662,37 @@ static int push(pt_agg_t *a, thread_t *th, uint32_t id, int count_call, uint64_t
     return 0;
 }
 
+/* A return closes the innermost open frame of its function, and every frame
+ * above it (their returns were missed). A return of a function with no open
+ * frame is unmatched: the per-function count of open frames answers that in
+ * O(1), and a search that finds its frame pops every frame it passes, so a
+ * stream costs time linear in its events whatever it holds. */
 static void pop(pt_agg_t *a, thread_t *th, uint32_t id)
 {
     if (th->depth && th->stack[th->depth - 1].id == id) {
-        th->depth--;
+        truncate_stack(a, th, th->depth - 1);
         return;
     }
-    /* missed returns: close every frame above the matching one */
+    uint32_t *open = map_counter(&a->open_frames, open_key(a, th, id));
+    if (open == NULL || *open == 0) {
+        a->unmatched++;
+        return;
+    }
     for (uint32_t i = th->depth; i-- > 0;) {
         if (th->stack[i].id == id) {
-            th->depth = i;
+            truncate_stack(a, th, i);
             return;
         }
     }
-    a->unmatched++;
+    a->unmatched++; /* not reached while the counts are right */
 }
 
-static void end_recovery(thread_t *th)
+static void end_recovery(pt_agg_t *a, thread_t *th)
 {
     if (!th->recovering)
         return;
     if (th->prefix_intact)
-        truncate_stack(th, th->recover_pos); /* old frames beyond the reported stack are gone */
+        truncate_stack(a, th, th->recover_pos); /* old frames beyond the reported stack are gone */
     th->recovering = 0;
 }
 
@@ -641,7 +714,7 @@ static int on_frame(pt_agg_t *a, thread_t *th, const pt_event_t *ev)
         return 0;
     }
     if (th->prefix_intact) {
-        truncate_stack(th, th->recover_pos);
+        truncate_stack(a, th, th->recover_pos);
         th->prefix_intact = 0;
     }
     account(a, th, ev->ticks);
@@ -665,7 +738,7 @@ static int feed_event(pt_agg_t *a, thread_t *th, const pt_event_t *ev)
     case PT_EV_RESUME:
     case PT_EV_CCALL:
     case PT_EV_SPAN_BEGIN:
-        end_recovery(th);
+        end_recovery(a, th);
         account(a, th, now);
         return push(a, th, ev->id, 1, now);
     case PT_EV_RETURN:
@@ -674,12 +747,12 @@ static int feed_event(pt_agg_t *a, thread_t *th, const pt_event_t *ev)
     case PT_EV_CRETURN:
     case PT_EV_CUNWIND:
     case PT_EV_SPAN_END:
-        end_recovery(th);
+        end_recovery(a, th);
         account(a, th, now);
         pop(a, th, ev->id);
         return 0;
     case PT_EV_MARK:
-        end_recovery(th);
+        end_recovery(a, th);
         account(a, th, now);
         return 0;
     case PT_EV_LOST:
@@ -719,7 +792,7 @@ static void close_thread(pt_agg_t *a, thread_t *th, uint64_t ticks)
         account(a, th, ticks);
     }
     th->recovering = 0;
-    th->depth = 0;
+    truncate_stack(a, th, 0);
     th->ended = 1;
 }
 
@@ -831,7 +904,7 @@ const pt_fb_process_info_t *pt_agg_process_info(const pt_agg_t *a) { return &a->
 
 static uint64_t ticks_ns(const pt_agg_t *a, uint64_t ticks)
 {
-    return (uint64_t)((double)ticks * 1e9 / (double)a->tps + 0.5);
+    return u64_of_double((double)ticks * 1e9 / (double)a->tps + 0.5); /* a 2^40 s call is not 0 ns */
 }
 
 uint64_t pt_agg_ticks_to_ns(const pt_agg_t *a, uint64_t ticks)
@@ -919,7 +992,7 @@ static int view_build(pt_agg_t *a, const pt_agg_query_t *q, view_t *v)
     int window = q && q->window_seconds > 0 && a->max_slice != NO_SLICE;
     if (window) {
         double want = q->window_seconds * 1e9 / (double)a->slice_ns;
-        uint64_t ns = want < 1 ? 1 : (uint64_t)(want + 0.999999);
+        uint64_t ns = want < 1 ? 1 : u64_of_double(want + 0.999999);
         if (ns > a->slice_count)
             ns = a->slice_count;
         uint64_t first = a->max_slice + 1 >= ns ? a->max_slice + 1 - ns : 0;
@@ -932,7 +1005,7 @@ static int view_build(pt_agg_t *a, const pt_agg_query_t *q, view_t *v)
                 v->self[sl->entries[i].node] += sl->entries[i].self;
             }
         }
-        uint64_t ws = a->origin + first * a->slice_ticks;
+        uint64_t ws = sat_add(a->origin, sat_mul(first, a->slice_ticks));
         if (ws > wstart)
             wstart = ws;
     } else {

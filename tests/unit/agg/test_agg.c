@@ -557,6 +557,112 @@ static void test_volume(void)
     pt_agg_destroy(agg);
 }
 
+/* Ticks near 2^64 (a hostile or damaged stream): slice borders saturate
+ * instead of wrapping, so feeding ends (it ran for hours before), and a call
+ * 2^40 s long shows as such, not as 0 ns (a float-to-integer overflow). */
+static void test_hostile_ticks(void)
+{
+    pt_agg_t *agg = new_agg();
+    setup_syms(agg);
+    stream_t *s = calloc(1, sizeof *s);
+    s->agg = agg;
+    s->thread = 1;
+    s->now = 1000;
+    ev(s, PT_EV_CALL, A, 0);
+    ev(s, PT_EV_CALL, B, 5);
+    ev(s, PT_EV_RETURN, B, UINT64_MAX - 2000); /* near 2^64 */
+    ev(s, PT_EV_CALL, G, 1);
+    ev(s, PT_EV_RETURN, G, 0);
+    s->now = UINT64_MAX;
+    ev(s, PT_EV_RETURN, A, 0);
+    s->now = 3; /* and back to the start: a clock that went back */
+    ev(s, PT_EV_CALL, A, 0);
+    ev(s, PT_EV_RETURN, A, 0);
+    flush(s);
+    pt_agg_table_t t = {0};
+    const pt_agg_row_t *r = get_row(agg, &t, 0, 0, "b");
+    CHECK_EQ(r->calls, 1);
+    CHECK(r->self_ns > (UINT64_C(1) << 62)); /* about 2^64 ns, not 0 */
+    r = get_row(agg, &t, 0, 10.0, "a"); /* the window of the last 10 s */
+    CHECK_EQ(r->calls, 0);
+    pt_agg_table_free(&t);
+    pt_agg_tree_t tree = {0};
+    CHECK_EQ(pt_agg_tree(agg, &(pt_agg_query_t){.thread = 0, .window_seconds = 10.0}, &tree), 0);
+    pt_agg_tree_free(&tree);
+    free(s);
+    pt_agg_destroy(agg);
+
+    /* ticks_per_second near 2^64 as well: slice length saturates */
+    pt_agg_t *agg2 = NULL;
+    CHECK_EQ(pt_agg_create(&(pt_agg_config_t){.slice_ns = 100000000ull, .slice_count = 600}, &agg2), 0);
+    pt_fb_msg_t m = {.type = PT_MSG_PROCESS_INFO};
+    m.u.process_info.ticks_per_second = UINT64_MAX;
+    m.u.process_info.base_ticks = UINT64_MAX - 10;
+    CHECK_EQ(pt_agg_feed_msg(agg2, &m), 0);
+    pt_event_t evs[] = {{.ticks = UINT64_MAX - 5, .id = 1, .kind = PT_EV_CALL},
+                        {.ticks = UINT64_MAX, .id = 1, .kind = PT_EV_RETURN},
+                        {.ticks = 0, .id = 2, .kind = PT_EV_CALL},
+                        {.ticks = UINT64_MAX, .id = 2, .kind = PT_EV_RETURN}};
+    CHECK_EQ(pt_agg_feed_events(agg2, 1, evs, 4), 0);
+    pt_agg_table_t t2 = {0};
+    CHECK_EQ(pt_agg_table(agg2, &(pt_agg_query_t){.window_seconds = 5.0}, PT_AGG_SORT_SELF, 1, NULL, &t2), 0);
+    pt_agg_table_free(&t2);
+    pt_agg_destroy(agg2);
+
+    /* one tick a second: a 2^40 s call is past 2^64 ns and saturates, not 0 */
+    pt_agg_t *agg3 = NULL;
+    CHECK_EQ(pt_agg_create(NULL, &agg3), 0);
+    m.u.process_info.ticks_per_second = 1;
+    m.u.process_info.base_ticks = 0;
+    CHECK_EQ(pt_agg_feed_msg(agg3, &m), 0);
+    pt_event_t long_call[] = {{.ticks = 1, .id = 1, .kind = PT_EV_CALL},
+                              {.ticks = 1 + (UINT64_C(1) << 40), .id = 1, .kind = PT_EV_RETURN}};
+    CHECK_EQ(pt_agg_feed_events(agg3, 1, long_call, 2), 0);
+    CHECK_EQ(pt_agg_ticks_to_ns(agg3, 1 + (UINT64_C(1) << 40)), UINT64_MAX);
+    pt_agg_table_t t3 = {0};
+    CHECK_EQ(pt_agg_table(agg3, NULL, PT_AGG_SORT_SELF, 1, NULL, &t3), 0);
+    CHECK(t3.count == 1 && t3.rows[0].self_ns == UINT64_MAX);
+    pt_agg_table_free(&t3);
+    pt_agg_destroy(agg3);
+}
+
+/* Returns with no matching call (a reader that starts mid-stream sees many)
+ * cost O(1) each however deep the stack: 1 M of them under a 100,000-deep
+ * stack took minutes when each one scanned the stack. The test bounds the
+ * work by time only loosely (it is a test, not a benchmark): it must finish
+ * at all under ctest's timeout, and the counts must be exact. */
+static void test_unmatched_returns_linear(void)
+{
+    pt_agg_t *agg = new_agg();
+    stream_t *s = calloc(1, sizeof *s);
+    s->agg = agg;
+    s->thread = 1;
+    const uint32_t depth = 100000;
+    for (uint32_t i = 0; i < depth; i++)
+        ev(s, PT_EV_CALL, 10 + (i % 50), 1); /* 50 functions, deep mutual recursion */
+    for (uint32_t i = 0; i < 1000000; i++)
+        ev(s, PT_EV_RETURN, 5000 + (i % 1000), 1); /* never called */
+    /* a return that matches deep down closes every frame above it */
+    ev(s, PT_EV_RETURN, 10, 1);
+    flush(s);
+    pt_agg_counters_t c;
+    pt_agg_counters(agg, &c);
+    CHECK_EQ(c.unmatched_closes, 1000000);
+    pt_agg_thread_info_t ti;
+    CHECK_EQ(pt_agg_thread_at(agg, 0, &ti), 0);
+    CHECK_EQ(ti.depth, (uint32_t)(depth - 50)); /* the innermost frame of 10 was at depth - 50 */
+    /* and the counts of open frames stay right after the cut: 10 is still
+     * open below, so its return matches again */
+    ev(s, PT_EV_RETURN, 10, 1);
+    flush(s);
+    CHECK_EQ(pt_agg_thread_at(agg, 0, &ti), 0);
+    CHECK_EQ(ti.depth, (uint32_t)(depth - 100));
+    pt_agg_counters(agg, &c);
+    CHECK_EQ(c.unmatched_closes, 1000000);
+    free(s);
+    pt_agg_destroy(agg);
+}
+
 int main(void)
 {
     test_direct_recursion();
@@ -570,6 +676,8 @@ int main(void)
     test_threads_merge();
     test_feed_bytes();
     test_volume();
+    test_hostile_ticks();
+    test_unmatched_returns_linear();
     if (failures) {
         fprintf(stderr, "%d check(s) failed\n", failures);
         return 1;
