@@ -173,6 +173,15 @@ void pt_tracer_fail(const char *what)
     set_first_error("%s", what);
 }
 
+void pt_tracer_displaced(const char *how)
+{
+    pt_segment_t *seg = g.seg;
+    if (seg)
+        /* relaxed: a statistic */
+        atomic_fetch_add_explicit(&pt_segment_header(seg)->tracing_displaced, 1, memory_order_relaxed);
+    set_first_error("%s", how);
+}
+
 void pt_tracer_check_hook(void)
 {
     if (pt_hooks_intact())
@@ -1096,6 +1105,7 @@ static void copy_counters(pt_counters_t *out)
     out->symbols = atomic_load_explicit(&h->symbol_count, memory_order_relaxed);
     out->symbols_dropped = atomic_load_explicit(&h->symbols_dropped, memory_order_relaxed);
     out->rings_exhausted = atomic_load_explicit(&h->rings_exhausted, memory_order_relaxed);
+    out->tracing_displaced = atomic_load_explicit(&h->tracing_displaced, memory_order_relaxed);
     out->threads = g.threads_seen;
     /* acquire: pairs with the release in set_first_error */
     if (atomic_load_explicit(&g.first_error_set, memory_order_acquire) == 2)

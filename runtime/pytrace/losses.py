@@ -1,0 +1,48 @@
+"""The loss counters every tool shows, in one list.
+
+A counter here is named as in `pytrace.Counters`, `Reader.stats()`, the ProducerStatus
+message and `pytrace ls --json`. Each tool (stop(), `pytrace record`, `pytrace export`,
+`pytrace ls`) shows the non-zero ones through `describe()`, so a new counter is one line
+here (and the same line in viewer/top/main.c's table for pytrace-top).
+"""
+
+# (key, how one reads "N <phrase>")
+LOSS_COUNTERS = (
+    ("events_dropped", "events dropped"),
+    ("symbols_dropped", "symbols dropped (their functions show as <unknown>)"),
+    ("hook_errors", "hook errors"),
+    ("rings_exhausted", "ring claims found no free ring (threads waited untraced)"),
+    ("tracing_displaced", "threads displaced by the program's own profiler (not traced)"),
+)
+
+# Counters that are not events dropped: export and record show events dropped their own
+# way (the gaps they saw), these beside it.
+OTHER_LOSSES = tuple(k for k, _ in LOSS_COUNTERS if k != "events_dropped")
+
+
+def losses_of(source, keys=None):
+    """{key: count} of the loss counters found in `source` (a mapping or an object with
+    attributes); missing ones count 0."""
+    out = {}
+    for key, _ in LOSS_COUNTERS:
+        if keys is not None and key not in keys:
+            continue
+        value = source.get(key, 0) if isinstance(source, dict) else getattr(source, key, 0)
+        try:
+            out[key] = int(value or 0)
+        except (TypeError, ValueError):
+            out[key] = 0
+    return out
+
+
+def describe(values, keys=None):
+    """'25325 symbols dropped (...), 1 hook errors' for the non-zero counters, in the
+    list's order; '' when there is none."""
+    parts = []
+    for key, phrase in LOSS_COUNTERS:
+        if keys is not None and key not in keys:
+            continue
+        n = values.get(key, 0) if isinstance(values, dict) else getattr(values, key, 0)
+        if n:
+            parts.append("%d %s" % (n, phrase))
+    return ", ".join(parts)
