@@ -21,7 +21,7 @@ try:
 except ImportError:
     pytest.skip("the _pytrace extension is not built", allow_module_level=True)
 
-from topkit import TOP  # noqa: E402
+from topkit import TOP, Tmux  # noqa: E402
 
 PY = sys.executable
 
@@ -99,7 +99,17 @@ def test_symbols_dropped_agree_across_stop_record_export_top(tmp_path):
         assert doc[key] == 0, (key, doc)
     text = _run([TOP, "--file", str(rec), "--once"])
     assert text.returncode == 0, text.stderr
-    assert _number(r"lost:  symbols dropped (\d+)", text.stdout) == dropped
+    assert _number(r"lost: symbols dropped (\d+)", text.stdout) == dropped
+    # the interactive status line and its warning line
+    t = Tmux("--file %s" % rec, width=200, height=12)
+    try:
+        screen = t.wait_for(lambda s: "ENDED" in s, what="the recording's last picture")
+    finally:
+        t.close()
+    status, warning = screen.splitlines()[:2]
+    assert _number(r"dropped 0  symbols dropped (\d+)  threads", status) == dropped, screen
+    assert _number(r"WARNING: the job lost more than events \(symbols dropped (\d+)\)",
+                   warning) == dropped, screen
 
 
 def test_pytrace_ls_shows_symbols_dropped_of_a_live_job(tmp_path):

@@ -275,9 +275,9 @@ static uint64_t App_loss(const App *app, size_t i)
     return v;
 }
 
-/* "  symbols dropped 25325  hook errors 1" for the non-zero ones ("" if none);
- * returns the number of non-zero counters. */
-static int App_lossText(const App *app, char *out, size_t cap)
+/* "symbols dropped 25325<sep>hook errors 1" for the non-zero ones ("" if
+ * none); returns the number of non-zero counters. */
+static int App_lossText(const App *app, const char *sep, char *out, size_t cap)
 {
     int n = 0;
     size_t used = 0;
@@ -286,8 +286,9 @@ static int App_lossText(const App *app, char *out, size_t cap)
         uint64_t v = App_loss(app, i);
         if (v == 0)
             continue;
+        int w = snprintf(out + used, cap - used, "%s%s %llu", n ? sep : "", App_losses[i].label,
+                         (unsigned long long)v);
         n++;
-        int w = snprintf(out + used, cap - used, "  %s %llu", App_losses[i].label, (unsigned long long)v);
         if (w < 0 || (size_t)w >= cap - used)
             break;
         used += (size_t)w;
@@ -339,10 +340,10 @@ static void App_draw(App *app)
     } else {
         snprintf(speed, sizeof speed, "%s ev/s", rate);
     }
-    int other_losses = App_lossText(app, losses, sizeof losses);
-    snprintf(line, sizeof line, " pytrace-top  %spid %llu  [%s]%s  %s  dropped %llu%s  threads %u  window %gs  %s  %s: %s  %s",
+    int other_losses = App_lossText(app, "  ", losses, sizeof losses);
+    snprintf(line, sizeof line, " pytrace-top  %spid %llu  [%s]%s  %s  dropped %llu%s%s  threads %u  window %gs  %s  %s: %s  %s",
              source, (unsigned long long)app->stats.pid, state, app->paused ? " PAUSED" : "", speed,
-             (unsigned long long)dropped, losses, threads, app->window_seconds, win, app->panel->name,
+             (unsigned long long)dropped, other_losses ? "  " : "", losses, threads, app->window_seconds, win, app->panel->name,
              app->panel == &TablePanel_class ? (app->table_window ? "window" : "whole run") : "window", cmd);
     App_drawLine(0, CRT_attr(app->ended || app->died ? CRT_C_ENDED : CRT_C_HEADER) | A_BOLD, line);
     int top = 1;
@@ -354,8 +355,11 @@ static void App_draw(App *app)
         App_drawLine(top++, CRT_attr(CRT_C_WARNING) | A_BOLD, line);
     }
     if (other_losses) {
-        snprintf(line, sizeof line, " WARNING: the job lost:%s; the picture is incomplete (pytrace.stop() and the job's stderr say why)",
-                 losses);
+        char list[256];
+        App_lossText(app, ", ", list, sizeof list);
+        snprintf(line, sizeof line,
+                 " WARNING: the job lost more than events (%s); the picture is incomplete - "
+                 "pytrace.stop() and the job's stderr say why", list);
         App_drawLine(top++, CRT_attr(CRT_C_WARNING) | A_BOLD, line);
     }
     if (app->error[0]) {
@@ -749,8 +753,8 @@ static void Headless_text(App *app, const Options *o)
            (unsigned long long)app->stats.pid, App_stateName(app), (unsigned long long)app->stats.events_read, rate,
            (unsigned long long)App_dropped(app), app->counters.threads_seen);
     char losses[256];
-    if (App_lossText(app, losses, sizeof losses))
-        printf("lost:%s\n", losses);
+    if (App_lossText(app, ", ", losses, sizeof losses))
+        printf("lost: %s\n", losses);
     if (app->error[0])
         printf("error: %s\n", app->error);
     printf("%7s %7s %10s %10s %16s  %s\n", "OWN%", "TOTAL%", "OWN", "TOTAL", "CALLS", "FUNCTION  FILE:LINE");
