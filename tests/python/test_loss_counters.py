@@ -33,8 +33,12 @@ MANY_FUNCTIONS = textwrap.dedent("""
         return 1
 
     code = template.__code__
-    functions = [type(template)(code.replace(co_name="f%d" % i, co_qualname="f%d" % i), {})
-                 for i in range(100000)]
+    def named(i):                             # a distinct code object per function
+        names = {"co_name": "f%d" % i}
+        if hasattr(code, "co_qualname"):      # 3.11+
+            names["co_qualname"] = names["co_name"]
+        return code.replace(**names)
+    functions = [type(template)(named(i), {}) for i in range(100000)]
     for f in functions:
         f()
     hold = os.environ.get("HOLD")
