@@ -689,9 +689,18 @@ void pt_hooks_uninstall(PyObject *module)
     g_installed = 0; /* first: our own removal is no displacement */
     if (for_all_threads(NULL) < 0)
         PyErr_Clear();
-    if (g_replaced_thread_hook && threading_hook_is_ours() &&
-        set_threading_hook(g_old_thread_hook && !is_bootstrap(g_old_thread_hook) ? g_old_thread_hook : Py_None) < 0)
+    if (g_replaced_thread_hook && !threading_hook_is_ours()) {
+        /* threading.setprofile() while we traced: the threads it started
+         * after that ran the program's hook (counted as displaced, each) or
+         * none (not seen at all: threading sets no profile function then). */
+        if (pt_tracer_is_tracing())
+            pt_tracer_fail("the program replaced pytrace's threading.setprofile() hook: threads started "
+                           "after that were not traced");
+    } else if (g_replaced_thread_hook &&
+               set_threading_hook(g_old_thread_hook && !is_bootstrap(g_old_thread_hook) ? g_old_thread_hook
+                                                                                        : Py_None) < 0) {
         PyErr_Clear();
+    }
     g_replaced_thread_hook = 0;
     Py_CLEAR(g_old_thread_hook);
     PyErr_Restore(t, v, tb);

@@ -195,18 +195,25 @@ SETPROFILE = textwrap.dedent("""
     elif mode == "threading":          # threading.setprofile before tracing starts
         threading.setprofile(thread_prof)
 
-    if mode in ("before", "threading"):
+    if mode in ("before", "threading", "threading_after"):
         import warnings
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             pytrace.start(c_calls=sys.argv[2] == "1")
         for i in range(700):
             f(i)
-        if mode == "threading":
+        if mode == "threading_after":        # replaces pytrace's hook while traced
+            threading.setprofile(thread_prof)
+        if mode != "before":
             t = threading.Thread(target=lambda: [f(i) for i in range(300)])
             t.start()
             t.join()
-        else:
+        if mode == "threading_after":        # and then no hook at all
+            threading.setprofile(None)
+            t = threading.Thread(target=lambda: [f(i) for i in range(30)])
+            t.start()
+            t.join()
+        if mode == "before":
             sys.setprofile(None)
         start_warnings = [str(w.message) for w in caught]
     else:
@@ -258,11 +265,14 @@ def test_program_setprofile_runs_and_displacement_is_counted(tmp_path, c_calls):
 
 
 @pytest.mark.parametrize("mode,want_seen", [("before", {"calls": 700, "thread": 0}),
-                                            ("threading", {"calls": 0, "thread": 300})])
+                                            ("threading", {"calls": 0, "thread": 300}),
+                                            ("threading_after", {"calls": 0, "thread": 300})])
 def test_program_profiler_set_before_start_is_left_alone(tmp_path, mode, want_seen):
     """A profile function the program set before pytrace.start() (on a running thread,
     or for new threads with threading.setprofile) keeps running; the thread it holds
-    is counted as displaced where pytrace would have needed the slot."""
+    is counted as displaced where pytrace would have needed the slot. threading.setprofile
+    while traced: the thread started with the program's hook is displaced, and the hook's
+    replacement is a hook error (a thread started with no hook at all is not seen)."""
     prog = tmp_path / "setprofile.py"
     prog.write_text(SETPROFILE)
     for c_calls in (True, False):
@@ -278,6 +288,7 @@ def test_program_profiler_set_before_start_is_left_alone(tmp_path, mode, want_se
                        for w in counters["start_warnings"]), counters
         if want and mode == "threading":
             assert "threading.setprofile" in counters["first_error"], counters
+        assert counters["hook_errors"] == (want if mode == "threading_after" else 0), counters
 
 
 @pytest.mark.skipif(not MONITORING, reason="sys.monitoring is 3.12+")
