@@ -118,8 +118,8 @@ def test_cprofile_in_traced_program_counts_as_untraced(tmp_path, c_calls):
         # traces nothing of it, and every tool says so with the same count.
         assert recorded == 0
         assert top["tracing_displaced"] == 1, top
-        assert "1 threads displaced by the program's own profiler" in traced.stderr, traced.stderr
-        assert "1 threads displaced by the program's own profiler" in export_err, export_err
+        assert "1 thread displaced by the program's own profiler" in traced.stderr, traced.stderr
+        assert "1 thread displaced by the program's own profiler" in export_err, export_err
     else:
         assert recorded == 3000 + 4000 + 500
         assert top["tracing_displaced"] == 0, top
@@ -258,7 +258,7 @@ def test_program_setprofile_runs_and_displacement_is_counted(tmp_path, c_calls):
         assert "sys.setprofile" in counters["first_error"], counters
         assert recorded == 1000                 # what came before the program's profiler
         for text in (traced.stderr, export_err):
-            assert "1 threads displaced by the program's own profiler" in text, text
+            assert "1 thread displaced by the program's own profiler" in text, text
     else:
         assert recorded == 8000
         assert "displaced" not in export_err
