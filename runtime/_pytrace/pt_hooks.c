@@ -546,7 +546,7 @@ static int audit_hook(const char *event, PyObject *args, void *data)
                  "the program set its own profile function (sys.setprofile or a profiler such as "
                  "cProfile) on thread %lu: pytrace stops tracing that thread; trace without C calls "
                  "(3.11) to run both", PyThread_get_thread_ident());
-        pt_tracer_displaced(how);
+        pt_tracer_displaced(how, 1);
     } else if (ts->c_profilefunc == NULL && pt_tls_thread == NULL) {
         /* A thread that never ran traced gets a profile function: threading
          * starting it with the program's hook, unless that hook is ours. */
@@ -559,7 +559,7 @@ static int audit_hook(const char *event, PyObject *args, void *data)
                      "thread %lu started with the program's own profile function "
                      "(threading.setprofile): pytrace does not trace it",
                      PyThread_get_thread_ident());
-            pt_tracer_displaced(how);
+            pt_tracer_displaced(how, 0);
         }
     }
     return 0;
@@ -597,7 +597,7 @@ static int for_all_threads(Py_tracefunc func)
                 snprintf(how, sizeof how,
                          "thread %lu already runs the program's own profile function (sys.setprofile "
                          "or cProfile): pytrace leaves it untraced", (unsigned long)ts->thread_id);
-                pt_tracer_displaced(how);
+                pt_tracer_displaced(how, 0);
             }
             continue;
         }

@@ -173,8 +173,13 @@ void pt_tracer_fail(const char *what)
     set_first_error("%s", what);
 }
 
-void pt_tracer_displaced(const char *how)
+void pt_tracer_displaced(const char *how, int this_thread)
 {
+    pt_thread_t *t = pt_tls_thread;
+    uint32_t epoch = pt_epoch_now();
+    /* the owner, with the GIL, outside any hook: its ring is ours to write */
+    if (this_thread && t != NULL && epoch != 0 && pt_ok_epoch(t) == epoch)
+        pt_close_synthetic_above(t, 0);
     pt_segment_t *seg = g.seg;
     if (seg)
         /* relaxed: a statistic */

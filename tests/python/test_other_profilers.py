@@ -53,13 +53,18 @@ def _record(tmp_path, command, c_calls=True, name="rec.pytrace", env=None):
     return proc, rec
 
 
-def _recorded_calls(tmp_path, rec, func):
-    """Calls of `func` in a recording, through the pstats export."""
+def _recorded_stats(tmp_path, rec):
+    """The recording's pstats export (as pstats.Stats(...).stats) and export's stderr."""
     out = tmp_path / (rec.name + ".pstats")
     proc = _run([PY, "-m", "pytrace", "export", str(rec), "-f", "pstats", "-o", str(out)])
     assert proc.returncode == 0, proc.stderr
-    stats = pstats.Stats(str(out)).stats
-    return sum(v[1] for k, v in stats.items() if k[2] == func), proc.stderr
+    return pstats.Stats(str(out)).stats, proc.stderr
+
+
+def _recorded_calls(tmp_path, rec, func):
+    """Calls of `func` in a recording, through the pstats export."""
+    stats, err = _recorded_stats(tmp_path, rec)
+    return sum(v[1] for k, v in stats.items() if k[2] == func), err
 
 
 def _top_json(rec):
@@ -70,7 +75,7 @@ def _top_json(rec):
 
 
 PROFILED = textwrap.dedent("""
-    import cProfile, json, pstats, sys, tempfile, os
+    import cProfile, json, pstats, sys, tempfile, os, time
 
     def known(i):
         return i * 2
@@ -92,6 +97,7 @@ PROFILED = textwrap.dedent("""
     prof.disable()
     out["enable"] = count(pstats.Stats(prof))
     out["after"] = work(500)                           # after the program's profiler
+    time.sleep(0.6)
     print(json.dumps(out, sort_keys=True))
     sys.exit(3)
 """)
@@ -111,17 +117,22 @@ def test_cprofile_in_traced_program_counts_as_untraced(tmp_path, c_calls):
     assert traced.returncode == plain.returncode, traced.stderr
     assert traced.stdout == plain.stdout, traced.stderr        # cProfile's counts included
 
-    recorded, export_err = _recorded_calls(tmp_path, rec, "known")
+    stats, export_err = _recorded_stats(tmp_path, rec)
+    recorded = sum(v[1] for k, v in stats.items() if k[2] == "known")
+    (module_cumtime,) = [v[3] for k, v in stats.items() if k[0] == str(prog) and k[2] == "<module>"]
     top = _top_json(rec)
     if _displaces(c_calls):
         # cProfile.run took the main thread's profile slot: from there on, pytrace
         # traces nothing of it, and every tool says so with the same count.
         assert recorded == 0
+        # its open frames were closed then, not left running to the end (the sleep)
+        assert module_cumtime < 0.6, module_cumtime
         assert top["tracing_displaced"] == 1, top
         assert "1 thread displaced by the program's own profiler" in traced.stderr, traced.stderr
         assert "1 thread displaced by the program's own profiler" in export_err, export_err
     else:
         assert recorded == 3000 + 4000 + 500
+        assert module_cumtime >= 0.6, module_cumtime
         assert top["tracing_displaced"] == 0, top
         assert "displaced" not in traced.stderr + export_err
 
