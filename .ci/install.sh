@@ -12,7 +12,7 @@ apt-get install -y -qq build-essential liburcu-dev libncurses-dev flatbuffers-co
 PYTHONS=$(bash tests/pythons.sh)
 for py in $PYTHONS; do
     "$py" -m pip install -q --disable-pip-version-check --root-user-action=ignore \
-        "scikit-build-core>=0.8" cmake ninja flatbuffers pytest gprof2dot
+        "scikit-build-core>=0.8" cmake ninja flatbuffers pytest gprof2dot coverage
     "$py" -m pip install -q --disable-pip-version-check --root-user-action=ignore \
         --no-build-isolation .
 done

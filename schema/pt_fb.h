@@ -59,7 +59,8 @@ typedef struct pt_fb_event_chunk {
 typedef struct pt_fb_lost_count { uint64_t thread, dropped_total; } pt_fb_lost_count_t;
 
 typedef struct pt_fb_producer_status {
-    uint8_t state; uint64_t heartbeat_ns, events_written, events_dropped, hook_errors, symbols_dropped;
+    uint8_t state; uint64_t heartbeat_ns, events_written, events_dropped, hook_errors, symbols_dropped,
+        rings_exhausted, tracing_displaced;
 } pt_fb_producer_status_t;
 
 typedef struct pt_fb_msg {

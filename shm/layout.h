@@ -304,7 +304,9 @@ typedef struct pt_seg_header {
     _Atomic uint64_t symbols_dropped;   /* symbols that did not fit the log */
     _Atomic uint64_t threads_started;   /* last thread number handed out */
     _Atomic uint64_t rings_exhausted;   /* claims that found no free ring (a thread retries every 100 ms) */
-    uint8_t reserved_s2[16];
+    uint8_t reserved_s2[8];
+    _Atomic uint64_t tracing_displaced; /* 1400: threads whose profile hook the program (sys.setprofile,
+                                           cProfile) took over, or held when tracing started */
     /* symbol log line (1408) */
     _Alignas(PT_CACHE_LINE) _Atomic uint64_t symlog_published; /* bytes, release */
     _Atomic uint64_t symbol_count;      /* last id handed out */
@@ -326,6 +328,7 @@ _Static_assert(offsetof(pt_seg_header_t, producer_start) == 168, "producer_start
 _Static_assert(offsetof(pt_seg_header_t, python_version) == 256, "python_version");
 _Static_assert(offsetof(pt_seg_header_t, cmdline) == 320, "cmdline");
 _Static_assert(offsetof(pt_seg_header_t, state) == 1344, "state line");
+_Static_assert(offsetof(pt_seg_header_t, tracing_displaced) == 1400, "tracing_displaced");
 _Static_assert(offsetof(pt_seg_header_t, symlog_published) == 1408, "symlog line");
 _Static_assert(offsetof(pt_seg_header_t, consumer_pid) == 1472, "consumer line");
 

@@ -1017,6 +1017,11 @@ static void inspect(const char *dname, const struct stat *st, pt_segment_info_t 
         info->events_written += atomic_load_explicit(&slot->events_written, memory_order_relaxed);
         info->events_dropped += atomic_load_explicit(&slot->events_dropped, memory_order_relaxed);
     }
+    /* relaxed: counters for display only */
+    info->hook_errors = atomic_load_explicit(&h->hook_errors, memory_order_relaxed);
+    info->symbols_dropped = atomic_load_explicit(&h->symbols_dropped, memory_order_relaxed);
+    info->rings_exhausted = atomic_load_explicit(&h->rings_exhausted, memory_order_relaxed);
+    info->tracing_displaced = atomic_load_explicit(&h->tracing_displaced, memory_order_relaxed);
     uint64_t cpid = atomic_load_explicit(&h->consumer_pid, memory_order_acquire);
     uint64_t cstart = atomic_load_explicit(&h->consumer_start, memory_order_acquire);
     info->consumer_pid = process_alive(cpid, cstart) ? cpid : 0;

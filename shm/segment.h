@@ -118,6 +118,7 @@ typedef struct pt_segment_info {
     uint32_t threads_active;  /* ACTIVE ring slots */
     uint64_t events_written;
     uint64_t events_dropped;
+    uint64_t hook_errors, symbols_dropped, rings_exhausted, tracing_displaced; /* header counters */
     uint64_t segment_bytes;
     uint64_t consumer_pid;    /* 0 if no live reader */
     char cmdline[256];

@@ -28,10 +28,22 @@
  *         suspended at) = entered by throw()/close() (Resume, THROWN); a
  *         Return at YIELD_VALUE is a Yield.
  *   Return with arg NULL (exception) is an Unwind on both.
+ *
+ * A program's own profile function on 3.10/3.11 (sys.setprofile, cProfile,
+ * threading.setprofile): a thread has one profile slot, and the program's
+ * function must run as it would untraced. So pytrace never overwrites it: a
+ * thread that holds one when tracing starts is left alone, and a thread whose
+ * slot the program takes over stops being traced. Both are counted
+ * (tracing_displaced, one per thread) and explained in first_error, as soon as
+ * it happens: an audit hook sees every "sys.setprofile" event (raised by
+ * _PyEval_SetProfile before the slot changes, for the Python and C APIs
+ * alike). The frame-evaluation adapter shares no slot with sys.setprofile:
+ * both run, nothing to count.
  */
 #include "pt_tracer_inline.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #if PY_VERSION_HEX < 0x030B0000
@@ -251,10 +263,13 @@ int pt_hooks_install(PyObject *module, int c_calls)
         if (g_disable == NULL)
             return -1;
     }
-    /* PROFILER_ID (2) first, then the ids sys.monitoring leaves unnamed. */
-    static const int candidates[] = {2, 3, 4};
+    /* Ids 3 and 4: sys.monitoring names 0 (debugger), 1 (coverage), 2
+     * (profiler: cProfile takes it) and 5 (optimizer) for other kinds of
+     * tools, so a program's own cProfile, coverage or debugger keeps its id. */
+    static const int candidates[] = {3, 4};
+    enum { n_candidates = sizeof candidates / sizeof candidates[0] };
     g_tool_id = -1;
-    for (size_t i = 0; i < sizeof candidates / sizeof candidates[0]; i++) {
+    for (size_t i = 0; i < n_candidates; i++) {
         PyObject *r = PyObject_CallMethod(mon, "use_tool_id", "is", candidates[i], "pytrace");
         if (r) {
             Py_DECREF(r);
@@ -266,10 +281,24 @@ int pt_hooks_install(PyObject *module, int c_calls)
         PyErr_Clear();
     }
     if (g_tool_id < 0) {
-        PyErr_SetString(PyExc_RuntimeError,
-                        "sys.monitoring tool ids 2, 3 and 4 are all in use by other tools; "
-                        "stop another profiler first");
-        return -1;
+        /* Not an error of start(): the program runs as it would untraced,
+         * and stop() reports that nothing was traced (hook error + text). */
+        char holders[2][64] = {"?", "?"};
+        for (size_t i = 0; i < n_candidates; i++) {
+            PyObject *name = PyObject_CallMethod(mon, "get_tool", "i", candidates[i]);
+            const char *text = name && PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
+            if (text)
+                snprintf(holders[i], sizeof holders[i], "%s", text);
+            Py_XDECREF(name);
+            PyErr_Clear();
+        }
+        char msg[256];
+        snprintf(msg, sizeof msg,
+                 "sys.monitoring tool ids 3 and 4 are both taken (by '%s' and '%s'): nothing "
+                 "is traced; free one of them (sys.monitoring.free_tool_id) before starting pytrace",
+                 holders[0], holders[1]);
+        pt_tracer_fail(msg);
+        return 0;
     }
     long mask = 0;
     for (size_t i = 0; i < PT_MON_COUNT; i++) {
@@ -455,24 +484,86 @@ static int pt_profile(PyObject *obj, PyFrameObject *frame, int what, PyObject *a
  * replaces the Python-level profile trampoline with pt_profile. The event
  * itself is not recorded; the thread's first recorded event writes its whole
  * stack as Frame records, so nothing is unbalanced. */
+static int g_setting_profile; /* our own PyEval_SetProfile calls (GIL held) */
+
 static PyObject *thread_bootstrap(PyObject *self, PyObject *args)
 {
     (void)self;
     (void)args;
+    g_setting_profile = 1;
     if (pt_tracer_is_tracing())
         PyEval_SetProfile(pt_profile, NULL);
     else
         PyEval_SetProfile(NULL, NULL);
+    g_setting_profile = 0;
     Py_RETURN_NONE;
 }
 
 static PyMethodDef thread_bootstrap_def = {"_pytrace_thread_bootstrap", thread_bootstrap,
                                            METH_VARARGS, NULL};
 static PyObject *g_old_thread_hook; /* threading's previous profile hook */
+static int g_replaced_thread_hook;  /* threading's hook was None and is our bootstrap */
 static int g_installed;
 static int g_evalframe; /* the frame-evaluation adapter is in use instead */
 static int g_fell_back; /* it was, until the C stack ran low (pt_evalframe.c) */
 static PyObject *g_module; /* for the threading hook installed on fall-back */
+static int g_audit_added;
+
+static int is_bootstrap(PyObject *obj)
+{
+    return obj != NULL && PyCFunction_Check(obj) && ((PyCFunctionObject *)obj)->m_ml == &thread_bootstrap_def;
+}
+
+/* 1 if threading starts new threads with our bootstrap (GIL held). */
+static int threading_hook_is_ours(void)
+{
+    PyObject *modules = PyImport_GetModuleDict();
+    PyObject *threading = modules ? PyDict_GetItemString(modules, "threading") : NULL; /* borrowed */
+    if (threading == NULL)
+        return 0;
+    PyObject *hook = PyObject_GetAttrString(threading, "_profile_hook");
+    int ours = is_bootstrap(hook);
+    Py_XDECREF(hook);
+    PyErr_Clear();
+    return ours;
+}
+
+/* "sys.setprofile" is raised on the calling thread before its slot changes
+ * (also when the target is another thread, which only pytrace itself does on
+ * these versions). Runs with the GIL held; must not raise. */
+static int audit_hook(const char *event, PyObject *args, void *data)
+{
+    (void)args;
+    (void)data;
+    if (event[0] != 's' || strcmp(event, "sys.setprofile") != 0)
+        return 0;
+    if (g_setting_profile || !g_installed || !pt_tracer_is_tracing())
+        return 0;
+    PyThreadState *ts = PyThreadState_Get();
+    char how[256];
+    if (ts->c_profilefunc == pt_profile) {
+        snprintf(how, sizeof how,
+                 "the program set its own profile function (sys.setprofile or a profiler such as "
+                 "cProfile) on thread %lu: pytrace stops tracing that thread; trace without C calls "
+                 "(3.11) to run both", PyThread_get_thread_ident());
+        pt_tracer_displaced(how, 1);
+    } else if (ts->c_profilefunc == NULL && pt_tls_thread == NULL) {
+        /* A thread that never ran traced gets a profile function: threading
+         * starting it with the program's hook, unless that hook is ours. */
+        PyObject *t, *v, *tb;
+        PyErr_Fetch(&t, &v, &tb);
+        int ours = threading_hook_is_ours();
+        PyErr_Restore(t, v, tb);
+        if (!ours) {
+            snprintf(how, sizeof how,
+                     "thread %lu started with the program's own profile function "
+                     "(threading.setprofile): pytrace does not trace it",
+                     PyThread_get_thread_ident());
+            pt_tracer_displaced(how, 0);
+        }
+    }
+    return 0;
+}
 
 static int set_threading_hook(PyObject *hook)
 {
@@ -487,21 +578,50 @@ static int set_threading_hook(PyObject *hook)
     return 0;
 }
 
+/* Install (func = pt_profile) or remove (NULL) our profile function on every
+ * thread. A thread whose slot holds another profile function is left to it:
+ * on install it is counted as displaced (not traced), on removal skipped. */
 static int for_all_threads(Py_tracefunc func)
 {
     PyThreadState *me = PyThreadState_Get();
     PyInterpreterState *interp = PyThreadState_GetInterpreter(me);
+    int rc = 0;
+    g_setting_profile = 1;
     for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts; ts = PyThreadState_Next(ts)) {
-        if (func == NULL && ts->c_profilefunc != pt_profile)
-            continue; /* someone else's profiler: leave it */
-        if (_PyEval_SetProfile(ts, func, NULL) < 0)
-            return -1;
+        int ours = ts->c_profilefunc == pt_profile ||
+                   /* a new thread whose first event is still to come */
+                   (ts->c_profilefunc != NULL && is_bootstrap(ts->c_profileobj));
+        if (!ours && ts->c_profilefunc != NULL) {
+            if (func != NULL) {
+                char how[256];
+                snprintf(how, sizeof how,
+                         "thread %lu already runs the program's own profile function (sys.setprofile "
+                         "or cProfile): pytrace leaves it untraced", (unsigned long)ts->thread_id);
+                pt_tracer_displaced(how, 0);
+            }
+            continue;
+        }
+        if (func == NULL && !ours)
+            continue;
+        if (_PyEval_SetProfile(ts, func, NULL) < 0) {
+            rc = -1;
+            break;
+        }
     }
-    return 0;
+    g_setting_profile = 0;
+    return rc;
 }
 
 static int install_profile(PyObject *module)
 {
+    if (!g_audit_added) {
+        /* Added once for the process (audit hooks cannot be removed); it
+         * does nothing unless this adapter is tracing. If the program's own
+         * audit hook refuses it, displacement goes unseen until stop(). */
+        if (PySys_AddAuditHook(audit_hook, NULL) == 0)
+            g_audit_added = 1;
+        PyErr_Clear();
+    }
     PyObject *threading = PyImport_ImportModule("threading");
     if (threading == NULL)
         return -1;
@@ -509,18 +629,24 @@ static int install_profile(PyObject *module)
     Py_DECREF(threading);
     if (g_old_thread_hook == NULL)
         PyErr_Clear();
-    PyObject *hook = PyCFunction_New(&thread_bootstrap_def, module);
-    if (hook == NULL)
-        return -1;
-    int rc = set_threading_hook(hook);
-    Py_DECREF(hook);
-    if (rc < 0)
-        return -1;
+    /* The program's own threading.setprofile() hook is kept: its threads run
+     * its profile function, as untraced (the audit hook counts them). */
+    g_replaced_thread_hook = g_old_thread_hook == NULL || g_old_thread_hook == Py_None ||
+                             is_bootstrap(g_old_thread_hook);
+    if (g_replaced_thread_hook) {
+        PyObject *hook = PyCFunction_New(&thread_bootstrap_def, module);
+        if (hook == NULL)
+            return -1;
+        int rc = set_threading_hook(hook);
+        Py_DECREF(hook);
+        if (rc < 0)
+            return -1;
+    }
+    g_installed = 1;
     if (for_all_threads(pt_profile) < 0) {
         pt_hooks_uninstall(module);
         return -1;
     }
-    g_installed = 1;
     return 0;
 }
 
@@ -560,12 +686,23 @@ void pt_hooks_uninstall(PyObject *module)
     }
     PyObject *t, *v, *tb;
     PyErr_Fetch(&t, &v, &tb);
+    g_installed = 0; /* first: our own removal is no displacement */
     if (for_all_threads(NULL) < 0)
         PyErr_Clear();
-    if (set_threading_hook(g_old_thread_hook ? g_old_thread_hook : Py_None) < 0)
+    if (g_replaced_thread_hook && !threading_hook_is_ours()) {
+        /* threading.setprofile() while we traced: the threads it started
+         * after that ran the program's hook (counted as displaced, each) or
+         * none (not seen at all: threading sets no profile function then). */
+        if (pt_tracer_is_tracing())
+            pt_tracer_fail("the program replaced pytrace's threading.setprofile() hook: threads started "
+                           "after that were not traced");
+    } else if (g_replaced_thread_hook &&
+               set_threading_hook(g_old_thread_hook && !is_bootstrap(g_old_thread_hook) ? g_old_thread_hook
+                                                                                        : Py_None) < 0) {
         PyErr_Clear();
+    }
+    g_replaced_thread_hook = 0;
     Py_CLEAR(g_old_thread_hook);
-    g_installed = 0;
     PyErr_Restore(t, v, tb);
 }
 

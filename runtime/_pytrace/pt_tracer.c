@@ -173,6 +173,20 @@ void pt_tracer_fail(const char *what)
     set_first_error("%s", what);
 }
 
+void pt_tracer_displaced(const char *how, int this_thread)
+{
+    pt_thread_t *t = pt_tls_thread;
+    uint32_t epoch = pt_epoch_now();
+    /* the owner, with the GIL, outside any hook: its ring is ours to write */
+    if (this_thread && t != NULL && epoch != 0 && pt_ok_epoch(t) == epoch)
+        pt_close_synthetic_above(t, 0);
+    pt_segment_t *seg = g.seg;
+    if (seg)
+        /* relaxed: a statistic */
+        atomic_fetch_add_explicit(&pt_segment_header(seg)->tracing_displaced, 1, memory_order_relaxed);
+    set_first_error("%s", how);
+}
+
 void pt_tracer_check_hook(void)
 {
     if (pt_hooks_intact())
@@ -1096,6 +1110,7 @@ static void copy_counters(pt_counters_t *out)
     out->symbols = atomic_load_explicit(&h->symbol_count, memory_order_relaxed);
     out->symbols_dropped = atomic_load_explicit(&h->symbols_dropped, memory_order_relaxed);
     out->rings_exhausted = atomic_load_explicit(&h->rings_exhausted, memory_order_relaxed);
+    out->tracing_displaced = atomic_load_explicit(&h->tracing_displaced, memory_order_relaxed);
     out->threads = g.threads_seen;
     /* acquire: pairs with the release in set_first_error */
     if (atomic_load_explicit(&g.first_error_set, memory_order_acquire) == 2)

@@ -42,7 +42,7 @@ typedef struct pt_options {
 
 typedef struct pt_counters {
     uint64_t events_written, events_dropped, hook_errors, symbols, symbols_dropped, threads,
-        rings_exhausted;
+        rings_exhausted, tracing_displaced;
     char segment[96];
     char first_error[256];      /* "" if none */
 } pt_counters_t;
@@ -80,6 +80,13 @@ PT_HIDDEN void pt_tracer_after_fork_parent(void);
 
 /* Record a hook failure (sticky; first text kept). Safe from any thread. */
 PT_HIDDEN void pt_tracer_fail(const char *what);
+/* The program took the profile hook of one thread over (sys.setprofile,
+ * cProfile), or held it when tracing started: that thread is not traced from
+ * here on. Counted in the header (tracing_displaced); `how` is kept as the
+ * first error if none came before. this_thread: it is the calling thread,
+ * whose open frames are closed now (synthetic records), so none of them runs
+ * on in the picture after its returns stopped being seen. GIL held. */
+PT_HIDDEN void pt_tracer_displaced(const char *how, int this_thread);
 /* If another tool took our hook over, report it (once per session). Called
  * by the heartbeat thread (no GIL) and by stop(). */
 PT_HIDDEN void pt_tracer_check_hook(void);

@@ -24,6 +24,7 @@ import threading
 import warnings
 from dataclasses import dataclass, fields
 
+from .losses import describe as _describe_losses
 from .reader import Reader, decode  # noqa: F401  (public)
 
 try:
@@ -60,6 +61,8 @@ class Counters:
     symbols_dropped: int = 0
     threads: int = 0
     rings_exhausted: int = 0
+    tracing_displaced: int = 0  # threads the program's own profile function took over
+                                # (sys.setprofile, cProfile on 3.10/3.11): not traced
     first_error: str = ""
     hook: str = ""          # the interpreter hook in use: sys.monitoring, PyEval_SetProfile,
                             # or frame evaluation (PEP 523) (3.11 with c_calls=False)
@@ -117,19 +120,28 @@ def start(c_calls=True, include=None, exclude=None, policy="drop", *, ring_count
     if policy not in ("drop", "wait"):
         raise ValueError("pytrace.start: policy must be 'drop' or 'wait', not %r" % (policy,))
     _clear_labels()
-    return ext.start(c_calls=c_calls, include=include, exclude=exclude, policy=policy,
+    name = ext.start(c_calls=c_calls, include=include, exclude=exclude, policy=policy,
                      ring_count=ring_count, chunk_bytes=chunk_bytes,
                      chunks_per_ring=chunks_per_ring, symlog_bytes=symlog_bytes,
                      wait_timeout=wait_timeout, clock=clock, cmdline=cmdline)
+    now = Counters._from(ext.counters())
+    if now.tracing_displaced or not now.hook:
+        # No hook (3.12: every free sys.monitoring id is taken) or a thread already runs
+        # the program's own profiler: say it now, not only at stop().
+        warnings.warn("pytrace: %s" % (now.first_error or "not tracing"), RuntimeWarning,
+                      stacklevel=2)
+    return name
 
 
 def stop():
-    """Stop tracing; return the Counters. Warns (RuntimeWarning) if hooks failed."""
+    """Stop tracing; return the Counters. Warns (RuntimeWarning, one line) if anything
+    was lost: events or symbols dropped, hook errors, threads left untraced."""
     result = Counters._from(_ext().stop())
     _clear_labels()
-    if result.hook_errors:
-        warnings.warn("pytrace: %d hook error(s) while tracing; first: %s"
-                      % (result.hook_errors, result.first_error or "unknown"),
+    lost = _describe_losses(result)
+    if lost:
+        warnings.warn("pytrace: %s%s" % (lost, "; first error: %s" % result.first_error
+                                         if result.first_error else ""),
                       RuntimeWarning, stacklevel=2)
     return result
 

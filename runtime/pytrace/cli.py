@@ -256,6 +256,11 @@ def cmd_ls(argv):
     widths = [max(len(r[i]) for r in rows) for i in range(6)]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r[:6], widths)) + "  " + r[6])
+    from .losses import OTHER_LOSSES, describe
+    for s in segs:                    # DROPPED is events; the other losses, one line each
+        lost = describe(s, OTHER_LOSSES)
+        if lost:
+            print("%s also lost: %s" % (_printable(s.get("name", "")), lost))
     return 0
 
 

@@ -157,6 +157,8 @@ class ProducerStatus:
     events_dropped: int
     hook_errors: int
     symbols_dropped: int
+    rings_exhausted: int = 0
+    tracing_displaced: int = 0
     type = MsgType.ProducerStatus
 
 
@@ -289,7 +291,8 @@ _DECODERS = {
     MsgType.EventChunk: _d_event_chunk,
     MsgType.LostCount: lambda t, d: LostCount(t.Thread(), t.DroppedTotal()),
     MsgType.ProducerStatus: lambda t, d: ProducerStatus(t.State(), t.HeartbeatNs(), t.EventsWritten(),
-                                                        t.EventsDropped(), t.HookErrors(), t.SymbolsDropped()),
+                                                        t.EventsDropped(), t.HookErrors(), t.SymbolsDropped(),
+                                                        t.RingsExhausted(), t.TracingDisplaced()),
 }
 
 

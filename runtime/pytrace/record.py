@@ -254,14 +254,20 @@ def _policy_of(data):
 
 
 def _summary(reader, writer, path):
+    from .losses import OTHER_LOSSES, describe, losses_of
     dropped = writer.lost_events
+    other = {}
     try:
         stats = reader.stats()
         dropped = max(dropped, int(stats.get("producer_events_dropped", 0) or 0))
+        other = losses_of(stats, OTHER_LOSSES)
     except Exception:  # noqa: BLE001 - the summary must not fail the recording
         pass
     _say("%d events written, %d events dropped, %d bytes, %s" % (
         writer.events, dropped, writer.bytes_written, path))
+    lost = describe(other, OTHER_LOSSES)
+    if lost:
+        _say("the job also lost: %s" % lost)
 
 
 def main(argv=None):

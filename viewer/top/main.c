@@ -16,6 +16,7 @@
  */
 #include <curses.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,6 +101,8 @@ static void App_fileNote(App *app, const pt_fb_msg_t *m)
         st->producer_events_dropped = m->u.producer_status.events_dropped;
         st->hook_errors = m->u.producer_status.hook_errors;
         st->symbols_dropped = m->u.producer_status.symbols_dropped;
+        st->rings_exhausted = m->u.producer_status.rings_exhausted;
+        st->tracing_displaced = m->u.producer_status.tracing_displaced;
         break;
     default: break;
     }
@@ -252,6 +255,47 @@ static uint64_t App_dropped(const App *app)
     return app->stats.producer_events_dropped > d ? app->stats.producer_events_dropped : d;
 }
 
+/* Losses other than events dropped (shown on their own): one line each, as in
+ * runtime/pytrace/losses.py. key: the name in --json and every other tool. */
+static const struct {
+    const char *key, *label;
+    size_t offset; /* of a uint64_t in pt_reader_stats_t */
+} App_losses[] = {
+    {"symbols_dropped", "symbols dropped", offsetof(pt_reader_stats_t, symbols_dropped)},
+    {"hook_errors", "hook errors", offsetof(pt_reader_stats_t, hook_errors)},
+    {"rings_exhausted", "no free ring", offsetof(pt_reader_stats_t, rings_exhausted)},
+    {"tracing_displaced", "threads displaced", offsetof(pt_reader_stats_t, tracing_displaced)},
+};
+#define APP_LOSS_COUNT (sizeof App_losses / sizeof App_losses[0])
+
+static uint64_t App_loss(const App *app, size_t i)
+{
+    uint64_t v;
+    memcpy(&v, (const char *)&app->stats + App_losses[i].offset, sizeof v);
+    return v;
+}
+
+/* "symbols dropped 25325<sep>hook errors 1" for the non-zero ones ("" if
+ * none); returns the number of non-zero counters. */
+static int App_lossText(const App *app, const char *sep, char *out, size_t cap)
+{
+    int n = 0;
+    size_t used = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < APP_LOSS_COUNT; i++) {
+        uint64_t v = App_loss(app, i);
+        if (v == 0)
+            continue;
+        int w = snprintf(out + used, cap - used, "%s%s %llu", n ? sep : "", App_losses[i].label,
+                         (unsigned long long)v);
+        n++;
+        if (w < 0 || (size_t)w >= cap - used)
+            break;
+        used += (size_t)w;
+    }
+    return n;
+}
+
 /* ---- interactive -------------------------------------------------------- */
 
 static void App_fillLine(int y, int attr)
@@ -274,7 +318,7 @@ static void App_drawLine(int y, int attr, const char *text)
 static void App_draw(App *app)
 {
     erase();
-    char line[2048], rate[32], cmd[300], win[64];
+    char line[2048], rate[32], cmd[300], win[64], losses[256];
     const pt_fb_process_info_t *pi = pt_agg_process_info(app->agg);
     Text_escape(pi->command_line.ptr ? pi->command_line.ptr : "", cmd, sizeof cmd);
     Text_count(app->read_rate, rate, sizeof rate);
@@ -296,9 +340,10 @@ static void App_draw(App *app)
     } else {
         snprintf(speed, sizeof speed, "%s ev/s", rate);
     }
-    snprintf(line, sizeof line, " pytrace-top  %spid %llu  [%s]%s  %s  dropped %llu  threads %u  window %gs  %s  %s: %s  %s",
+    int other_losses = App_lossText(app, "  ", losses, sizeof losses);
+    snprintf(line, sizeof line, " pytrace-top  %spid %llu  [%s]%s  %s  dropped %llu%s%s  threads %u  window %gs  %s  %s: %s  %s",
              source, (unsigned long long)app->stats.pid, state, app->paused ? " PAUSED" : "", speed,
-             (unsigned long long)dropped, threads, app->window_seconds, win, app->panel->name,
+             (unsigned long long)dropped, other_losses ? "  " : "", losses, threads, app->window_seconds, win, app->panel->name,
              app->panel == &TablePanel_class ? (app->table_window ? "window" : "whole run") : "window", cmd);
     App_drawLine(0, CRT_attr(app->ended || app->died ? CRT_C_ENDED : CRT_C_HEADER) | A_BOLD, line);
     int top = 1;
@@ -307,6 +352,14 @@ static void App_draw(App *app)
                  " WARNING: the job dropped %llu events (its rings were full); counts are incomplete - "
                  "use a larger ring (pytrace run --ring-size) or the lossless policy",
                  (unsigned long long)dropped);
+        App_drawLine(top++, CRT_attr(CRT_C_WARNING) | A_BOLD, line);
+    }
+    if (other_losses) {
+        char list[256];
+        App_lossText(app, ", ", list, sizeof list);
+        snprintf(line, sizeof line,
+                 " WARNING: the job lost more than events (%s); the picture is incomplete - "
+                 "pytrace.stop() and the job's stderr say why", list);
         App_drawLine(top++, CRT_attr(CRT_C_WARNING) | A_BOLD, line);
     }
     if (app->error[0]) {
@@ -656,6 +709,8 @@ static void Headless_json(App *app, const Options *o)
            (unsigned long long)app->stats.events_read, (unsigned long long)app->counters.events_seen,
            app->counters.events_per_second, (unsigned long long)App_dropped(app),
            (unsigned long long)app->table.span_ns, o->window, (unsigned long long)o->thread);
+    for (size_t i = 0; i < APP_LOSS_COUNT; i++)
+        printf("  \"%s\": %llu,\n", App_losses[i].key, (unsigned long long)App_loss(app, i));
     if (app->error[0]) {
         Text_json(app->error, a, sizeof a);
         printf("  \"error\": \"%s\",\n", a);
@@ -699,6 +754,9 @@ static void Headless_text(App *app, const Options *o)
     printf("pid %llu  [%s]  events read %llu  %s ev/s  dropped %llu  threads %u\n",
            (unsigned long long)app->stats.pid, App_stateName(app), (unsigned long long)app->stats.events_read, rate,
            (unsigned long long)App_dropped(app), app->counters.threads_seen);
+    char losses[256];
+    if (App_lossText(app, ", ", losses, sizeof losses))
+        printf("lost: %s\n", losses);
     if (app->error[0])
         printf("error: %s\n", app->error);
     printf("%7s %7s %10s %10s %16s  %s\n", "OWN%", "TOTAL%", "OWN", "TOTAL", "CALLS", "FUNCTION  FILE:LINE");

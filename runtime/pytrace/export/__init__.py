@@ -131,6 +131,11 @@ def main(argv=None):
     if walker.lost_events:
         print("pytrace export: the recording has gaps: %d events were dropped while recording "
               "(policy drop); stacks were rebuilt after each gap" % walker.lost_events, file=sys.stderr)
+    if walker.producer_status is not None:
+        from ..losses import OTHER_LOSSES, describe
+        lost = describe(walker.producer_status, OTHER_LOSSES)
+        if lost:
+            print("pytrace export: the traced job also lost: %s" % lost, file=sys.stderr)
     if fmt == "pstats" and not walker.events:
         print("pytrace export: the recording holds no calls; pstats.Stats refuses an empty "
               "profile", file=sys.stderr)

@@ -82,7 +82,8 @@ def main(path):
     ps = body(msgs[6], ProducerStatus)
     assert ps.State() == ProducerState.Exited
     assert (ps.HeartbeatNs(), ps.EventsWritten(), ps.EventsDropped(), ps.HookErrors(),
-            ps.SymbolsDropped()) == (111, 222, 333, 444, 555)
+            ps.SymbolsDropped(), ps.RingsExhausted(), ps.TracingDisplaced()) == (
+                111, 222, 333, 444, 555, 666, 777)
 
     c = body(msgs[7], EventChunk)
     assert (c.Thread(), c.FirstEvent(), c.EventsLength()) == (8, 0, 0)

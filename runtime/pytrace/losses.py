@@ -1,0 +1,51 @@
+"""The loss counters every tool shows, in one list.
+
+A counter here is named as in `pytrace.Counters`, `Reader.stats()`, the ProducerStatus
+message and `pytrace ls --json`. Each tool (stop(), `pytrace record`, `pytrace export`,
+`pytrace ls`) shows the non-zero ones through `describe()`, so a new counter is one line
+here (and the same line in viewer/top/main.c's table for pytrace-top).
+"""
+
+# (key, "N <phrase>" for one, for several)
+LOSS_COUNTERS = (
+    ("events_dropped", "event dropped", "events dropped"),
+    ("symbols_dropped", "symbol dropped (its function shows as <unknown>)",
+     "symbols dropped (their functions show as <unknown>)"),
+    ("hook_errors", "hook error", "hook errors"),
+    ("rings_exhausted", "ring claim found no free ring (a thread waited untraced)",
+     "ring claims found no free ring (threads waited untraced)"),
+    ("tracing_displaced", "thread displaced by the program's own profiler (not traced)",
+     "threads displaced by the program's own profiler (not traced)"),
+)
+
+# Counters that are not events dropped: export and record show events dropped their own
+# way (the gaps they saw), these beside it.
+OTHER_LOSSES = tuple(k for k, _, _ in LOSS_COUNTERS if k != "events_dropped")
+
+
+def losses_of(source, keys=None):
+    """{key: count} of the loss counters found in `source` (a mapping or an object with
+    attributes); missing ones count 0."""
+    out = {}
+    for key, _, _ in LOSS_COUNTERS:
+        if keys is not None and key not in keys:
+            continue
+        value = source.get(key, 0) if isinstance(source, dict) else getattr(source, key, 0)
+        try:
+            out[key] = int(value or 0)
+        except (TypeError, ValueError):
+            out[key] = 0
+    return out
+
+
+def describe(values, keys=None):
+    """'25325 symbols dropped (...), 1 hook error' for the non-zero counters, in the
+    list's order; '' when there is none."""
+    parts = []
+    for key, one, several in LOSS_COUNTERS:
+        if keys is not None and key not in keys:
+            continue
+        n = values.get(key, 0) if isinstance(values, dict) else getattr(values, key, 0)
+        if n:
+            parts.append("%d %s" % (n, one if n == 1 else several))
+    return ", ".join(parts)
