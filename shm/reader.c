@@ -55,6 +55,9 @@
 #include "shm_internal.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,6 +99,8 @@ struct pt_reader {
     uint32_t chunks_per_ring;
     uint32_t events_per_chunk;
     uint64_t symlog_bytes;
+    uint64_t mapped_bytes;
+    int shrunk;             /* the file shrank under the mapping: reading stopped */
     rd_ring_t *rings;
     uint8_t *chunk_msg;     /* 72 + 16 * events_per_chunk, 64-aligned */
     uint8_t small_msg[MSG_SMALL_BYTES] __attribute__((aligned(8)));
@@ -126,6 +131,95 @@ static void rd_error(pt_reader_t *r, const char *fmt, ...)
 }
 
 
+/* ---- fault guard -------------------------------------------------------------
+ *
+ * The segment is a file another process can shrink (ftruncate) at any time;
+ * a load from a page past its new end raises SIGBUS. Every access of a
+ * reader to its mapping happens inside pt_reader_poll/_stats/_detach, so
+ * those arm a per-thread guard over the mapping's address range: a SIGBUS
+ * whose address lies in that range jumps back to the guarded call, which
+ * reports the shrink in one line and stops reading that segment; everything
+ * handed out before stays handed out. Any other SIGBUS goes to the handler
+ * that was installed before ours (or the default action), so a host program
+ * (pytrace.Reader inside someone's Python, with faulthandler) sees no change.
+ * The guard is disarmed while a message callback runs: callbacks get our own
+ * copies, never pointers into the mapping, and a fault in them is not ours.
+ * Cost: one sigsetjmp (which saves the signal mask: a system call) per poll.
+ */
+typedef struct rd_guard {
+    sigjmp_buf env;
+    const uint8_t *lo, *hi;
+    volatile uintptr_t fault_addr;
+} rd_guard_t;
+
+static _Thread_local rd_guard_t *rd_guard_current;
+static struct sigaction rd_prev_sigbus;
+static pthread_once_t rd_guard_once = PTHREAD_ONCE_INIT;
+
+static void rd_on_sigbus(int sig, siginfo_t *info, void *uctx)
+{
+    rd_guard_t *g = rd_guard_current;
+    const uint8_t *addr = info ? (const uint8_t *)info->si_addr : NULL;
+    if (g && addr >= g->lo && addr < g->hi) {
+        g->fault_addr = (uintptr_t)addr;
+        rd_guard_current = NULL;
+        siglongjmp(g->env, 1);
+    }
+    /* not a fault of a guarded read: whoever handled SIGBUS before us does */
+    if (rd_prev_sigbus.sa_flags & SA_SIGINFO) {
+        rd_prev_sigbus.sa_sigaction(sig, info, uctx);
+        return;
+    }
+    if (rd_prev_sigbus.sa_handler != SIG_DFL && rd_prev_sigbus.sa_handler != SIG_IGN) {
+        rd_prev_sigbus.sa_handler(sig);
+        return;
+    }
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigaction(SIGBUS, &dfl, NULL);
+    raise(SIGBUS); /* pending until we return; a faulting access also faults again */
+}
+
+static void rd_guard_install(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = rd_on_sigbus;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, &rd_prev_sigbus);
+}
+
+static void rd_guard_arm(pt_reader_t *r, rd_guard_t *g)
+{
+    pthread_once(&rd_guard_once, rd_guard_install);
+    g->lo = (const uint8_t *)r->h;
+    g->hi = g->lo + r->mapped_bytes;
+    g->fault_addr = 0;
+    rd_guard_current = g;
+}
+
+static void rd_guard_disarm(void)
+{
+    rd_guard_current = NULL;
+}
+
+/* After a guarded access faulted: stop reading this segment, say so once. */
+static long rd_shrunk(pt_reader_t *r, const rd_guard_t *g)
+{
+    if (!r->shrunk) {
+        r->shrunk = 1;
+        rd_error(r,
+                 "segment %s shrank under the reader (a read at byte %llu of its %llu failed): the file was "
+                 "truncated by another process; reading stopped, everything read before it is kept",
+                 pt_segment_name(r->seg), (unsigned long long)(g->fault_addr - (uintptr_t)g->lo),
+                 (unsigned long long)r->mapped_bytes);
+    }
+    return -EFAULT;
+}
+
+
 int pt_reader_attach(const char *target, unsigned flags, pt_reader_t **out, char *err, size_t errlen)
 {
     if (!target || !out) {
@@ -145,11 +239,15 @@ int pt_reader_attach(const char *target, unsigned flags, pt_reader_t **out, char
     r->seg = seg;
     r->h = pt_segment_header(seg);
     r->flags = flags;
-    /* Validated by pt_segment_attach just now; never re-read from the header. */
-    r->ring_count = r->h->ring_count;
-    r->chunk_bytes = r->h->chunk_bytes;
-    r->chunks_per_ring = r->h->chunks_per_ring;
-    r->symlog_bytes = r->h->symlog_bytes;
+    /* The snapshot pt_segment_attach validated; the live header is never
+     * read for geometry (a producer may rewrite it while we attach). */
+    pt_segment_geometry_t geo;
+    pt_segment_geometry(seg, &geo);
+    r->ring_count = geo.ring_count;
+    r->chunk_bytes = geo.chunk_bytes;
+    r->chunks_per_ring = geo.chunks_per_ring;
+    r->symlog_bytes = geo.symlog_bytes;
+    r->mapped_bytes = geo.mapped_bytes;
     if (r->ring_count > PT_MAX_RINGS ||
         r->chunk_bytes < PT_MIN_CHUNK_BYTES || r->chunk_bytes > PT_MAX_CHUNK_BYTES ||
         r->chunks_per_ring < PT_MIN_CHUNKS_PER_RING || r->chunks_per_ring > PT_MAX_CHUNKS_PER_RING ||
@@ -201,7 +299,10 @@ static int emit(pt_reader_t *r, rd_sink_t *sink, uint32_t type, const uint8_t *m
 {
     r->st.messages++;
     if (sink->fn) {
+        rd_guard_t *guard = rd_guard_current; /* a callback's faults are not ours */
+        rd_guard_current = NULL;
         int rc = sink->fn(sink->ctx, type, msg, len);
+        rd_guard_current = guard;
         if (rc != 0)
             sink->stop = rc;
     }
@@ -604,10 +705,25 @@ static uint64_t drain_ring(pt_reader_t *r, rd_sink_t *sink, uint32_t i, uint64_t
 
 /* ---- poll ------------------------------------------------------------------ */
 
+static long poll_once(pt_reader_t *r, pt_reader_msg_fn fn, void *ctx, uint64_t max_events);
+
 long pt_reader_poll(pt_reader_t *r, pt_reader_msg_fn fn, void *ctx, uint64_t max_events)
 {
     if (!r)
         return -EINVAL;
+    if (r->shrunk)
+        return -EFAULT;
+    rd_guard_t guard;
+    if (sigsetjmp(guard.env, 1))
+        return rd_shrunk(r, &guard);
+    rd_guard_arm(r, &guard);
+    long rc = poll_once(r, fn, ctx, max_events);
+    rd_guard_disarm();
+    return rc;
+}
+
+static long poll_once(pt_reader_t *r, pt_reader_msg_fn fn, void *ctx, uint64_t max_events)
+{
     if (r->flags & PT_READER_NO_LOCK) {
         rd_error(r, "attached with PT_READER_NO_LOCK (inspect only): attach without it to read events");
         return -EPERM;
@@ -686,11 +802,27 @@ long pt_reader_poll(pt_reader_t *r, pt_reader_msg_fn fn, void *ctx, uint64_t max
 
 int pt_reader_finished(const pt_reader_t *r) { return r ? r->finished : 0; }
 
+static void stats_read(pt_reader_t *r, pt_reader_stats_t *out);
+
 void pt_reader_stats(const pt_reader_t *r, pt_reader_stats_t *out)
 {
     if (!r || !out)
         return;
     *out = r->st;
+    if (r->shrunk)
+        return;
+    rd_guard_t guard;
+    if (sigsetjmp(guard.env, 1)) {
+        rd_shrunk((pt_reader_t *)r, &guard);
+        return;
+    }
+    rd_guard_arm((pt_reader_t *)r, &guard);
+    stats_read((pt_reader_t *)r, out);
+    rd_guard_disarm();
+}
+
+static void stats_read(pt_reader_t *r, pt_reader_stats_t *out)
+{
     producer_totals(r, &out->producer_events_written, &out->producer_events_dropped);
     /* relaxed: statistics */
     out->hook_errors = atomic_load_explicit(&r->h->hook_errors, memory_order_relaxed);
@@ -714,8 +846,18 @@ void pt_reader_detach(pt_reader_t *r, int unlink_if_finished)
 {
     if (!r)
         return;
-    if (!(r->flags & PT_READER_NO_LOCK))
-        pt_segment_unlock_consumer(r->seg);
+    /* also when shrunk: unlocking clears the handle's lock flag before it
+     * writes, so a fault here leaves pt_segment_close nothing to write */
+    if (!(r->flags & PT_READER_NO_LOCK)) {
+        rd_guard_t guard;
+        if (sigsetjmp(guard.env, 1) == 0) {
+            rd_guard_arm(r, &guard);
+            pt_segment_unlock_consumer(r->seg);
+            rd_guard_disarm();
+        } else {
+            rd_shrunk(r, &guard);
+        }
+    }
     pt_segment_close(r->seg, unlink_if_finished && r->finished);
     free(r->rings);
     free(r->chunk_msg);

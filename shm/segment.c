@@ -706,6 +706,16 @@ static int open_validated(const char *name, unsigned flags, int writable, pt_seg
         pt_set_err(err, errlen, "cannot map segment %s: %s", seg->name, strerror(errno));
         goto err_close;
     }
+    /* the size again, now that the mapping exists: a file that shrank
+     * between the two would fault on the first read */
+    struct stat st_after;
+    if (fstat(fd, &st_after) != 0 || (uint64_t)st_after.st_size < file_bytes) {
+        rc = -EBADMSG;
+        pt_set_err(err, errlen, "segment %s shrank while it was being attached (%llu bytes, then %llu); try again",
+                   seg->name, (unsigned long long)file_bytes, (unsigned long long)st_after.st_size);
+        munmap(map, (size_t)file_bytes);
+        goto err_close;
+    }
     close(fd);
     seg->base = map;
     seg->bytes = file_bytes;
@@ -784,6 +794,18 @@ int pt_segment_unlink(const char *name)
 }
 
 /* ---- accessors ------------------------------------------------------------- */
+
+void pt_segment_geometry(const pt_segment_t *seg, pt_segment_geometry_t *out)
+{
+    *out = (pt_segment_geometry_t){
+        .mapped_bytes = seg->bytes,
+        .ring_count = seg->ring_count,
+        .chunk_bytes = seg->chunk_bytes,
+        .chunks_per_ring = seg->chunks_per_ring,
+        .ring_bytes = seg->ring_bytes,
+        .symlog_bytes = seg->symlog_bytes,
+    };
+}
 
 pt_seg_header_t *pt_segment_header(const pt_segment_t *seg)
 {
@@ -948,6 +970,10 @@ void pt_segment_unlock_consumer(pt_segment_t *seg)
 {
     if (seg == NULL || !seg->consumer_locked)
         return;
+    /* cleared first: if the stores below fault (a shrunk file, under the
+     * reader's guard), pt_segment_close does not touch the header again; a
+     * lock left behind is taken over as a dead holder's */
+    seg->consumer_locked = 0;
     pt_seg_header_t *h = pt_segment_header(seg);
     uint64_t me = (uint64_t)getpid();
     /* relaxed: the CAS below releases it */
@@ -955,7 +981,6 @@ void pt_segment_unlock_consumer(pt_segment_t *seg)
     /* release: our cursor stores (released_chunks, consumer_index) happen
      * before the next holder's acquire CAS */
     atomic_compare_exchange_strong_explicit(&h->consumer_pid, &me, 0, memory_order_release, memory_order_relaxed);
-    seg->consumer_locked = 0;
 }
 
 /* ---- discovery ------------------------------------------------------------- */

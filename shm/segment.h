@@ -75,6 +75,19 @@ void pt_segment_close(pt_segment_t *seg, int unlink_it);
 /* Remove a segment by name. */
 int pt_segment_unlink(const char *name);
 
+/* The geometry validated at attach (or set at create). The header in the
+ * mapping is the producer's and may change at any time; every size and count
+ * a reader uses comes from this copy, never from the live header. */
+typedef struct pt_segment_geometry {
+    uint64_t mapped_bytes;    /* bytes mapped at pt_segment_header() */
+    uint32_t ring_count;
+    uint32_t chunk_bytes;
+    uint32_t chunks_per_ring;
+    uint64_t ring_bytes;
+    uint64_t symlog_bytes;
+} pt_segment_geometry_t;
+void pt_segment_geometry(const pt_segment_t *seg, pt_segment_geometry_t *out);
+
 pt_seg_header_t *pt_segment_header(const pt_segment_t *seg);
 const char *pt_segment_name(const pt_segment_t *seg);      /* "/pytrace-12-0" */
 pt_ring_slot_t *pt_segment_slot(const pt_segment_t *seg, uint32_t ring_index);

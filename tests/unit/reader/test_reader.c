@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -792,6 +793,145 @@ static void test_lost_and_status(void)
     local_close(&l);
 }
 
+/* ---- a segment that shrinks under the reader ------------------------------------ */
+
+static void truncate_segment(const char *name, off_t size)
+{
+    char path[160];
+    snprintf(path, sizeof path, "/dev/shm%s", name);
+    REQUIRE(truncate(path, size) == 0);
+}
+
+/* Another process truncates the file: reads past its new end raise SIGBUS. The
+ * reader reports it in one line, keeps what it handed out, and every later
+ * call (poll, stats, detach) is safe. Run in a child so that a SIGBUS shows
+ * as a failed check, not a dead test binary. */
+static void shrink_case(off_t new_size)
+{
+    local_t l;
+    local_open(&l);
+    pt_ring_t ring;
+    REQUIRE(pt_segment_claim_ring(l.seg, 1, "main", 0, &ring) == 0);
+    for (int i = 0; i < 100; i++)
+        REQUIRE(pt_ring_push(&ring, (uint64_t)i, 0, PT_EV_MARK, 0, 0) == 0);
+    CHECK(poll_once(&l) >= 0 && l.c.events == 100);
+    for (int i = 100; i < 200; i++)
+        REQUIRE(pt_ring_push(&ring, (uint64_t)i, 0, PT_EV_MARK, 0, 0) == 0);
+    truncate_segment(l.name, new_size);
+    long rc = poll_once(&l);
+    const char *err = pt_reader_error(l.r);
+    printf("shrink to %lld: rc %ld: %s\n", (long long)new_size, rc, err);
+    CHECK(rc == -EFAULT);
+    CHECK(strstr(err, "shrank") != NULL && strchr(err, '\n') == NULL);
+    CHECK(l.c.events == 100 && l.c.errors == 0); /* what was read is kept */
+    CHECK(poll_once(&l) == -EFAULT);              /* and it stays stopped */
+    pt_reader_stats_t st;
+    pt_reader_stats(l.r, &st);
+    CHECK(st.events_read == 100);
+    pt_reader_detach(l.r, 0);
+    pt_segment_unlink(l.name);
+}
+
+static void test_segment_shrinks(void)
+{
+    const off_t sizes[] = {4096, 0};
+    for (size_t k = 0; k < 2; k++) {
+        pid_t child = fork();
+        if (child == 0) {
+            alarm(30);
+            shrink_case(sizes[k]);
+            _exit(failures ? 3 : 0);
+        }
+        int status = 0;
+        waitpid(child, &status, 0);
+        CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0, "shrink to %lld: %s %d", (long long)sizes[k],
+               WIFSIGNALED(status) ? "killed by signal" : "exit status",
+               WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+    }
+
+    /* A SIGBUS that is not a guarded read of a segment still kills: the
+     * reader's handler passes it on to the default action. */
+    pid_t child = fork();
+    if (child == 0) {
+        local_t l;
+        local_open(&l);
+        CHECK(poll_once(&l) >= 0); /* the guard's handler is installed now */
+        char path[] = "/tmp/pt-sigbus-XXXXXX";
+        int fd = mkstemp(path);
+        REQUIRE(fd >= 0 && ftruncate(fd, 8192) == 0);
+        volatile char *p = mmap(NULL, 8192, PROT_READ, MAP_SHARED, fd, 0);
+        REQUIRE(p != MAP_FAILED);
+        REQUIRE(ftruncate(fd, 0) == 0);
+        unlink(path);
+        pt_segment_unlink(l.name);
+        (void)p[4096]; /* SIGBUS */
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+#ifdef __SANITIZE_ADDRESS__
+    /* ASan's handler was there first: it reports the fault and exits 1 */
+    CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 1, "a foreign SIGBUS reaches ASan's handler: %d", status);
+#else
+    CHECKF(WIFSIGNALED(status) && WTERMSIG(status) == SIGBUS, "a foreign SIGBUS keeps its default action: %d",
+           status);
+#endif
+}
+
+/* A producer that rewrites its geometry while readers attach: every attach
+ * either fails with a one-line error or reads within what it validated (27
+ * of 300 attaches crashed when the reader took ring_count and chunks_per_ring
+ * from the live header after validating it). */
+static void test_geometry_changes_during_attach(void)
+{
+    local_t l;
+    memset(&l, 0, sizeof l);
+    l.seg = make_segment(2, PT_POLICY_DROP, l.name, sizeof l.name);
+    pt_ring_t ring;
+    REQUIRE(pt_segment_claim_ring(l.seg, 1, "main", 0, &ring) == 0);
+    for (int i = 0; i < 300; i++)
+        REQUIRE(pt_ring_push(&ring, (uint64_t)i, 0, PT_EV_MARK, 0, 0) == 0);
+    pid_t flipper = fork();
+    if (flipper == 0) {
+        pt_seg_header_t *h = pt_segment_header(l.seg);
+        volatile uint32_t *rc_p = &h->ring_count, *cpr_p = &h->chunks_per_ring;
+        for (uint64_t i = 0;; i++) {
+            *rc_p = (i & 1) ? 4000 : 2;
+            *cpr_p = (i & 2) ? (1u << 20) : 4;
+        }
+    }
+    int ok = 0, refused = 0;
+    for (int k = 0; k < 300; k++) {
+        pid_t child = fork();
+        if (child == 0) {
+            alarm(20);
+            pt_reader_t *r = NULL;
+            char err[256] = "";
+            if (pt_reader_attach(l.name, 0, &r, err, sizeof err) != 0)
+                _exit(strchr(err, '\n') ? 4 : 2);
+            coll_t c;
+            memset(&c, 0, sizeof c);
+            for (int i = 0; i < 3; i++)
+                pt_reader_poll(r, on_msg, &c, 0);
+            pt_reader_detach(r, 0);
+            _exit(0);
+        }
+        int status = 0;
+        waitpid(child, &status, 0);
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+            ok++;
+        else if (WIFEXITED(status) && WEXITSTATUS(status) == 2)
+            refused++;
+        else
+            CHECKF(0, "attach %d while the geometry changes: %s %d", k,
+                   WIFSIGNALED(status) ? "killed by signal" : "exit", WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+    }
+    kill(flipper, SIGKILL);
+    waitpid(flipper, NULL, 0);
+    printf("geometry flips: %d attaches read, %d refused, none crashed\n", ok, refused);
+    pt_segment_close(l.seg, 1);
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IONBF, 0);
@@ -804,6 +944,8 @@ int main(int argc, char **argv)
     test_clean_exit(argc > 1 ? argv[1] : NULL);
     test_producer_killed();
     test_reader_killed();
+    test_segment_shrinks();
+    test_geometry_changes_during_attach();
     if (failures) {
         fprintf(stderr, "%d check(s) failed\n", failures);
         return 1;
