@@ -347,12 +347,14 @@ def main(argv=None):
             _say("cannot write %s: %s" % (path, e))
             reader.close()
             return _finish_child(child, failed=True)
-        died = stopped = False
+        died = stopped = damaged = False
         try:
             died, stopped = _record(reader, writer, child, interrupts, pid_mode)
         except OSError as e:
-            _say("reading the segment failed: %s" % e)
-            died = True
+            # the segment itself is damaged (corrupt, or shrunk under us): the job may
+            # well go on; say what happened, not that it ended
+            _say("reading the segment stopped: %s" % (e.strerror or e))
+            damaged = True
         finally:
             writer.close()
             _summary(reader, writer, path)
@@ -365,7 +367,7 @@ def main(argv=None):
                 reader.close(unlink_if_finished=True)
             except Exception:  # noqa: BLE001
                 pass
-        return _finish_child(child, failed=False)
+        return _finish_child(child, failed=damaged and child is None)
 
 
 def _finish_child(child, failed):
