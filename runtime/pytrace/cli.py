@@ -196,16 +196,51 @@ def cmd_run(argv):
         if ns.module is not None:
             runpy.run_module(ns.module, run_name="__main__", alter_sys=True)
         else:
-            runpy.run_path(sys.argv[0], run_name="__main__")
+            _run_script(sys.argv[0])
     except SystemExit as e:
         return _exit_code(e)
     except KeyboardInterrupt as e:
         _print_exception(e, skip)
-        return 130
+        # Untraced, the interpreter ends a program that a KeyboardInterrupt left by
+        # killing itself with SIGINT once atexit handlers ran (its parent sees a SIGINT
+        # death, not exit 130). Let the interpreter do exactly that: the exception goes
+        # out of the entry point, already printed.
+        sys.excepthook = _already_printed
+        raise KeyboardInterrupt from None
     except BaseException as e:  # noqa: BLE001 - report like the interpreter
         _print_exception(e, skip)
         return 1
     return 0
+
+
+def _already_printed(*exc_info):
+    pass
+
+
+def _run_script(path):
+    """Run a script file as `python path` does: in a module that becomes __main__, with
+    an absolute __file__ and code filename, sys.argv[0] left as typed. Directories and
+    zip files (a __main__.py inside) go through runpy, as python does."""
+    if not os.path.isfile(path):
+        runpy.run_path(path, run_name="__main__")
+        return
+    import builtins
+    import importlib.machinery
+    import io
+    import types
+    abspath = os.path.abspath(path)
+    main = types.ModuleType("__main__")
+    main.__file__ = abspath
+    main.__cached__ = None
+    main.__builtins__ = builtins
+    main.__loader__ = importlib.machinery.SourceFileLoader("__main__", abspath)
+    main.__spec__ = None
+    main.__package__ = None
+    with io.open_code(abspath) as f:
+        source = f.read()
+    code = compile(source, abspath, "exec", dont_inherit=True)
+    sys.modules["__main__"] = main
+    exec(code, main.__dict__)
 
 
 def _stop_at_exit():

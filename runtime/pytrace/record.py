@@ -379,11 +379,32 @@ def _finish_child(child, failed):
             break
         except KeyboardInterrupt:
             continue
-    if rc < 0:                      # killed by a signal: report it like a shell
-        rc = 128 - rc
+    if rc < 0:
+        # The job died of a signal (an uncaught KeyboardInterrupt ends with SIGINT):
+        # our parent sees the same death, as it would without pytrace in between.
+        _die_like(-rc)
+        rc = 128 - rc               # the signal's default action does not kill: a shell's code
     if failed and rc == 0:
         return 1
     return rc
+
+
+def _die_like(signum):
+    import signal
+    if signum in (signal.SIGKILL, signal.SIGSTOP):
+        os.kill(os.getpid(), signum)
+        return
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except Exception:  # noqa: BLE001
+        pass
+    try:
+        signal.signal(signum, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signum])
+    except (OSError, ValueError):
+        return
+    os.kill(os.getpid(), signum)
 
 
 if __name__ == "__main__":

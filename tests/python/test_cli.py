@@ -134,3 +134,40 @@ def test_ls_lists_live_segments_and_collects_stale_ones():
     assert "removed" in collected
     assert job.pid not in _row_pids(_ls("--all"))
     assert not os.path.exists("/dev/shm" + segment)
+
+
+_KBI = ("import sys, atexit\n"
+        "atexit.register(lambda: print('atexit ran', flush=True))\n"
+        "print(__file__, sys.argv[0], __name__, __spec__, __cached__, sys.path[0] == __import__('os').path.dirname(__file__), flush=True)\n"
+        "if len(sys.argv) > 1:\n"
+        "    raise KeyboardInterrupt\n")
+
+
+@pytest.mark.parametrize("how", ["run", "record"])
+def test_uncaught_keyboardinterrupt_ends_by_sigint_as_untraced(tmp_path, how):
+    """Untraced, a program left by KeyboardInterrupt runs its atexit handlers and then dies
+    of SIGINT (returncode -2); under pytrace run and record its parent sees the same."""
+    (tmp_path / "kbi.py").write_text(_KBI)
+    plain = subprocess.run([PY, "kbi.py", "x"], cwd=tmp_path, capture_output=True, text=True,
+                           timeout=60)
+    assert plain.returncode == -signal.SIGINT
+    if how == "run":
+        args = ["run", "kbi.py", "x"]
+    else:
+        args = ["record", "-o", str(tmp_path / "k.pytrace"), "--", PY, "kbi.py", "x"]
+    r = pytrace_cmd(*args, cwd=tmp_path)
+    assert r.returncode == plain.returncode, (r.returncode, r.stderr)
+    assert "atexit ran" in r.stdout
+    assert r.stderr.splitlines().count("KeyboardInterrupt") == 1, r.stderr   # printed once
+
+
+def test_main_module_matches_plain_python(tmp_path):
+    """__file__ of the script is absolute (as python makes it), sys.argv[0] stays as typed,
+    and __spec__/__cached__ are those of a script run by python."""
+    (tmp_path / "kbi.py").write_text(_KBI)
+    plain = subprocess.run([PY, "kbi.py"], cwd=tmp_path, capture_output=True, text=True,
+                           timeout=60)
+    r = pytrace_cmd("run", "kbi.py", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0] == plain.stdout.splitlines()[0]
+    assert r.stdout.splitlines()[0].startswith(str(tmp_path / "kbi.py") + " kbi.py __main__ None None True")
