@@ -212,8 +212,8 @@ size_t pt_fb_build_producer_status(uint8_t *out, size_t cap, const pt_fb_produce
 {
     const fb_field_t f[] = {U8(in->state), U64(in->heartbeat_ns), U64(in->events_written),
                             U64(in->events_dropped), U64(in->hook_errors),
-                            U64(in->symbols_dropped), U64(in->rings_exhausted),
-                            U64(in->tracing_displaced)};
+                            U64(in->symbols_dropped), U64(in->threads_untraced),
+                            U64(in->tracing_displaced), U64(in->events_untraced)};
     return build_message(out, cap, PT_MSG_PRODUCER_STATUS, f, sizeof f / sizeof f[0]);
 }
 
@@ -540,8 +540,9 @@ int pt_fb_parse(const uint8_t *buf, size_t len, pt_fb_msg_t *out, char *why, siz
         GET(&in, &body, 3, p->events_dropped, w);
         GET(&in, &body, 4, p->hook_errors, w);
         GET(&in, &body, 5, p->symbols_dropped, w);
-        GET(&in, &body, 6, p->rings_exhausted, w);
+        GET(&in, &body, 6, p->threads_untraced, w);
         GET(&in, &body, 7, p->tracing_displaced, w);
+        GET(&in, &body, 8, p->events_untraced, w);
         break;
     }
     default: break;

@@ -60,7 +60,7 @@ typedef struct pt_fb_lost_count { uint64_t thread, dropped_total; } pt_fb_lost_c
 
 typedef struct pt_fb_producer_status {
     uint8_t state; uint64_t heartbeat_ns, events_written, events_dropped, hook_errors, symbols_dropped,
-        rings_exhausted, tracing_displaced;
+        threads_untraced, tracing_displaced, events_untraced;
 } pt_fb_producer_status_t;
 
 typedef struct pt_fb_msg {

@@ -47,7 +47,8 @@
 
 #define PT_SEG_MAGIC 0x0045434152545950ull /* "PYTRACE\0" little-endian */
 #define PT_ABI_MAJOR 1                     /* a reader refuses another major */
-#define PT_ABI_MINOR 1                     /* a reader accepts any minor (1: stack_request) */
+#define PT_ABI_MINOR 2                     /* a reader accepts any minor (1: stack_request; 2: tracing_displaced,
+                                              events_untraced, rings reserved on claim) */
 #define PT_ENDIAN_MARK 0x01020304u         /* reads 0x04030201 on a wrong-endian reader */
 #define PT_SHM_PREFIX "pytrace-"           /* /dev/shm/pytrace-<pid>-<seq>-<16 hex random> */
 #define PT_FILE_IDENTIFIER "PYTR"
@@ -303,8 +304,11 @@ typedef struct pt_seg_header {
     _Atomic uint64_t hook_errors;       /* sticky failure count of the hooks */
     _Atomic uint64_t symbols_dropped;   /* symbols that did not fit the log */
     _Atomic uint64_t threads_started;   /* last thread number handed out */
-    _Atomic uint64_t rings_exhausted;   /* claims that found no free ring (a thread retries every 100 ms) */
-    uint8_t reserved_s2[8];
+    _Atomic uint64_t threads_untraced;  /* threads that ran without a ring (none free, or no room in
+                                           /dev/shm for one): each once a session; such a thread
+                                           tries again every 100 ms */
+    _Atomic uint64_t events_untraced;   /* 1392: events of threads without a ring; moved into the
+                                           thread's events_dropped (and a Lost record) once it has one */
     _Atomic uint64_t tracing_displaced; /* 1400: threads whose profile hook the program (sys.setprofile,
                                            cProfile) took over, or held when tracing started */
     /* symbol log line (1408) */
@@ -328,6 +332,7 @@ _Static_assert(offsetof(pt_seg_header_t, producer_start) == 168, "producer_start
 _Static_assert(offsetof(pt_seg_header_t, python_version) == 256, "python_version");
 _Static_assert(offsetof(pt_seg_header_t, cmdline) == 320, "cmdline");
 _Static_assert(offsetof(pt_seg_header_t, state) == 1344, "state line");
+_Static_assert(offsetof(pt_seg_header_t, events_untraced) == 1392, "events_untraced");
 _Static_assert(offsetof(pt_seg_header_t, tracing_displaced) == 1400, "tracing_displaced");
 _Static_assert(offsetof(pt_seg_header_t, symlog_published) == 1408, "symlog line");
 _Static_assert(offsetof(pt_seg_header_t, consumer_pid) == 1472, "consumer line");

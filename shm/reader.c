@@ -369,8 +369,9 @@ static int emit_status(pt_reader_t *r, rd_sink_t *sink, uint32_t state)
     producer_totals(r, &ps.events_written, &ps.events_dropped);
     ps.hook_errors = atomic_load_explicit(&r->h->hook_errors, memory_order_relaxed);
     ps.symbols_dropped = atomic_load_explicit(&r->h->symbols_dropped, memory_order_relaxed);
-    ps.rings_exhausted = atomic_load_explicit(&r->h->rings_exhausted, memory_order_relaxed);
+    ps.threads_untraced = atomic_load_explicit(&r->h->threads_untraced, memory_order_relaxed);
     ps.tracing_displaced = atomic_load_explicit(&r->h->tracing_displaced, memory_order_relaxed);
+    ps.events_untraced = atomic_load_explicit(&r->h->events_untraced, memory_order_relaxed);
     r->reported_state = state;
     size_t n = pt_fb_build_producer_status(r->small_msg, sizeof r->small_msg, &ps);
     return n ? emit(r, sink, PT_MSG_PRODUCER_STATUS, r->small_msg, n) : 0;
@@ -827,8 +828,9 @@ static void stats_read(pt_reader_t *r, pt_reader_stats_t *out)
     /* relaxed: statistics */
     out->hook_errors = atomic_load_explicit(&r->h->hook_errors, memory_order_relaxed);
     out->symbols_dropped = atomic_load_explicit(&r->h->symbols_dropped, memory_order_relaxed);
-    out->rings_exhausted = atomic_load_explicit(&r->h->rings_exhausted, memory_order_relaxed);
+    out->threads_untraced = atomic_load_explicit(&r->h->threads_untraced, memory_order_relaxed);
     out->tracing_displaced = atomic_load_explicit(&r->h->tracing_displaced, memory_order_relaxed);
+    out->events_untraced = atomic_load_explicit(&r->h->events_untraced, memory_order_relaxed);
     if (r->dead) {
         out->producer_state = PT_STATE_DEAD;
     } else {

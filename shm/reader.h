@@ -86,8 +86,9 @@ typedef struct pt_reader_stats {
     uint64_t producer_events_dropped; /* sum over rings */
     uint64_t hook_errors;
     uint64_t symbols_dropped;
-    uint64_t rings_exhausted;
+    uint64_t threads_untraced;
     uint64_t tracing_displaced;
+    uint64_t events_untraced;
     uint32_t producer_state;          /* enum pt_producer_state, DEAD if the pid is gone */
     uint32_t corrupt_rings;
     uint64_t pid;

@@ -137,6 +137,18 @@ static void count_drop(pt_ring_t *ring)
     atomic_store_explicit(&ring->limit, 0, memory_order_relaxed);
 }
 
+void pt_ring_count_missed(pt_ring_t *ring, uint64_t missed)
+{
+    if (ring->slot == NULL || missed == 0)
+        return;
+    ring->lost_pending += missed;
+    /* relaxed: statistics; the producer is the only writer of this counter */
+    uint64_t dropped = atomic_load_explicit(&ring->slot->events_dropped, memory_order_relaxed);
+    atomic_store_explicit(&ring->slot->events_dropped, dropped + missed, memory_order_relaxed);
+    /* the next push goes to the slow path, which writes the Lost record */
+    atomic_store_explicit(&ring->limit, 0, memory_order_relaxed);
+}
+
 /* Wait policy: spin, then sleep with a doubling backoff, until the consumer
  * frees chunk head + 1 or the per-push bound runs out. Returns 1 on room. */
 static int wait_for_room(pt_ring_t *ring)

@@ -113,6 +113,11 @@ void pt_ring_push_frame(pt_ring_t *ring, uint64_t ticks, uint32_t id, uint16_t d
  * -ENOBUFS if the ring is still full (the count then stays in events_dropped). */
 int pt_ring_flush_lost(pt_ring_t *ring, uint64_t ticks);
 
+/* Count `missed` records the owning thread made before it had this ring as
+ * dropped: they join events_dropped, and the next push writes Lost(missed)
+ * and the stack first, as after any gap. Producer thread only. */
+void pt_ring_count_missed(pt_ring_t *ring, uint64_t missed);
+
 /* Publish written/dropped counters to the slot (called at chunk changes and at
  * retire; the hot path does not touch them). */
 void pt_ring_flush_counters(pt_ring_t *ring);

@@ -48,7 +48,9 @@
 #include "clock.h"
 
 #define PT_SEG_PAGE 4096u
-#define PT_DEFAULT_RING_COUNT 16u
+/* Ring slots, i.e. threads traced at once. Cheap: a ring's memory is taken
+ * only when a thread claims its slot (see pt_segment_claim_ring). */
+#define PT_DEFAULT_RING_COUNT 256u
 #define PT_DEFAULT_CHUNK_BYTES (64u << 10)
 #define PT_DEFAULT_CHUNKS_PER_RING 64u
 #define PT_DEFAULT_SYMLOG_BYTES (UINT64_C(8) << 20)
@@ -60,6 +62,7 @@ struct pt_segment {
     uint8_t *base;
     uint64_t bytes;
     int consumer_locked;
+    int fd;                   /* producer: the file, to reserve a ring's pages at claim; else -1 */
     /* validated geometry (copied once; never re-read from the header) */
     uint32_t ring_count;
     uint32_t chunk_bytes;
@@ -554,6 +557,7 @@ int pt_segment_create(const pt_segment_config_t *cfg, pt_segment_t **out, char *
         pt_set_err(err, errlen, "out of memory creating a segment handle");
         return -ENOMEM;
     }
+    seg->fd = -1;
     int rc;
     int fd = -1;
     /* The random part makes a name no other user can create ahead of us, so
@@ -586,12 +590,18 @@ int pt_segment_create(const pt_segment_config_t *cfg, pt_segment_t **out, char *
                 seg->name, (unsigned long long)(segment_bytes >> 20), strerror(errno));
         goto err_unlink;
     }
-    rc = posix_fallocate(fd, 0, (off_t)segment_bytes);
+    /* Reserve the header, the ring table and the symbol log now; a ring's own
+     * pages only when a thread claims it. So a job starts where /dev/shm is
+     * small (a container's 64 MB), and a thread that finds no room later runs
+     * untraced, counted, instead of failing the start or faulting. */
+    rc = posix_fallocate(fd, 0, (off_t)rings_offset);
+    if (rc == 0)
+        rc = posix_fallocate(fd, (off_t)symlog_offset, (off_t)(segment_bytes - symlog_offset));
     if (rc != 0) {
         if (rc == ENOSPC || rc == EFBIG || rc == ENOMEM)
             pt_set_err(err, errlen,
                     "not enough room in /dev/shm for a %llu MiB segment: free space or lower --rings/--ring-size",
-                    (unsigned long long)((segment_bytes + (1u << 20) - 1) >> 20));
+                    (unsigned long long)((rings_offset + segment_bytes - symlog_offset + (1u << 20) - 1) >> 20));
         else
             pt_set_err(err, errlen, "cannot reserve %llu MiB for segment %s: %s; free space in /dev/shm",
                     (unsigned long long)(segment_bytes >> 20), seg->name, strerror(rc));
@@ -605,7 +615,7 @@ int pt_segment_create(const pt_segment_config_t *cfg, pt_segment_t **out, char *
                 (unsigned long long)(segment_bytes >> 20), strerror(errno));
         goto err_unlink;
     }
-    close(fd);
+    seg->fd = fd; /* kept for pt_segment_claim_ring */
     fd = -1;
     seg->base = map;
     seg->bytes = segment_bytes;
@@ -680,6 +690,7 @@ static int open_validated(const char *name, unsigned flags, int writable, pt_seg
         pt_set_err(err, errlen, "out of memory attaching to %s", name);
         return -ENOMEM;
     }
+    seg->fd = -1;
     snprintf(seg->name, sizeof seg->name, "%s", name);
     int rc;
     struct stat st;
@@ -780,6 +791,8 @@ void pt_segment_close(pt_segment_t *seg, int unlink_it)
         pt_segment_unlock_consumer(seg);
     if (unlink_it)
         shm_unlink(seg->name);
+    if (seg->fd >= 0)
+        close(seg->fd);
     munmap(seg->base, (size_t)seg->bytes);
     free(seg);
 }
@@ -855,6 +868,18 @@ int pt_segment_claim_ring(pt_segment_t *seg, uint64_t os_tid, const char *thread
         if (!atomic_compare_exchange_strong_explicit(&slot->state, &expected, PT_RING_ACTIVE, memory_order_acq_rel,
                                                      memory_order_relaxed))
             continue;
+        /* The ring's pages, reserved on its first claim (again on later ones:
+         * a no-op then). No room: the slot goes back, the caller runs the
+         * thread untraced and counts it. */
+        if (seg->fd >= 0) {
+            int err = posix_fallocate(seg->fd, (off_t)(seg->rings_offset + (uint64_t)i * seg->ring_bytes),
+                                      (off_t)seg->ring_bytes);
+            if (err != 0) {
+                /* release: give the slot back untouched */
+                atomic_store_explicit(&slot->state, PT_RING_FREE, memory_order_release);
+                return err == ENOSPC || err == EFBIG || err == ENOMEM ? -ENOSPC : -err;
+            }
+        }
         /* relaxed: a unique number; the order of thread numbers among
          * threads claiming at the same time does not matter */
         uint64_t thread = atomic_fetch_add_explicit(&h->threads_started, 1, memory_order_relaxed) + 1;
@@ -880,8 +905,6 @@ int pt_segment_claim_ring(pt_segment_t *seg, uint64_t os_tid, const char *thread
         atomic_store_explicit(&slot->generation, gen, memory_order_release);
         return 0;
     }
-    /* relaxed: a statistic */
-    atomic_fetch_add_explicit(&h->rings_exhausted, 1, memory_order_relaxed);
     return -EAGAIN;
 }
 
@@ -1045,8 +1068,9 @@ static void inspect(const char *dname, const struct stat *st, pt_segment_info_t 
     /* relaxed: counters for display only */
     info->hook_errors = atomic_load_explicit(&h->hook_errors, memory_order_relaxed);
     info->symbols_dropped = atomic_load_explicit(&h->symbols_dropped, memory_order_relaxed);
-    info->rings_exhausted = atomic_load_explicit(&h->rings_exhausted, memory_order_relaxed);
+    info->threads_untraced = atomic_load_explicit(&h->threads_untraced, memory_order_relaxed);
     info->tracing_displaced = atomic_load_explicit(&h->tracing_displaced, memory_order_relaxed);
+    info->events_untraced = atomic_load_explicit(&h->events_untraced, memory_order_relaxed);
     uint64_t cpid = atomic_load_explicit(&h->consumer_pid, memory_order_acquire);
     uint64_t cstart = atomic_load_explicit(&h->consumer_start, memory_order_acquire);
     info->consumer_pid = process_alive(cpid, cstart) ? cpid : 0;

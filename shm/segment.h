@@ -50,9 +50,11 @@ typedef struct pt_segment_config {
     uint64_t base_realtime_ns;
 } pt_segment_config_t;
 
-/* Producer: create /pytrace-<pid>-<seq> (0600), size it with ftruncate, touch
- * every page (posix_fallocate) so a full /dev/shm fails here with -ENOSPC and
- * never later with SIGBUS, map it, fill the header, state = RUNNING. */
+/* Producer: create /pytrace-<pid>-<seq>-<random> (0600), size it with
+ * ftruncate, reserve the header, ring table and symbol log (posix_fallocate,
+ * so a full /dev/shm fails here with -ENOSPC and never later with SIGBUS; the
+ * rings are reserved one by one at claim), map it, fill the header, state =
+ * RUNNING. */
 int pt_segment_create(const pt_segment_config_t *cfg, pt_segment_t **out, char *err, size_t errlen);
 
 #define PT_ATTACH_ANY_USER 0x1u  /* accept a segment owned by another uid */
@@ -95,8 +97,11 @@ uint8_t *pt_segment_ring_base(const pt_segment_t *seg, uint32_t ring_index);
 uint8_t *pt_segment_symlog(const pt_segment_t *seg);
 
 /* Producer: claim a FREE ring slot for the calling thread (CAS FREE->ACTIVE),
- * fill its identity, hand out the next thread number, and initialise `ring`.
- * -EAGAIN when every slot is taken (header.rings_exhausted counts it). */
+ * reserve the ring's pages in the file (posix_fallocate: a ring's memory is
+ * taken on its first claim, not at create), fill its identity, hand out the
+ * next thread number, and initialise `ring`. -EAGAIN when every slot is
+ * taken, -ENOSPC when /dev/shm has no room for the ring; the caller counts
+ * the thread as untraced (header.threads_untraced). */
 int pt_segment_claim_ring(pt_segment_t *seg, uint64_t os_tid, const char *thread_name,
                           uint64_t start_ticks, pt_ring_t *ring);
 
@@ -131,7 +136,7 @@ typedef struct pt_segment_info {
     uint32_t threads_active;  /* ACTIVE ring slots */
     uint64_t events_written;
     uint64_t events_dropped;
-    uint64_t hook_errors, symbols_dropped, rings_exhausted, tracing_displaced; /* header counters */
+    uint64_t hook_errors, symbols_dropped, threads_untraced, tracing_displaced, events_untraced; /* header counters */
     uint64_t segment_bytes;
     uint64_t consumer_pid;    /* 0 if no live reader */
     char cmdline[256];

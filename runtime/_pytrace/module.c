@@ -227,14 +227,15 @@ static PyObject *counters_dict(const pt_counters_t *c, const char *hook)
         Py_DECREF(first);
         return NULL;
     }
-    return Py_BuildValue("{sNsKsKsKsKsKsKsKsKsNsz}", "segment", seg, "events_written",
+    return Py_BuildValue("{sNsKsKsKsKsKsKsKsKsKsNsz}", "segment", seg, "events_written",
                          (unsigned long long)c->events_written, "events_dropped",
                          (unsigned long long)c->events_dropped, "hook_errors",
                          (unsigned long long)c->hook_errors, "symbols", (unsigned long long)c->symbols,
                          "symbols_dropped", (unsigned long long)c->symbols_dropped, "threads",
-                         (unsigned long long)c->threads, "rings_exhausted",
-                         (unsigned long long)c->rings_exhausted, "tracing_displaced",
-                         (unsigned long long)c->tracing_displaced, "first_error", first, "hook", hook);
+                         (unsigned long long)c->threads, "threads_untraced",
+                         (unsigned long long)c->threads_untraced, "tracing_displaced",
+                         (unsigned long long)c->tracing_displaced, "events_untraced",
+                         (unsigned long long)c->events_untraced, "first_error", first, "hook", hook);
 }
 
 static PyObject *py_stop(PyObject *module, PyObject *unused)

@@ -563,6 +563,17 @@ static void thread_name(char *out, size_t len)
     Py_DECREF(threading);
 }
 
+/* An event of a thread that has no ring (slow path: such threads only). */
+static void count_untraced_event(pt_thread_t *t)
+{
+    pt_segment_t *seg = g.seg;
+    if (seg == NULL)
+        return;
+    t->missed++;
+    /* relaxed: a statistic */
+    atomic_fetch_add_explicit(&pt_segment_header(seg)->events_untraced, 1, memory_order_relaxed);
+}
+
 /* First event of this thread in the session: claim a ring and write the
  * frames already running as Frame records. `opening`: the code whose opening
  * triggers this, if that frame is already the innermost one on the stack (the
@@ -577,8 +588,13 @@ static pt_thread_t *thread_attach(PyCodeObject *opening)
     /* This thread already failed to get a ring in this session. If every ring
      * was taken, try again now and then: a reader frees the rings of threads
      * that ended, and a long-running thread should show up once it does. */
-    if (t && t->seen_epoch == epoch && (t->retry_ticks == 0 || now_ticks() < t->retry_ticks))
+    if (t && t->attaching)
+        return NULL; /* our own Python calls below (thread name, frames) */
+    if (t && t->seen_epoch == epoch && (t->retry_ticks == 0 || now_ticks() < t->retry_ticks)) {
+        if (t->retry_ticks != 0)
+            count_untraced_event(t); /* waiting for a ring: the program's event is lost, counted */
         return NULL;
+    }
     if (t == NULL) {
         t = calloc(1, sizeof *t);
         if (t == NULL) {
@@ -594,6 +610,8 @@ static pt_thread_t *thread_attach(PyCodeObject *opening)
         pthread_setspecific(g.key, t);
         pt_tls_thread = t;
     }
+    if (t->seen_epoch != epoch)
+        t->missed = 0; /* an earlier session's count went with its segment */
     t->seen_epoch = epoch;
 
     /* Python work first: name, and the ids of the frames already running
@@ -603,6 +621,7 @@ static pt_thread_t *thread_attach(PyCodeObject *opening)
     pt_prior_frame_t *frames = NULL;
     size_t n = 0, cap = 0;
     PT_EXC_SAVE;
+    t->attaching = 1;
     thread_name(name, sizeof name);
     PyFrameObject *f = PyEval_GetFrame();
     Py_XINCREF(f);
@@ -636,6 +655,7 @@ static pt_thread_t *thread_attach(PyCodeObject *opening)
         f = back;
     }
     Py_XDECREF(f);
+    t->attaching = 0;
     PT_EXC_RESTORE;
 
     /* No Python call below this line. */
@@ -650,16 +670,36 @@ static pt_thread_t *thread_attach(PyCodeObject *opening)
         free(ids);
         free(frames);
         t->retry_ticks = 0;
-        if (rc == -EAGAIN) {
-            set_first_error("no free ring for thread %llu (%s): start with a larger ring_count",
-                            (unsigned long long)tid, name);
+        if (rc == -EAGAIN || rc == -ENOSPC) {
+            if (t->untraced_epoch != epoch) {
+                t->untraced_epoch = epoch;
+                /* relaxed: a statistic */
+                atomic_fetch_add_explicit(&pt_segment_header(g.seg)->threads_untraced, 1, memory_order_relaxed);
+                if (rc == -EAGAIN)
+                    set_first_error("no free ring for thread %llu (%s): it runs untraced until one frees; "
+                                    "start with a larger ring_count (--rings)",
+                                    (unsigned long long)tid, name);
+                else
+                    set_first_error("no room in /dev/shm for the ring of thread %llu (%s): it runs untraced "
+                                    "until room returns; free space in /dev/shm or lower --ring-size",
+                                    (unsigned long long)tid, name);
+            }
             t->retry_ticks = now_ticks() + g.clock.ticks_per_second / 10; /* 100 ms */
+            count_untraced_event(t);
         } else {
             pt_tracer_fail("cannot claim a ring");
         }
         return NULL;
     }
     t->retry_ticks = 0;
+    if (t->missed) {
+        /* What the thread did without a ring becomes a gap of its stream:
+         * counted as dropped, a Lost record, then its stack (below). */
+        /* relaxed: a statistic, moved from one counter to the other */
+        atomic_fetch_sub_explicit(&pt_segment_header(g.seg)->events_untraced, t->missed, memory_order_relaxed);
+        pt_ring_count_missed(&t->ring, t->missed);
+        t->missed = 0;
+    }
     pt_ring_set_stack_writer(&t->ring, stack_writer, t);
     t->depth = 0;
     /* release: publishes the ring handle to the heartbeat thread; pairs with
@@ -1109,8 +1149,9 @@ static void copy_counters(pt_counters_t *out)
     out->hook_errors = atomic_load_explicit(&h->hook_errors, memory_order_relaxed);
     out->symbols = atomic_load_explicit(&h->symbol_count, memory_order_relaxed);
     out->symbols_dropped = atomic_load_explicit(&h->symbols_dropped, memory_order_relaxed);
-    out->rings_exhausted = atomic_load_explicit(&h->rings_exhausted, memory_order_relaxed);
+    out->threads_untraced = atomic_load_explicit(&h->threads_untraced, memory_order_relaxed);
     out->tracing_displaced = atomic_load_explicit(&h->tracing_displaced, memory_order_relaxed);
+    out->events_untraced = atomic_load_explicit(&h->events_untraced, memory_order_relaxed);
     out->threads = g.threads_seen;
     /* acquire: pairs with the release in set_first_error */
     if (atomic_load_explicit(&g.first_error_set, memory_order_acquire) == 2)

@@ -42,7 +42,7 @@ typedef struct pt_options {
 
 typedef struct pt_counters {
     uint64_t events_written, events_dropped, hook_errors, symbols, symbols_dropped, threads,
-        rings_exhausted, tracing_displaced;
+        threads_untraced, tracing_displaced, events_untraced;
     char segment[96];
     char first_error[256];      /* "" if none */
 } pt_counters_t;

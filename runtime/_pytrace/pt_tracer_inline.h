@@ -54,6 +54,11 @@ typedef struct pt_thread {
     uint32_t seen_epoch;            /* attach attempted in this session */
     pt_prior_frame_t *prior_frames; /* [prior] (malloc'd at attach) */
     uint64_t retry_ticks;           /* no free ring: try again from this tick (0 = never) */
+    uint64_t missed;                /* events made without a ring in this session (in the header's
+                                       events_untraced until a ring takes them as dropped) */
+    uint32_t untraced_epoch;        /* session in which threads_untraced counted this thread */
+    int attaching;                  /* inside thread_attach: events of its own Python calls are
+                                       pytrace's, not the program's (not recorded, not counted) */
     /* C function ids seen by this thread: a direct-mapped cache in front of the
      * shared rculfhash, so the hot path needs no RCU read-side section. */
     pt_ccache_entry_t ccache[PT_CCACHE_SIZE];

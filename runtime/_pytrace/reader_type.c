@@ -173,15 +173,15 @@ static PyObject *reader_stats(pt_reader_obj_t *self, PyObject *unused)
     pt_reader_stats_t s;
     pt_reader_stats(self->reader, &s);
     return Py_BuildValue(
-        "{sKsKsKsKsKsKsKsKsKsKsKsKsIsIsK}", "events_read", (unsigned long long)s.events_read, "chunks_read",
+        "{sKsKsKsKsKsKsKsKsKsKsKsKsKsIsIsK}", "events_read", (unsigned long long)s.events_read, "chunks_read",
         (unsigned long long)s.chunks_read, "messages", (unsigned long long)s.messages, "symbols_read",
         (unsigned long long)s.symbols_read, "threads_seen", (unsigned long long)s.threads_seen,
         "threads_active", (unsigned long long)s.threads_active, "producer_events_written",
         (unsigned long long)s.producer_events_written, "producer_events_dropped",
         (unsigned long long)s.producer_events_dropped, "hook_errors", (unsigned long long)s.hook_errors,
-        "symbols_dropped", (unsigned long long)s.symbols_dropped, "rings_exhausted",
-        (unsigned long long)s.rings_exhausted, "tracing_displaced", (unsigned long long)s.tracing_displaced,
-        "producer_state",
+        "symbols_dropped", (unsigned long long)s.symbols_dropped, "threads_untraced",
+        (unsigned long long)s.threads_untraced, "tracing_displaced", (unsigned long long)s.tracing_displaced,
+        "events_untraced", (unsigned long long)s.events_untraced, "producer_state",
         (unsigned int)s.producer_state, "corrupt_rings", (unsigned int)s.corrupt_rings, "pid",
         (unsigned long long)s.pid);
 }
@@ -311,15 +311,15 @@ PyObject *pt_list_segments(PyObject *module, PyObject *unused)
     for (size_t i = 0; list && i < count; i++) {
         const pt_segment_info_t *s = &infos[i];
         PyObject *d = Py_BuildValue(
-            "{sssKsKsIsIsOsOsIsKsKsKsKsKsKsKsKsNsN}", "name", s->name, "pid", (unsigned long long)s->pid, "ppid",
+            "{sssKsKsIsIsOsOsIsKsKsKsKsKsKsKsKsKsNsN}", "name", s->name, "pid", (unsigned long long)s->pid, "ppid",
             (unsigned long long)s->ppid, "uid",
             (unsigned int)s->uid, "state", (unsigned int)s->state, "alive", s->alive ? Py_True : Py_False,
             "valid", s->valid ? Py_True : Py_False, "threads_active", (unsigned int)s->threads_active,
             "events_written", (unsigned long long)s->events_written, "events_dropped",
             (unsigned long long)s->events_dropped, "hook_errors", (unsigned long long)s->hook_errors,
-            "symbols_dropped", (unsigned long long)s->symbols_dropped, "rings_exhausted",
-            (unsigned long long)s->rings_exhausted, "tracing_displaced", (unsigned long long)s->tracing_displaced,
-            "segment_bytes", (unsigned long long)s->segment_bytes,
+            "symbols_dropped", (unsigned long long)s->symbols_dropped, "threads_untraced",
+            (unsigned long long)s->threads_untraced, "tracing_displaced", (unsigned long long)s->tracing_displaced,
+            "events_untraced", (unsigned long long)s->events_untraced, "segment_bytes", (unsigned long long)s->segment_bytes,
             "consumer_pid", (unsigned long long)s->consumer_pid, "cmdline",
             PyUnicode_DecodeUTF8(s->cmdline, (Py_ssize_t)strnlen(s->cmdline, sizeof s->cmdline), "replace"),
             "error", PyUnicode_DecodeUTF8(s->error, (Py_ssize_t)strnlen(s->error, sizeof s->error), "replace"));

@@ -60,9 +60,11 @@ class Counters:
     symbols: int = 0
     symbols_dropped: int = 0
     threads: int = 0
-    rings_exhausted: int = 0
+    threads_untraced: int = 0   # threads that ran without a ring (none free, or no room
+                                # for one in /dev/shm); each tries again every 100 ms
     tracing_displaced: int = 0  # threads the program's own profile function took over
                                 # (sys.setprofile, cProfile on 3.10/3.11): not traced
+    events_untraced: int = 0    # events of threads while they had no ring
     first_error: str = ""
     hook: str = ""          # the interpreter hook in use: sys.monitoring, PyEval_SetProfile,
                             # or frame evaluation (PEP 523) (3.11 with c_calls=False)

@@ -55,7 +55,8 @@ def _run_parser():
     p.add_argument("--policy", choices=("drop", "wait"), default="drop",
                    help="full ring: drop events (default) or wait for the reader")
     p.add_argument("--rings", type=int, default=0, metavar="N",
-                   help="number of rings (threads traced at once)")
+                   help="most threads traced at once (default 256; a ring's memory is taken "
+                        "when a thread first needs it); threads past it run untraced, counted")
     p.add_argument("--ring-size", type=float, default=0, metavar="MiB",
                    help="size of each ring in MiB")
     p.add_argument("--subprocesses", action="store_true",

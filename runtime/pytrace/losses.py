@@ -12,8 +12,10 @@ LOSS_COUNTERS = (
     ("symbols_dropped", "symbol dropped (its function shows as <unknown>)",
      "symbols dropped (their functions show as <unknown>)"),
     ("hook_errors", "hook error", "hook errors"),
-    ("rings_exhausted", "ring claim found no free ring (a thread waited untraced)",
-     "ring claims found no free ring (threads waited untraced)"),
+    ("threads_untraced", "thread ran without a ring (no free ring or no room for one)",
+     "threads ran without a ring (no free ring or no room for one)"),
+    ("events_untraced", "event of a thread without a ring not recorded",
+     "events of threads without a ring not recorded"),
     ("tracing_displaced", "thread displaced by the program's own profiler (not traced)",
      "threads displaced by the program's own profiler (not traced)"),
 )

@@ -157,8 +157,9 @@ class ProducerStatus:
     events_dropped: int
     hook_errors: int
     symbols_dropped: int
-    rings_exhausted: int = 0
+    threads_untraced: int = 0
     tracing_displaced: int = 0
+    events_untraced: int = 0
     type = MsgType.ProducerStatus
 
 
@@ -292,7 +293,8 @@ _DECODERS = {
     MsgType.LostCount: lambda t, d: LostCount(t.Thread(), t.DroppedTotal()),
     MsgType.ProducerStatus: lambda t, d: ProducerStatus(t.State(), t.HeartbeatNs(), t.EventsWritten(),
                                                         t.EventsDropped(), t.HookErrors(), t.SymbolsDropped(),
-                                                        t.RingsExhausted(), t.TracingDisplaced()),
+                                                        t.ThreadsUntraced(), t.TracingDisplaced(),
+                                                        t.EventsUntraced()),
 }
 
 

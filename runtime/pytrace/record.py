@@ -102,6 +102,9 @@ def _parser():
                    help="trace only these modules / path prefixes (repeatable)")
     p.add_argument("--exclude", action="append", metavar="MODULE_OR_PATH",
                    help="do not trace these modules / path prefixes (repeatable)")
+    p.add_argument("--rings", type=int, default=0, metavar="N",
+                   help="most threads traced at once (default 256; new job only); threads past "
+                        "it run untraced and are counted")
     p.add_argument("--ring-size", type=float, default=0, metavar="MiB",
                    help="size of each ring in MiB (new job only)")
     p.add_argument("--attach-timeout", type=float, default=30.0, metavar="S",
@@ -311,6 +314,8 @@ def main(argv=None):
             run += ["--include", inc]
         for exc in args.exclude or ():
             run += ["--exclude", exc]
+        if args.rings:
+            run += ["--rings", str(args.rings)]
         if args.ring_size:
             run += ["--ring-size", str(args.ring_size)]
         run += target

@@ -119,7 +119,7 @@ _BODY_FIELDS = {
     4: (_U32, _U8, _STR, _STR, _U32),                       # Symbol
     5: (_U64, _U64, _EVVEC),                                # EventChunk
     6: (_U64, _U64),                                        # LostCount
-    7: (_U8, _U64, _U64, _U64, _U64, _U64, _U64, _U64),     # ProducerStatus
+    7: (_U8, _U64, _U64, _U64, _U64, _U64, _U64, _U64, _U64),  # ProducerStatus
 }
 _BODY_NAMES = {1: "ProcessInfo", 2: "ThreadStart", 3: "ThreadEnd", 4: "Symbol",
                5: "EventChunk", 6: "LostCount", 7: "ProducerStatus"}

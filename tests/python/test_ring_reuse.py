@@ -27,7 +27,7 @@ PROGRAM = textwrap.dedent("""
     b = threading.Thread(target=late_loop, name="late-thread")
     b.start(); b.join()
     c = pytrace.stop()
-    print("rings_exhausted", c.rings_exhausted, flush=True)
+    print("threads_untraced", c.threads_untraced, flush=True)
 """)
 
 
@@ -61,7 +61,7 @@ def test_thread_gets_a_ring_once_a_reader_frees_one(tmp_path):
         assert "short-lived" in names.values()
         assert late_thread is not None, names
         assert late_events > 0
-        assert int(out.split("rings_exhausted")[1]) >= 1   # it really found no ring at first
+        assert int(out.split("threads_untraced")[1]) >= 1   # it really found no ring at first
         assert job.returncode == 0
     finally:
         if job.poll() is None:

@@ -101,8 +101,9 @@ static void App_fileNote(App *app, const pt_fb_msg_t *m)
         st->producer_events_dropped = m->u.producer_status.events_dropped;
         st->hook_errors = m->u.producer_status.hook_errors;
         st->symbols_dropped = m->u.producer_status.symbols_dropped;
-        st->rings_exhausted = m->u.producer_status.rings_exhausted;
+        st->threads_untraced = m->u.producer_status.threads_untraced;
         st->tracing_displaced = m->u.producer_status.tracing_displaced;
+        st->events_untraced = m->u.producer_status.events_untraced;
         break;
     default: break;
     }
@@ -263,7 +264,8 @@ static const struct {
 } App_losses[] = {
     {"symbols_dropped", "symbols dropped", offsetof(pt_reader_stats_t, symbols_dropped)},
     {"hook_errors", "hook errors", offsetof(pt_reader_stats_t, hook_errors)},
-    {"rings_exhausted", "no free ring", offsetof(pt_reader_stats_t, rings_exhausted)},
+    {"threads_untraced", "threads without a ring", offsetof(pt_reader_stats_t, threads_untraced)},
+    {"events_untraced", "events of threads without a ring", offsetof(pt_reader_stats_t, events_untraced)},
     {"tracing_displaced", "threads displaced", offsetof(pt_reader_stats_t, tracing_displaced)},
 };
 #define APP_LOSS_COUNT (sizeof App_losses / sizeof App_losses[0])

@@ -82,8 +82,8 @@ def main(path):
     ps = body(msgs[6], ProducerStatus)
     assert ps.State() == ProducerState.Exited
     assert (ps.HeartbeatNs(), ps.EventsWritten(), ps.EventsDropped(), ps.HookErrors(),
-            ps.SymbolsDropped(), ps.RingsExhausted(), ps.TracingDisplaced()) == (
-                111, 222, 333, 444, 555, 666, 777)
+            ps.SymbolsDropped(), ps.ThreadsUntraced(), ps.TracingDisplaced(),
+            ps.EventsUntraced()) == (111, 222, 333, 444, 555, 666, 777, 888)
 
     c = body(msgs[7], EventChunk)
     assert (c.Thread(), c.FirstEvent(), c.EventsLength()) == (8, 0, 0)

@@ -225,7 +225,7 @@ static void make_samples(sample_t out[8])
     pt_fb_thread_end_t te = {7, 777, 1000000, 12};
     pt_fb_symbol_t sy = {17, PT_SYM_PY_FUNCTION, S("Klass.method"), S("/src/m\xc3\xa9.py"), 314};
     pt_fb_lost_count_t lc = {7, 4096};
-    pt_fb_producer_status_t ps = {PT_STATE_EXITED, 111, 222, 333, 444, 555, 666, 777};
+    pt_fb_producer_status_t ps = {PT_STATE_EXITED, 111, 222, 333, 444, 555, 666, 777, 888};
     for (int i = 0; i < N_EVENTS; i++) {
         sample_events[i].ticks = 1000 + (uint64_t)i;
         sample_events[i].id = 17 + (uint32_t)i;
@@ -300,7 +300,7 @@ static void test_round_trip(const sample_t s[8])
     const pt_fb_producer_status_t *ps = &m.u.producer_status;
     CHECK(ps->state == PT_STATE_EXITED && ps->heartbeat_ns == 111 && ps->events_written == 222);
     CHECK(ps->events_dropped == 333 && ps->hook_errors == 444 && ps->symbols_dropped == 555);
-    CHECK(ps->rings_exhausted == 666 && ps->tracing_displaced == 777);
+    CHECK(ps->threads_untraced == 666 && ps->tracing_displaced == 777 && ps->events_untraced == 888);
 
     REQUIRE(pt_fb_parse(s[7].buf, s[7].len, &m, why, sizeof why) == 0);
     CHECK(m.type == PT_MSG_EVENT_CHUNK && m.u.event_chunk.count == 0 && m.u.event_chunk.thread == 8);

@@ -123,14 +123,14 @@ static void builtin() {
     CHECK(p && p->thread() == 7 && p->dropped_total() == 4096);
   }
 
-  pt_fb_producer_status_t ps{PT_STATE_EXITED, 111, 222, 333, 444, 555, 666, 777};
+  pt_fb_producer_status_t ps{PT_STATE_EXITED, 111, 222, 333, 444, 555, 666, 777, 888};
   n = pt_fb_build_producer_status(out.data(), out.size(), &ps);
   if (auto m = verify(store, out.data(), n)) {
     auto p = m->body_as_ProducerStatus();
     CHECK(p && p->state() == fb::ProducerState_Exited && p->heartbeat_ns() == 111);
     CHECK(p && p->events_written() == 222 && p->events_dropped() == 333);
     CHECK(p && p->hook_errors() == 444 && p->symbols_dropped() == 555);
-    CHECK(p && p->rings_exhausted() == 666 && p->tracing_displaced() == 777);
+    CHECK(p && p->threads_untraced() == 666 && p->tracing_displaced() == 777 && p->events_untraced() == 888);
   }
 
   // chunk header + N events, for several N including 0 and a full 64 KiB chunk
