@@ -30,7 +30,7 @@ static int tsc_invariant(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
     unsigned int eax, ebx, ecx, edx;
-    if (__get_cpuid_max(0x80000000u, NULL) < 0x80000007u)
+    if ((unsigned int)__get_cpuid_max(0x80000000u, NULL) < 0x80000007u)
         return 0;
     if (!__get_cpuid(0x80000007u, &eax, &ebx, &ecx, &edx))
         return 0;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every test: the C unit tests (ctest, warnings as errors) and the Python
+# Runs every test: the C unit tests (ctest, warnings as errors), the fuzz targets and the Python
 # end-to-end tests (pytest) on each installed Python (3.11 and 3.12 by default).
 # The package must be installed first (bash .ci/install.sh).
 set -euo pipefail
@@ -10,6 +10,10 @@ build=${PYTRACE_TEST_BUILD:-build/tests}
 cmake -S . -B "$build" -DPYTRACE_WERROR=ON -DPYTRACE_BUILD_PYTHON=OFF >/dev/null
 cmake --build "$build" -j2
 ctest --test-dir "$build" --output-on-failure -j2
+
+# libFuzzer targets (ASan + UBSan) over every reader of untrusted bytes, bounded in time.
+echo "== fuzz (tests/fuzz, ${PYTRACE_FUZZ_SECONDS:-40} s per target)"
+bash tests/fuzz/run.sh
 
 for py in $(bash tests/pythons.sh); do
     echo "== pytest on $($py --version)"

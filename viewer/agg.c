@@ -1172,7 +1172,7 @@ int pt_agg_table(pt_agg_t *a, const pt_agg_query_t *q, int sort, int descending,
         r->self_pct = span_ns > 0 ? 100.0 * (double)r->self_ns / span_ns : 0;
         r->total_pct = span_ns > 0 ? 100.0 * (double)r->total_ns / span_ns : 0;
     }
-    out->span_ns = (uint64_t)span_ns;
+    out->span_ns = u64_of_double(span_ns);
     g_sort_key = sort;
     g_sort_desc = sort == PT_AGG_SORT_NAME || sort == PT_AGG_SORT_FILE ? !descending ? 0 : 1 : descending;
     qsort(out->rows, out->count, sizeof *out->rows, row_cmp);

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Runs each libFuzzer target of tests/fuzz for a bounded time (PYTRACE_FUZZ_SECONDS, default
+# 40 per target) on a copy of its checked-in corpus; hangs (10 s) and crashes are findings,
+# and any finding fails the run. Needs clang (its libFuzzer runtime); prints why and exits 0
+# without it only when PYTRACE_FUZZ_OPTIONAL=1.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$(pwd)
+seconds=${PYTRACE_FUZZ_SECONDS:-40}
+build=${PYTRACE_FUZZ_BUILD:-build/fuzz}
+if ! command -v clang >/dev/null 2>&1; then
+    if [ "${PYTRACE_FUZZ_OPTIONAL:-0}" = 1 ]; then
+        echo "fuzz: skipped: clang is not installed (apt-get install clang)"
+        exit 0
+    fi
+    echo "fuzz: clang is not installed (apt-get install clang)" >&2
+    exit 1
+fi
+CC=clang CXX=clang++ cmake -S . -B "$build" -DPYTRACE_FUZZ=ON -DPYTRACE_WERROR=ON -DPYTRACE_BUILD_PYTHON=OFF \
+    -DPYTRACE_BUILD_TESTS=OFF -DPYTRACE_BUILD_BENCH=OFF -DPYTRACE_BUILD_VIEWER=OFF \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$build" -j2 >/dev/null
+work=$(mktemp -d /tmp/pytrace-fuzz-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+failed=0
+for target in fuzz_fb fuzz_agg fuzz_recfile fuzz_segment; do
+    mkdir -p "$work/$target"
+    cp "$root/tests/fuzz/corpus/$target/"* "$work/$target/"
+    log="$work/$target.log"
+    if (cd "$work" && "$root/$build/tests/fuzz/$target" "$work/$target" -max_total_time="$seconds" -timeout=10 \
+            -max_len=65536 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$work/$target-" \
+            >"$log" 2>&1); then
+        runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")
+        cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 || true)
+        echo "fuzz: $target: $runs inputs in ${seconds}s, $cov, no finding"
+    else
+        failed=1
+        echo "fuzz: $target: FINDING (log and input follow)"
+        grep -E "ERROR|SUMMARY|Test unit written|timeout|deadly" "$log" | head -20
+        ls "$work/$target-"* 2>/dev/null | head -3
+        for a in "$work/$target-"*; do
+            [ -f "$a" ] && mkdir -p "$root/tests/fuzz/findings/$target" && cp "$a" "$root/tests/fuzz/findings/$target/"
+        done
+    fi
+done
+exit $failed
