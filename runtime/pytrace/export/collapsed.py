@@ -22,6 +22,7 @@ import re
 from .stackwalk import Exporter, frame_label
 
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f;]")
+_PATH_CACHE_CHARS = 16 << 20     # cached parent paths, in characters
 
 
 def _clean(name):
@@ -104,7 +105,14 @@ class CollapsedExporter(Exporter):
             return s
 
         ns_per_tick = walker.ns_per_tick
+        # Paths of parents are cached to write children fast, within a budget of
+        # characters: a deep recursion has one distinct stack per depth, and caching
+        # each whole path would take memory quadratic in the depth (7.3 GB for a
+        # 60,000-deep one). Past the budget a path is rebuilt from the parent links,
+        # so memory stays bounded by the nodes plus the budget. (The output itself is
+        # one line per stack, as the format has it: quadratic in such a depth.)
         paths = {}
+        budget = [_PATH_CACHE_CHARS]
         write = self.out.write
         for node in range(1, len(self.parent)):
             if self.sid[node] is None:
@@ -118,18 +126,26 @@ class CollapsedExporter(Exporter):
             parent = self.parent[node]
             prefix = paths.get(parent) if parent else ""
             if prefix is None:
-                prefix = self._path(parent, name_of, paths)
-            path = (prefix + ";" if prefix else "") + name_of(node)
-            write("%s %d\n" % (path, value))
+                prefix = self._path(parent, name_of, paths, budget)
+            if prefix:
+                write(prefix)
+                write(";")
+            write(name_of(node))
+            write(" %d\n" % value)
         self.out.flush()
 
-    def _path(self, node, name_of, paths):
+    def _path(self, node, name_of, paths, budget):
         parts = []
         n = node
         while n:
+            cached = paths.get(n)
+            if cached is not None:
+                parts.append(cached)
+                break
             parts.append(name_of(n))
             n = self.parent[n]
         path = ";".join(reversed(parts))
-        if len(paths) < 100_000:
+        if len(path) <= budget[0]:
             paths[node] = path
+            budget[0] -= len(path)
         return path

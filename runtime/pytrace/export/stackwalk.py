@@ -65,7 +65,7 @@ def frame_label(sym):
 
 
 class ThreadState:
-    __slots__ = ("thread", "name", "os_tid", "stack", "sink", "first_ticks", "last_ticks",
+    __slots__ = ("thread", "name", "os_tid", "stack", "open", "sink", "first_ticks", "last_ticks",
                  "end_ticks", "rebuilding", "rebuild_depth", "diverged", "lost_ticks",
                  "spans", "ended", "lost_events", "unmatched", "events")
 
@@ -74,6 +74,7 @@ class ThreadState:
         self.name = name or "thread %d" % thread
         self.os_tid = os_tid
         self.stack = []
+        self.open = {}          # sid -> frames of it on `stack` (unmatched closes in O(1))
         self.sink = None
         self.first_ticks = ticks
         self.last_ticks = ticks or 0
@@ -219,6 +220,8 @@ class Walker:
         if st is None:
             st = self._thread(thread)
         stack = st.stack
+        open_count = st.open
+        open_get = open_count.get
         push = st.sink.push
         pop = st.sink.pop
         action = _ACTION
@@ -236,6 +239,7 @@ class Walker:
                     self._end_rebuild(st, ticks)
                     rebuilding = False
                 stack.append(sid)
+                open_count[sid] = open_get(sid, 0) + 1
                 push(ticks, sid)
             elif act == _CLOSE:
                 if rebuilding:
@@ -243,6 +247,7 @@ class Walker:
                     rebuilding = False
                 if stack and stack[-1] == sid:
                     stack.pop()
+                    open_count[sid] -= 1
                     pop(ticks)
                 else:
                     self._unmatched(st, sid, ticks)
@@ -275,12 +280,21 @@ class Walker:
 
     # ---- the rare cases ---------------------------------------------------
     def _close_to(self, st, depth, ticks):
-        stack, pop = st.stack, st.sink.pop
+        stack, pop, open_count = st.stack, st.sink.pop, st.open
         while len(stack) > depth:
-            stack.pop()
+            open_count[stack.pop()] -= 1
             pop(ticks)
 
     def _unmatched(self, st, sid, ticks):
+        """A close that is not of the top frame closes the innermost frame of its function
+        and every frame above it; with no open frame of it, it is counted and ignored.
+        The count of open frames per function answers the second case at once, so a
+        stream of returns without calls (a reader that starts mid-stream, a hostile
+        file) costs time linear in its events, whatever the depth."""
+        if not st.open.get(sid):
+            st.unmatched += 1
+            self.unmatched += 1
+            return
         stack = st.stack
         for depth in range(len(stack) - 1, -1, -1):
             if stack[depth] == sid:
@@ -302,6 +316,7 @@ class Walker:
                 st.diverged = True
                 self._close_to(st, depth, st.lost_ticks if st.lost_ticks is not None else ticks)
             stack.append(sid)
+            st.open[sid] = st.open.get(sid, 0) + 1
             st.sink.push(ticks, sid)
         st.rebuild_depth = depth + 1
 
