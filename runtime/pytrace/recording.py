@@ -248,8 +248,18 @@ class RecordingWriter:
     """
 
     def __init__(self, path, lossless=False, buffer_bytes=1 << 20):
+        from . import _output
         self.path = os.fspath(path)
-        self._f = open(self.path, "wb", buffering=buffer_bytes)
+        # A new owner-only file, renamed over the path at once: a link planted at the
+        # path is replaced, never written through, and a killed recorder still leaves
+        # a readable recording where the user asked for it.
+        self._f, tmp = _output.create(self.path, binary=True, buffering=buffer_bytes)
+        try:
+            _output.commit(tmp, self.path)
+        except BaseException:
+            self._f.close()
+            _output.discard(tmp)
+            raise
         self.flags = FLAG_LOSSLESS if lossless else 0
         self._f.write(_HEADER.pack(MAGIC, FORMAT_MAJOR, FORMAT_MINOR, self.flags))
         self.bytes_written = HEADER_BYTES

@@ -49,23 +49,39 @@ def export(recording, fmt, output, weight="ns", per_thread=False, follow=False, 
     """Export `recording` to `output` (a path, or "-" for stdout). Returns the Walker
     (counters: events, lost_events, unmatched, threads) and the RecordingError that
     stopped the read early, or None."""
+    from .. import _output
     binary = fmt == "pstats"
+    tmp = None
     if output == "-":
         if binary:
             raise ValueError("pstats output must go to a file, not stdout")
         f, close = sys.stdout, False
         tmp_dir = None
     else:
-        f = open(output, "wb" if binary else "w", encoding=None if binary else "utf-8",
-                 **({} if binary else {"newline": "\n"}))
+        if _output.same_file(recording, output):
+            raise ValueError("the output %s is the input recording; choose another path" % output)
+        # Written beside the target and renamed over it when complete: a link planted at
+        # the path is replaced, not followed; an interrupted export leaves nothing.
+        f, tmp = _output.create(output, binary=binary)
         close = True
         tmp_dir = os.path.dirname(os.path.abspath(output))
+    exporter = None
+    done = False
     try:
-        walker = Walker(_make(fmt, f, weight, per_thread, tmp_dir))
+        exporter = _make(fmt, f, weight, per_thread, tmp_dir)
+        walker = Walker(exporter)
         error = walker.run(recording, follow=follow, timeout=timeout)
+        done = True
     finally:
         if close:
             f.close()
+        if not done:
+            if hasattr(exporter, "discard"):
+                exporter.discard()
+            if tmp is not None:
+                _output.discard(tmp)
+    if tmp is not None:
+        _output.commit(tmp, output)
     return walker, error
 
 
@@ -117,6 +133,9 @@ def main(argv=None):
     except RecordingError as e:       # damage before anything could be read (header)
         print("pytrace export: %s" % e, file=sys.stderr)
         return 1
+    except KeyboardInterrupt:         # the partial output and spill files are gone already
+        print("pytrace export: interrupted; no output written", file=sys.stderr)
+        return 130
     except BrokenPipeError:           # `pytrace export ... -o - | head`
         try:
             sys.stdout = None

@@ -113,7 +113,18 @@ class SpeedscopeExporter(Exporter):
         try:
             self._assemble(walker)
         finally:
-            shutil.rmtree(self.tmp, ignore_errors=True)
+            self.discard()
+
+    def discard(self):
+        """Remove the per-thread spill files (also when the export is interrupted)."""
+        for s in self.sinks:
+            f = getattr(s, "f", None)
+            if f is not None:
+                try:
+                    f.close()
+                except OSError:
+                    pass
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
     def _assemble(self, walker):
         out = self.out
