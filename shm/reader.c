@@ -87,6 +87,12 @@ typedef struct rd_ring {
     uint64_t snap_head;
     uint32_t snap_len;
     int drained;            /* reached the snapshot this poll */
+    /* the reader's own cursor (absolute chunk sequence and record position) for
+     * generation cur_gen; the slot's shared cursors follow it at once, or, with
+     * PT_READER_DEFER_RELEASE, only in pt_reader_release */
+    uint32_t cur_gen;
+    uint64_t cur_seq, cur_pos;
+    int free_pending;       /* retired and drained: set FREE at the next release */
 } rd_ring_t;
 
 struct pt_reader {
@@ -503,6 +509,8 @@ static void snapshot_ring(pt_reader_t *r, uint32_t i)
     uint64_t head = atomic_load_explicit(&slot->head_chunk, memory_order_acquire);
     /* relaxed: we are the only writer (see `reported` above for takeovers) */
     uint64_t released = atomic_load_explicit(&slot->released_chunks, memory_order_relaxed);
+    if (rr->cur_gen == gen && gen != 0 && rr->cur_seq >= released)
+        released = rr->cur_seq; /* read, and not yet released (deferred) */
     if (head < released || head - released >= r->chunks_per_ring) {
         ring_corrupt(r, rr, "ring %u: head_chunk %llu and released_chunks %llu are inconsistent (corrupt segment)",
                      i, (unsigned long long)head, (unsigned long long)released);
@@ -544,6 +552,8 @@ static uint32_t first_bad_event(const uint8_t *ev, uint32_t n, uint32_t max_id)
 
 /* Drain ring i up to its snapshot. *budget: events left (UINT64_MAX = no
  * limit). Returns events handed out. */
+static void free_slot(pt_reader_t *r, rd_ring_t *rr, pt_ring_slot_t *slot, uint32_t i);
+
 static uint64_t drain_ring(pt_reader_t *r, rd_sink_t *sink, uint32_t i, uint64_t *budget)
 {
     rd_ring_t *rr = &r->rings[i];
@@ -593,9 +603,17 @@ static uint64_t drain_ring(pt_reader_t *r, rd_sink_t *sink, uint32_t i, uint64_t
             return 0;
     }
 
-    /* relaxed: reader-only cursors (see snapshot_ring) */
-    uint64_t seq = atomic_load_explicit(&slot->released_chunks, memory_order_relaxed);
-    uint64_t pos = atomic_load_explicit(&slot->consumer_index, memory_order_relaxed);
+    if (rr->cur_gen != rr->snap_gen) {
+        /* relaxed: reader-only cursors (see snapshot_ring); where the previous
+         * reader (or the claim's reset) left them */
+        rr->cur_seq = atomic_load_explicit(&slot->released_chunks, memory_order_relaxed);
+        rr->cur_pos = atomic_load_explicit(&slot->consumer_index, memory_order_relaxed);
+        rr->cur_gen = rr->snap_gen;
+        rr->free_pending = 0;
+    }
+    const int defer = (r->flags & PT_READER_DEFER_RELEASE) != 0;
+    uint64_t seq = rr->cur_seq;
+    uint64_t pos = rr->cur_pos;
     uint64_t idx = pos > seq * epc ? pos - seq * epc : 0;
     if (idx > epc) {
         ring_corrupt(r, rr, "ring %u (thread %llu): consumer_index %llu is past chunk %llu (corrupt segment)", i,
@@ -655,8 +673,10 @@ static uint64_t drain_ring(pt_reader_t *r, rd_sink_t *sink, uint32_t i, uint64_t
                                 PT_CHUNK_HEADER_BYTES + (size_t)good * sizeof(pt_event_t));
                 /* consumed once the callback returned (a reader killed inside
                  * it lets the next one hand the message out again, with the
-                 * same first_event) */
-                atomic_store_explicit(&slot->consumer_index, seq * epc + idx, memory_order_relaxed); /* reader-only */
+                 * same first_event); deferred: once the caller released it */
+                rr->cur_pos = seq * epc + idx;
+                if (!defer)
+                    atomic_store_explicit(&slot->consumer_index, rr->cur_pos, memory_order_relaxed); /* reader-only */
                 if (stop)
                     return handed;
             }
@@ -679,10 +699,14 @@ static uint64_t drain_ring(pt_reader_t *r, rd_sink_t *sink, uint32_t i, uint64_t
          * nothing and repeats nothing */
         seq++;
         idx = 0;
-        atomic_store_explicit(&slot->consumer_index, seq * epc, memory_order_relaxed); /* reader-only */
-        /* release: we are done reading the chunk; pairs with the producer's
-         * acquire load of released_chunks before it overwrites it */
-        atomic_store_explicit(&slot->released_chunks, seq, memory_order_release);
+        rr->cur_seq = seq;
+        rr->cur_pos = seq * epc;
+        if (!defer) {
+            atomic_store_explicit(&slot->consumer_index, seq * epc, memory_order_relaxed); /* reader-only */
+            /* release: we are done reading the chunk; pairs with the producer's
+             * acquire load of released_chunks before it overwrites it */
+            atomic_store_explicit(&slot->released_chunks, seq, memory_order_release);
+        }
     }
 
     rr->drained = 1;
@@ -691,17 +715,61 @@ static uint64_t drain_ring(pt_reader_t *r, rd_sink_t *sink, uint32_t i, uint64_t
          * freed: the ThreadEnd was delivered */
         if (!rr->ended)
             (void)emit_thread_end(r, sink, rr, slot);
-        /* relaxed: published by the release CAS below */
-        atomic_store_explicit(&slot->reported_generation, (uint64_t)rr->snap_gen | GEN_ENDED, memory_order_relaxed);
-        uint32_t expected = PT_RING_RETIRED;
-        /* release: our last reads of the slot and its chunks happen before a
-         * new claim; pairs with the claimer's acq_rel CAS FREE->ACTIVE */
-        if (!atomic_compare_exchange_strong_explicit(&slot->state, &expected, PT_RING_FREE, memory_order_release,
-                                                     memory_order_relaxed))
-            ring_corrupt(r, rr, "ring %u: retired slot changed state to %u while draining (corrupt segment)", i,
-                         expected);
+        if (defer)
+            rr->free_pending = 1; /* freed by pt_reader_release, after the caller kept it all */
+        else
+            free_slot(r, rr, slot, i);
     }
     return handed;
+}
+
+/* A retired ring read to its end: give the slot back for a new thread. */
+static void free_slot(pt_reader_t *r, rd_ring_t *rr, pt_ring_slot_t *slot, uint32_t i)
+{
+    /* relaxed: published by the release CAS below */
+    atomic_store_explicit(&slot->reported_generation, (uint64_t)rr->snap_gen | GEN_ENDED, memory_order_relaxed);
+    uint32_t expected = PT_RING_RETIRED;
+    /* release: our last reads of the slot and its chunks happen before a
+     * new claim; pairs with the claimer's acq_rel CAS FREE->ACTIVE */
+    if (!atomic_compare_exchange_strong_explicit(&slot->state, &expected, PT_RING_FREE, memory_order_release,
+                                                 memory_order_relaxed))
+        ring_corrupt(r, rr, "ring %u: retired slot changed state to %u while draining (corrupt segment)", i,
+                     expected);
+    rr->free_pending = 0;
+}
+
+static void release_all(pt_reader_t *r)
+{
+    for (uint32_t i = 0; i < r->ring_count; i++) {
+        rd_ring_t *rr = &r->rings[i];
+        if (rr->cur_gen == 0 || rr->corrupt)
+            continue;
+        pt_ring_slot_t *slot = pt_segment_slot(r->seg, i);
+        /* relaxed: reader-only; cursor first, then the chunks (as in drain_ring) */
+        atomic_store_explicit(&slot->consumer_index, rr->cur_pos, memory_order_relaxed);
+        /* release: our reads of the chunks before cur_seq are done; pairs with
+         * the producer's acquire load of released_chunks */
+        atomic_store_explicit(&slot->released_chunks, rr->cur_seq, memory_order_release);
+        if (rr->free_pending)
+            free_slot(r, rr, slot, i);
+    }
+}
+
+int pt_reader_release(pt_reader_t *r)
+{
+    if (!r)
+        return -EINVAL;
+    if (r->shrunk)
+        return -EFAULT;
+    if (!(r->flags & PT_READER_DEFER_RELEASE))
+        return 0;
+    rd_guard_t guard;
+    if (sigsetjmp(guard.env, 1))
+        return (int)rd_shrunk(r, &guard);
+    rd_guard_arm(r, &guard);
+    release_all(r);
+    rd_guard_disarm();
+    return 0;
 }
 
 /* ---- poll ------------------------------------------------------------------ */

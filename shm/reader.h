@@ -62,8 +62,12 @@ typedef int (*pt_reader_msg_fn)(void *ctx, uint32_t type, const uint8_t *msg, si
 #define PT_READER_NO_LOCK 0x100u /* inspect only: do not take the consumer lock,
                                     do not drain (for `ls`-like tools) */
 
+#define PT_READER_DEFER_RELEASE 0x200u /* the ring cursors advance only in pt_reader_release:
+                                          a recorder releases what it has written, so a
+                                          recorder killed before that leaves it to the next */
+
 /* Attach by name or pid (see pt_segment_attach), validate, take the consumer
- * lock. flags: PT_ATTACH_ANY_USER, PT_READER_NO_LOCK. */
+ * lock. flags: PT_ATTACH_ANY_USER, PT_READER_NO_LOCK, PT_READER_DEFER_RELEASE. */
 int pt_reader_attach(const char *target, unsigned flags, pt_reader_t **out, char *err, size_t errlen);
 
 /* Drain everything published so far (at most max_events events, 0 = no limit)
@@ -95,6 +99,14 @@ typedef struct pt_reader_stats {
 } pt_reader_stats_t;
 
 void pt_reader_stats(const pt_reader_t *reader, pt_reader_stats_t *out);
+
+/* With PT_READER_DEFER_RELEASE: everything handed out so far is kept by the
+ * caller (written to its file); advance the shared cursors past it, freeing
+ * chunks for the producer and the slots of ended threads. Until then a reader
+ * that takes over after this one died reads it again (so nothing read but not
+ * kept is lost; what was kept may come twice, with the same first_event).
+ * 0, or -EFAULT when the segment shrank. Without the flag: a no-op. */
+int pt_reader_release(pt_reader_t *reader);
 
 /* The last error as one line ("" if none). */
 const char *pt_reader_error(const pt_reader_t *reader);

@@ -59,15 +59,17 @@ static int drain_cb(void *vctx, uint32_t type, const uint8_t *msg, size_t len)
 
 static PyObject *reader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    static char *kwlist[] = {"target", "any_user", "lock", NULL};
+    static char *kwlist[] = {"target", "any_user", "lock", "defer_release", NULL};
     const char *target;
-    int any_user = 0, lock = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "s|pp:Reader", kwlist, &target, &any_user, &lock))
+    int any_user = 0, lock = 1, defer_release = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "s|ppp:Reader", kwlist, &target, &any_user, &lock,
+                                     &defer_release))
         return NULL;
     pt_reader_obj_t *self = (pt_reader_obj_t *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
-    unsigned flags = (any_user ? PT_ATTACH_ANY_USER : 0) | (lock ? 0 : PT_READER_NO_LOCK);
+    unsigned flags = (any_user ? PT_ATTACH_ANY_USER : 0) | (lock ? 0 : PT_READER_NO_LOCK) |
+                     (defer_release ? PT_READER_DEFER_RELEASE : 0);
     char err[512] = "";
     int rc;
     Py_BEGIN_ALLOW_THREADS
@@ -165,6 +167,22 @@ static PyObject *reader_poll(pt_reader_obj_t *self, PyObject *args, PyObject *kw
     return list;
 }
 
+static PyObject *reader_release(pt_reader_obj_t *self, PyObject *unused)
+{
+    (void)unused;
+    if (check_open(self) < 0)
+        return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = pt_reader_release(self->reader);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        const char *e = pt_reader_error(self->reader);
+        return pt_oserror(rc, e && *e ? e : strerror(-rc));
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *reader_stats(pt_reader_obj_t *self, PyObject *unused)
 {
     (void)unused;
@@ -245,6 +263,9 @@ static PyMethodDef reader_methods[] = {
      "poll(max_events=0) -> list[tuple[int, bytes]]: drain published messages (type, size-prefixed "
      "FlatBuffer) in stream order."},
     {"stats", (PyCFunction)reader_stats, METH_NOARGS, "stats() -> dict"},
+    {"release", (PyCFunction)reader_release, METH_NOARGS,
+     "release(): with Reader(..., defer_release=True), everything polled so far is kept (written "
+     "out): let the producer reuse it. Until then a reader taking over reads it again."},
     {"close", (PyCFunction)(void (*)(void))reader_close, METH_VARARGS | METH_KEYWORDS,
      "close(unlink_if_finished=True)"},
     {"__enter__", (PyCFunction)reader_enter, METH_NOARGS, NULL},

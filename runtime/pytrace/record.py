@@ -39,7 +39,10 @@ _POLICY_TEXT = {
 }
 _PY_FLAGS_WITH_VALUE = ("-X", "-W")
 _PY_FLAGS = ("-u", "-O", "-OO", "-B", "-E", "-I", "-s", "-S", "-b", "-bb", "-q", "-v")
-_MSG_PROCESS_INFO = 1
+from .fb.MessageBody import MessageBody as _Body  # noqa: E402 - the schema's numbers
+
+_MSG_PROCESS_INFO = _Body.ProcessInfo
+_MSG_EVENT_CHUNK = _Body.EventChunk
 _ENV_FDS = "PYTRACE_RECORD_FDS"   # "<fd to report the segment on>,<fd to wait on>"
 _POLL_MAX_EVENTS = 1 << 20
 
@@ -182,7 +185,9 @@ def _attach(target, child, timeout):
     delay = 0.001
     while True:
         try:
-            return _pytrace.Reader(str(target))
+            # The ring advances only past what is written (reader.release() after each
+            # flush): a recorder killed mid-way leaves the rest to the next reader.
+            return _pytrace.Reader(str(target), defer_release=True)
         except OSError as e:
             last_error = e
             import errno
@@ -193,7 +198,7 @@ def _attach(target, child, timeout):
         if exited or time.monotonic() >= deadline:
             if exited:                      # one last try: the segment outlives the job
                 try:
-                    return _pytrace.Reader(str(target))
+                    return _pytrace.Reader(str(target), defer_release=True)
                 except OSError as e:
                     last_error = e
             _say("no pytrace segment for pid %d%s: %s" % (
@@ -204,10 +209,38 @@ def _attach(target, child, timeout):
         delay = min(delay * 2, 0.02)
 
 
-def _record(reader, writer, child, interrupts, pid_mode):
+class _Discarded:
+    """What was read after the recording could no longer be written (a full disk)."""
+    error = None
+    events = 0
+
+
+def _write_batch(writer, batch, discarded):
+    """Append a batch and flush it. A write that fails (disk full) ends writing: the
+    file keeps every whole message before it, said once in one line; from then on the
+    batches are only counted, so the job is never held back by a recorder that cannot
+    write."""
+    if discarded.error is None:
+        try:
+            for msg_type, data in batch:
+                writer.append(data, msg_type)
+            writer.flush()
+            return
+        except OSError as e:
+            discarded.error = e
+            _say("writing %s failed: %s; the recording keeps the %d events before it, and "
+                 "the job goes on unrecorded" % (writer.path, e.strerror or e, writer.events))
+    from .reader import decode
+    for msg_type, data in batch:
+        if msg_type == _MSG_EVENT_CHUNK:
+            try:
+                discarded.events += decode(msg_type, data).count
+            except Exception:  # noqa: BLE001 - counting only
+                pass
+
+
+def _record(reader, writer, child, interrupts, pid_mode, discarded):
     """Drain reader into writer until the job is done. -> (died, stopped_by_user)."""
-    flush_every = 0.1
-    next_flush = time.monotonic() + flush_every
     quiet_since = None
     announced = not pid_mode
     while True:
@@ -218,7 +251,10 @@ def _record(reader, writer, child, interrupts, pid_mode):
         size = 0
         for msg_type, data in batch:
             size += len(data)
-            writer.append(data, msg_type)
+        _write_batch(writer, batch, discarded)
+        if batch:
+            reader.release()                # written (or given up on): the job may reuse it
+        for msg_type, data in batch:
             if msg_type == _MSG_PROCESS_INFO:
                 policy = _policy_of(data)
                 if policy is not None:
@@ -229,9 +265,6 @@ def _record(reader, writer, child, interrupts, pid_mode):
         if reader.finished:
             return False, False
         now = time.monotonic()
-        if now >= next_flush:
-            writer.flush()
-            next_flush = now + flush_every
         if interrupts.count >= (1 if pid_mode else 2):
             return False, True
         if batch:
@@ -353,16 +386,22 @@ def main(argv=None):
             reader.close()
             return _finish_child(child, failed=True)
         died = stopped = damaged = False
+        discarded = _Discarded()
         try:
-            died, stopped = _record(reader, writer, child, interrupts, pid_mode)
+            died, stopped = _record(reader, writer, child, interrupts, pid_mode, discarded)
         except OSError as e:
             # the segment itself is damaged (corrupt, or shrunk under us): the job may
             # well go on; say what happened, not that it ended
             _say("reading the segment stopped: %s" % (e.strerror or e))
             damaged = True
         finally:
-            writer.close()
+            try:
+                writer.close()
+            except OSError:
+                pass                        # said already; the file holds whole messages
             _summary(reader, writer, path)
+            if discarded.error is not None:
+                _say("%d events read after writing failed were not recorded" % discarded.events)
             if died:
                 _say("the job ended without reporting its exit; the recording holds everything "
                      "it published")
@@ -372,7 +411,7 @@ def main(argv=None):
                 reader.close(unlink_if_finished=True)
             except Exception:  # noqa: BLE001
                 pass
-        return _finish_child(child, failed=damaged and child is None)
+        return _finish_child(child, failed=(damaged or discarded.error is not None) and child is None)
 
 
 def _finish_child(child, failed):

@@ -245,6 +245,10 @@ class RecordingWriter:
     (checked: size prefix and identifier) and writes it with its padding. ``flush()``
     pushes buffered bytes to the file so followers see them. ``close()`` flushes and,
     unless ``finished=False``, sets the FINISHED flag.
+
+    The buffer is ours (not a BufferedWriter's) so that a write that fails part way
+    (a full disk) is undone: ``flush`` then cuts the file back to the last whole message
+    (``committed`` bytes) and raises; the file stays a readable recording.
     """
 
     def __init__(self, path, lossless=False, buffer_bytes=1 << 20):
@@ -253,19 +257,29 @@ class RecordingWriter:
         # A new owner-only file, renamed over the path at once: a link planted at the
         # path is replaced, never written through, and a killed recorder still leaves
         # a readable recording where the user asked for it.
-        self._f, tmp = _output.create(self.path, binary=True, buffering=buffer_bytes)
+        self._f, tmp = _output.create(self.path, binary=True, buffering=0)
         try:
             _output.commit(tmp, self.path)
         except BaseException:
             self._f.close()
             _output.discard(tmp)
             raise
+        self._fd = self._f.fileno()
+        self._buf = bytearray()
+        self._buffer_bytes = buffer_bytes
         self.flags = FLAG_LOSSLESS if lossless else 0
-        self._f.write(_HEADER.pack(MAGIC, FORMAT_MAJOR, FORMAT_MINOR, self.flags))
+        self._buf += _HEADER.pack(MAGIC, FORMAT_MAJOR, FORMAT_MINOR, self.flags)
         self.bytes_written = HEADER_BYTES
+        self.committed = 0       # bytes on file, all whole messages
+        self._at_commit = (0, 0, 0)
         self.messages = 0
         self.events = 0
         self.lost_events = 0     # sum of the producer's Lost records
+        try:
+            self.flush()         # a follower sees a recording from the start
+        except BaseException:
+            self._f.close()
+            raise
 
     def set_lossless(self, lossless):
         """Rewrite the LOSSLESS flag (e.g. once ProcessInfo told the policy)."""
@@ -273,8 +287,10 @@ class RecordingWriter:
 
     def _set_flags(self, flags):
         self.flags = flags
-        self._f.flush()
-        os.pwrite(self._f.fileno(), struct.pack("<I", flags), _FLAGS_OFFSET)
+        if self.committed >= HEADER_BYTES:
+            os.pwrite(self._fd, struct.pack("<I", flags), _FLAGS_OFFSET)
+        else:
+            struct.pack_into("<I", self._buf, _FLAGS_OFFSET, flags)
 
     def append(self, data, msg_type=None):
         if len(data) < 12:
@@ -284,15 +300,17 @@ class RecordingWriter:
             raise ValueError("size prefix %d does not match the %d-byte message" % (size, len(data)))
         if data[8:12] != _IDENTIFIER:
             raise ValueError("message lacks the %r identifier" % _IDENTIFIER)
-        f = self._f
-        f.write(data)
+        buf = self._buf
+        buf += data
         pad = _pad8(len(data))
         if pad:
-            f.write(_ZEROS[:pad])
+            buf += _ZEROS[:pad]
         self.bytes_written += len(data) + pad
         self.messages += 1
         if msg_type is None or msg_type == _MSG_EVENT_CHUNK:
             self._count_events(data)
+        if len(buf) >= self._buffer_bytes:
+            self.flush()
 
     def _count_events(self, data):
         try:
@@ -313,15 +331,37 @@ class RecordingWriter:
             at = kinds.find(12, at + 1)
 
     def flush(self):
-        self._f.flush()
+        """Write the buffer. On failure the file is cut back to the last whole message,
+        the buffer is dropped (its messages are not in the file) and the error raised."""
+        view = memoryview(self._buf)
+        done = 0
+        try:
+            while done < len(view):
+                done += os.write(self._fd, view[done:])
+        except OSError:
+            view.release()
+            try:
+                os.ftruncate(self._fd, self.committed)
+            except OSError:
+                pass
+            self._buf = bytearray()
+            self.bytes_written = self.committed
+            self.messages, self.events, self.lost_events = self._at_commit
+            raise
+        view.release()
+        self.committed += done
+        self._buf = bytearray()
+        self._at_commit = (self.messages, self.events, self.lost_events)
 
     def close(self, finished=True):
         if self._f.closed:
             return
-        self._f.flush()
-        if finished:
-            self._set_flags(self.flags | FLAG_FINISHED)
-        self._f.close()
+        try:
+            self.flush()
+            if finished and self.committed >= HEADER_BYTES:
+                self._set_flags(self.flags | FLAG_FINISHED)
+        finally:
+            self._f.close()
 
     def __enter__(self):
         return self
@@ -392,6 +432,13 @@ class RecordingReader:
         time.sleep(self.interval)
         return True
 
+    def _replaced(self):
+        try:
+            a, b = os.stat(self.path), os.fstat(self._f.fileno())
+        except OSError:
+            return False
+        return (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino)
+
     def _read_header(self):
         deadline = time.monotonic() + self.timeout
         data = b""
@@ -404,6 +451,13 @@ class RecordingReader:
                                   % (HEADER_BYTES, len(data)))
             if data[:len(MAGIC)] != MAGIC[:len(data)]:
                 break
+            if self._replaced():
+                # `pytrace record` puts a new file at the path (renamed over it): a
+                # follower that opened the path first reads the new one
+                self._f.close()
+                self._f = open(self.path, "rb", buffering=0)
+                data = b""
+                continue
             if not self._wait(deadline):
                 raise self._error(len(data), "timed out waiting for the header")
         magic, major, minor, flags = _HEADER.unpack_from(data.ljust(HEADER_BYTES, b"\0"), 0)
