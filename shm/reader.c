@@ -745,13 +745,19 @@ static void release_all(pt_reader_t *r)
         if (rr->cur_gen == 0 || rr->corrupt)
             continue;
         pt_ring_slot_t *slot = pt_segment_slot(r->seg, i);
+        /* acquire: pairs with the claimer's release store of generation; a slot
+         * that is not the one our cursor is for is not ours to move */
+        if (atomic_load_explicit(&slot->generation, memory_order_acquire) != rr->cur_gen)
+            continue;
         /* relaxed: reader-only; cursor first, then the chunks (as in drain_ring) */
         atomic_store_explicit(&slot->consumer_index, rr->cur_pos, memory_order_relaxed);
         /* release: our reads of the chunks before cur_seq are done; pairs with
          * the producer's acquire load of released_chunks */
         atomic_store_explicit(&slot->released_chunks, rr->cur_seq, memory_order_release);
-        if (rr->free_pending)
+        if (rr->free_pending) {
             free_slot(r, rr, slot, i);
+            rr->cur_gen = 0; /* the slot is a new thread's from here on */
+        }
     }
 }
 

@@ -932,6 +932,51 @@ static void test_geometry_changes_during_attach(void)
     pt_segment_close(l.seg, 1);
 }
 
+/* PT_READER_DEFER_RELEASE: the shared cursors move only at pt_reader_release.
+ * Until then a producer with the wait policy sees no room freed, and a reader
+ * taking over re-reads from the last release; a slot freed at a release and
+ * claimed again by a new thread starts clean (a stale cursor of the old
+ * thread once marked such a slot corrupt). */
+static void test_deferred_release(void)
+{
+    local_t l;
+    memset(&l, 0, sizeof l);
+    l.seg = make_segment(1, PT_POLICY_DROP, l.name, sizeof l.name);
+    pt_reader_t *r = NULL;
+    char err[256] = "";
+    REQUIRE(pt_reader_attach(l.name, PT_READER_DEFER_RELEASE, &r, err, sizeof err) == 0);
+    l.r = r;
+    pt_ring_t ring;
+    for (int round = 0; round < 3; round++) {
+        REQUIRE(pt_segment_claim_ring(l.seg, 1, "t", 0, &ring) == 0);
+        pt_ring_slot_t *slot = pt_segment_slot(l.seg, 0);
+        for (int i = 0; i < 600; i++) /* past two 251-record chunks */
+            REQUIRE(pt_ring_push(&ring, (uint64_t)i, 0, PT_EV_MARK, 0, 0) == 0);
+        /* a release before this reader has seen the new thread leaves its slot alone */
+        CHECK(pt_reader_release(r) == 0);
+        CHECKF(atomic_load(&slot->released_chunks) == 0, "round %d: a new thread's slot kept its cursor", round);
+        long rc = pt_reader_poll(r, on_msg, &l.c, 0);
+        CHECKF(rc >= 0, "round %d: poll %ld: %s", round, rc, pt_reader_error(r));
+        CHECKF(atomic_load(&slot->released_chunks) == 0, "round %d: nothing released before release()", round);
+        CHECK(pt_reader_release(r) == 0);
+        CHECKF(atomic_load(&slot->released_chunks) == 2, "round %d: released %llu", round,
+               (unsigned long long)atomic_load(&slot->released_chunks));
+        pt_segment_retire_ring(l.seg, &ring, 1000);
+        CHECK(pt_reader_poll(r, on_msg, &l.c, 0) >= 0);
+        CHECKF(atomic_load(&slot->state) == PT_RING_RETIRED, "round %d: freed only at release", round);
+        CHECK(pt_reader_release(r) == 0);
+        CHECKF(atomic_load(&slot->state) == PT_RING_FREE, "round %d: freed at release", round);
+        CHECK(pt_reader_release(r) == 0); /* again: must not touch the free slot */
+        CHECK(atomic_load(&slot->released_chunks) == 2);
+    }
+    CHECKF(l.c.events == 3 * 600 && l.c.errors == 0, "events %llu errors %d", (unsigned long long)l.c.events,
+           l.c.errors);
+    pt_reader_stats_t st;
+    pt_reader_stats(r, &st);
+    CHECK(st.corrupt_rings == 0);
+    local_close(&l);
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IONBF, 0);
@@ -945,6 +990,7 @@ int main(int argc, char **argv)
     test_producer_killed();
     test_reader_killed();
     test_segment_shrinks();
+    test_deferred_release();
     test_geometry_changes_during_attach();
     if (failures) {
         fprintf(stderr, "%d check(s) failed\n", failures);
