@@ -34,33 +34,26 @@ def other_uid():
     return int(r.stdout)
 
 
+# Python run as the other user: the interpreter and pytrace are loaded as root (root's
+# pyenv is not readable by other users), then the process drops to OTHER's uid and gid
+# before the test's code runs. Files it needs come through argv or stdin.
+_AS_OTHER = textwrap.dedent("""
+    import os, pwd, sys
+    import pytrace, pytrace.reader
+    pytrace._ext()
+    _pw = pwd.getpwnam(%r)
+    os.setgroups([])
+    os.setgid(_pw.pw_gid)
+    os.setuid(_pw.pw_uid)
+""") % OTHER
+
+
 def as_other(code, *args, **kw):
-    """Run Python `code` as the other user: the interpreter and pytrace are loaded as root
-    (root's pyenv is not readable by other users), then the process drops to OTHER's
-    uid and gid before `code` runs. Files it needs come through argv, read before the drop."""
-    pre = textwrap.dedent("""
-        import os, pwd, sys
-        import pytrace, pytrace.reader
-        pytrace._ext()
-        _pw = pwd.getpwnam(%r)
-        os.setgroups([])
-        os.setgid(_pw.pw_gid)
-        os.setuid(_pw.pw_uid)
-    """) % OTHER
-    return subprocess.run([PY, "-c", pre + textwrap.dedent(code), *args], **kw)
+    return subprocess.run([PY, "-c", _AS_OTHER + textwrap.dedent(code), *args], **kw)
 
 
 def popen_other(code, *args, **kw):
-    pre = textwrap.dedent("""
-        import os, pwd, sys
-        import pytrace
-        pytrace._ext()
-        _pw = pwd.getpwnam(%r)
-        os.setgroups([])
-        os.setgid(_pw.pw_gid)
-        os.setuid(_pw.pw_uid)
-    """) % OTHER
-    return subprocess.Popen([PY, "-c", pre + textwrap.dedent(code), *args], **kw)
+    return subprocess.Popen([PY, "-c", _AS_OTHER + textwrap.dedent(code), *args], **kw)
 
 
 def run_pytrace(*args, timeout=60, **kw):
