@@ -188,6 +188,10 @@ def cmd_run(argv):
     _announce(segment)
 
     import atexit
+    import shlex
+    global _RUN_COMMAND
+    _RUN_COMMAND = " ".join(shlex.quote(a) for a in (
+        (["-m", ns.module] + list(ns.target)) if ns.module is not None else list(ns.target)))
     # Stop after the interpreter joined the program's non-daemon threads (atexit runs
     # after threading's shutdown), so their tails are traced too.
     atexit.register(_stop_at_exit)
@@ -244,13 +248,40 @@ def _run_script(path):
     exec(code, main.__dict__)
 
 
+# Set by `pytrace record`'s child: the recorder reports the counts itself.
+QUIET_EXIT = False
+_RUN_COMMAND = ""     # the program as given to `pytrace run`, for the hint at exit
+
+
 def _stop_at_exit():
+    import warnings
+
     import pytrace
-    if pytrace.is_tracing():
-        try:
-            pytrace.stop()
-        except Exception:  # noqa: BLE001 - never fail the program's exit
-            pass
+    if not pytrace.is_tracing():
+        return
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")   # said below in full lines, not as a warning
+            c = pytrace.stop()
+    except Exception:  # noqa: BLE001 - never fail the program's exit
+        return
+    if QUIET_EXIT:
+        return
+    from .losses import OTHER_LOSSES, describe
+    try:
+        line = "pytrace: %d events written, %d dropped" % (c.events_written, c.events_dropped)
+        if c.events_dropped:
+            line += ("; a ring was full (no reader, or one that fell behind). To keep every "
+                     "event, record instead: pytrace record -o out.pytrace -- python %s"
+                     % _RUN_COMMAND)
+        sys.stderr.write(line + "\n")
+        other = describe(c, OTHER_LOSSES)
+        if other:
+            sys.stderr.write("pytrace: also lost: %s%s\n" % (
+                other, "; first error: %s" % c.first_error if c.first_error else ""))
+        sys.stderr.flush()
+    except Exception:  # noqa: BLE001
+        pass
 
 
 _STATE_NAMES = {0: "empty", 1: "running", 2: "stopped", 3: "exited", 4: "dead"}

@@ -61,6 +61,8 @@ def _child_main(argv):
 
     if fds:
         pytrace.start = start
+    from . import cli
+    cli.QUIET_EXIT = True               # the recorder gives the counts
     from .cli import main as cli_main
     return cli_main(argv)
 
@@ -176,10 +178,41 @@ def _read_segment(fd, timeout):
     return data.split(b"\n")[0].decode(errors="replace").strip()
 
 
+def _pid_not_traced(pid):
+    """For `record PID`: why pid cannot be recorded at once (one line), or None if it may
+    be a traced job (or one that is just starting to trace)."""
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            cmdline = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except FileNotFoundError:
+        return "no process %d (it has exited, or never was)" % pid
+    except OSError:
+        return None                     # not ours to read: let the attach say why
+    if "pytrace" in cmdline:
+        return None                     # started under pytrace: its segment may be on its way
+    return ("pid %d is running but is not traced by pytrace; start it with `pytrace record -o "
+            "OUT -- %s`" % (pid, cmdline[:80] or "python script.py"))
+
+
 def _attach(target, child, timeout):
     """Attach to a segment (name or pid); retries until it exists. -> Reader or None."""
     target_pid = child.pid if child is not None else int(target)
     from . import _pytrace
+    if child is None:
+        # A running job has its segment already: only one started under pytrace a moment
+        # ago may still be on its way, so anything else is said at once, not after 30 s.
+        try:
+            return _pytrace.Reader(str(target), defer_release=True)
+        except OSError as e:
+            import errno
+            if e.errno != errno.ENOENT:
+                _say("cannot record pid %d: %s" % (target_pid, e))
+                return None
+        why = _pid_not_traced(target_pid)
+        if why is not None:
+            _say(why)
+            return None
+        timeout = min(timeout, 5.0)
     deadline = time.monotonic() + timeout
     last_error = None
     delay = 0.001

@@ -123,6 +123,11 @@ def main(argv=None):
         _say("give the program to run: pytrace top -- python script.py [args]")
         return 2
 
+    if "--once" in view_opts and not any(o == "--duration" or o.startswith("--duration=")
+                                         for o in view_opts):
+        # --once on a program we start: its table when it ends (the viewer stops at the
+        # job's end), not an empty one taken before it ran
+        view_opts = view_opts + ["--duration", "31536000"]
     log = tempfile.NamedTemporaryFile(prefix="pytrace-top-job-", suffix=".log", delete=False)
     report_r, report_w = os.pipe()
     wait_r, wait_w = os.pipe()

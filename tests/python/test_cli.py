@@ -171,3 +171,53 @@ def test_main_module_matches_plain_python(tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[0] == plain.stdout.splitlines()[0]
     assert r.stdout.splitlines()[0].startswith(str(tmp_path / "kbi.py") + " kbi.py __main__ None None True")
+
+
+def test_top_once_runs_the_program_to_its_end(tmp_path):
+    """`pytrace top --once -- python script.py` without --duration: the program runs to its
+    end (it used to be stopped by SIGINT before it ran), its exit code is top's, and the
+    table holds its calls."""
+    (tmp_path / "ex7.py").write_text("def work(n):\n    return sum(range(n))\n"
+                                     "for i in range(300):\n    work(1000)\n"
+                                     "print('ok')\nraise SystemExit(7)\n")
+    r = pytrace_cmd("top", "--once", "--", PY, "ex7.py", cwd=tmp_path, timeout=120)
+    assert r.returncode == 7, (r.returncode, r.stderr)
+    assert "[ENDED]" in r.stdout
+    row = [l for l in r.stdout.splitlines() if l.split()[-2:-1] == ["work"]]
+    assert row and row[0].split()[4] == "300", r.stdout
+    log = re.search(r"output is in (\S+) ", r.stderr).group(1)
+    text = open(log).read()
+    os.unlink(log)
+    assert "ok" in text and "KeyboardInterrupt" not in text
+
+
+def test_record_pid_says_at_once_when_it_cannot(tmp_path):
+    """`pytrace record -o f PID` on a pid that is gone, or on a process not traced, says so
+    in one line at once (it waited 30 s)."""
+    t0 = time.monotonic()
+    r = pytrace_cmd("record", "-o", str(tmp_path / "a.pytrace"), "999999999", timeout=60)
+    assert r.returncode != 0 and "no process 999999999" in r.stderr
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        r2 = pytrace_cmd("record", "-o", str(tmp_path / "b.pytrace"), str(sleeper.pid), timeout=60)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert r2.returncode != 0 and "is running but is not traced" in r2.stderr, r2.stderr
+    assert len(r2.stderr.strip().splitlines()) == 1
+    assert time.monotonic() - t0 < 10
+
+
+def test_run_says_at_exit_what_was_written_and_dropped(tmp_path):
+    """`pytrace run` with no reader: at exit it says how many events were written and
+    dropped, and how to record instead (it said nothing)."""
+    (tmp_path / "busy.py").write_text("def f(n):\n    return n if n < 2 else f(n-1) + f(n-2)\n"
+                                      "f(24)\n")
+    r = pytrace_cmd("run", "busy.py", cwd=tmp_path, timeout=120)
+    assert r.returncode == 0, r.stderr
+    line = [l for l in r.stderr.splitlines() if "events written" in l]
+    assert len(line) == 1, r.stderr
+    m = re.search(r"(\d+) events written, (\d+) dropped", line[0])
+    assert m and int(m.group(2)) > 0
+    assert "pytrace record -o out.pytrace -- python busy.py" in line[0]
+    assert "RuntimeWarning" not in r.stderr
