@@ -221,3 +221,13 @@ def test_run_says_at_exit_what_was_written_and_dropped(tmp_path):
     assert m and int(m.group(2)) > 0
     assert "pytrace record -o out.pytrace -- python busy.py" in line[0]
     assert "RuntimeWarning" not in r.stderr
+
+
+def test_pytrace_top_version():
+    """pytrace-top -V prints its version (it was rejected as an unknown option)."""
+    import shutil
+    top = shutil.which("pytrace-top") or os.path.join(os.path.dirname(PY), "pytrace-top")
+    for flag in ("-V", "--version"):
+        r = subprocess.run([top, flag], capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0 and re.match(r"pytrace-top \d+\.\d+\.\d+ \(segment ABI \d+\.\d+\)$",
+                                              r.stdout.strip()), (r.stdout, r.stderr)

@@ -45,7 +45,7 @@ static const char *const App_sortNames[PT_AGG_SORT_COUNT] = {"own", "total", "ca
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: pytrace-top [PID | SEGMENT | --file REC [--follow]] [--once [--json] [--duration S]\n"
+            "usage: pytrace-top [-V] [PID | SEGMENT | --file REC [--follow]] [--once [--json] [--duration S]\n"
             "                   [--window S] [--thread N] [--sort own|total|calls|name|file] [--limit N]]\n"
             "  no argument: pick a live segment. --file: show a recording (pytrace record);\n"
             "  --follow: keep reading it until the recording ends. Keys: q quit, space pause, Tab table/flame,\n"
@@ -803,6 +803,9 @@ static int parse_args(int argc, char **argv, Options *o)
             o->json = 1;
         } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
+            exit(0);
+        } else if (!strcmp(a, "-V") || !strcmp(a, "--version")) {
+            printf("pytrace-top %s (segment ABI %u.%u)\n", PYTRACE_VERSION, PT_ABI_MAJOR, PT_ABI_MINOR);
             exit(0);
         } else if (!strcmp(a, "--file")) {
             if (!val) {
