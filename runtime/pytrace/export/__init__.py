@@ -147,9 +147,18 @@ def main(argv=None):
     where = "stdout" if args.output == "-" else args.output
     print("pytrace export: %d events, %d threads, %d symbols -> %s (%s)" % (
         walker.events, len(walker.threads), len(walker.symbols), where, fmt), file=sys.stderr)
-    if walker.lost_events:
-        print("pytrace export: the recording has gaps: %d events were dropped while recording "
-              "(policy drop); stacks were rebuilt after each gap" % walker.lost_events, file=sys.stderr)
+    # The job's own count of dropped events (its final status), as record, pytrace-top and
+    # stop() give it. The gaps marked in the stream (Lost records) can be fewer: drops after
+    # a thread's last record have no record after them to mark them.
+    status = walker.producer_status
+    job_dropped = max(walker.lost_events, getattr(status, "events_dropped", 0) or 0)
+    if job_dropped:
+        line = ("pytrace export: %d events dropped by the job (a full ring, policy drop); "
+                "stacks were rebuilt after each gap" % job_dropped)
+        if job_dropped > walker.lost_events:
+            line += ("; %d of them are marked as gaps in the recording, the other %d came after "
+                     "a thread's last record" % (walker.lost_events, job_dropped - walker.lost_events))
+        print(line, file=sys.stderr)
     if walker.producer_status is not None:
         from ..losses import OTHER_LOSSES, describe
         lost = describe(walker.producer_status, OTHER_LOSSES)
