@@ -48,12 +48,6 @@
 #include "clock.h"
 
 #define PT_SEG_PAGE 4096u
-/* Ring slots, i.e. threads traced at once. Cheap: a ring's memory is taken
- * only when a thread claims its slot (see pt_segment_claim_ring). */
-#define PT_DEFAULT_RING_COUNT 256u
-#define PT_DEFAULT_CHUNK_BYTES (64u << 10)
-#define PT_DEFAULT_CHUNKS_PER_RING 64u
-#define PT_DEFAULT_SYMLOG_BYTES (UINT64_C(8) << 20)
 #define PT_DEFAULT_WAIT_TIMEOUT_NS UINT64_C(1000000000)
 #define PT_SHM_DIR "/dev/shm"
 

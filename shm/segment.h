@@ -34,6 +34,14 @@ extern "C" {
 
 typedef struct pt_segment pt_segment_t;
 
+/* Defaults of pt_segment_config_t (0 = default). Ring slots are threads traced
+ * at once; they are cheap: a ring's memory is taken only when a thread claims
+ * its slot (see pt_segment_claim_ring). */
+#define PT_DEFAULT_RING_COUNT 256u
+#define PT_DEFAULT_CHUNK_BYTES (64u << 10)
+#define PT_DEFAULT_CHUNKS_PER_RING 64u
+#define PT_DEFAULT_SYMLOG_BYTES (UINT64_C(8) << 20)
+
 typedef struct pt_segment_config {
     uint32_t ring_count;        /* 0 = default 16 */
     uint32_t chunk_bytes;       /* 0 = default 64 KiB; power of two */

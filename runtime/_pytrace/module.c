@@ -4,6 +4,7 @@
  * span_begin, span_end, mark, list_segments, collect_stale, Reader.
  */
 #include "pt_tracer.h"
+#include "shm/segment.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -421,6 +422,12 @@ static int pt_exec(PyObject *module)
         Py_DECREF(st->reader_type);
         return -1;
     }
+    /* the segment's defaults, for help texts (never retyped in Python) */
+    if (PyModule_AddIntConstant(module, "DEFAULT_RING_COUNT", PT_DEFAULT_RING_COUNT) < 0 ||
+        PyModule_AddIntConstant(module, "DEFAULT_RING_BYTES",
+                                (long)PT_DEFAULT_CHUNK_BYTES * PT_DEFAULT_CHUNKS_PER_RING) < 0 ||
+        PyModule_AddIntConstant(module, "DEFAULT_SYMLOG_BYTES", (long)PT_DEFAULT_SYMLOG_BYTES) < 0)
+        return -1;
     if (PyModule_AddIntConstant(module, "HAVE_MONITORING", PT_HAVE_MONITORING) < 0)
         return -1;
     if (!fork_registered) {

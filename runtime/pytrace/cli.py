@@ -21,7 +21,16 @@ USAGE = """usage: pytrace run [options] (script.py | -m module) [args...]
        pytrace ls [--all] [--collect]
        pytrace top [PID | SEGMENT | [options] -- python script.py [args...]]
        pytrace record -o OUT [options] (-- python script.py [args...] | PID)
-       pytrace export FILE --format perfetto|speedscope|collapsed|pstats -o OUT"""
+       pytrace export FILE --format perfetto|speedscope|collapsed|pstats -o OUT
+
+commands:
+  run      run a Python program traced; a reader (pytrace top, record) can attach any time
+  ls       list the traced jobs on this machine (--all: also ended ones; --collect: remove those)
+  top      the live view of a traced job: pick one, attach to PID, or start a program
+  record   write a recording of a job (lossless by default) for export or pytrace top --file
+  export   turn a recording into Perfetto/Chrome JSON, speedscope, collapsed stacks or pstats
+
+`pytrace COMMAND --help` gives each command's options. pytrace -V: the version."""
 
 ENV_OPTIONS = "PYTRACE_SUBPROCESS_OPTIONS"   # JSON start() options for traced children
 RESERVED = ("top", "record", "export")
@@ -43,9 +52,18 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message, self.prog.split(" ", 1)[-1] if " " in self.prog else None)
 
 
+def _default(name):
+    """A default of the segment, from the extension (never retyped here)."""
+    from . import _ext
+    return getattr(_ext(), name)
+
+
 def _run_parser():
     p = _Parser(prog="pytrace run", add_help=True,
-                description="Run a Python program with tracing on.")
+                usage="pytrace run [options] (script.py | -m module) [args...]",
+                description="Run a Python program with tracing on. It runs as `python script.py` "
+                            "would (same output, exit code and signals); a reader can attach at "
+                            "any time: pytrace top PID, pytrace record -o OUT PID.")
     p.add_argument("--no-c-calls", dest="c_calls", action="store_false",
                    help="do not record calls of C functions")
     p.add_argument("--include", action="append", default=None, metavar="MODULE_OR_PATH",
@@ -55,10 +73,11 @@ def _run_parser():
     p.add_argument("--policy", choices=("drop", "wait"), default="drop",
                    help="full ring: drop events (default) or wait for the reader")
     p.add_argument("--rings", type=int, default=0, metavar="N",
-                   help="most threads traced at once (default 256; a ring's memory is taken "
-                        "when a thread first needs it); threads past it run untraced, counted")
+                   help="most threads traced at once (default %d; a ring's memory is taken "
+                        "when a thread first needs it); threads past it run untraced, counted"
+                   % _default("DEFAULT_RING_COUNT"))
     p.add_argument("--ring-size", type=float, default=0, metavar="MiB",
-                   help="size of each ring in MiB")
+                   help="size of each ring in MiB (default %g)" % (_default("DEFAULT_RING_BYTES") / 2**20))
     p.add_argument("--subprocesses", action="store_true",
                    help="trace Python child processes too, each into its own segment")
     p.add_argument("-m", dest="module", default=None, metavar="MODULE",
@@ -173,7 +192,9 @@ def cmd_run(argv):
     else:
         script = ns.target[0]
         if not os.path.exists(script):
-            raise UsageError("can't open file %r: no such file" % script, "run")
+            # as python says it (and exits 2)
+            raise UsageError("can't open file %r: [Errno 2] No such file or directory"
+                             % os.path.abspath(script), "run")
         sys.argv = list(ns.target)
         sys.path[0] = os.path.dirname(os.path.abspath(script))
 

@@ -92,6 +92,7 @@ def _say(text):
 
 def _parser():
     from .cli import _Parser      # wrong arguments: one line and exit 2, as for every command
+    from .cli import _default
     p = _Parser(
         prog="pytrace record",
         usage="pytrace record -o OUT [options] -- python script.py [args...]\n"
@@ -108,8 +109,8 @@ def _parser():
     p.add_argument("--exclude", action="append", metavar="MODULE_OR_PATH",
                    help="do not trace these modules / path prefixes (repeatable)")
     p.add_argument("--rings", type=int, default=0, metavar="N",
-                   help="most threads traced at once (default 256; new job only); threads past "
-                        "it run untraced and are counted")
+                   help="most threads traced at once (default %d; new job only); threads past "
+                        "it run untraced and are counted" % _default("DEFAULT_RING_COUNT"))
     p.add_argument("--ring-size", type=float, default=0, metavar="MiB",
                    help="size of each ring in MiB (new job only)")
     p.add_argument("--attach-timeout", type=float, default=30.0, metavar="S",
@@ -234,9 +235,13 @@ def _attach(target, child, timeout):
                     return _pytrace.Reader(str(target), defer_release=True)
                 except OSError as e:
                     last_error = e
-            _say("no pytrace segment for pid %d%s: %s" % (
-                target_pid, " (the job exited before tracing started)" if exited else
-                " after %.0f s" % timeout, last_error))
+            if exited:
+                # it said why itself (a missing script, a bad option): no second guess here
+                _say("the job exited (code %d) before tracing started; nothing was recorded"
+                     % child.returncode)
+            else:
+                _say("no pytrace segment for pid %d after %.0f s: %s" % (target_pid, timeout,
+                                                                        last_error))
             return None
         time.sleep(delay)
         delay = min(delay * 2, 0.02)

@@ -256,3 +256,31 @@ def test_dropped_count_is_the_same_everywhere(tmp_path):
                        text=True, timeout=120)
     shown = json.loads(t.stdout)["events_dropped"]
     assert recorded == exported == shown, (recorded, exported, shown)
+
+
+def test_help_names_each_command_and_the_defaults():
+    """`pytrace --help` says what each command does; `pytrace run --help` shows the script
+    form and the defaults the segment really uses (from the extension, not retyped)."""
+    from pytrace import _pytrace
+    r = pytrace_cmd("--help")
+    assert r.returncode == 0
+    for command in ("run", "ls", "top", "record", "export"):
+        assert re.search(r"^  %s +\S" % command, r.stdout, re.M), r.stdout
+    r = pytrace_cmd("run", "--help")
+    assert r.returncode == 0
+    assert "usage: pytrace run [options] (script.py | -m module) [args...]" in r.stdout
+    assert "default %d" % _pytrace.DEFAULT_RING_COUNT in r.stdout
+    assert "default %g)" % (_pytrace.DEFAULT_RING_BYTES / 2**20) in r.stdout
+
+
+def test_missing_script_is_said_once(tmp_path):
+    """A missing script: one line as python gives it (exit 2), and `record` adds only that
+    the job ended before tracing, not a misleading 'no pytrace segment'."""
+    r = pytrace_cmd("run", "missing.py", cwd=tmp_path)
+    assert r.returncode == 2
+    assert "can't open file '%s': [Errno 2] No such file or directory" % (tmp_path / "missing.py") in r.stderr
+    r = pytrace_cmd("record", "-o", str(tmp_path / "m.pytrace"), "--", PY, "missing.py", cwd=tmp_path)
+    assert r.returncode == 2
+    assert r.stderr.count("can't open file") == 1
+    assert "no pytrace segment" not in r.stderr
+    assert "exited (code 2) before tracing started" in r.stderr
