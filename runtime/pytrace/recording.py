@@ -37,8 +37,9 @@ Damage
 ------
 `RecordingReader` yields everything before the first damaged byte and then raises
 `RecordingError`, whose ``offset`` is the file offset of the damage and whose message
-says what is wrong: bad magic, unsupported version, a size prefix that runs past the
-end of a finished file (truncation), an implausible size, non-zero padding, or a
+says what is wrong: bad magic, unsupported version, a file that ends inside a message
+(truncation; in a file its writer never closed, as a killed recorder leaves it, the
+message says so), an implausible size, non-zero padding, or a
 message that fails verification (identifier, offsets, vtables, strings and vectors
 bounds-checked the way the stock FlatBuffers verifier does, then decoded with the
 flatc-generated code; any decoding exception is wrapped).
@@ -515,7 +516,8 @@ class RecordingReader:
                     return          # clean end of the file (or of a followed stream)
                 if self.timed_out:
                     return
-                raise self._error(off, "file ends inside a size prefix (%d of 4 bytes)" % have)
+                raise self._error(off, "file ends inside a size prefix (%d of 4 bytes)%s"
+                                  % (have, self._unfinished_note()))
             size = _u32(buf, pos)[0]
             if size < 8 or size > MAX_MESSAGE_BYTES:
                 raise self._error(off, "implausible message size %d" % size)
@@ -527,8 +529,8 @@ class RecordingReader:
                 if self.timed_out:
                     return
                 if len(buf) - pos < total:
-                    raise self._error(off, "message of %d bytes is truncated: the file ends %d bytes into it"
-                                      % (total, len(buf) - pos))
+                    raise self._error(off, "message of %d bytes is truncated: the file ends %d bytes "
+                                      "into it%s" % (total, len(buf) - pos, self._unfinished_note()))
                 # A complete message whose final padding is missing at the end of the file.
             end = min(padded, len(buf) - pos)
             pad = buf[pos + total:pos + end]
@@ -546,6 +548,13 @@ class RecordingReader:
             pos += end
             deadline = time.monotonic() + self.timeout
             yield body_type, data
+
+    def _unfinished_note(self):
+        """Why a file may end inside a message: its writer never closed it (a recorder
+        killed while writing leaves its last write cut short)."""
+        if self.finished_flag:
+            return ""
+        return "; the file was never closed by its writer (a recorder killed while writing)"
 
     def _note_status(self, data, off):
         from .reader import decode
