@@ -2,6 +2,7 @@
 
     pytrace top                                  pick a traced job (runs pytrace-top)
     pytrace top PID | SEGMENT [options]          attach to a running traced job
+    pytrace top --help                           these forms, the job options and pytrace-top's
     pytrace top [job options] -- python script.py [args...]
                                                  start the program traced and show it at once
 
@@ -77,6 +78,52 @@ def _split_options(before):
     return job, view
 
 
+_USAGE = """usage: pytrace top [--all]                        pick a traced job from the list of live ones
+       pytrace top PID | SEGMENT [view options]     attach to a running traced job
+       pytrace top --file REC [view options]        show a recording (pytrace record -o REC)
+       pytrace top [job options] [view options] -- python script.py [args...]
+                                                    start the program traced and show it at once
+
+The live view of a traced job (the pytrace-top program; `pytrace top ARGS` runs
+`pytrace-top ARGS` when there is no `--`).
+
+With `--`, the program runs as `pytrace run` runs it; its output goes to a log file
+whose path is printed when the view closes. Quitting the view while the program runs
+stops it; the exit code is the program's. With --once the view waits for the program's
+end (or --duration S) and prints its table.
+
+job options (before --, as for pytrace run):
+"""
+
+
+def _help(viewer_path):
+    """pytrace top's own help: its three forms, the job options (formatted by `pytrace
+    run`'s own parser, so they read the same) and pytrace-top's options."""
+    from . import cli
+    flags = set(_JOB_FLAGS_WITH_VALUE + _JOB_FLAGS)
+    try:
+        parser = cli._run_parser()
+        formatter = parser._get_formatter()
+        formatter._indent()
+        formatter.add_arguments([a for a in parser._actions if flags & set(a.option_strings)])
+        job = formatter.format_help()
+    except Exception:           # the defaults come from the extension: never fail --help on it
+        job = "".join("  %s\n" % f for f in _JOB_FLAGS + _JOB_FLAGS_WITH_VALUE)
+    text = _USAGE + job + "\nview options (any other option before --, passed to pytrace-top):\n"
+    if viewer_path is None:
+        return text + "  (pytrace-top is not installed; pip install pytrace puts it next to python)\n"
+    try:
+        r = subprocess.run([viewer_path, "--help"], capture_output=True, text=True, timeout=10)
+        view = r.stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        view = "  (pytrace-top --help failed: %s)\n" % e
+    lines = view.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("options:")), None)
+    if start is None:           # not the layout expected: show it whole
+        return text + view
+    return text + "\n".join(lines[start + 1:]) + "\n"
+
+
 def _wait_attached(segment, viewer, timeout):
     """True once the viewer process holds the segment's consumer lock."""
     from . import _pytrace
@@ -106,6 +153,9 @@ def _stop_job(job):
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     viewer_path = find_viewer()
+    if any(a in ("-h", "--help") for a in (argv[:argv.index("--")] if "--" in argv else argv)):
+        sys.stdout.write(_help(viewer_path))
+        return 0
     if viewer_path is None:
         _say("pytrace-top is not installed (pip install pytrace puts it next to python)")
         return 1

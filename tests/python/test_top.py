@@ -124,7 +124,7 @@ def test_headless_json_thread_filter(workload):
 
 def test_headless_text_table(workload):
     out = run_once(workload.segment, "--duration", "1")
-    assert "OWN%" in out and "TOTAL%" in out
+    assert "OWN%WALL" in out and "TOT%WALL" in out   # shares of wall time, not CPU
     assert re.search(r"work3\s+\S*workload_top\.py:\d+", out), out
     assert "[RUNNING]" in out
 

@@ -185,6 +185,18 @@ def test_once_text_table_says_ENDED(recording):
     assert re.search(r"work3\s+\S*workload_file\.py:\d+", r.stdout), r.stdout
 
 
+def test_a_recording_has_no_cpu_figures(recording):
+    """CPU use comes from the kernel while a job runs; a recording has none, and says so
+    rather than inventing one."""
+    r, doc = once_json(recording)
+    assert r.returncode == 0, r.stderr
+    assert doc["cpu_pct"] is None and doc["cpu_seconds"] is None and doc["cpu_basis"] is None, doc
+    assert doc["threads"] and all(t["cpu_pct"] is None and t["cpu_seconds"] is None for t in doc["threads"])
+    text = run_top(recording, "--limit", "3").stdout.splitlines()
+    assert text[0].endswith("cpu n/a (a recording has no CPU figures)"), text[0]
+    assert [line.split()[2] for line in text[2:2 + len(doc["threads"])]] == ["n/a"] * len(doc["threads"]), text
+
+
 def test_thread_filter_on_a_recording(recording):
     _, doc = once_json(recording)
     seen = []
@@ -352,6 +364,7 @@ def test_interactive_views_of_a_recording(recording):
         s = t.wait_for(lambda s: "work3" in s and "work1" in s, what="the table")
         head = s.splitlines()[0]
         assert "ENDED" in head and "file" in head and "table" in head
+        assert "cpu n/a" in head      # a recording has no CPU figures
         assert "recording ended" in s
         pos = table_order(s, ["work3", "work1"])
         assert pos["work3"] < pos["work1"]  # own time, descending

@@ -13,6 +13,8 @@
 #include "viewer/agg.h"
 #include "viewer/recfile.h"
 
+#include "cpu.h"
+
 typedef enum PanelResult {
     PANEL_IGNORED = 0,
     PANEL_HANDLED = 1 << 0,
@@ -58,6 +60,7 @@ typedef struct App {
     pt_agg_counters_t counters;
     pt_reader_stats_t stats;
     double read_rate;        /* events/s read, wall clock */
+    Cpu cpu;                 /* the job's CPU use from /proc (live jobs only; pid 0 for a recording) */
 
     /* table panel */
     int table_selected, table_scroll;
@@ -89,5 +92,7 @@ typedef struct App {
 void App_refresh(App *app);
 /* Display name of a symbol id ("" if none). */
 const char *App_symbolName(App *app, uint32_t id);
+/* "thread 2 (worker)" / "all threads", escaped, for the status line and the flame root. */
+void App_threadLabel(App *app, char *out, size_t cap);
 
 #endif

@@ -47,10 +47,7 @@ static void FlamePanel_label(App *app, const pt_agg_tnode_t *node, int width, ch
 {
     char esc[1024];
     if (node->symbol == PT_AGG_NONE) {
-        if (app->thread)
-            snprintf(esc, sizeof esc, "thread %llu", (unsigned long long)app->thread);
-        else
-            snprintf(esc, sizeof esc, "all threads");
+        App_threadLabel(app, esc, sizeof esc);
     } else {
         const char *name = App_symbolName(app, node->symbol);
         Text_escape(name, esc, sizeof esc);

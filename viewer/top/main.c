@@ -30,6 +30,12 @@
 #include "text.h"
 
 #define POLL_MS 10
+/* CPU use is shown over the last second (as top does): the kernel counts it in
+ * clock ticks (usually 100 a second), so a third of a second would show it in
+ * steps of 3%. It is read at the draw rate all the same, so a thread that
+ * lives less than a second gets a figure (its average since it started). */
+#define CPU_PERIOD_NS 1000000000ull
+#define CPU_READ_NS 300000000ull
 #define DRAW_NS 333000000ull
 #define POLL_MAX_EVENTS 4000000u
 #define FILE_POLL_MAX_MESSAGES 4096u
@@ -45,11 +51,28 @@ static const char *const App_sortNames[PT_AGG_SORT_COUNT] = {"own", "total", "ca
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: pytrace-top [-V] [PID | SEGMENT | --file REC [--follow]] [--once [--json] [--duration S]\n"
-            "                   [--window S] [--thread N] [--sort own|total|calls|name|file] [--limit N]]\n"
-            "  no argument: pick a live segment. --file: show a recording (pytrace record);\n"
-            "  --follow: keep reading it until the recording ends. Keys: q quit, space pause, Tab table/flame,\n"
-            "  o/t/c/n/f sort, r reverse, T thread, / filter, +/- window, w table window/run.\n");
+            "usage: pytrace-top [--all]                      pick a live traced job (a list when not on a terminal)\n"
+            "       pytrace-top PID | SEGMENT [options]      attach to a traced job and show it live\n"
+            "       pytrace-top --file REC [--follow] [options]\n"
+            "                                                show a recording (pytrace record -o REC)\n"
+            "\n"
+            "options:\n"
+            "  --once            print the table once (text) and exit, instead of the live view\n"
+            "  --json            with --once: print JSON instead of text\n"
+            "  --duration S      with --once: read for S seconds first (default 0: what is there now;\n"
+            "                    a live job's CPU%% is then the average since each thread started)\n"
+            "  --window S        table of the last S seconds instead of the whole run (live view: start there)\n"
+            "  --thread N        only thread N (its number in the segment; 0 = all threads)\n"
+            "  --sort KEY        own (default), total, calls, prim, name or file\n"
+            "  --limit N         with --once: at most N rows\n"
+            "  --follow          with --file: wait for the recording's end however long it is idle\n"
+            "  --all             the job list shows ended and invalid segments too (as pytrace ls --all)\n"
+            "  -V, --version     print the version;  -h, --help: this help\n"
+            "\n"
+            "OWN%%WALL and TOT%%WALL are shares of wall time (a sleeping or waiting frame counts; threads add\n"
+            "up to more than 100%%); CPU%% is what the kernel counted (100%% = one core), n/a for a recording.\n"
+            "Keys: q quit, space pause, Tab table/flame, o/t/c/n/f sort, r reverse, T thread, / filter,\n"
+            "+/- window, w table window/run.\n");
 }
 
 /* ---- reading ------------------------------------------------------------ */
@@ -210,6 +233,71 @@ static long App_poll(App *app)
 
 const char *App_symbolName(App *app, uint32_t id) { return pt_agg_symbol(app->agg, id).name; }
 
+/* The thread's name (escaped, at most 24 columns), "" if it has none. */
+static void App_threadName(const pt_agg_thread_info_t *ti, char *out, size_t cap)
+{
+    char esc[256];
+    Text_escape(ti->name, esc, sizeof esc);
+    Text_fit(esc, 24, 0, out, cap);
+}
+
+void App_threadLabel(App *app, char *out, size_t cap)
+{
+    if (!app->thread) {
+        snprintf(out, cap, "all threads");
+        return;
+    }
+    pt_agg_thread_info_t ti;
+    for (size_t i = 0; i < pt_agg_thread_count(app->agg); i++) {
+        if (pt_agg_thread_at(app->agg, i, &ti) || ti.thread != app->thread || !ti.name[0])
+            continue;
+        char name[128];
+        App_threadName(&ti, name, sizeof name);
+        snprintf(out, cap, "thread %llu (%s)", (unsigned long long)app->thread, name);
+        return;
+    }
+    snprintf(out, cap, "thread %llu", (unsigned long long)app->thread);
+}
+
+/* Read the job's CPU use from /proc (the process and each thread that has not
+ * ended): at most every CPU_READ_NS unless forced. Nothing once the job ended
+ * (its pid may belong to another process by then) or for a recording. */
+static void App_sampleCpu(App *app, int force)
+{
+    if (!app->cpu.pid || app->ended || app->died)
+        return;
+    uint64_t now = pt_monotonic_ns();
+    if (!force && app->cpu.last_sample_ns && now - app->cpu.last_sample_ns < CPU_READ_NS)
+        return;
+    size_t n = pt_agg_thread_count(app->agg), k = 0;
+    uint64_t *threads = malloc((n ? n : 1) * 2 * sizeof *threads);
+    if (!threads)
+        return;
+    uint64_t *tids = threads + n;
+    for (size_t i = 0; i < n; i++) {
+        pt_agg_thread_info_t ti;
+        if (pt_agg_thread_at(app->agg, i, &ti) || ti.ended)
+            continue;
+        threads[k] = ti.thread;
+        tids[k++] = ti.os_tid;
+    }
+    (void)Cpu_sample(&app->cpu, threads, tids, k, now); /* a meter it could not keep shows "-" */
+    free(threads);
+}
+
+/* "98.7%", "n/a" (a recording, or nothing the kernel would tell), "-" (no
+ * full period yet). */
+static void App_cpuText(const App *app, const CpuMeter *m, char *out, size_t cap)
+{
+    double pct = CpuMeter_periodPct(m);
+    if (!app->cpu.pid || (m && m->reads == 0 && m->gone))
+        snprintf(out, cap, "n/a");
+    else if (pct < 0)
+        snprintf(out, cap, "-");
+    else
+        snprintf(out, cap, "%.1f%%", pct);
+}
+
 static void App_readStats(const App *app, pt_reader_stats_t *out)
 {
     if (app->recfile)
@@ -229,6 +317,7 @@ void App_refresh(App *app)
         pt_agg_tree(app->agg, &fq, &app->tree);
     pt_agg_counters(app->agg, &app->counters);
     App_readStats(app, &app->stats);
+    App_sampleCpu(app, 0);
 }
 
 static const char *App_stateName(const App *app)
@@ -317,19 +406,71 @@ static void App_drawLine(int y, int attr, const char *text)
     attrset(A_NORMAL);
 }
 
+typedef struct ThreadCpu {
+    pt_agg_thread_info_t info;
+    double pct;
+} ThreadCpu;
+
+static int ThreadCpu_byPct(const void *a, const void *b)
+{
+    const ThreadCpu *x = a, *y = b;
+    if (x->pct != y->pct)
+        return x->pct < y->pct ? 1 : -1;
+    return x->info.thread < y->info.thread ? -1 : x->info.thread > y->info.thread;
+}
+
+/* " threads (cpu): 2 side 98.7%  1 MainThread 0.2%": the threads running now,
+ * busiest first (as top orders them); all of them once the job ended or for a
+ * recording (first seen first; its cpu is n/a). The selected one is [marked]. */
+static void App_threadsLine(App *app, char *line, size_t cap)
+{
+    size_t n = pt_agg_thread_count(app->agg), k = 0, running = 0;
+    ThreadCpu *list = calloc(n ? n : 1, sizeof *list);
+    int live = app->cpu.pid != 0;
+    size_t used = (size_t)snprintf(line, cap, live ? " threads (cpu):" : " threads (cpu n/a in a recording):");
+    if (!list)
+        return;
+    for (size_t i = 0; i < n; i++)
+        if (!pt_agg_thread_at(app->agg, i, &list[k].info)) {
+            running += !list[k].info.ended;
+            k++;
+        }
+    size_t m = 0;
+    for (size_t i = 0; i < k; i++) { /* keep the running ones, when there are any */
+        if (running && list[i].info.ended)
+            continue;
+        list[i].pct = live ? CpuMeter_periodPct(Cpu_thread(&app->cpu, list[i].info.thread)) : 0;
+        list[m++] = list[i];
+    }
+    if (live)
+        qsort(list, m, sizeof *list, ThreadCpu_byPct);
+    for (size_t i = 0; i < m && used < cap; i++) {
+        char name[128], pct[32] = "";
+        App_threadName(&list[i].info, name, sizeof name);
+        if (live)
+            App_cpuText(app, Cpu_thread(&app->cpu, list[i].info.thread), pct, sizeof pct);
+        int sel = app->thread == list[i].info.thread;
+        int w = snprintf(line + used, cap - used, " %s%llu%s%s%s%s%s", sel ? "[" : " ",
+                         (unsigned long long)list[i].info.thread, name[0] ? " " : "", name, live ? " " : "", pct,
+                         sel ? "]" : "");
+        if (w < 0)
+            break;
+        used += (size_t)w;
+    }
+    free(list);
+}
+
 static void App_draw(App *app)
 {
     erase();
-    char line[2048], rate[32], cmd[300], win[64], losses[256];
+    char line[2048], rate[32], cmd[300], win[160], losses[256], cpu[32];
     const pt_fb_process_info_t *pi = pt_agg_process_info(app->agg);
     Text_escape(pi->command_line.ptr ? pi->command_line.ptr : "", cmd, sizeof cmd);
     Text_count(app->read_rate, rate, sizeof rate);
     uint64_t dropped = App_dropped(app);
     unsigned threads = app->counters.threads_active;
-    if (app->thread)
-        snprintf(win, sizeof win, "thread %llu", (unsigned long long)app->thread);
-    else
-        snprintf(win, sizeof win, "all threads");
+    App_threadLabel(app, win, sizeof win);
+    App_cpuText(app, &app->cpu.process, cpu, sizeof cpu);
     const char *state = App_stateName(app);
     char source[300] = "", speed[64];
     if (app->recfile) {
@@ -343,8 +484,8 @@ static void App_draw(App *app)
         snprintf(speed, sizeof speed, "%s ev/s", rate);
     }
     int other_losses = App_lossText(app, "  ", losses, sizeof losses);
-    snprintf(line, sizeof line, " pytrace-top  %spid %llu  [%s]%s  %s  dropped %llu%s%s  threads %u  window %gs  %s  %s: %s  %s",
-             source, (unsigned long long)app->stats.pid, state, app->paused ? " PAUSED" : "", speed,
+    snprintf(line, sizeof line, " pytrace-top  %spid %llu  [%s]%s  cpu %s  %s  dropped %llu%s%s  threads %u  window %gs  %s  %s: %s  %s",
+             source, (unsigned long long)app->stats.pid, state, app->paused ? " PAUSED" : "", cpu, speed,
              (unsigned long long)dropped, other_losses ? "  " : "", losses, threads, app->window_seconds, win, app->panel->name,
              app->panel == &TablePanel_class ? (app->table_window ? "window" : "whole run") : "window", cmd);
     App_drawLine(0, CRT_attr(app->ended || app->died ? CRT_C_ENDED : CRT_C_HEADER) | A_BOLD, line);
@@ -382,6 +523,10 @@ static void App_draw(App *app)
         App_drawLine(top++, CRT_attr(CRT_C_WARNING),
                      " INCOMPLETE: the recording has no end mark and is not growing (its writer stopped or is idle); "
                      "watching the file");
+    }
+    if (pt_agg_thread_count(app->agg)) {
+        App_threadsLine(app, line, sizeof line);
+        App_drawLine(top++, A_NORMAL, line);
     }
     if (app->filter_editing || app->filter[0]) {
         char esc[300];
@@ -561,8 +706,20 @@ static void Picker_format(const PickerRow *r, char *line, size_t cap)
              r->info.threads_active, rate, (unsigned long long)r->info.events_dropped, name, cmd);
 }
 
+/* The list hides what `pytrace ls` hides (runtime/pytrace/cli.py cmd_ls):
+ * segments whose producer is gone and files that are not valid segments,
+ * unless --all. Keeps the shown ones at the front; returns their number. */
+static size_t Picker_filter(pt_segment_info_t *infos, size_t count, int all)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < count; i++)
+        if (all || (infos[i].alive && infos[i].valid))
+            infos[kept++] = infos[i];
+    return kept;
+}
+
 /* Returns 0 with the chosen name, 1 if the user quit. */
-static int Picker_run(char *chosen, size_t cap)
+static int Picker_run(char *chosen, size_t cap, int all)
 {
     enum { MAXSEG = 128 };
     static PickerRow rows[MAXSEG], prev[MAXSEG];
@@ -577,7 +734,7 @@ static int Picker_run(char *chosen, size_t cap)
             size_t found = 0;
             if (pt_segment_list(infos, MAXSEG, &found) < 0)
                 found = 0;
-            count = found < MAXSEG ? found : MAXSEG;
+            count = Picker_filter(infos, found < MAXSEG ? found : MAXSEG, all);
             for (size_t i = 0; i < count; i++) {
                 rows[i].info = infos[i];
                 rows[i].rate = 0;
@@ -602,7 +759,9 @@ static int Picker_run(char *chosen, size_t cap)
                  "SEGMENT", "COMMAND");
         App_drawLine(1, A_BOLD | A_UNDERLINE, line);
         if (!count)
-            mvaddstr(3, 1, "no pytrace segments: start a job with `pytrace run script.py` (refreshing every second)");
+            mvaddstr(3, 1, all ? "no pytrace segments: start a job with `pytrace run script.py` (refreshing every second)"
+                               : "no live pytrace segments: start a job with `pytrace run script.py` (refreshing every "
+                                 "second; --all lists ended ones too)");
         for (size_t i = 0; i < count && (int)i + 2 < LINES - 1; i++) {
             Picker_format(&rows[i], line, sizeof line);
             App_drawLine(2 + (int)i, (int)i == selected ? CRT_attr(CRT_C_SELECTED) : (int)A_NORMAL, line);
@@ -626,7 +785,7 @@ static int Picker_run(char *chosen, size_t cap)
     return 1;
 }
 
-static int Picker_print(void)
+static int Picker_print(int all)
 {
     pt_segment_info_t infos[128];
     size_t found = 0;
@@ -635,8 +794,13 @@ static int Picker_print(void)
         fprintf(stderr, "pytrace-top: cannot list segments: %s\n", strerror(-rc));
         return 1;
     }
+    found = Picker_filter(infos, found < 128 ? found : 128, all);
+    if (!found) {
+        printf("no %spytrace segments\n", all ? "" : "live ");
+        return 0;
+    }
     printf(" %-8s %-8s %7s %9s %10s  %-18s %s\n", "PID", "STATE", "THREADS", "EV/S", "DROPS", "SEGMENT", "COMMAND");
-    for (size_t i = 0; i < found && i < 128; i++) {
+    for (size_t i = 0; i < found; i++) {
         PickerRow r = {.info = infos[i]};
         char line[1200];
         Picker_format(&r, line, sizeof line);
@@ -655,6 +819,7 @@ typedef struct Options {
     int sort, limit;
     const char *file;
     int follow;
+    int all;
 } Options;
 
 static void Headless_drain(App *app, double duration)
@@ -665,8 +830,10 @@ static void Headless_drain(App *app, double duration)
         if (n <= 0)
             break;
     }
+    App_sampleCpu(app, 1); /* the threads are known now: the start of the CPU measure */
     while (duration > 0 && pt_monotonic_ns() < end && !CRT_quit && !app->ended && !app->died) {
         App_poll(app);
+        App_sampleCpu(app, 0); /* every CPU_READ_NS, so a thread that ends keeps its figures */
         struct timespec ts = {0, POLL_MS * 1000000L};
         nanosleep(&ts, NULL);
     }
@@ -675,6 +842,39 @@ static void Headless_drain(App *app, double duration)
         if (n <= 0)
             break;
     }
+    App_sampleCpu(app, 1);
+}
+
+/* --once measures CPU over what it read for (--duration); with less than this
+ * to go on, it gives each task's average since it started (as ps does). */
+#define HEADLESS_CPU_MEASURE_NS 500000000ull
+
+typedef enum { CPU_NONE, CPU_MEASURED, CPU_SINCE_START } CpuBasis;
+
+static CpuBasis Headless_cpuBasis(const App *app)
+{
+    if (!app->cpu.pid || !app->cpu.process.reads)
+        return CPU_NONE;
+    return CpuMeter_measuredSeconds(&app->cpu.process) * 1e9 >= (double)HEADLESS_CPU_MEASURE_NS ? CPU_MEASURED
+                                                                                                 : CPU_SINCE_START;
+}
+
+static double Headless_cpuPct(const App *app, const CpuMeter *m)
+{
+    switch (Headless_cpuBasis(app)) {
+    case CPU_MEASURED: return CpuMeter_measuredPct(m);
+    case CPU_SINCE_START: return CpuMeter_sinceStartPct(m);
+    default: return -1;
+    }
+}
+
+/* A JSON number, or null when unknown (< 0). */
+static void Headless_jsonNumber(double v, char *out, size_t cap)
+{
+    if (v < 0)
+        snprintf(out, cap, "null");
+    else
+        snprintf(out, cap, "%.3f", v);
 }
 
 /* A recording: read it to its end. Without --follow, stop when it has not
@@ -713,6 +913,18 @@ static void Headless_json(App *app, const Options *o)
            (unsigned long long)app->table.span_ns, o->window, (unsigned long long)o->thread);
     for (size_t i = 0; i < APP_LOSS_COUNT; i++)
         printf("  \"%s\": %llu,\n", App_losses[i].key, (unsigned long long)App_loss(app, i));
+    {
+        CpuBasis basis = Headless_cpuBasis(app);
+        char pct[32], secs[32], measured[32];
+        Headless_jsonNumber(Headless_cpuPct(app, &app->cpu.process), pct, sizeof pct);
+        Headless_jsonNumber(basis == CPU_NONE ? -1 : CpuMeter_seconds(&app->cpu.process), secs, sizeof secs);
+        Headless_jsonNumber(basis == CPU_MEASURED ? CpuMeter_measuredSeconds(&app->cpu.process) : -1, measured,
+                            sizeof measured);
+        printf("  \"cpu_pct\": %s,\n  \"cpu_seconds\": %s,\n  \"cpu_basis\": %s,\n  \"cpu_measured_seconds\": %s,\n",
+               pct, secs,
+               basis == CPU_MEASURED ? "\"measured\"" : basis == CPU_SINCE_START ? "\"since_start\"" : "null",
+               measured);
+    }
     if (app->error[0]) {
         Text_json(app->error, a, sizeof a);
         printf("  \"error\": \"%s\",\n", a);
@@ -732,9 +944,14 @@ static void Headless_json(App *app, const Options *o)
         pt_agg_thread_info_t ti;
         pt_agg_thread_at(app->agg, i, &ti);
         Text_json(ti.name, a, sizeof a);
-        printf("%s\n    {\"thread\": %llu, \"os_tid\": %llu, \"name\": \"%s\", \"ended\": %s, \"events\": %llu}",
+        const CpuMeter *m = Cpu_thread(&app->cpu, ti.thread);
+        char pct[32], secs[32];
+        Headless_jsonNumber(m ? Headless_cpuPct(app, m) : -1, pct, sizeof pct);
+        Headless_jsonNumber(m ? CpuMeter_seconds(m) : -1, secs, sizeof secs);
+        printf("%s\n    {\"thread\": %llu, \"os_tid\": %llu, \"name\": \"%s\", \"ended\": %s, \"events\": %llu, "
+               "\"cpu_pct\": %s, \"cpu_seconds\": %s}",
                i ? "," : "", (unsigned long long)ti.thread, (unsigned long long)ti.os_tid, a,
-               ti.ended ? "true" : "false", (unsigned long long)ti.events);
+               ti.ended ? "true" : "false", (unsigned long long)ti.events, pct, secs);
     }
     printf("\n  ],\n  \"functions\": [");
     for (size_t i = 0; i < app->table.count && (o->limit <= 0 || (int)i < o->limit); i++) {
@@ -742,26 +959,62 @@ static void Headless_json(App *app, const Options *o)
         Text_json(r->name, a, sizeof a);
         Text_json(r->file, b, sizeof b);
         printf("%s\n    {\"name\": \"%s\", \"file\": \"%s\", \"line\": %u, \"calls\": %llu, \"prim_calls\": %llu, "
-               "\"self_ns\": %llu, \"total_ns\": %llu, \"self_pct\": %.3f, \"total_pct\": %.3f}",
+               "\"self_ns\": %llu, \"total_ns\": %llu, \"self_wall_pct\": %.3f, \"total_wall_pct\": %.3f}",
                i ? "," : "", a, b, r->line, (unsigned long long)r->calls, (unsigned long long)r->prim_calls,
                (unsigned long long)r->self_ns, (unsigned long long)r->total_ns, r->self_pct, r->total_pct);
     }
     printf("\n  ]\n}\n");
 }
 
+/* "98.7% over 3.0 s", "12.0% since it started", "n/a (a recording has no
+ * CPU figures)", for the first line of --once. */
+static void Headless_cpuLine(const App *app, char *out, size_t cap)
+{
+    double pct = Headless_cpuPct(app, &app->cpu.process);
+    switch (Headless_cpuBasis(app)) {
+    case CPU_MEASURED:
+        snprintf(out, cap, "cpu %.1f%% over %.1f s", pct, CpuMeter_measuredSeconds(&app->cpu.process));
+        break;
+    case CPU_SINCE_START: snprintf(out, cap, "cpu %.1f%% since it started (--duration S measures)", pct); break;
+    default:
+        snprintf(out, cap, "cpu n/a%s", app->recfile ? " (a recording has no CPU figures)" : "");
+        break;
+    }
+}
+
 static void Headless_text(App *app, const Options *o)
 {
-    char rate[32];
+    char rate[32], cpu[96];
     Text_count(app->counters.events_per_second, rate, sizeof rate);
-    printf("pid %llu  [%s]  events read %llu  %s ev/s  dropped %llu  threads %u\n",
+    Headless_cpuLine(app, cpu, sizeof cpu);
+    printf("pid %llu  [%s]  events read %llu  %s ev/s  dropped %llu  threads %u  %s\n",
            (unsigned long long)app->stats.pid, App_stateName(app), (unsigned long long)app->stats.events_read, rate,
-           (unsigned long long)App_dropped(app), app->counters.threads_seen);
+           (unsigned long long)App_dropped(app), app->counters.threads_seen, cpu);
     char losses[256];
     if (App_lossText(app, ", ", losses, sizeof losses))
         printf("lost: %s\n", losses);
-    if (app->error[0])
-        printf("error: %s\n", app->error);
-    printf("%7s %7s %10s %10s %16s  %s\n", "OWN%", "TOTAL%", "OWN", "TOTAL", "CALLS", "FUNCTION  FILE:LINE");
+    if (app->error[0]) {
+        char esc[600];
+        Text_escape(app->error, esc, sizeof esc);
+        printf("error: %s\n", esc);
+    }
+    printf("%7s %8s %6s %9s %10s  %s\n", "THREAD", "OS_TID", "CPU%", "CPU TIME", "EVENTS", "NAME");
+    for (size_t i = 0; i < pt_agg_thread_count(app->agg); i++) {
+        pt_agg_thread_info_t ti;
+        if (pt_agg_thread_at(app->agg, i, &ti))
+            continue;
+        const CpuMeter *m = Cpu_thread(&app->cpu, ti.thread);
+        double pct = m ? Headless_cpuPct(app, m) : -1, secs = m ? CpuMeter_seconds(m) : -1;
+        char pct_s[32] = "n/a", secs_s[32] = "n/a", name[300];
+        if (pct >= 0)
+            snprintf(pct_s, sizeof pct_s, "%.1f", pct);
+        if (secs >= 0)
+            snprintf(secs_s, sizeof secs_s, "%.2fs", secs);
+        Text_escape(ti.name, name, sizeof name);
+        printf("%7llu %8llu %6s %9s %10llu  %s%s\n", (unsigned long long)ti.thread, (unsigned long long)ti.os_tid,
+               pct_s, secs_s, (unsigned long long)ti.events, name, ti.ended ? " (ended)" : "");
+    }
+    printf("%8s %8s %10s %10s %16s  %s\n", "OWN%WALL", "TOT%WALL", "OWN", "TOTAL", "CALLS", "FUNCTION  FILE:LINE");
     for (size_t i = 0; i < app->table.count && (o->limit <= 0 || (int)i < o->limit); i++) {
         const pt_agg_row_t *r = &app->table.rows[i];
         char self[32], total[32], calls[64], name[1024], file[1024];
@@ -774,10 +1027,10 @@ static void Headless_text(App *app, const Options *o)
         Text_escape(r->name, name, sizeof name);
         Text_escape(r->file, file, sizeof file);
         if (r->line) /* C functions have no line: "builtins", not "builtins:0" */
-            printf("%7.1f %7.1f %10s %10s %16s  %s  %s:%u\n", r->self_pct, r->total_pct, self, total, calls, name,
+            printf("%8.1f %8.1f %10s %10s %16s  %s  %s:%u\n", r->self_pct, r->total_pct, self, total, calls, name,
                    file, r->line);
         else
-            printf("%7.1f %7.1f %10s %10s %16s  %s  %s\n", r->self_pct, r->total_pct, self, total, calls, name,
+            printf("%8.1f %8.1f %10s %10s %16s  %s  %s\n", r->self_pct, r->total_pct, self, total, calls, name,
                    file);
     }
 }
@@ -816,6 +1069,8 @@ static int parse_args(int argc, char **argv, Options *o)
             i++;
         } else if (!strcmp(a, "--follow")) {
             o->follow = 1;
+        } else if (!strcmp(a, "--all")) {
+            o->all = 1;
         } else if (!strcmp(a, "--duration") && val) {
             o->duration = atof(val);
             i++;
@@ -870,13 +1125,13 @@ int main(int argc, char **argv)
     int interactive_started = 0;
     if (!o.target && !o.file) {
         if (o.once || !isatty(STDOUT_FILENO))
-            return Picker_print();
+            return Picker_print(o.all);
         if (CRT_init()) {
             fprintf(stderr, "pytrace-top: not a terminal; pass a pid with --once for a text table\n");
             return 1;
         }
         interactive_started = 1;
-        if (Picker_run(chosen, sizeof chosen)) {
+        if (Picker_run(chosen, sizeof chosen, o.all)) {
             CRT_done();
             return 0;
         }
@@ -907,6 +1162,11 @@ int main(int argc, char **argv)
             CRT_done();
         fprintf(stderr, "pytrace-top: %s\n", err[0] ? err : strerror(-rc));
         return 1;
+    }
+    if (app.reader) { /* the CPU figures of a live job; a recording has none */
+        pt_reader_stats_t st;
+        pt_reader_stats(app.reader, &st);
+        Cpu_init(&app.cpu, st.pid, CPU_PERIOD_NS);
     }
     if (pt_agg_create(NULL, &app.agg)) {
         if (interactive_started)
@@ -955,5 +1215,6 @@ int main(int argc, char **argv)
         pt_reader_detach(app.reader, 1);
     pt_recfile_close(app.recfile);
     pt_agg_destroy(app.agg);
+    Cpu_done(&app.cpu);
     return status;
 }

@@ -34,11 +34,12 @@ static void put_right(int y, int x, const char *s, int width)
 static const struct {
     const char *title;
     int sort; /* -1: not sortable */
-    int width;
+    int width; /* at full width; 0: a name column */
     int right;
 } TablePanel_columns[] = {
-    {"OWN%", PT_AGG_SORT_SELF, 6, 1},
-    {"TOTAL%", PT_AGG_SORT_TOTAL, 7, 1},
+    /* shares of wall time, not CPU: a sleeping or waiting frame counts */
+    {"OWN%WALL", PT_AGG_SORT_SELF, 8, 1},
+    {"TOT%WALL", PT_AGG_SORT_TOTAL, 8, 1},
     {"OWN", PT_AGG_SORT_SELF, 9, 1},
     {"TOTAL", PT_AGG_SORT_TOTAL, 9, 1},
     {"CALLS", PT_AGG_SORT_CALLS, 16, 1},
@@ -46,29 +47,117 @@ static const struct {
     {"FILE:LINE", PT_AGG_SORT_FILE, 0, 0},
 };
 #define NCOLS (int)(sizeof TablePanel_columns / sizeof TablePanel_columns[0])
+#define COL_FUNCTION 5
+#define COL_FILE 6
+#define CELL_MAX 512
+/* The narrowest FILE:LINE worth showing (it keeps the file's tail). */
+#define FILE_MIN 10
 
-static void TablePanel_widths(int cols, int *w)
+/* Number columns given up, in this order, when the function name would
+ * otherwise get less than its share: the two durations (the percentages say
+ * the same against the span), then calls, then the total share. OWN%WALL
+ * always stays. */
+static const int TablePanel_dropOrder[] = {2, 3, 4, 1};
+
+static void TablePanel_cells(const App *app, const pt_agg_row_t *row, char cell[NCOLS][CELL_MAX])
 {
-    int fixed = 0;
-    for (int i = 0; i < NCOLS; i++) {
+    (void)app;
+    snprintf(cell[0], CELL_MAX, "%.1f", row->self_pct);
+    snprintf(cell[1], CELL_MAX, "%.1f", row->total_pct);
+    Text_duration(row->self_ns, cell[2], CELL_MAX);
+    Text_duration(row->total_ns, cell[3], CELL_MAX);
+    if (row->prim_calls != row->calls)
+        snprintf(cell[4], CELL_MAX, "%llu/%llu", (unsigned long long)row->calls, (unsigned long long)row->prim_calls);
+    else
+        snprintf(cell[4], CELL_MAX, "%llu", (unsigned long long)row->calls);
+    Text_escape(row->name, cell[5], CELL_MAX);
+    char file[400];
+    Text_escape(row->file, file, sizeof file);
+    if (row->line)
+        snprintf(cell[6], CELL_MAX, "%s:%u", file, row->line);
+    else
+        snprintf(cell[6], CELL_MAX, "%s", file);
+}
+
+/* Column widths for `cols` columns (0 = not shown), given the widest cell of
+ * each column among the rows in view (need). The layout rule:
+ *   1. the function name gets at least min(its widest, half the width);
+ *   2. full-width number columns, FILE:LINE when at least FILE_MIN is left;
+ *   3. else number columns shrink to their widest cell (or title);
+ *   4. else FILE:LINE goes; then number columns are dropped (dropOrder).
+ * What is left after the number columns goes to the names: 3/5 to the
+ * function, the rest to FILE:LINE (but the function keeps its minimum). */
+static void TablePanel_layout(int cols, const int *need, int *w)
+{
+    int fn_min = need[COL_FUNCTION] < cols / 2 ? need[COL_FUNCTION] : cols / 2;
+    int numbers = 0;
+    for (int i = 0; i < COL_FUNCTION; i++) {
         w[i] = TablePanel_columns[i].width;
-        fixed += w[i] + 1;
+        numbers += w[i] + 1;
     }
-    int rest = cols - fixed;
-    if (rest < 20)
-        rest = 20;
-    w[5] = rest * 3 / 5;
-    w[6] = rest - w[5] - 1;
+    if (cols - numbers - fn_min - 1 < FILE_MIN) {
+        numbers = 0;
+        for (int i = 0; i < COL_FUNCTION; i++) {
+            w[i] = need[i] < TablePanel_columns[i].width ? need[i] : TablePanel_columns[i].width;
+            numbers += w[i] + 1;
+        }
+    }
+    for (size_t d = 0; d < sizeof TablePanel_dropOrder / sizeof TablePanel_dropOrder[0] && cols - numbers < fn_min; d++) {
+        numbers -= w[TablePanel_dropOrder[d]] + 1;
+        w[TablePanel_dropOrder[d]] = 0;
+    }
+    int rest = cols - numbers;
+    if (rest < 1)
+        rest = 1;
+    if (rest - fn_min - 1 < FILE_MIN) {
+        w[COL_FUNCTION] = rest;
+        w[COL_FILE] = 0;
+        return;
+    }
+    w[COL_FUNCTION] = rest * 3 / 5 > fn_min ? rest * 3 / 5 : fn_min;
+    w[COL_FILE] = rest - w[COL_FUNCTION] - 1;
+}
+
+/* The widest cell of each column among rows [first, first + count) and the
+ * titles. */
+static void TablePanel_need(const App *app, int first, int count, int *need)
+{
+    char cell[NCOLS][CELL_MAX];
+    for (int i = 0; i < NCOLS; i++)
+        need[i] = Text_width(TablePanel_columns[i].title);
+    for (int r = first; r < first + count && r < (int)app->table.count; r++) {
+        TablePanel_cells(app, &app->table.rows[r], cell);
+        for (int i = 0; i < NCOLS; i++) {
+            int cw = Text_width(cell[i]);
+            if (cw > need[i])
+                need[i] = cw;
+        }
+    }
 }
 
 static void TablePanel_draw(App *app, int top, int rows, int cols)
 {
-    int w[NCOLS];
-    TablePanel_widths(cols, w);
+    int body = rows - 1;
+    int n = (int)app->table.count;
+    if (app->table_selected >= n)
+        app->table_selected = n ? n - 1 : 0;
+    if (body > 0) {
+        if (app->table_selected < app->table_scroll)
+            app->table_scroll = app->table_selected;
+        if (app->table_selected >= app->table_scroll + body)
+            app->table_scroll = app->table_selected - body + 1;
+    }
+    int need[NCOLS], w[NCOLS];
+    TablePanel_need(app, app->table_scroll, body > 0 ? body : 0, need);
+    TablePanel_layout(cols, need, w);
     /* header */
     attrset(CRT_attr(CRT_C_HEADER));
     move(top, 0);
-    for (int i = 0, x = 0; i < NCOLS; x += w[i] + 1, i++) {
+    for (int i = 0; i < cols; i++)
+        addch(' ');
+    for (int i = 0, x = 0; i < NCOLS && x < cols; i++) {
+        if (!w[i])
+            continue;
         int sorted = TablePanel_columns[i].sort == app->sort &&
                      (i != 2 && i != 3); /* mark the % column of own/total */
         if (sorted)
@@ -79,20 +168,11 @@ static void TablePanel_draw(App *app, int top, int rows, int cols)
             put(top, x, TablePanel_columns[i].title, w[i]);
         if (sorted)
             attroff(A_BOLD | A_UNDERLINE);
-        if (x + w[i] < cols)
-            mvaddch(top, x + w[i], ' ');
+        x += w[i] + 1;
     }
     attrset(A_NORMAL);
-    int body = rows - 1;
     if (body <= 0)
         return;
-    int n = (int)app->table.count;
-    if (app->table_selected >= n)
-        app->table_selected = n ? n - 1 : 0;
-    if (app->table_selected < app->table_scroll)
-        app->table_scroll = app->table_selected;
-    if (app->table_selected >= app->table_scroll + body)
-        app->table_scroll = app->table_selected - body + 1;
     if (n == 0) {
         mvaddstr(top + 1, 1, app->filter[0] ? "(no function matches the filter)" : "(no calls seen yet)");
         return;
@@ -100,39 +180,28 @@ static void TablePanel_draw(App *app, int top, int rows, int cols)
     for (int r = 0; r < body && app->table_scroll + r < n; r++) {
         const pt_agg_row_t *row = &app->table.rows[app->table_scroll + r];
         int y = top + 1 + r;
-        char cell[8][512];
-        snprintf(cell[0], sizeof cell[0], "%.1f", row->self_pct);
-        snprintf(cell[1], sizeof cell[1], "%.1f", row->total_pct);
-        Text_duration(row->self_ns, cell[2], sizeof cell[2]);
-        Text_duration(row->total_ns, cell[3], sizeof cell[3]);
-        if (row->prim_calls != row->calls)
-            snprintf(cell[4], sizeof cell[4], "%llu/%llu", (unsigned long long)row->calls,
-                     (unsigned long long)row->prim_calls);
-        else
-            snprintf(cell[4], sizeof cell[4], "%llu", (unsigned long long)row->calls);
-        Text_escape(row->name, cell[5], sizeof cell[5]);
-        char file[400];
-        Text_escape(row->file, file, sizeof file);
-        if (row->line)
-            snprintf(cell[6], sizeof cell[6], "%s:%u", file, row->line);
-        else
-            snprintf(cell[6], sizeof cell[6], "%s", file);
+        char cell[NCOLS][CELL_MAX];
+        TablePanel_cells(app, row, cell);
         int sel = app->table_scroll + r == app->table_selected;
         attrset(sel ? CRT_attr(CRT_C_SELECTED) : (int)A_NORMAL);
-        for (int i = 0, x = 0; i < NCOLS; x += w[i] + 1, i++) {
-            if (i == 6) {
-                char buf[512];
-                int used = Text_fit(cell[6], w[6], 1, buf, sizeof buf); /* keep the file's tail */
+        move(y, 0);
+        for (int i = 0; i < cols; i++)
+            addch(' ');
+        for (int i = 0, x = 0; i < NCOLS && x < cols; i++) {
+            if (!w[i])
+                continue;
+            if (i == COL_FILE) {
+                char buf[CELL_MAX];
+                int used = Text_fit(cell[i], w[i], 1, buf, sizeof buf); /* keep the file's tail */
                 mvaddstr(y, x, buf);
-                for (int k = used; k < w[6]; k++)
+                for (int k = used; k < w[i]; k++)
                     addch(' ');
             } else if (TablePanel_columns[i].right) {
                 put_right(y, x, cell[i], w[i]);
             } else {
                 put(y, x, cell[i], w[i]);
             }
-            if (x + w[i] < cols)
-                mvaddch(y, x + w[i], ' ');
+            x += w[i] + 1;
         }
         attrset(A_NORMAL);
     }
