@@ -982,6 +982,8 @@ static void Headless_cpuLine(const App *app, char *out, size_t cap)
     }
 }
 
+enum { HEADLESS_THREAD_ROWS = 8 }; /* --once text: ended threads listed before the rest are summed up */
+
 static void Headless_text(App *app, const Options *o)
 {
     char rate[32], cpu[96];
@@ -999,10 +1001,18 @@ static void Headless_text(App *app, const Options *o)
         printf("error: %s\n", esc);
     }
     printf("%7s %8s %6s %9s %10s  %s\n", "THREAD", "OS_TID", "CPU%", "CPU TIME", "EVENTS", "NAME");
-    for (size_t i = 0; i < pt_agg_thread_count(app->agg); i++) {
+    /* The function table is what the user came for: a job of many short-lived threads
+     * lists the running ones and at most a few ended ones; --json lists every thread. */
+    size_t threads = pt_agg_thread_count(app->agg), shown = 0, skipped = 0;
+    for (size_t i = 0; i < threads; i++) {
         pt_agg_thread_info_t ti;
         if (pt_agg_thread_at(app->agg, i, &ti))
             continue;
+        if (ti.ended && shown >= HEADLESS_THREAD_ROWS) {
+            skipped++;
+            continue;
+        }
+        shown++;
         const CpuMeter *m = Cpu_thread(&app->cpu, ti.thread);
         double pct = m ? Headless_cpuPct(app, m) : -1, secs = m ? CpuMeter_seconds(m) : -1;
         char pct_s[32] = "n/a", secs_s[32] = "n/a", name[300];
@@ -1014,6 +1024,8 @@ static void Headless_text(App *app, const Options *o)
         printf("%7llu %8llu %6s %9s %10llu  %s%s\n", (unsigned long long)ti.thread, (unsigned long long)ti.os_tid,
                pct_s, secs_s, (unsigned long long)ti.events, name, ti.ended ? " (ended)" : "");
     }
+    if (skipped)
+        printf("%7s  and %zu more ended threads (--json lists every thread)\n", "", skipped);
     printf("%8s %8s %10s %10s %16s  %s\n", "OWN%WALL", "TOT%WALL", "OWN", "TOTAL", "CALLS", "FUNCTION  FILE:LINE");
     for (size_t i = 0; i < app->table.count && (o->limit <= 0 || (int)i < o->limit); i++) {
         const pt_agg_row_t *r = &app->table.rows[i];
