@@ -451,11 +451,20 @@ static int repr_is_safe(PyObject *o)
            tp == &PyCMethod_Type || tp == &PyFunction_Type || tp->tp_repr == PyBaseObject_Type.tp_repr;
 }
 
+/* s into out, cut (if it must be) before a UTF-8 sequence, never inside one. */
 static void copy_utf8(PyObject *s, char *out, size_t len)
 {
     const char *u = utf8_or(s, NULL);
-    if (u)
-        snprintf(out, len, "%s", u);
+    if (u == NULL || len == 0)
+        return;
+    size_t n = strlen(u);
+    if (n >= len) {
+        n = len - 1;
+        while (n > 0 && ((unsigned char)u[n] & 0xC0u) == 0x80u)
+            n--;
+    }
+    memcpy(out, u, n);
+    out[n] = '\0';
 }
 
 /* The label cProfile gives a C function in this call: normalizeUserObj() of
@@ -529,7 +538,7 @@ static void cprofile_label(PyObject *callable, PyObject *self_arg, const PyMetho
 static uint32_t cfunc_intern(PyObject *callable, PyObject *self_arg, const PyMethodDef *def,
                              pt_cnode_t *node, unsigned long hash, uint32_t epoch)
 {
-    char name[512], module[256], label[512];
+    char name[512], module[256], label[1024];
     const char *owner = NULL;
     PT_EXC_SAVE;
     module[0] = '\0';

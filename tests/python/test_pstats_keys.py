@@ -282,3 +282,33 @@ def test_recording_verifier_checks_the_profile_name_string():
     msg[at:at + 4] = (0x7FFFFFF0).to_bytes(4, "little")
     with pytest.raises(ValueError, match="Symbol field 5"):
         rec.verify_message(bytes(msg))
+
+
+def test_naming_a_c_function_runs_no_code_of_the_program(tmp_path):
+    """cProfile names a C method by repr() of what type(self) holds under its name; when
+    that is an object of the program's own with a __repr__, cProfile runs it inside its
+    hook. pytrace does not: the program runs as untraced, and the function gets
+    cProfile's fallback label."""
+    prog = tmp_path / "weird.py"
+    prog.write_text(
+        "calls = []\n"
+        "class Weird:\n"
+        "    def __repr__(self):\n"
+        "        calls.append(1)\n"
+        "        return 'weird'\n"
+        "class B(bytearray):\n"
+        "    isalnum = Weird()\n"
+        "def main():\n"
+        "    return bytearray.isalnum(B(b'a'))\n"
+        "print(main(), len(calls))\n")
+    untraced = _run([PY, str(prog)])
+    assert untraced.returncode == 0 and untraced.stdout == "True 0\n"
+    rec = tmp_path / "weird.pytrace"
+    traced = _run([PY, "-m", "pytrace", "record", "-o", str(rec), "--", PY, str(prog)])
+    assert traced.returncode == 0, traced.stderr
+    assert traced.stdout == untraced.stdout
+    out = tmp_path / "weird.pstats"
+    assert _run([PY, "-m", "pytrace", "export", str(rec), "-f", "pstats", "-o", str(out)]).returncode == 0
+    (main,) = [k for k in _load(out) if k[0] == str(prog) and k[2] == "main"]
+    called = {callee for callee, (_, _, callers) in _load(out).items() if main in callers}
+    assert called == {("~", 0, "<built-in method isalnum>")}, called
