@@ -198,8 +198,11 @@ size_t pt_fb_build_thread_end(uint8_t *out, size_t cap, const pt_fb_thread_end_t
 size_t pt_fb_build_symbol(uint8_t *out, size_t cap, const pt_fb_symbol_t *in)
 {
     const fb_field_t f[] = {U32(in->id), U8(in->kind), STR(in->name), STR(in->file),
-                            U32(in->line)};
-    return build_message(out, cap, PT_MSG_SYMBOL, f, sizeof f / sizeof f[0]);
+                            U32(in->line), STR(in->profile_name)};
+    /* Without a profile name the vtable stops at `line`, as a flatc builder trims
+     * trailing absent fields: the same bytes as before the field existed. */
+    unsigned nf = in->profile_name.ptr ? 6u : 5u;
+    return build_message(out, cap, PT_MSG_SYMBOL, f, nf);
 }
 
 size_t pt_fb_build_lost_count(uint8_t *out, size_t cap, const pt_fb_lost_count_t *in)
@@ -519,6 +522,7 @@ int pt_fb_parse(const uint8_t *buf, size_t len, pt_fb_msg_t *out, char *why, siz
         GETS(&in, &body, 2, p->name, w);
         GETS(&in, &body, 3, p->file, w);
         GET(&in, &body, 4, p->line, w);
+        GETS(&in, &body, 5, p->profile_name, w);
         break;
     }
     case PT_MSG_EVENT_CHUNK:

@@ -48,6 +48,8 @@ typedef struct pt_fb_thread_end {
 
 typedef struct pt_fb_symbol {
     uint32_t id; uint8_t kind; pt_fb_str_t name, file; uint32_t line;
+    pt_fb_str_t profile_name; /* ptr NULL: absent (the message is then byte for byte the
+                                 5-field Symbol of recordings made before the field) */
 } pt_fb_symbol_t;
 
 typedef struct pt_fb_event_chunk {

@@ -40,10 +40,12 @@ static void symlog_register_atfork(void)
     (void)pthread_atfork(symlog_prefork, symlog_postfork, symlog_postfork);
 }
 
-/* Room left for the two strings in a record of PT_MAX_SYMBOL_RECORD_BYTES:
- * the fixed part of a Symbol message is 76 bytes + 2 string headers (4 + 1
- * each) + alignment padding (at most 3 + 3 + 7). */
+/* Room left for the strings in a record of PT_MAX_SYMBOL_RECORD_BYTES: the
+ * fixed part of a Symbol message is at most 80 bytes (vtable of 6 fields) + 3
+ * string headers (4 + 1 each) + alignment padding (3 per string, 7 at the end),
+ * 111 in all. */
 #define SYMLOG_STRING_BUDGET (PT_MAX_SYMBOL_RECORD_BYTES - 128u)
+#define SYMLOG_STRINGS 3
 
 static uint32_t cut_utf8(const char *s, size_t len, size_t max)
 {
@@ -56,8 +58,49 @@ static uint32_t cut_utf8(const char *s, size_t len, size_t max)
     return (uint32_t)n;
 }
 
+/* Cut the strings to fit `budget` together: strings shorter than an equal share
+ * stay whole and leave their room to the others (water filling). */
+static void fit_strings(const char *const s[SYMLOG_STRINGS], size_t len[SYMLOG_STRINGS], size_t budget)
+{
+    size_t total = 0;
+    for (int i = 0; i < SYMLOG_STRINGS; i++)
+        total += len[i];
+    if (total <= budget)
+        return;
+    int done[SYMLOG_STRINGS] = {0};
+    size_t left = budget;
+    for (int pass = 0; pass < SYMLOG_STRINGS; pass++) {
+        int open = 0;
+        for (int i = 0; i < SYMLOG_STRINGS; i++)
+            open += !done[i];
+        if (open == 0)
+            return;
+        size_t share = left / (size_t)open;
+        int kept = 0;
+        for (int i = 0; i < SYMLOG_STRINGS; i++) {
+            if (!done[i] && len[i] <= share) {
+                done[i] = 1;
+                left -= len[i];
+                kept = 1;
+            }
+        }
+        if (!kept) { /* every open string is longer than its share: cut them all to it */
+            for (int i = 0; i < SYMLOG_STRINGS; i++)
+                if (!done[i])
+                    len[i] = cut_utf8(s[i], len[i], share);
+            return;
+        }
+    }
+}
+
 int pt_symlog_append(pt_segment_t *seg, uint32_t kind, const char *name, const char *file,
                      uint32_t line, uint32_t *id_out)
+{
+    return pt_symlog_append_named(seg, kind, name, file, line, NULL, id_out);
+}
+
+int pt_symlog_append_named(pt_segment_t *seg, uint32_t kind, const char *name, const char *file,
+                           uint32_t line, const char *profile_name, uint32_t *id_out)
 {
     if (id_out)
         *id_out = 0;
@@ -66,24 +109,18 @@ int pt_symlog_append(pt_segment_t *seg, uint32_t kind, const char *name, const c
     pt_seg_header_t *h = pt_segment_header(seg);
     uint8_t *log = pt_segment_symlog(seg);
 
-    size_t name_len = name ? strlen(name) : 0, file_len = file ? strlen(file) : 0;
-    if (name_len + file_len > SYMLOG_STRING_BUDGET) {
-        size_t half = SYMLOG_STRING_BUDGET / 2;
-        if (name_len > half && file_len > half) {
-            name_len = cut_utf8(name, name_len, half);
-            file_len = cut_utf8(file, file_len, half);
-        } else if (name_len > file_len) {
-            name_len = cut_utf8(name, name_len, SYMLOG_STRING_BUDGET - file_len);
-        } else {
-            file_len = cut_utf8(file, file_len, SYMLOG_STRING_BUDGET - name_len);
-        }
-    }
+    const char *const strs[SYMLOG_STRINGS] = {name, file, profile_name};
+    size_t lens[SYMLOG_STRINGS];
+    for (int i = 0; i < SYMLOG_STRINGS; i++)
+        lens[i] = strs[i] ? strlen(strs[i]) : 0;
+    fit_strings(strs, lens, SYMLOG_STRING_BUDGET);
     pt_fb_symbol_t sym = {
         .id = 0,
         .kind = (uint8_t)kind,
-        .name = {name, (uint32_t)name_len},
-        .file = {file, (uint32_t)file_len},
+        .name = {name, (uint32_t)lens[0]},
+        .file = {file, (uint32_t)lens[1]},
         .line = line,
+        .profile_name = {profile_name, (uint32_t)lens[2]},
     };
 
     pthread_once(&symlog_atfork_once, symlog_register_atfork);

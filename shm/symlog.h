@@ -31,6 +31,12 @@ extern "C" {
 int pt_symlog_append(pt_segment_t *seg, uint32_t kind, const char *name, const char *file,
                      uint32_t line, uint32_t *id_out);
 
+/* The same with the Symbol's profile_name (the name cProfile gives the function;
+ * NULL = absent, as pt_symlog_append writes it). Strings are cut so that the
+ * three fit together, the longest first. */
+int pt_symlog_append_named(pt_segment_t *seg, uint32_t kind, const char *name, const char *file,
+                           uint32_t line, const char *profile_name, uint32_t *id_out);
+
 /* Reader: visit records in [*cursor, published) and advance *cursor. The
  * callback gets one size-prefixed Message (verified) and its length; a non-zero
  * return stops the walk and is returned. -EBADMSG (with the offset in err) if a

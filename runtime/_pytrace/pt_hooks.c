@@ -148,7 +148,8 @@ static PyObject *mon_call(PT_VC_ARGS)
         Py_RETURN_NONE;
     const PyMethodDef *def = pt_cfunc_def(args[2]);
     if (def != NULL)
-        return ret_disable(pt_c_event(code, args[2], def, PT_EV_CCALL));
+        return ret_disable(pt_c_event(code, args[2], PyVectorcall_NARGS(nargsf) > 3 ? args[3] : NULL, def,
+                                      PT_EV_CCALL));
     /* Not a C function. A call site in filtered code is silenced for good:
      * DISABLE turns off CALL there, and with it C_RETURN and C_RAISE, none of
      * which we would record from that code. Elsewhere CALL must stay on: the
@@ -167,7 +168,7 @@ static inline void c_close(PyObject *const *args, size_t nargsf, uint8_t kind)
         return;
     const PyMethodDef *def = pt_cfunc_def(args[2]);
     if (def != NULL)
-        (void)pt_c_event(code, args[2], def, kind);
+        (void)pt_c_event(code, args[2], PyVectorcall_NARGS(nargsf) > 3 ? args[3] : NULL, def, kind);
 }
 
 static PyObject *mon_c_return(PT_VC_ARGS)
@@ -451,7 +452,7 @@ static inline void c_event(PyCodeObject *caller, PyObject *callable, uint8_t kin
 {
     const PyMethodDef *def;
     if (g_c_calls && callable && (def = pt_cfunc_def(callable)) != NULL)
-        (void)pt_c_event(caller, callable, def, kind);
+        (void)pt_c_event(caller, callable, NULL, def, kind); /* bound by CPython: self is m_self */
 }
 
 static int pt_profile(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg)

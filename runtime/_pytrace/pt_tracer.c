@@ -342,17 +342,20 @@ static uint64_t code_intern(PyCodeObject *code, uint32_t epoch)
     }
     uint32_t id = 0;
     if (!filtered) {
+        /* cProfile keys code by (co_filename, co_firstlineno, co_name) */
+        const char *profile_name = utf8_or(code->co_name, "?");
 #if PY_VERSION_HEX >= 0x030B0000
         const char *name = utf8_or(code->co_qualname, "?");
 #else
-        const char *name = utf8_or(code->co_name, "?");
+        const char *name = profile_name;
 #endif
         if (current_epoch() != epoch || g.seg == NULL) {
             PT_EXC_RESTORE;
             return PT_CODE_FILTERED;
         }
-        int rc = pt_symlog_append(g.seg, PT_SYM_PY_FUNCTION, name, file,
-                                  (uint32_t)(code->co_firstlineno > 0 ? code->co_firstlineno : 0), &id);
+        int rc = pt_symlog_append_named(g.seg, PT_SYM_PY_FUNCTION, name, file,
+                                        (uint32_t)(code->co_firstlineno > 0 ? code->co_firstlineno : 0),
+                                        profile_name, &id);
         if (rc == -ENOSPC)
             set_first_error("symbol log full: %s and later functions show as <unknown>; "
                             "start with a larger symlog_bytes", name);
@@ -414,10 +417,128 @@ static void type_names(PyTypeObject *tp, const char **name, char *module, size_t
     }
 }
 
-static uint32_t cfunc_intern(PyObject *callable, const PyMethodDef *def, pt_cnode_t *node,
-                             unsigned long hash, uint32_t epoch)
+static int defines(PyTypeObject *tp, const PyMethodDef *def)
 {
-    char name[512], module[256];
+    for (const PyMethodDef *m = tp->tp_methods; m && m->ml_name; m++)
+        if (m == def)
+            return 1;
+    return 0;
+}
+
+/* The type on tp's MRO whose method table holds `def`, or NULL. A C function is
+ * interned once per PyMethodDef, so it is named after the type that defines it,
+ * not the (sub)type of the object it was first called on. */
+static PyTypeObject *defining_type(PyTypeObject *tp, const PyMethodDef *def)
+{
+    PyObject *mro = tp->tp_mro;
+    if (mro == NULL || !PyTuple_Check(mro))
+        return defines(tp, def) ? tp : NULL;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mro); i++) {
+        PyObject *base = PyTuple_GET_ITEM(mro, i);
+        if (PyType_Check(base) && defines((PyTypeObject *)base, def))
+            return (PyTypeObject *)base;
+    }
+    return NULL;
+}
+
+/* Objects whose repr runs no Python code (cProfile calls repr() on whatever the
+ * lookup finds; we must not run the program's own __repr__ from a hook). */
+static int repr_is_safe(PyObject *o)
+{
+    PyTypeObject *tp = Py_TYPE(o);
+    return tp == &PyMethodDescr_Type || tp == &PyClassMethodDescr_Type || tp == &PyWrapperDescr_Type ||
+           tp == &PyMemberDescr_Type || tp == &PyGetSetDescr_Type || tp == &PyCFunction_Type ||
+           tp == &PyCMethod_Type || tp == &PyFunction_Type || tp->tp_repr == PyBaseObject_Type.tp_repr;
+}
+
+/* s into out, cut (if it must be) before a UTF-8 sequence, never inside one. */
+static void copy_utf8(PyObject *s, char *out, size_t len)
+{
+    const char *u = utf8_or(s, NULL);
+    if (u == NULL || len == 0)
+        return;
+    size_t n = strlen(u);
+    if (n >= len) {
+        n = len - 1;
+        while (n > 0 && ((unsigned char)u[n] & 0xC0u) == 0x80u)
+            n--;
+    }
+    memcpy(out, u, n);
+    out[n] = '\0';
+}
+
+/* The label cProfile gives a C function in this call: normalizeUserObj() of
+ * CPython's Modules/_lsprof.c (the same in 3.10 to 3.13), applied to the bound
+ * builtin method that CPython (3.10/3.11) or cProfile (3.12+, for a method
+ * descriptor and its first argument) hands it:
+ *   no self:   "<NAME>", or "<MODULE.NAME>" when the module is not builtins;
+ *   with self: repr(lookup of NAME on type(self)), e.g. "<method 'append' of
+ *              'list' objects>", else "<built-in method MODULE.NAME>" or
+ *              "<built-in method NAME>" (module functions: self is the module).
+ * cProfile keys its entries by the PyMethodDef and names one on first sight, as
+ * we intern, so the first call's label is the label of every call. Where the
+ * lookup finds an object whose repr would run Python code (a class attribute of
+ * the program's own type with its own __repr__) the last form stands in. */
+static void cprofile_label(PyObject *callable, PyObject *self_arg, const PyMethodDef *def, char *out,
+                           size_t len)
+{
+    PyObject *self = NULL, *module = NULL;
+    snprintf(out, len, "<built-in method %s>", def->ml_name);
+    if (PyCFunction_Check(callable)) {
+        PyCFunctionObject *f = (PyCFunctionObject *)callable;
+        self = f->m_self;
+        module = f->m_module;
+        if (self == NULL) {
+            PyObject *modname = NULL;
+            if (module && PyUnicode_Check(module)) {
+                modname = module;
+                Py_INCREF(modname);
+            } else if (module && PyModule_Check(module)) {
+                modname = PyModule_GetNameObject(module);
+                if (modname == NULL)
+                    PyErr_Clear();
+            }
+            const char *m = utf8_or(modname, NULL);
+            if (m && strcmp(m, "builtins") != 0)
+                snprintf(out, len, "<%s.%s>", m, def->ml_name);
+            else
+                snprintf(out, len, "<%s>", def->ml_name);
+            Py_XDECREF(modname);
+            return;
+        }
+    } else {
+        /* A method descriptor: cProfile binds it to the first argument (a method
+         * bound this way has no module), and records nothing when it cannot
+         * (no argument, or one of another type); the descriptor's own repr
+         * names it then. */
+        PyTypeObject *owner = PyDescr_TYPE(callable);
+        if (self_arg == NULL || !PyObject_TypeCheck(self_arg, owner)) {
+            snprintf(out, len, "<method '%s' of '%s' objects>", def->ml_name, owner->tp_name);
+            return;
+        }
+        self = self_arg;
+    }
+    PyObject *name = PyUnicode_FromString(def->ml_name);
+    PyObject *found = name ? _PyType_Lookup(Py_TYPE(self), name) : NULL; /* borrowed */
+    Py_XINCREF(found);
+    Py_XDECREF(name);
+    PyObject *repr = found && repr_is_safe(found) ? PyObject_Repr(found) : NULL;
+    Py_XDECREF(found);
+    if (repr) {
+        copy_utf8(repr, out, len);
+        Py_DECREF(repr);
+        return;
+    }
+    PyErr_Clear();
+    const char *m = module && PyUnicode_Check(module) ? utf8_or(module, NULL) : NULL;
+    if (m)
+        snprintf(out, len, "<built-in method %s.%s>", m, def->ml_name);
+}
+
+static uint32_t cfunc_intern(PyObject *callable, PyObject *self_arg, const PyMethodDef *def,
+                             pt_cnode_t *node, unsigned long hash, uint32_t epoch)
+{
+    char name[512], module[256], label[1024];
     const char *owner = NULL;
     PT_EXC_SAVE;
     module[0] = '\0';
@@ -431,10 +552,14 @@ static uint32_t cfunc_intern(PyObject *callable, const PyMethodDef *def, pt_cnod
                 owner = utf8_or(f->m_module, "");
             }
             snprintf(module, sizeof module, "%s", owner);
-        } else if (self && PyType_Check(self)) {
-            type_names((PyTypeObject *)self, &owner, module, sizeof module);
         } else if (self) {
-            type_names(Py_TYPE(self), &owner, module, sizeof module);
+            /* a method of type(self), or a class or static method of self */
+            PyTypeObject *tp = defining_type(Py_TYPE(self), def);
+            if (tp == NULL && PyType_Check(self))
+                tp = defining_type((PyTypeObject *)self, def);
+            if (tp == NULL)
+                tp = PyType_Check(self) ? (PyTypeObject *)self : Py_TYPE(self);
+            type_names(tp, &owner, module, sizeof module);
         } else {
             owner = utf8_or(f->m_module, "");
             snprintf(module, sizeof module, "%s", owner);
@@ -446,13 +571,14 @@ static uint32_t cfunc_intern(PyObject *callable, const PyMethodDef *def, pt_cnod
         snprintf(name, sizeof name, "%s.%s", owner, def->ml_name);
     else
         snprintf(name, sizeof name, "%s", def->ml_name);
+    cprofile_label(callable, self_arg, def, label, sizeof label);
 
     uint32_t id = 0;
     if (current_epoch() != epoch || g.seg == NULL) {
         PT_EXC_RESTORE;
         return 0;
     }
-    int rc = pt_symlog_append(g.seg, PT_SYM_C_FUNCTION, name, module, 0, &id);
+    int rc = pt_symlog_append_named(g.seg, PT_SYM_C_FUNCTION, name, module, 0, label, &id);
     if (rc < 0) {
         id = 0;
         if (rc != -ENOSPC)
@@ -486,7 +612,7 @@ static uint32_t cfunc_intern(PyObject *callable, const PyMethodDef *def, pt_cnod
     return id;
 }
 
-static inline uint32_t cfunc_id(PyObject *callable, const PyMethodDef *def, uint32_t epoch)
+static inline uint32_t cfunc_id(PyObject *callable, PyObject *self_arg, const PyMethodDef *def, uint32_t epoch)
 {
     struct cds_lfht_iter iter;
     unsigned long hash = hash_ptr(def);
@@ -499,7 +625,7 @@ static inline uint32_t cfunc_id(PyObject *callable, const PyMethodDef *def, uint
     urcu_bp_read_unlock();
     if (PT_LIKELY(node && (v >> 32) == epoch))
         return (uint32_t)v;
-    return cfunc_intern(callable, def, node, hash, epoch);
+    return cfunc_intern(callable, self_arg, def, node, hash, epoch);
 }
 
 /* ---- thread contexts ------------------------------------------------------ */
@@ -772,7 +898,8 @@ int pt_py_close_slow(PyCodeObject *code, uint8_t kind)
 /* Not in the fast path: the caller's code or this thread is new to the
  * session, or the C function is not in this thread's cache (its id then
  * comes from the shared table, or is interned). */
-int pt_c_event_slow(PyCodeObject *caller, PyObject *callable, const PyMethodDef *def, uint8_t kind)
+int pt_c_event_slow(PyCodeObject *caller, PyObject *callable, PyObject *self_arg, const PyMethodDef *def,
+                    uint8_t kind)
 {
     if (pt_code_lookup(caller) == PT_CODE_FILTERED)
         return 1;
@@ -785,7 +912,7 @@ int pt_c_event_slow(PyCodeObject *caller, PyObject *callable, const PyMethodDef 
     if (e->def == def && (uint32_t)(e->value >> 32) == epoch) {
         id = (uint32_t)e->value;
     } else {
-        id = cfunc_id(callable, def, epoch);
+        id = cfunc_id(callable, self_arg, def, epoch);
         if (PT_UNLIKELY(pt_ok_epoch(t) != current_epoch()))
             return 0; /* stopped during interning */
         if (id != 0) { /* 0: interning failed (counted); try again next time */

@@ -86,8 +86,8 @@ PT_HIDDEN extern __thread pt_thread_t *pt_tls_thread __attribute__((tls_model("i
 PT_HIDDEN int pt_py_open_slow(PyCodeObject *code, uint8_t kind, uint8_t flags, int linked);
 PT_HIDDEN int pt_py_close_slow(PyCodeObject *code, uint8_t kind);
 PT_HIDDEN void pt_close_slow(pt_thread_t *t, uint32_t entry, uint8_t kind);
-PT_HIDDEN int pt_c_event_slow(PyCodeObject *caller, PyObject *callable, const PyMethodDef *def,
-                              uint8_t kind);
+PT_HIDDEN int pt_c_event_slow(PyCodeObject *caller, PyObject *callable, PyObject *self_arg,
+                              const PyMethodDef *def, uint8_t kind);
 /* This thread's context if it holds a ring in the current session, after
  * attaching it if this is its first event (may run Python). `opening` as in
  * pt_py_open_slow (NULL: nothing is skipped). NULL if not tracing or no ring. */
@@ -222,10 +222,12 @@ static inline uint32_t pt_ccache_slot(const PyMethodDef *def)
 }
 
 /* A C function `callable` (with PyMethodDef `def`) was called (CCall) or left
- * (CReturn, CUnwind) from Python code `caller`. Returns 1 if the caller is
- * filtered out (its C calls are not recorded), else 0. */
-static inline int pt_c_event(PyCodeObject *caller, PyObject *callable, const PyMethodDef *def,
-                             uint8_t kind)
+ * (CReturn, CUnwind) from Python code `caller`. `self_arg`: the call's first
+ * argument when `callable` is a method descriptor (sys.monitoring's arg0), else
+ * NULL; used only to name the function on first sight. Returns 1 if the caller
+ * is filtered out (its C calls are not recorded), else 0. */
+static inline int pt_c_event(PyCodeObject *caller, PyObject *callable, PyObject *self_arg,
+                             const PyMethodDef *def, uint8_t kind)
 {
     uint32_t epoch = pt_epoch_now();
     uint64_t extra = pt_code_extra(caller);
@@ -241,7 +243,7 @@ static inline int pt_c_event(PyCodeObject *caller, PyObject *callable, const PyM
             return 0;
         }
     }
-    return pt_c_event_slow(caller, callable, def, kind);
+    return pt_c_event_slow(caller, callable, self_arg, def, kind);
 }
 
 #endif /* PT_RUNTIME_TRACER_INLINE_H */

@@ -254,7 +254,9 @@ def _run_script(path):
     import importlib.machinery
     import io
     import types
-    abspath = os.path.abspath(path)
+    # As python makes it absolute (cwd joined, nothing normalised): "/a/../b.py" stays,
+    # so code filenames, and the pstats keys made of them, are the untraced program's.
+    abspath = path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
     main = types.ModuleType("__main__")
     main.__file__ = abspath
     main.__cached__ = None

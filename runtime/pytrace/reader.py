@@ -21,6 +21,7 @@ import struct
 import time
 from collections import namedtuple
 from dataclasses import dataclass, field
+from typing import Optional
 
 __all__ = [
     "Reader", "decode", "decode_stream", "MsgType", "EventKind", "ProducerState",
@@ -88,6 +89,10 @@ def _str(b):
     return b.decode("utf-8", "replace") if b is not None else ""
 
 
+def _opt_str(b):
+    return b.decode("utf-8", "replace") if b is not None else None
+
+
 @dataclass
 class ProcessInfo:
     pid: int
@@ -139,6 +144,7 @@ class Symbol:
     name: str
     file: str
     line: int
+    profile_name: Optional[str] = None   # the name cProfile gives it; None in older recordings
     type = MsgType.Symbol
 
 
@@ -288,7 +294,8 @@ _DECODERS = {
     MsgType.ProcessInfo: _d_process_info,
     MsgType.ThreadStart: lambda t, d: ThreadStart(t.Thread(), t.Ring(), t.OsTid(), _str(t.Name()), t.Ticks()),
     MsgType.ThreadEnd: lambda t, d: ThreadEnd(t.Thread(), t.Ticks(), t.EventsWritten(), t.EventsDropped()),
-    MsgType.Symbol: lambda t, d: Symbol(t.Id(), t.Kind(), _str(t.Name()), _str(t.File()), t.Line()),
+    MsgType.Symbol: lambda t, d: Symbol(t.Id(), t.Kind(), _str(t.Name()), _str(t.File()), t.Line(),
+                                        _opt_str(t.ProfileName())),
     MsgType.EventChunk: _d_event_chunk,
     MsgType.LostCount: lambda t, d: LostCount(t.Thread(), t.DroppedTotal()),
     MsgType.ProducerStatus: lambda t, d: ProducerStatus(t.State(), t.HeartbeatNs(), t.EventsWritten(),

@@ -117,7 +117,7 @@ _BODY_FIELDS = {
         _U8),                                               # ProcessInfo
     2: (_U64, _U32, _U64, _STR, _U64),                      # ThreadStart
     3: (_U64, _U64, _U64, _U64),                            # ThreadEnd
-    4: (_U32, _U8, _STR, _STR, _U32),                       # Symbol
+    4: (_U32, _U8, _STR, _STR, _U32, _STR),                 # Symbol
     5: (_U64, _U64, _EVVEC),                                # EventChunk
     6: (_U64, _U64),                                        # LostCount
     7: (_U8, _U64, _U64, _U64, _U64, _U64, _U64, _U64, _U64),  # ProducerStatus

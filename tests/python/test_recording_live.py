@@ -154,9 +154,10 @@ def test_record_then_export_every_format(tmp_path, workload):
     subprocess.run([PY, "-m", "pytrace", "export", str(out), "-f", "collapsed", "-o", str(tfold)], check=True)
     assert sum(_collapsed(tfold).values()) > 0
 
-    # pstats: loadable, same call counts per function
+    # pstats: loadable, same call counts per function (keyed by qualname, as the tree is)
     pst = tmp_path / "p.pstats"
-    subprocess.run([PY, "-m", "pytrace", "export", str(out), "-f", "pstats", "-o", str(pst)], check=True)
+    subprocess.run([PY, "-m", "pytrace", "export", str(out), "-f", "pstats", "--qualnames", "-o", str(pst)],
+                   check=True)
     stats = pstats.Stats(str(pst)).stats
     fib = [v for k, v in stats.items() if k[2] == "fib"]
     assert len(fib) == 1 and fib[0][1] == 3 * 177 + 67 and fib[0][0] == 4   # 4 outermost calls

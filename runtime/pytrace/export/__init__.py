@@ -4,6 +4,7 @@
     pytrace export out.pytrace --format speedscope -o profile.json     # speedscope.app
     pytrace export out.pytrace --format collapsed  -o stacks.folded    # flamegraph.pl, inferno
     pytrace export out.pytrace --format pstats     -o profile.pstats   # pstats, snakeviz, gprof2dot
+    pytrace export out.pytrace -f pstats --qualnames -o profile.pstats # keyed by qualified names
 
 Every format is written while the recording is read message by message (see
 stackwalk.py); memory holds the open stacks, the symbol table and the format's own
@@ -29,7 +30,7 @@ _SUFFIXES = (
 )
 
 
-def _make(fmt, out, weight, per_thread, tmp_dir):
+def _make(fmt, out, weight, per_thread, tmp_dir, qualnames=False):
     if fmt == "perfetto":
         from .perfetto import PerfettoExporter
         return PerfettoExporter(out)
@@ -41,12 +42,14 @@ def _make(fmt, out, weight, per_thread, tmp_dir):
         return CollapsedExporter(out, weight=weight, per_thread=per_thread)
     if fmt == "pstats":
         from .pstats_export import PstatsExporter
-        return PstatsExporter(out)
+        return PstatsExporter(out, qualnames=qualnames)
     raise ValueError("unknown format %r (choose from %s)" % (fmt, ", ".join(FORMATS)))
 
 
-def export(recording, fmt, output, weight="ns", per_thread=False, follow=False, timeout=30.0):
-    """Export `recording` to `output` (a path, or "-" for stdout). Returns the Walker
+def export(recording, fmt, output, weight="ns", per_thread=False, follow=False, timeout=30.0,
+           qualnames=False):
+    """Export `recording` to `output` (a path, or "-" for stdout). pstats keys are
+    cProfile's, or with qualnames=True pytrace's qualified names. Returns the Walker
     (counters: events, lost_events, unmatched, threads) and the RecordingError that
     stopped the read early, or None."""
     from .. import _output
@@ -68,7 +71,7 @@ def export(recording, fmt, output, weight="ns", per_thread=False, follow=False, 
     exporter = None
     done = False
     try:
-        exporter = _make(fmt, f, weight, per_thread, tmp_dir)
+        exporter = _make(fmt, f, weight, per_thread, tmp_dir, qualnames)
         walker = Walker(exporter)
         error = walker.run(recording, follow=follow, timeout=timeout)
         done = True
@@ -107,6 +110,9 @@ def main(argv=None):
                    help="collapsed: self time in integer nanoseconds (default) or call counts")
     p.add_argument("--per-thread", action="store_true",
                    help="collapsed: start each stack with its thread")
+    p.add_argument("--qualnames", action="store_true",
+                   help="pstats: key functions by qualified name (Class.method, list.append) "
+                        "instead of cProfile's keys (method, <method 'append' of 'list' objects>)")
     p.add_argument("--follow", action="store_true",
                    help="read a recording that is still being written, until the job ends")
     p.add_argument("--timeout", type=float, default=30.0,
@@ -115,6 +121,8 @@ def main(argv=None):
     fmt = args.format or _guess_format(args.output)
     if fmt is None:
         p.error("cannot tell the format from %r: pass --format (%s)" % (args.output, "|".join(FORMATS)))
+    if args.qualnames and fmt != "pstats":
+        p.error("--qualnames is for --format pstats")
     if not args.follow:
         # A file that is not a recording at all gets one line and no output file.
         try:
@@ -129,7 +137,8 @@ def main(argv=None):
             return 1
     try:
         walker, error = export(args.recording, fmt, args.output, weight=args.weight,
-                               per_thread=args.per_thread, follow=args.follow, timeout=args.timeout)
+                               per_thread=args.per_thread, follow=args.follow, timeout=args.timeout,
+                               qualnames=args.qualnames)
     except RecordingError as e:       # damage before anything could be read (header)
         print("pytrace export: %s" % e, file=sys.stderr)
         return 1

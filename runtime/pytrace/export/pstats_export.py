@@ -16,8 +16,18 @@ Modules/_lsprof.c), so every consumer reads it the way it reads cProfile's outpu
 - Caller edges carry the same four numbers for the (caller, callee) pair, in cProfile's
   order (nc, cc, tt, ct), with the recursion level tracked per pair. Root frames have
   no callers.
-- Python functions are keyed (file, first line, qualname); C functions
-  ("~", 0, "<built-in method NAME>") like cProfile keys builtins.
+- Keys are cProfile's own, so a file compares with and adds to cProfile's
+  (pstats.Stats.add): Python functions (co_filename, co_firstlineno, co_name), C
+  functions ("~", 0, label) with the label cProfile's Modules/_lsprof.c gives,
+  computed by the tracer on first sight from the same objects
+  ("<built-in method builtins.len>", "<method 'append' of 'list' objects>", ...).
+  Caller keys are the same keys. Recordings made before the tracer stored these
+  names get co_name from the qualname's last part, and C labels from the stored
+  owner and name (exact for module functions and for methods called on their own
+  type). With qualnames=True: (file, first line, qualname) and
+  ("~", 0, "<built-in method Owner.name>") instead, pytrace's own names.
+- Two functions with one key (cProfile keeps the last one's numbers) are added
+  together.
 - Frames already running when tracing started count as one call each.
 
 Threads are aggregated together, each with its own recursion levels.
@@ -84,15 +94,40 @@ class _ThreadSink:
                 e[1] += 1
 
 
-def pstats_key(sym):
+def _old_c_label(sym):
+    """cProfile's label of a C function from a recording without profile names: the
+    tracer stored "module.func" (file = module) for module functions and
+    "Owner.method" for methods."""
+    name, module = sym.name, sym.file
+    if module and name.startswith(module + ".") and "." not in name[len(module) + 1:]:
+        return "<built-in method %s>" % name
+    if "." in name:
+        owner, method = name.rsplit(".", 1)
+        return "<method '%s' of '%s' objects>" % (method, owner)
+    return "<built-in method %s>" % name
+
+
+def pstats_key(sym, qualnames=False):
+    """The pstats key of a symbol: cProfile's (default) or with pytrace's qualnames."""
     if sym.kind == 0:
-        return (sym.file, sym.line, sym.name)
-    return ("~", 0, "<built-in method %s>" % sym.name)
+        if qualnames:
+            return (sym.file, sym.line, sym.name)
+        name = sym.profile_name
+        if name is None:            # older recording: co_name is the qualname's last part
+            name = sym.name.rsplit(".", 1)[-1]
+        return (sym.file, sym.line, name)
+    if qualnames:
+        return ("~", 0, "<built-in method %s>" % sym.name)
+    label = sym.profile_name
+    if label is None:
+        label = _old_c_label(sym)
+    return ("~", 0, label)
 
 
 class PstatsExporter(Exporter):
-    def __init__(self, out):
+    def __init__(self, out, qualnames=False):
         self.out = out                # a binary file object
+        self.qualnames = qualnames
         self.funcs = {}
         self.edges = {}
 
@@ -107,7 +142,7 @@ class PstatsExporter(Exporter):
         def key(sid):
             k = keys.get(sid)
             if k is None:
-                k = keys[sid] = pstats_key(walker.sym(sid))
+                k = keys[sid] = pstats_key(walker.sym(sid), self.qualnames)
             return k
 
         stats = {}

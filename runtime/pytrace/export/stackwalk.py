@@ -50,10 +50,11 @@ _ACTION[12] = _LOST
 
 
 class Symbol:
-    __slots__ = ("id", "kind", "name", "file", "line")
+    __slots__ = ("id", "kind", "name", "file", "line", "profile_name")
 
-    def __init__(self, sid, kind, name, file, line):
+    def __init__(self, sid, kind, name, file, line, profile_name=None):
         self.id, self.kind, self.name, self.file, self.line = sid, kind, name, file, line
+        self.profile_name = profile_name    # cProfile's name; None in older recordings
 
 
 def frame_label(sym):
@@ -182,7 +183,7 @@ class Walker:
             self.chunk(msg.thread, msg.events_view())
         elif msg_type == 4:
             self._start()
-            s = Symbol(msg.id, msg.kind, msg.name, msg.file, msg.line)
+            s = Symbol(msg.id, msg.kind, msg.name, msg.file, msg.line, msg.profile_name)
             self.symbols[msg.id] = s
             self.exporter.symbol(s)
         elif msg_type == 1:

@@ -76,16 +76,20 @@ def thread_end(thread, ticks, events_written=0, events_dropped=0):
     return _finish(b, 3, _TE.ThreadEndEnd(b))
 
 
-def symbol(sid, name, file="demo.py", line=1, kind=0):
+def symbol(sid, name, file="demo.py", line=1, kind=0, profile_name=None):
+    """profile_name None: the field is absent, as in recordings made before it existed."""
     b = flatbuffers.Builder(64)
     nm = b.CreateString(name)
     fl = b.CreateString(file)
+    pn = b.CreateString(profile_name) if profile_name is not None else None
     _S.SymbolStart(b)
     _S.SymbolAddId(b, sid)
     _S.SymbolAddKind(b, kind)
     _S.SymbolAddName(b, nm)
     _S.SymbolAddFile(b, fl)
     _S.SymbolAddLine(b, line)
+    if pn is not None:
+        _S.SymbolAddProfileName(b, pn)
     return _finish(b, 4, _S.SymbolEnd(b))
 
 

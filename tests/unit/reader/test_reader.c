@@ -745,6 +745,58 @@ static void test_symlog_limits(void)
     local_close(&l);
 }
 
+/* Three strings (name, file, profile name) share one record: long ones are cut to an
+ * equal share of the room at a UTF-8 boundary, short ones stay whole. */
+typedef struct symlens { int count; size_t len[2][3]; int odd; } symlens_t;
+
+static int visit_lengths(void *ctx, const uint8_t *msg, size_t len)
+{
+    symlens_t *v = ctx;
+    pt_fb_msg_t m;
+    if (v->count >= 2 || pt_fb_parse(msg, len, &m, NULL, 0) != 0 || m.type != PT_MSG_SYMBOL ||
+        !m.u.symbol.profile_name.ptr)
+        return 0;
+    const pt_fb_str_t s[3] = {m.u.symbol.name, m.u.symbol.file, m.u.symbol.profile_name};
+    for (int i = 0; i < 3; i++) {
+        v->len[v->count][i] = s[i].len;
+        v->odd += (int)(s[i].len % 2 && s[i].len > 3); /* the long ones hold two-byte characters only */
+    }
+    v->count++;
+    return 0;
+}
+
+static void test_symlog_three_strings(void)
+{
+    local_t l;
+    local_open(&l);
+    size_t big = 100000;
+    char *text = malloc(big + 1);
+    REQUIRE(text);
+    for (size_t i = 0; i < big; i += 2) {
+        text[i] = (char)0xc3; /* e-acute, two bytes */
+        text[i + 1] = (char)0xa9;
+    }
+    text[big] = 0;
+    uint32_t id = 0;
+    CHECK(pt_symlog_append_named(l.seg, PT_SYM_C_FUNCTION, text, text, 0, text, &id) == 0 && id == 1);
+    CHECK(pt_symlog_append_named(l.seg, PT_SYM_C_FUNCTION, text, "mod", 0, "<f>", &id) == 0 && id == 2);
+    free(text);
+    pt_seg_header_t *h = pt_segment_header(l.seg);
+    symlens_t v;
+    memset(&v, 0, sizeof v);
+    uint64_t cursor = 0;
+    char err[256] = "";
+    CHECK(pt_symlog_read(l.seg, &cursor, atomic_load(&h->symlog_published), visit_lengths, &v, err, sizeof err) == 0);
+    CHECK(v.count == 2 && v.odd == 0);
+    /* three long strings: an equal share each, all three together within one record */
+    CHECK(v.len[0][0] > 20000 && v.len[0][1] > 20000 && v.len[0][2] > 20000);
+    CHECK(v.len[0][0] + v.len[0][1] + v.len[0][2] < PT_MAX_SYMBOL_RECORD_BYTES - 100);
+    /* one long string: the short ones whole, the long one gets the rest */
+    CHECK(v.len[1][1] == 3 && v.len[1][2] == 3 && v.len[1][0] > 60000);
+    CHECK(poll_once(&l) == 0 && l.c.max_symbol == 2 && l.c.errors == 0);
+    local_close(&l);
+}
+
 /* ---- drops, state changes, inspect-only readers ------------------------------ */
 
 static void test_lost_and_status(void)
@@ -986,6 +1038,7 @@ int main(int argc, char **argv)
     test_bad_chunk();
     test_lost_and_status();
     test_symlog_limits();
+    test_symlog_three_strings();
     test_clean_exit(argc > 1 ? argv[1] : NULL);
     test_producer_killed();
     test_reader_killed();

@@ -69,6 +69,7 @@ def main(path):
     s = body(msgs[3], Symbol)
     assert (s.Id(), s.Kind(), s.Line()) == (17, SymbolKind.PyFunction, 314)
     assert s.Name() == b"Klass.method" and s.File().decode("utf-8") == "/src/m\u00e9.py"
+    assert s.ProfileName() == b"method", s.ProfileName()
 
     c = body(msgs[4], EventChunk)
     assert (c.Thread(), c.FirstEvent(), c.EventsLength()) == (7, 1024, 5)

@@ -57,6 +57,7 @@ static int parse_exact(const uint8_t *msg, size_t len, pt_fb_msg_t *m, char *why
         case PT_MSG_SYMBOL:
             REQUIRE(INSIDE(m->u.symbol.name));
             REQUIRE(INSIDE(m->u.symbol.file));
+            REQUIRE(INSIDE(m->u.symbol.profile_name));
             break;
         case PT_MSG_EVENT_CHUNK:
             if (m->u.event_chunk.events) {
@@ -189,18 +190,68 @@ static void test_symbol_golden(void)
     want[72] = PT_SYM_C_FUNCTION;
     put32(want + 76, 1); want[80] = 'f';
     put32(want + 84, 4); memcpy(want + 88, "a.py", 4);
-    pt_fb_symbol_t s = {42, PT_SYM_C_FUNCTION, S("f"), S("a.py"), 7};
+    pt_fb_symbol_t s = {42, PT_SYM_C_FUNCTION, S("f"), S("a.py"), 7, {NULL, 0}};
     size_t n = pt_fb_build_symbol(got, sizeof got, &s);
     CHECK(n == 96);
     dump_diff("Symbol", got, want, 96);
 
     /* absent strings: vtable entry 0, parsed as ptr NULL */
-    pt_fb_symbol_t s2 = {1, 0, {NULL, 0}, S(""), 0};
+    pt_fb_symbol_t s2 = {1, 0, {NULL, 0}, S(""), 0, {NULL, 0}};
     n = pt_fb_build_symbol(got, sizeof got, &s2);
     REQUIRE(n > 0);
     pt_fb_msg_t m;
     CHECK(parse_exact(got, n, &m, NULL, 0) == 0);
     CHECK(m.u.symbol.name.ptr == NULL && m.u.symbol.file.ptr && m.u.symbol.file.len == 0);
+    CHECK(m.u.symbol.profile_name.ptr == NULL);
+}
+
+/* The same Symbol with profile_name "<f>" (field 5, added at the end):
+ *   32 vtable {16, 25, id 4, kind 24, name 8, file 12, line 16, profile_name 20}
+ *   52 table soffset 20; 56 id; 60 name off 20; 64 file off 24; 68 line;
+ *   72 profile_name off 28; 76 kind
+ *   80 "f"; 88 "a.py"; 100 "<f>" (len 3); total padded to 112 */
+static void test_symbol_profile_name_golden(void)
+{
+    uint8_t want[112] = {0}, got[128];
+    put32(want + 0, 108);
+    put32(want + 4, 16);
+    memcpy(want + 8, "PYTR", 4);
+    put16(want + 12, 8); put16(want + 14, 12); put16(want + 16, 4); put16(want + 18, 8);
+    put32(want + 20, 8);
+    want[24] = PT_MSG_SYMBOL;
+    put32(want + 28, 52 - 28);
+    put16(want + 32, 16); put16(want + 34, 25);
+    put16(want + 36, 4); put16(want + 38, 24); put16(want + 40, 8); put16(want + 42, 12);
+    put16(want + 44, 16); put16(want + 46, 20);
+    put32(want + 52, 20);
+    put32(want + 56, 42);
+    put32(want + 60, 20);
+    put32(want + 64, 24);
+    put32(want + 68, 7);
+    put32(want + 72, 28);
+    want[76] = PT_SYM_C_FUNCTION;
+    put32(want + 80, 1); want[84] = 'f';
+    put32(want + 88, 4); memcpy(want + 92, "a.py", 4);
+    put32(want + 100, 3); memcpy(want + 104, "<f>", 3);
+    pt_fb_symbol_t s = {42, PT_SYM_C_FUNCTION, S("f"), S("a.py"), 7, S("<f>")};
+    size_t n = pt_fb_build_symbol(got, sizeof got, &s);
+    CHECK(n == 112);
+    dump_diff("Symbol with profile_name", got, want, 112);
+    CHECK(pt_fb_build_symbol(got, 111, &s) == 0);
+    pt_fb_msg_t m;
+    CHECK(parse_exact(got, n, &m, NULL, 0) == 0);
+    /* in place: m's strings point into the buffer parsed */
+    CHECK(pt_fb_parse(got, n, &m, NULL, 0) == 0);
+    CHECK(m.type == PT_MSG_SYMBOL && str_eq(m.u.symbol.profile_name, "<f>") && str_eq(m.u.symbol.name, "f"));
+    /* the 5-field form (before the field existed) parses with the field absent */
+    pt_fb_symbol_t old = {42, PT_SYM_C_FUNCTION, S("f"), S("a.py"), 7, {NULL, 0}};
+    n = pt_fb_build_symbol(got, sizeof got, &old);
+    CHECK(n == 96 && parse_exact(got, n, &m, NULL, 0) == 0 && m.u.symbol.profile_name.ptr == NULL);
+    /* an empty profile name is present, not absent */
+    pt_fb_symbol_t empty = {42, PT_SYM_C_FUNCTION, S("f"), S("a.py"), 7, S("")};
+    n = pt_fb_build_symbol(got, sizeof got, &empty);
+    CHECK(n > 0 && pt_fb_parse(got, n, &m, NULL, 0) == 0 && m.u.symbol.profile_name.ptr != NULL &&
+          m.u.symbol.profile_name.len == 0);
 }
 
 /* ---- every message type: known values, round trip ---------------------- */
@@ -223,7 +274,7 @@ static void make_samples(sample_t out[8])
     };
     pt_fb_thread_start_t ts = {7, 3, 99999, S("MainThread"), 555};
     pt_fb_thread_end_t te = {7, 777, 1000000, 12};
-    pt_fb_symbol_t sy = {17, PT_SYM_PY_FUNCTION, S("Klass.method"), S("/src/m\xc3\xa9.py"), 314};
+    pt_fb_symbol_t sy = {17, PT_SYM_PY_FUNCTION, S("Klass.method"), S("/src/m\xc3\xa9.py"), 314, S("method")};
     pt_fb_lost_count_t lc = {7, 4096};
     pt_fb_producer_status_t ps = {PT_STATE_EXITED, 111, 222, 333, 444, 555, 666, 777, 888};
     for (int i = 0; i < N_EVENTS; i++) {
@@ -285,6 +336,7 @@ static void test_round_trip(const sample_t s[8])
     CHECK(m.type == PT_MSG_SYMBOL);
     CHECK(m.u.symbol.id == 17 && m.u.symbol.kind == PT_SYM_PY_FUNCTION && m.u.symbol.line == 314);
     CHECK(str_eq(m.u.symbol.name, "Klass.method") && str_eq(m.u.symbol.file, "/src/m\xc3\xa9.py"));
+    CHECK(str_eq(m.u.symbol.profile_name, "method"));
 
     REQUIRE(pt_fb_parse(s[4].buf, s[4].len, &m, why, sizeof why) == 0);
     CHECK(m.type == PT_MSG_EVENT_CHUNK);
@@ -307,7 +359,7 @@ static void test_round_trip(const sample_t s[8])
 
     /* every builder refuses a buffer one byte too small */
     uint8_t small[1024];
-    pt_fb_symbol_t sy = {17, 0, S("Klass.method"), S("/src/m\xc3\xa9.py"), 314};
+    pt_fb_symbol_t sy = {17, 0, S("Klass.method"), S("/src/m\xc3\xa9.py"), 314, S("method")};
     CHECK(pt_fb_build_symbol(small, s[3].len - 1, &sy) == 0);
     CHECK(pt_fb_build_symbol(small, s[3].len, &sy) == s[3].len);
 }
@@ -340,7 +392,7 @@ static void test_specific_rejections(const sample_t s[8])
     CHECK(strstr(why, "prefix") != NULL);
 
     /* string not NUL-terminated: Symbol name "f" at 80, NUL at 81 */
-    pt_fb_symbol_t sy = {42, 1, S("f"), S("a.py"), 7};
+    pt_fb_symbol_t sy = {42, 1, S("f"), S("a.py"), 7, {NULL, 0}};
     size_t n = pt_fb_build_symbol(b, sizeof b, &sy);
     REQUIRE(n == 96 && b[80] == 'f' && b[81] == 0);
     b[81] = 'x';
@@ -437,6 +489,7 @@ int main(int argc, char **argv)
     test_chunk_header_golden();
     test_thread_end_golden();
     test_symbol_golden();
+    test_symbol_profile_name_golden();
     make_samples(samples);
     test_round_trip(samples);
     test_specific_rejections(samples);

@@ -106,13 +106,17 @@ static void builtin() {
   const char *names[] = {"f", "", "Klass.method", "a_rather_long_qualified_name.<locals>.inner"};
   for (uint32_t i = 0; i < 4; i++) {
     std::string file = std::string("/src/file") + std::to_string(i) + ".py";
-    pt_fb_symbol_t sy{i + 1, (uint8_t)(i % 3), S(names[i]), S(file.c_str()), 10 * i};
+    // profile_name absent (the 5-field form) for odd i, present for even i
+    const char *profile = (i % 2) ? nullptr : names[3 - i];
+    pt_fb_symbol_t sy{i + 1, (uint8_t)(i % 3), S(names[i]), S(file.c_str()), 10 * i,
+                      profile ? S(profile) : pt_fb_str_t{nullptr, 0}};
     n = pt_fb_build_symbol(out.data(), out.size(), &sy);
     CHECK(n % 8 == 0);
     if (auto m = verify(store, out.data(), n)) {
       auto p = m->body_as_Symbol();
       CHECK(p && p->id() == i + 1 && p->kind() == (fb::SymbolKind)(i % 3));
       CHECK(p && str_is(p->name(), names[i]) && str_is(p->file(), file.c_str()) && p->line() == 10 * i);
+      CHECK(p && (profile ? str_is(p->profile_name(), profile) : p->profile_name() == nullptr));
     }
   }
 
