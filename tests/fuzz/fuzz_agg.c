@@ -1,4 +1,4 @@
-/* libFuzzer target: the aggregation (viewer/agg.c) on any stream of events:
+/* libFuzzer target: the aggregation (viewer/core/agg.c) on any stream of events:
  * the input is a few parameters (ticks per second, base ticks, window) then
  * 16-byte records cut into chunks of several threads; every query is run. */
 #include <stddef.h>
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "viewer/agg.h"
+#include "viewer/core/agg.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -1,6 +1,6 @@
 /* libFuzzer target: a recording file from anywhere, read by the recording
- * reader (viewer/recfile.c) and every message fed to the aggregation
- * (viewer/agg.c), then the table and the tree built, as pytrace-top --file
+ * reader (viewer/core/recfile.c) and every message fed to the aggregation
+ * (viewer/core/agg.c), then the table and the tree built, as pytrace-top --file
  * does. */
 #include <stddef.h>
 #include <stdint.h>
@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "viewer/agg.h"
-#include "viewer/recfile.h"
+#include "viewer/core/agg.h"
+#include "viewer/core/recfile.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -10,8 +10,8 @@
 #include <stdint.h>
 
 #include "shm/reader.h"
-#include "viewer/agg.h"
-#include "viewer/recfile.h"
+#include "viewer/core/agg.h"
+#include "viewer/core/recfile.h"
 
 #include "cpu.h"
 

@@ -5,7 +5,7 @@
  *   pytrace-top PID|SEGMENT          attach and show it live
  *   pytrace-top PID --once [--json]  print the table once and exit
  *   pytrace-top --file REC [--follow] [--once [--json]]
- *                                    show a recording (viewer/recfile.h) the
+ *                                    show a recording (viewer/core/recfile.h) the
  *                                    same way; a file still being written is
  *                                    followed while it grows (or, with
  *                                    --follow, until the recording ends)

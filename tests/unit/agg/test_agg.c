@@ -4,7 +4,7 @@
  * Call counts follow what cProfile/pstats reports for the same program.
  */
 #include "../check.h"
-#include "viewer/agg.h"
+#include "viewer/core/agg.h"
 
 #include <stdio.h>
 #include <stdlib.h>

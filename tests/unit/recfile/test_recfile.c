@@ -5,7 +5,7 @@
  * and size prefixes, and with messages larger than the read cache.
  */
 #include "../check.h"
-#include "viewer/recfile.h"
+#include "viewer/core/recfile.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -46,8 +46,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../schema/pt_fb.h"
-#include "../shm/layout.h"
+#include "schema/pt_fb.h"
+#include "shm/layout.h"
 
 #ifdef __cplusplus
 extern "C" {

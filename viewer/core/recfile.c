@@ -10,7 +10,7 @@
  * Reads use pread at explicit offsets, so a file that grows between calls is
  * simply read further next time; nothing is remembered about EOF.
  */
-#include "viewer/recfile.h"
+#include "viewer/core/recfile.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -37,7 +37,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../schema/pt_fb.h"
+#include "schema/pt_fb.h"
 
 #ifdef __cplusplus
 extern "C" {
