@@ -3,7 +3,7 @@
     pytrace top                                  pick a traced job (runs pytrace-top)
     pytrace top PID | SEGMENT [options]          attach to a running traced job
     pytrace top --help                           these forms, the job options and pytrace-top's
-    pytrace top [job options] -- python script.py [args...]
+    pytrace top [job options] -- python script.py [args...]    (or -m module, -c code)
                                                  start the program traced and show it at once
 
 Job options (before `--`): --no-c-calls, --policy drop|wait, --ring-size MiB,
@@ -24,7 +24,7 @@ import sysconfig
 import tempfile
 import time
 
-from . import record
+from . import _launch, record
 
 _JOB_FLAGS_WITH_VALUE = ("--policy", "--ring-size", "--include", "--exclude")
 _JOB_FLAGS = ("--no-c-calls",)
@@ -81,8 +81,9 @@ def _split_options(before):
 _USAGE = """usage: pytrace top [--all]                        pick a traced job from the list of live ones
        pytrace top PID | SEGMENT [view options]     attach to a running traced job
        pytrace top --file REC [view options]        show a recording (pytrace record -o REC)
-       pytrace top [job options] [view options] -- python script.py [args...]
+       pytrace top [job options] [view options] -- python [flags] script.py [args...]
                                                     start the program traced and show it at once
+                                                    (or -m module, -c code, as python takes them)
 
 The live view of a traced job (the pytrace-top program; `pytrace top ARGS` runs
 `pytrace-top ARGS` when there is no `--`).
@@ -178,24 +179,22 @@ def main(argv=None):
         # --once on a program we start: its table when it ends (the viewer stops at the
         # job's end), not an empty one taken before it ran
         view_opts = view_opts + ["--duration", "31536000"]
-    log = tempfile.NamedTemporaryFile(prefix="pytrace-top-job-", suffix=".log", delete=False)
-    report_r, report_w = os.pipe()
-    wait_r, wait_w = os.pipe()
-    env = dict(os.environ)
-    env[record._ENV_FDS] = "%d,%d" % (report_w, wait_r)
-    run = [interp] + flags + ["-m", "pytrace.record", "--child", "run"] + job_opts + target
+    from .cli import UsageError, _run_parser, _start_options
     try:
-        job = subprocess.Popen(run, pass_fds=(report_w, wait_r), env=env, stdin=subprocess.DEVNULL,
-                               stdout=log, stderr=subprocess.STDOUT)
+        options = _start_options(_run_parser().parse_args(job_opts), "top")
+    except UsageError as e:
+        _say(str(e))
+        return 2
+    log = tempfile.NamedTemporaryFile(prefix="pytrace-top-job-", suffix=".log", delete=False)
+    try:
+        job, segment, wait_w = _launch.start_job(interp, flags, options, target,
+                                                 stdin=subprocess.DEVNULL, stdout=log,
+                                                 stderr=subprocess.STDOUT)
     except OSError as e:
         _say("cannot start %s: %s" % (interp, e))
         return 1
     finally:
-        os.close(report_w)
-        os.close(wait_r)
         log.close()
-    segment = record._read_segment(report_r, 30.0)
-    os.close(report_r)
     if not segment:
         os.close(wait_w)
         rc = job.wait()
