@@ -81,9 +81,9 @@ def _split_options(before):
 _USAGE = """usage: pytrace top [--all]                        pick a traced job from the list of live ones
        pytrace top PID | SEGMENT [view options]     attach to a running traced job
        pytrace top --file REC [view options]        show a recording (pytrace record -o REC)
-       pytrace top [job options] [view options] -- python [flags] script.py [args...]
+       pytrace top [job options] [view options] -- python script.py [args...]
                                                     start the program traced and show it at once
-                                                    (or -m module, -c code, as python takes them)
+                                                    (python's flags, -m module, -c code too)
 
 The live view of a traced job (the pytrace-top program; `pytrace top ARGS` runs
 `pytrace-top ARGS` when there is no `--`).
