@@ -139,6 +139,16 @@ def _wait_attached(segment, viewer, timeout):
     return False
 
 
+def _still_tracing(segment):
+    """True while the job's segment is there and running (not stopped or exited)."""
+    from . import _pytrace
+    try:
+        return any(s.get("name") == segment and s.get("state") == 1 and s.get("alive")
+                   for s in _pytrace.list_segments())
+    except OSError:
+        return True
+
+
 def _stop_job(job):
     for sig, grace in ((signal.SIGINT, 5.0), (signal.SIGTERM, 3.0), (signal.SIGKILL, 3.0)):
         if job.poll() is not None:
@@ -214,6 +224,13 @@ def main(argv=None):
             break
         except KeyboardInterrupt:
             interrupted = True
+    if job.poll() is None and not _still_tracing(segment):
+        # Its tracing ended (the viewer saw it: --once): the program is in its last
+        # steps (interpreter finalisation), not to be interrupted there.
+        try:
+            job.wait(timeout=10.0)
+        except subprocess.TimeoutExpired:
+            pass
     if job.poll() is None:
         _stop_job(job)
     rc = job.wait()
