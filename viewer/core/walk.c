@@ -238,7 +238,8 @@ static int close_span(pt_walk_t *w, wthread_t *t, uint32_t id, uint64_t ticks)
     uint32_t above = d - pos - 1;
     if (above && grow((void **)&w->scratch, &w->scratch_cap, sizeof *w->scratch, above))
         return -ENOMEM;
-    memcpy(w->scratch, t->stack + pos + 1, above * sizeof *w->scratch);
+    if (above)
+        memcpy(w->scratch, t->stack + pos + 1, above * sizeof *w->scratch);
     int rc;
     while (t->pub.depth > pos + 1)
         if ((rc = do_exit(w, t, ticks, PT_WALK_CONTINUED)) != 0)
