@@ -391,6 +391,9 @@ static PyObject *py_after_fork_parent(PyObject *module, PyObject *unused)
 
 /* ---- module ----------------------------------------------------------------------- */
 
+/* export_binding.c: the C exporters (viewer/core/export.h) */
+PyObject *pt_py_export(PyObject *module, PyObject *args, PyObject *kw);
+
 static PyMethodDef pt_methods[] = {
     {"start", (PyCFunction)(void (*)(void))py_start, METH_VARARGS | METH_KEYWORDS,
      "start(*, c_calls=True, include=None, exclude=None, policy='drop', ring_count=0, chunk_bytes=0, "
@@ -410,6 +413,11 @@ static PyMethodDef pt_methods[] = {
     {"list_segments", pt_list_segments, METH_NOARGS, "list_segments() -> list[dict]"},
     {"collect_stale", pt_collect_stale, METH_NOARGS,
      "collect_stale() -> int: unlink segments of dead processes."},
+    {"export", (PyCFunction)(void (*)(void))pt_py_export, METH_VARARGS | METH_KEYWORDS,
+     "export(recording, format, fd, weight_calls=False, per_thread=False, qualnames=False, follow=False, "
+     "timeout=30.0, tmp_dir=None) -> dict\n"
+     "Export a recording to fd in format collapsed|pstats|speedscope|chrome (viewer/core/export.c); "
+     "returns the counts, the damage (offset, reason) if any and the last ProducerStatus."},
     {"_after_fork_child", py_after_fork_child, METH_NOARGS, NULL},
     {"_before_fork", py_before_fork, METH_NOARGS, NULL},
     {"_after_fork_parent", py_after_fork_parent, METH_NOARGS, NULL},
