@@ -7,12 +7,12 @@ cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq build-essential liburcu-dev libncurses-dev flatbuffers-compiler \
-    libflatbuffers-dev tmux procps clang util-linux passwd >/dev/null
+    libflatbuffers-dev zlib1g-dev tmux procps clang util-linux passwd >/dev/null
 
 PYTHONS=$(bash tests/pythons.sh)
 for py in $PYTHONS; do
     "$py" -m pip install -q --disable-pip-version-check --root-user-action=ignore \
-        "scikit-build-core>=0.8" cmake ninja flatbuffers pytest gprof2dot coverage
+        "scikit-build-core>=0.8" cmake ninja flatbuffers pytest gprof2dot coverage perfetto
     "$py" -m pip install -q --disable-pip-version-check --root-user-action=ignore \
         --no-build-isolation .
 done

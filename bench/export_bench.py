@@ -1,6 +1,7 @@
 """Export benchmark: a recording of >= 100 million events, exported to every format in
 a child process each, pinned to one core; prints M events/s, wall time and peak RSS per
-format next to the size of the recording and of each output. Not a test: it asserts
+format next to the size of the recording and of each output (and its bytes per
+event). Not a test: it asserts
 nothing.
 
     python bench/export_bench.py                      # 100M events, in a temp dir
@@ -33,7 +34,8 @@ main(int(sys.argv[1]))
 '''
 
 FORMATS = (("collapsed", "stacks.folded"), ("pstats", "profile.pstats"),
-           ("chrome", "trace.json"), ("speedscope", "profile.speedscope.json"))
+           ("chrome", "trace.json"), ("perfetto", "trace.pftrace"),
+           ("speedscope", "profile.speedscope.json"))
 
 
 def _one_core():
@@ -95,8 +97,8 @@ def main():
         print("recording: %s, %.1f MiB%s" % (rec, mib(size),
                                             ", %d events" % events if events is not None else ""))
         print()
-        print("%-11s %10s %14s %12s %16s %s" % ("format", "wall s", "peak RSS MiB", "RSS/file",
-                                               "output MiB", "events/s"))
+        print("%-11s %10s %14s %12s %16s %9s %s" % ("format", "wall s", "peak RSS MiB", "RSS/file",
+                                                    "output MiB", "B/event", "events/s"))
         for fmt, name in FORMATS:
             out = os.path.join(work, name)
             cmd = [py, "-m", "pytrace", "export", rec, "--format", fmt, "-o", out]
@@ -113,8 +115,9 @@ def main():
             else:
                 n = events
             rate = ("%.2fM" % (n / wall / 1e6)) if n else "-"
-            print("%-11s %10.1f %14.1f %11.2f%% %16.1f %s" % (fmt, wall, mib(rss), 100.0 * rss / size,
-                                                         mib(out_size), rate), flush=True)
+            per_event = ("%.2f" % (out_size / n)) if n else "-"
+            print("%-11s %10.1f %14.1f %11.2f%% %16.1f %9s %s" % (fmt, wall, mib(rss), 100.0 * rss / size,
+                                                              mib(out_size), per_event, rate), flush=True)
     finally:
         if not args.keep and not args.recording:
             shutil.rmtree(work, ignore_errors=True)

@@ -36,6 +36,7 @@ static const struct {
     {"pstats", PT_EXPORT_PSTATS},
     {"speedscope", PT_EXPORT_SPEEDSCOPE},
     {"chrome", PT_EXPORT_CHROME},
+    {"perfetto", PT_EXPORT_PERFETTO},
 };
 
 #define SET_U64(d, key, v)                                                   \
@@ -52,16 +53,18 @@ PyObject *pt_py_export(PyObject *module, PyObject *args, PyObject *kw)
 {
     (void)module;
     static char *kwlist[] = {"recording", "format", "fd", "weight_calls", "per_thread", "qualnames",
-                             "follow", "timeout", "tmp_dir", NULL};
+                             "follow", "timeout", "tmp_dir", "uncompressed", NULL};
     PyObject *path_obj = NULL;
     const char *fmt = NULL, *tmp_dir = NULL;
-    int fd = -1, weight_calls = 0, per_thread = 0, qualnames = 0, follow = 0;
+    int fd = -1, weight_calls = 0, per_thread = 0, qualnames = 0, follow = 0, uncompressed = 0;
     double timeout = 30.0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&si|ppppdz", kwlist, PyUnicode_FSConverter, &path_obj, &fmt, &fd,
-                                     &weight_calls, &per_thread, &qualnames, &follow, &timeout, &tmp_dir))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&si|ppppdzp", kwlist, PyUnicode_FSConverter, &path_obj, &fmt, &fd,
+                                     &weight_calls, &per_thread, &qualnames, &follow, &timeout, &tmp_dir,
+                                     &uncompressed))
         return NULL;
     pt_export_opts_t o = {.weight_calls = weight_calls, .per_thread = per_thread, .qualnames = qualnames,
-                          .follow = follow, .timeout = timeout, .tmp_dir = tmp_dir};
+                          .follow = follow, .timeout = timeout, .tmp_dir = tmp_dir,
+                          .pf_uncompressed = uncompressed};
     for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++)
         if (!strcmp(fmt, formats[i].name))
             o.format = formats[i].format;

@@ -22,14 +22,14 @@ USAGE = """usage: pytrace run [options] (script.py | -m module | -c code) [args.
        pytrace ls [--all] [--collect]
        pytrace top [PID | SEGMENT | [options] -- python script.py [args...]]
        pytrace record -o OUT [options] (-- python script.py [args...] | PID)
-       pytrace export FILE --format perfetto|speedscope|collapsed|pstats -o OUT
+       pytrace export FILE --format perfetto|chrome|speedscope|collapsed|pstats -o OUT
 
 commands:
   run      run a Python program traced; a reader (pytrace top, record) can attach any time
   ls       list the traced jobs on this machine (--all: also ended ones; --collect: remove those)
   top      the live view of a traced job: pick one, attach to PID, or start a program
   record   write a recording of a job (lossless by default) for export or pytrace top --file
-  export   turn a recording into Perfetto/Chrome JSON, speedscope, collapsed stacks or pstats
+  export   turn a recording into a Perfetto trace, Chrome JSON, speedscope, collapsed stacks or pstats
 
 `pytrace COMMAND --help` gives each command's options. pytrace -V: the version."""
 

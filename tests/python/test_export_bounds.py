@@ -67,7 +67,7 @@ def unmatched_recording(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize("fmt", ["collapsed", "pstats", "speedscope", "perfetto"])
+@pytest.mark.parametrize("fmt", ["collapsed", "pstats", "speedscope", "chrome", "perfetto"])
 def test_unmatched_returns_are_linear(unmatched_recording, tmp_path, fmt):
     """1 M returns of functions never called, under a 5,000-deep stack: every exporter
     finishes (each return used to scan the 5,000 frames: 5e9 steps)."""

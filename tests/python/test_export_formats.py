@@ -17,6 +17,7 @@ import pytest
 from pytrace import recording as rec
 from pytrace.export import main as export_main
 from pytrace.export import synthetic as syn
+from pftrace_reader import check_nesting as check_perfetto_nesting
 
 CALL, RET, CCALL, CRET, UNWIND, CUNWIND, YIELD, RESUME = 1, 2, 3, 4, 5, 6, 7, 8
 SPAN_B, SPAN_E, MARK, LOST, FRAME = 9, 10, 11, 12, 13
@@ -183,9 +184,9 @@ def _check_nesting(events):
         stack.append(end)
 
 
-def test_perfetto_json_structure_and_content(recording, tmp_path):
+def test_chrome_json_structure_and_content(recording, tmp_path):
     path, _ = recording
-    out = _export(path, "perfetto", tmp_path / "t.json")
+    out = _export(path, "chrome", tmp_path / "t.json")
     doc = json.load(open(out))
     assert isinstance(doc["traceEvents"], list)
     per_tid = collections.defaultdict(list)
@@ -266,7 +267,7 @@ def test_export_of_truncated_recording_writes_what_was_read(recording, tmp_path)
     cut = tmp_path / "cut.pytrace"
     for size in range(16, len(data), 29):
         cut.write_bytes(data[:size])
-        for fmt, name in (("perfetto", "t.json"), ("speedscope", "s.json"),
+        for fmt, name in (("chrome", "t.json"), ("perfetto", "t.pftrace"), ("speedscope", "s.json"),
                           ("collapsed", "c.folded"), ("pstats", "p.pstats")):
             out = tmp_path / name
             rc = export_main([str(cut), "--format", fmt, "-o", str(out)])
@@ -276,6 +277,10 @@ def test_export_of_truncated_recording_writes_what_was_read(recording, tmp_path)
                     pstats.Stats(str(out))
             elif fmt == "collapsed":
                 _collapsed(out)
+            elif fmt == "perfetto":
+                from pftrace_reader import read_trace
+                for track in read_trace(out)[2].values():
+                    check_perfetto_nesting(track)
             else:
                 doc = json.load(open(out))
                 if fmt == "speedscope":

@@ -1,6 +1,7 @@
 """Mutated recordings through every reader a user runs on a file: each exporter and
 pytrace-top --file --once (text and JSON). A damaged file may be refused or read up to
-the damage, but no tool dies of a signal, prints a Python traceback or hangs.
+the damage, but no tool dies of a signal, prints a Python traceback or hangs; a Perfetto
+trace written from it parses and its slices nest.
 
 The mutations are seeded (PYTRACE_FUZZ_SEED, default 1) and bounded in number
 (PYTRACE_FUZZ_MUTATIONS, default 24), so a failure reproduces."""
@@ -14,6 +15,7 @@ import subprocess
 import pytest
 
 from helpers import PY
+from pftrace_reader import check_nesting, read_trace
 
 SEED = int(os.environ.get("PYTRACE_FUZZ_SEED", "1"))
 COUNT = int(os.environ.get("PYTRACE_FUZZ_MUTATIONS", "24"))
@@ -110,9 +112,15 @@ def test_mutated_recording_never_kills_a_reader(recording, tmp_path, case):
     data = mutate(recording, rng)
     path = tmp_path / "m.pytrace"
     path.write_bytes(data)
-    for fmt, ext in (("collapsed", "folded"), ("pstats", "pstats"), ("perfetto", "json"),
-                     ("speedscope", "json")):
-        _run([PY, "-m", "pytrace", "export", str(path), "-f", fmt, "-o", str(tmp_path / ("o." + ext))],
+    for fmt, ext in (("collapsed", "folded"), ("pstats", "pstats"), ("chrome", "json"),
+                     ("perfetto", "pftrace"), ("speedscope", "json")):
+        out = tmp_path / ("o." + ext)
+        _run([PY, "-m", "pytrace", "export", str(path), "-f", fmt, "-o", str(out)],
              "export -f %s (case %d)" % (fmt, case))
+        if fmt == "perfetto" and out.exists():
+            # what was exported up to the damage is a valid trace whose slices nest
+            for track in read_trace(out)[2].values():
+                check_nesting(track)
+            out.unlink()
     _run([top_binary(), "--file", str(path), "--once"], "pytrace-top --once (case %d)" % case)
     _run([top_binary(), "--file", str(path), "--once", "--json"], "pytrace-top --json (case %d)" % case)

@@ -170,9 +170,9 @@ def test_record_then_export_every_format(tmp_path, workload):
                            text=True, timeout=120)
         assert g.returncode == 0 and "digraph" in g.stdout, g.stderr
 
-    # perfetto: X events per function equal the calls, nested per thread
+    # chrome: X events per function equal the calls, nested per thread
     tj = tmp_path / "t.json"
-    subprocess.run([PY, "-m", "pytrace", "export", str(out), "-f", "perfetto", "-o", str(tj)], check=True)
+    subprocess.run([PY, "-m", "pytrace", "export", str(out), "-f", "chrome", "-o", str(tj)], check=True)
     doc = json.load(open(tj))
     per_tid = collections.defaultdict(list)
     xcount = collections.Counter()

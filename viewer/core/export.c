@@ -38,6 +38,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <zlib.h>
+
 #include "recfile.h"
 #include "u64map_internal.h"
 #include "walk.h"
@@ -279,6 +281,12 @@ typedef struct thr {
     uint64_t scount;
     int64_t start_at, end_at;
     int have_at;
+    /* perfetto */
+    uint32_t pf_seq;
+    int pf_open, pf_named;
+    uint64_t pf_last_ns;
+    uint8_t *pf_interned; /* a bit per symbol index: interned on this sequence */
+    size_t pf_icap;
 } thr_t;
 
 typedef struct ex {
@@ -311,6 +319,12 @@ typedef struct ex {
     uint64_t spill_end;
     size_t ss_buffered;
     uint64_t chrome_calls;
+    /* perfetto */
+    uint8_t *pf_batch, *pf_zout;
+    size_t pf_blen, pf_zcap;
+    z_stream pf_z;
+    int pf_z_init;
+    int pf_start_rc;
 } ex_t;
 
 static int grow(void **arr, uint32_t *cap, size_t elem, uint32_t need)
@@ -635,6 +649,468 @@ static void chrome_instant(ex_t *e, thr_t *t, const char *cat, const char *name,
     ob_putc(o, '}');
 }
 
+/* ---- perfetto --------------------------------------------------------------- */
+/*
+ * Perfetto's own trace format (protos/perfetto/trace/trace.proto): a Trace is
+ * `repeated TracePacket packet = 1`, so the file is a run of (tag 0x0a, varint
+ * length, TracePacket) with nothing before or after. Written by hand: varints
+ * and length-delimited fields, field numbers from perfetto_trace.proto.
+ *
+ * Nested messages are built innermost first in small buffers (a TrackEvent,
+ * then the TracePacket around it) and written with minimal varint lengths. A
+ * packet is tens of bytes, so the copies cost nothing next to the walk, and
+ * every byte counts for the size target (a padded 4-byte length at two levels
+ * would more than double an event's packet).
+ *
+ * Layout: sequence 1 holds the clock snapshot (CLOCK_MONOTONIC is the trace
+ * clock, REALTIME beside it) and the process track. Each thread has its own
+ * packet sequence (2, 3, ...) opened, as the Perfetto SDK opens its per-thread
+ * writers, by a packet with SEQ_INCREMENTAL_STATE_CLEARED, TracePacketDefaults
+ * (timestamp_clock_id 64 and track_event_defaults.track_uuid = the thread's
+ * track) and a ClockSnapshot defining clock 64 as an incremental ns clock of
+ * that sequence; then its TrackDescriptor (ThreadDescriptor pid, tid,
+ * thread_name). So an event packet carries only: timestamp (the ns since the
+ * thread's previous packet), the sequence id, SEQ_NEEDS_INCREMENTAL_STATE and
+ * a TrackEvent of type SLICE_BEGIN (name_iid, and source_location_iid for
+ * Python functions: the UI shows the function as the slice and file, line in
+ * its arguments), SLICE_END (type only) or INSTANT (a mark by name_iid; a gap
+ * named "lost N events" with a debug annotation lost_events = N). A slice that
+ * continues an activation under a new parent (PT_WALK_CONTINUED: a span that
+ * outlives the frame that began it, walk.h) has the annotation continued =
+ * true, so slices without it are calls, one each. Names and
+ * source locations are interned per sequence (InternedData in the packet that
+ * first uses them; iid = the symbol's index + 1).
+ *
+ * That is 9-12 bytes an event. Unless opts.pf_uncompressed, packets are
+ * gathered in batches of PF_BATCH_BYTES and each batch is written as one
+ * packet of `compressed_packets` (a zlib stream of Trace bytes, which Perfetto's
+ * own service writes and its trace processor and UI read): the repetitive
+ * packets of a call-heavy trace shrink ~10-20x. Memory: one batch, its
+ * compressed copy and zlib's state, plus a bit per (thread, symbol) for
+ * interning.
+ */
+
+#define PF_BATCH_BYTES (1u << 20)
+#define PF_CLOCK_INCREMENTAL 64u /* sequence-scoped clock id, as the SDK's kClockIdIncremental */
+#define PF_CLOCK_MONOTONIC 3u    /* BUILTIN_CLOCK_MONOTONIC */
+#define PF_CLOCK_REALTIME 1u     /* BUILTIN_CLOCK_REALTIME */
+#define PF_SEQ_PROCESS 1u
+#define PF_SEQ_CLEARED 1u        /* TracePacket.SequenceFlags */
+#define PF_SEQ_NEEDS 2u
+#define PF_SLICE_BEGIN 1u        /* TrackEvent.Type */
+#define PF_SLICE_END 2u
+#define PF_INSTANT 3u
+
+/* wire types */
+#define PB_VARINT 0u
+#define PB_LEN 2u
+
+/* A growable protobuf buffer (for the rare packets that are not fixed-size). */
+typedef struct pb {
+    uint8_t *p;
+    size_t len, cap;
+    int err;
+} pb_t;
+
+static inline size_t varint_put(uint8_t *d, uint64_t v)
+{
+    size_t n = 0;
+    while (v >= 0x80) {
+        d[n++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    d[n++] = (uint8_t)v;
+    return n;
+}
+
+static int pb_room(pb_t *b, size_t n)
+{
+    if (b->err)
+        return -1;
+    if (b->len + n <= b->cap)
+        return 0;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + n)
+        cap *= 2;
+    uint8_t *p = realloc(b->p, cap);
+    if (!p) {
+        b->err = -ENOMEM;
+        return -1;
+    }
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+static void pb_varint(pb_t *b, uint64_t v)
+{
+    if (!pb_room(b, 10))
+        b->len += varint_put(b->p + b->len, v);
+}
+
+static void pb_uint(pb_t *b, uint32_t field, uint64_t v)
+{
+    pb_varint(b, (uint64_t)field << 3 | PB_VARINT);
+    pb_varint(b, v);
+}
+
+static void pb_bytes(pb_t *b, uint32_t field, const void *p, size_t n)
+{
+    pb_varint(b, (uint64_t)field << 3 | PB_LEN);
+    pb_varint(b, n);
+    if (!pb_room(b, n)) {
+        if (n)
+            memcpy(b->p + b->len, p, n);
+        b->len += n;
+    }
+}
+
+/* A string field, made valid UTF-8 (protobuf strings must be). */
+static void pb_str(pb_t *b, uint32_t field, const char *s)
+{
+    size_t n;
+    char *clean = utf8_clean(s, &n);
+    if (!clean) {
+        b->err = -ENOMEM;
+        return;
+    }
+    pb_bytes(b, field, clean, n);
+    free(clean);
+}
+
+static void pb_msg(pb_t *b, uint32_t field, const pb_t *inner) { pb_bytes(b, field, inner->p, inner->len); }
+
+static void pb_done(pb_t *b) { free(b->p); }
+
+/* Compress and write the gathered packets as one compressed_packets packet. */
+static int pf_flush(ex_t *e)
+{
+    if (!e->pf_blen)
+        return e->out.err;
+    if (e->o.pf_uncompressed) {
+        ob_put(&e->out, e->pf_batch, e->pf_blen);
+        e->pf_blen = 0;
+        return e->out.err;
+    }
+    size_t bound = deflateBound(&e->pf_z, (uLong)e->pf_blen);
+    if (bound > e->pf_zcap) {
+        uint8_t *p = realloc(e->pf_zout, bound);
+        if (!p)
+            return -ENOMEM;
+        e->pf_zout = p;
+        e->pf_zcap = bound;
+    }
+    if (deflateReset(&e->pf_z) != Z_OK)
+        return -EIO;
+    e->pf_z.next_in = e->pf_batch;
+    e->pf_z.avail_in = (uInt)e->pf_blen;
+    e->pf_z.next_out = e->pf_zout;
+    e->pf_z.avail_out = (uInt)e->pf_zcap;
+    if (deflate(&e->pf_z, Z_FINISH) != Z_STREAM_END)
+        return -EIO;
+    size_t zlen = e->pf_zcap - e->pf_z.avail_out;
+    /* Trace.packet { compressed_packets (50) = zlib bytes } */
+    uint8_t head[24];
+    uint8_t inner_head[12];
+    size_t ih = varint_put(inner_head, 50u << 3 | PB_LEN);
+    ih += varint_put(inner_head + ih, zlen);
+    size_t h = varint_put(head, 1u << 3 | PB_LEN);
+    h += varint_put(head + h, ih + zlen);
+    ob_put(&e->out, head, h);
+    ob_put(&e->out, inner_head, ih);
+    ob_put(&e->out, e->pf_zout, zlen);
+    e->pf_blen = 0;
+    return e->out.err;
+}
+
+/* One TracePacket (its encoded body) as a Trace.packet field. */
+static int pf_packet(ex_t *e, const uint8_t *body, size_t n)
+{
+    uint8_t head[12];
+    size_t h = varint_put(head, 1u << 3 | PB_LEN);
+    h += varint_put(head + h, n);
+    if (e->pf_blen + h + n > PF_BATCH_BYTES) {
+        int rc = pf_flush(e);
+        if (rc)
+            return rc;
+    }
+    if (h + n > PF_BATCH_BYTES) { /* a huge name: a batch of its own */
+        uint8_t *big = malloc(h + n), *saved = e->pf_batch;
+        if (!big)
+            return -ENOMEM;
+        memcpy(big, head, h);
+        memcpy(big + h, body, n);
+        e->pf_batch = big;
+        e->pf_blen = h + n;
+        int rc = pf_flush(e);
+        e->pf_batch = saved;
+        e->pf_blen = 0;
+        free(big);
+        return rc;
+    }
+    memcpy(e->pf_batch + e->pf_blen, head, h);
+    memcpy(e->pf_batch + e->pf_blen + h, body, n);
+    e->pf_blen += h + n;
+    return 0;
+}
+
+static int pf_pb_packet(ex_t *e, pb_t *b)
+{
+    int rc = b->err ? b->err : pf_packet(e, b->p, b->len);
+    pb_done(b);
+    return rc;
+}
+
+static uint64_t pf_uuid(const ex_t *e, uint32_t thread_index)
+{
+    /* unique within the trace; derived from the pid so two exports of different
+     * jobs opened together rarely collide */
+    uint64_t base = pt_u64map_mix(e->pinfo.pid + 0x7079747261636500ull) & ~0xffffffffull;
+    return base | ((uint64_t)thread_index + 1);
+}
+
+static int64_t pf_pid(const ex_t *e) { return (int32_t)(uint32_t)e->pinfo.pid; }
+
+static int pf_begin(ex_t *e)
+{
+    pb_t clk = {0}, c1 = {0}, c2 = {0}, pkt = {0};
+    pb_uint(&c1, 1, PF_CLOCK_MONOTONIC);
+    pb_uint(&c1, 2, e->pinfo.base_monotonic_ns);
+    pb_msg(&clk, 1, &c1);
+    if (e->pinfo.base_realtime_ns) {
+        pb_uint(&c2, 1, PF_CLOCK_REALTIME);
+        pb_uint(&c2, 2, e->pinfo.base_realtime_ns);
+        pb_msg(&clk, 1, &c2);
+    }
+    pb_uint(&clk, 2, PF_CLOCK_MONOTONIC); /* primary_trace_clock */
+    pb_uint(&pkt, 10, PF_SEQ_PROCESS);
+    pb_msg(&pkt, 6, &clk);
+    int err = clk.err ? clk.err : c1.err ? c1.err : c2.err;
+    pb_done(&clk);
+    pb_done(&c1);
+    pb_done(&c2);
+    if (err) {
+        pb_done(&pkt);
+        return err;
+    }
+    int rc = pf_pb_packet(e, &pkt);
+    if (rc)
+        return rc;
+    /* the process track */
+    pb_t pd = {0}, td = {0};
+    pkt = (pb_t){0};
+    char tail[48];
+    snprintf(tail, sizeof tail, " (pid %llu)", (unsigned long long)e->pinfo.pid);
+    const char *cl = e->command_line && e->command_line[0] ? e->command_line : "python";
+    pb_uint(&pd, 1, (uint64_t)pf_pid(e));
+    pb_str(&pd, 2, cl);
+    pb_str(&pd, 6, cl);
+    pb_uint(&td, 1, pf_uuid(e, UINT32_MAX));
+    pb_msg(&td, 3, &pd);
+    pb_uint(&pkt, 10, PF_SEQ_PROCESS);
+    pb_msg(&pkt, 60, &td);
+    err = pd.err ? pd.err : td.err;
+    pb_done(&pd);
+    pb_done(&td);
+    if (err) {
+        pb_done(&pkt);
+        return err;
+    }
+    return pf_pb_packet(e, &pkt);
+}
+
+/* The thread's TrackDescriptor, on its own sequence (again when its name changes). */
+static int pf_thread_descriptor(ex_t *e, thr_t *t, uint32_t index)
+{
+    pb_t th = {0}, td = {0}, pkt = {0};
+    char nb[40];
+    pb_uint(&th, 1, (uint64_t)pf_pid(e));
+    pb_uint(&th, 2, t->os_tid ? t->os_tid : t->number);
+    pb_str(&th, 5, thread_name(t, nb, sizeof nb));
+    pb_uint(&td, 1, pf_uuid(e, index));
+    pb_uint(&td, 5, pf_uuid(e, UINT32_MAX)); /* parent: the process track */
+    pb_msg(&td, 4, &th);
+    pb_uint(&pkt, 10, t->pf_seq);
+    pb_msg(&pkt, 60, &td);
+    int err = th.err ? th.err : td.err;
+    pb_done(&th);
+    pb_done(&td);
+    if (err) {
+        pb_done(&pkt);
+        return err;
+    }
+    t->pf_named = 1;
+    return pf_pb_packet(e, &pkt);
+}
+
+/* The thread's sequence: cleared state, defaults, its incremental clock, its track. */
+static int pf_open_sequence(ex_t *e, thr_t *t, uint32_t index, uint64_t ns)
+{
+    t->pf_seq = PF_SEQ_PROCESS + 1 + index;
+    t->pf_last_ns = ns;
+    t->pf_open = 1;
+    pb_t ted = {0}, def = {0}, c1 = {0}, c2 = {0}, clk = {0}, pkt = {0};
+    pb_uint(&ted, 11, pf_uuid(e, index)); /* TrackEventDefaults.track_uuid */
+    pb_uint(&def, 58, PF_CLOCK_INCREMENTAL);
+    pb_msg(&def, 11, &ted);
+    pb_uint(&c1, 1, PF_CLOCK_MONOTONIC);
+    pb_uint(&c1, 2, ns);
+    pb_uint(&c2, 1, PF_CLOCK_INCREMENTAL);
+    pb_uint(&c2, 2, ns);
+    pb_uint(&c2, 3, 1); /* is_incremental */
+    pb_uint(&c2, 4, 1); /* unit_multiplier_ns */
+    pb_msg(&clk, 1, &c1);
+    pb_msg(&clk, 1, &c2);
+    pb_uint(&pkt, 10, t->pf_seq);
+    pb_uint(&pkt, 13, PF_SEQ_CLEARED);
+    pb_msg(&pkt, 59, &def);
+    pb_msg(&pkt, 6, &clk);
+    int err = ted.err ? ted.err : def.err ? def.err : c1.err ? c1.err : c2.err ? c2.err : clk.err;
+    pb_done(&ted);
+    pb_done(&def);
+    pb_done(&c1);
+    pb_done(&c2);
+    pb_done(&clk);
+    if (err) {
+        pb_done(&pkt);
+        return err;
+    }
+    int rc = pf_pb_packet(e, &pkt);
+    return rc ? rc : pf_thread_descriptor(e, t, index);
+}
+
+/* InternedData for symbol s on the thread's sequence, if not sent there yet
+ * (appended to `pkt`); returns 0 or -ENOMEM. */
+static int pf_intern(ex_t *e, thr_t *t, uint32_t s, pb_t *pkt)
+{
+    if ((size_t)s / 8 < t->pf_icap && (t->pf_interned[s / 8] >> (s % 8) & 1))
+        return 0;
+    if ((size_t)s / 8 >= t->pf_icap) {
+        size_t cap = t->pf_icap ? t->pf_icap : 64;
+        while (cap <= (size_t)s / 8)
+            cap *= 2;
+        uint8_t *p = realloc(t->pf_interned, cap);
+        if (!p)
+            return -ENOMEM;
+        memset(p + t->pf_icap, 0, cap - t->pf_icap);
+        t->pf_interned = p;
+        t->pf_icap = cap;
+    }
+    t->pf_interned[s / 8] |= (uint8_t)(1u << (s % 8));
+    const sym_t *sy = &e->syms[s];
+    pb_t idata = {0}, en = {0}, sl = {0};
+    pb_uint(&en, 1, (uint64_t)s + 1);
+    pb_str(&en, 2, sy->name);
+    pb_msg(&idata, 2, &en);
+    if (sy->kind == PT_SYM_PY_FUNCTION) {
+        pb_uint(&sl, 1, (uint64_t)s + 1);
+        pb_str(&sl, 2, sy->file);
+        pb_str(&sl, 3, sy->name);
+        pb_uint(&sl, 4, sy->line);
+        pb_msg(&idata, 4, &sl);
+    }
+    pb_msg(pkt, 12, &idata);
+    int err = en.err ? en.err : sl.err ? sl.err : idata.err;
+    pb_done(&idata);
+    pb_done(&en);
+    pb_done(&sl);
+    return err;
+}
+
+/* A TrackEvent on the thread's track at `now` (clamped ticks). sym: a symbol
+ * index for BEGIN and INSTANT of a mark, NONE otherwise; lost_name/lost: a gap. */
+static int pf_event(ex_t *e, pt_walk_thread_t *wt, unsigned type, uint32_t sym, uint64_t now, const char *lost_name,
+                    uint64_t lost, int continued)
+{
+    thr_t *t = thr_of(e, wt);
+    int64_t sns = chrome_ns(e, now);
+    uint64_t ns = sns > 0 ? (uint64_t)sns : 0;
+    if (!t->pf_open) {
+        int rc = pf_open_sequence(e, t, wt->index, ns);
+        if (rc)
+            return rc;
+    } else if (!t->pf_named && t->name) {
+        int rc = pf_thread_descriptor(e, t, wt->index);
+        if (rc)
+            return rc;
+    }
+    if (ns < t->pf_last_ns) /* a reused thread number: its sequence's clock only goes forward */
+        ns = t->pf_last_ns;
+    uint64_t delta = ns - t->pf_last_ns;
+    t->pf_last_ns = ns;
+    int interned_needed = sym != NONE && !((size_t)sym / 8 < t->pf_icap && (t->pf_interned[sym / 8] >> (sym % 8) & 1));
+    if (!interned_needed && !lost_name && !continued) {
+        /* the hot path: fixed-size fields into a stack buffer */
+        uint8_t te[32], pkt[64];
+        size_t tl = 0, pl = 0;
+        te[tl++] = 9u << 3 | PB_VARINT;
+        te[tl++] = (uint8_t)type;
+        if (sym != NONE) {
+            te[tl++] = 10u << 3 | PB_VARINT;
+            tl += varint_put(te + tl, (uint64_t)sym + 1);
+            if (e->syms[sym].kind == PT_SYM_PY_FUNCTION && type == PF_SLICE_BEGIN) {
+                tl += varint_put(te + tl, 34u << 3 | PB_VARINT);
+                tl += varint_put(te + tl, (uint64_t)sym + 1);
+            }
+        }
+        pkt[pl++] = 8u << 3 | PB_VARINT;
+        pl += varint_put(pkt + pl, delta);
+        pkt[pl++] = 10u << 3 | PB_VARINT;
+        pl += varint_put(pkt + pl, t->pf_seq);
+        pkt[pl++] = 13u << 3 | PB_VARINT;
+        pkt[pl++] = PF_SEQ_NEEDS;
+        pkt[pl++] = 11u << 3 | PB_LEN;
+        pl += varint_put(pkt + pl, tl);
+        memcpy(pkt + pl, te, tl);
+        pl += tl;
+        return pf_packet(e, pkt, pl);
+    }
+    pb_t te = {0}, pkt = {0}, da = {0};
+    pb_uint(&te, 9, type);
+    if (sym != NONE) {
+        pb_uint(&te, 10, (uint64_t)sym + 1);
+        if (e->syms[sym].kind == PT_SYM_PY_FUNCTION && type == PF_SLICE_BEGIN)
+            pb_uint(&te, 34, (uint64_t)sym + 1);
+    }
+    if (lost_name) {
+        pb_str(&te, 23, lost_name);
+        pb_str(&da, 10, "lost_events");
+        pb_uint(&da, 3, lost);
+        pb_msg(&te, 4, &da);
+    }
+    if (continued) { /* not a new call: the same activation under a new parent (walk.h) */
+        pb_str(&da, 10, "continued");
+        pb_uint(&da, 2, 1); /* bool_value */
+        pb_msg(&te, 4, &da);
+    }
+    pb_uint(&pkt, 8, delta);
+    pb_uint(&pkt, 10, t->pf_seq);
+    pb_uint(&pkt, 13, PF_SEQ_NEEDS);
+    pb_msg(&pkt, 11, &te);
+    int err = te.err ? te.err : da.err;
+    if (!err && sym != NONE)
+        err = pf_intern(e, t, sym, &pkt);
+    pb_done(&te);
+    pb_done(&da);
+    if (err) {
+        pb_done(&pkt);
+        return err;
+    }
+    return pf_pb_packet(e, &pkt);
+}
+
+static int pf_end(ex_t *e)
+{
+    for (uint32_t i = 0; i < e->nthr; i++) /* a name that came after the thread's last event */
+        if (e->thr[i].pf_open && !e->thr[i].pf_named) {
+            int rc = pf_thread_descriptor(e, &e->thr[i], i);
+            if (rc)
+                return rc;
+        }
+    int rc = pf_flush(e);
+    return rc ? rc : e->out.err;
+}
+
 /* ---- walk callbacks --------------------------------------------------------- */
 
 static int on_enter(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t ticks, unsigned flags)
@@ -683,6 +1159,11 @@ static int on_enter(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t ticks
         int rc = ss_event(e, t, 'O', sy->ss_frame, ticks_ns_since_base(e, now));
         if (rc)
             return rc;
+    } else if (e->o.format == PT_EXPORT_PERFETTO) {
+        int rc = pf_event(e, wt, PF_SLICE_BEGIN, s, now, NULL, 0, (flags & PT_WALK_CONTINUED) != 0);
+        if (rc)
+            return rc;
+        t = thr_of(e, wt);
     }
     return push(t, s, now);
 }
@@ -702,6 +1183,8 @@ static int on_leave(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t ticks
     sym_t *s = &e->syms[t->stack[t->depth]];
     if (e->o.format == PT_EXPORT_SPEEDSCOPE)
         return ss_event(e, t, 'C', s->ss_frame, ticks_ns_since_base(e, now));
+    if (e->o.format == PT_EXPORT_PERFETTO)
+        return pf_event(e, wt, PF_SLICE_END, NONE, now, NULL, 0, 0);
     /* chrome */
     const char *head = chrome_head(e, s);
     if (!head)
@@ -731,6 +1214,13 @@ static int on_instant(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t tic
         if (s == NONE)
             return -ENOMEM;
         chrome_instant(e, t, "mark", e->syms[s].name, now, -1);
+    } else if (e->o.format == PT_EXPORT_PERFETTO) {
+        uint32_t s = sym_index(e, id);
+        if (s == NONE)
+            return -ENOMEM;
+        int rc = pf_event(e, wt, PF_INSTANT, s, now, NULL, 0, 0);
+        if (rc)
+            return rc;
     }
     return e->out.err;
 }
@@ -740,10 +1230,14 @@ static int on_gap(void *ctx, pt_walk_thread_t *wt, uint64_t ticks, uint64_t lost
     ex_t *e = ctx;
     thr_t *t = thr_of(e, wt);
     uint64_t now = account(e, t, ticks);
+    char name[48];
+    snprintf(name, sizeof name, "lost %llu events", (unsigned long long)lost);
     if (e->o.format == PT_EXPORT_CHROME) {
-        char name[48];
-        snprintf(name, sizeof name, "lost %llu events", (unsigned long long)lost);
         chrome_instant(e, t, "pytrace", name, now, (int64_t)(lost & INT64_MAX));
+    } else if (e->o.format == PT_EXPORT_PERFETTO) {
+        int rc = pf_event(e, wt, PF_INSTANT, NONE, now, name, lost, 0);
+        if (rc)
+            return rc;
     }
     return e->out.err;
 }
@@ -768,6 +1262,8 @@ static void start(ex_t *e)
     e->started = 1;
     if (e->o.format == PT_EXPORT_CHROME)
         chrome_begin(e);
+    if (e->o.format == PT_EXPORT_PERFETTO)
+        e->pf_start_rc = pf_begin(e);
 }
 
 static thr_t *thread_for(ex_t *e, uint64_t number, int *rc)
@@ -807,6 +1303,8 @@ static int feed(ex_t *e, const pt_fb_msg_t *m, pt_export_result_t *res)
             char *n = dup_str(in->name);
             if (!n)
                 return -ENOMEM;
+            if (!t->name || strcmp(t->name, n))
+                t->pf_named = 0; /* perfetto: the track descriptor again */
             free(t->name);
             t->name = n;
         }
@@ -1486,6 +1984,7 @@ static void ex_free(ex_t *e)
         free(e->thr[i].starts);
         free(e->thr[i].sbuf);
         free(e->thr[i].blocks);
+        free(e->thr[i].pf_interned);
     }
     free(e->thr);
     free(e->nodes);
@@ -1494,6 +1993,10 @@ static void ex_free(ex_t *e)
     free(e->command_line);
     free(e->python_version);
     free(e->out.buf);
+    free(e->pf_batch);
+    free(e->pf_zout);
+    if (e->pf_z_init)
+        deflateEnd(&e->pf_z);
     if (e->spill_fd >= 0)
         close(e->spill_fd);
 }
@@ -1502,7 +2005,7 @@ int pt_export_file(const char *recording, int out_fd, const pt_export_opts_t *op
 {
     memset(res, 0, sizeof *res);
     res->error_offset = -1;
-    if (opts->format < PT_EXPORT_COLLAPSED || opts->format > PT_EXPORT_CHROME)
+    if (opts->format < PT_EXPORT_COLLAPSED || opts->format > PT_EXPORT_PERFETTO)
         return -EINVAL;
     ex_t ex = {.o = *opts, .spill_fd = -1, .ns_per_tick = 1.0};
     ex_t *e = &ex;
@@ -1519,6 +2022,16 @@ int pt_export_file(const char *recording, int out_fd, const pt_export_opts_t *op
         goto out;
     if (e->o.format == PT_EXPORT_SPEEDSCOPE && (rc = open_spill(e)) != 0)
         goto out;
+    if (e->o.format == PT_EXPORT_PERFETTO) {
+        e->pf_batch = malloc(PF_BATCH_BYTES);
+        if (!e->pf_batch)
+            goto out;
+        if (!e->o.pf_uncompressed) {
+            if (deflateInit(&e->pf_z, Z_BEST_SPEED) != Z_OK)
+                goto out;
+            e->pf_z_init = 1;
+        }
+    }
     char err[512];
     rc = pt_recfile_open(recording, &rf, err, sizeof err);
     if (rc) {
@@ -1536,7 +2049,7 @@ int pt_export_file(const char *recording, int out_fd, const pt_export_opts_t *op
         if (r == 1) {
             res->messages++;
             last_data = mono_now();
-            if ((rc = feed(e, &m, res)) != 0)
+            if ((rc = feed(e, &m, res)) != 0 || (rc = e->pf_start_rc) != 0)
                 goto out;
             if (e->out.err) {
                 rc = e->out.err;
@@ -1584,6 +2097,8 @@ int pt_export_file(const char *recording, int out_fd, const pt_export_opts_t *op
         snprintf(res->error, sizeof res->error, "%s", colon && !strncmp(why, "damaged at", 10) ? colon + 2 : why);
     }
     start(e);
+    if ((rc = e->pf_start_rc) != 0)
+        goto out;
     /* threads with no ThreadEnd: their open entries count up to the latest
      * tick of the stream (pytrace-top does the same) */
     for (uint32_t i = 0; i < e->nthr; i++)
@@ -1605,6 +2120,7 @@ int pt_export_file(const char *recording, int out_fd, const pt_export_opts_t *op
     case PT_EXPORT_COLLAPSED: rc = write_collapsed(e); break;
     case PT_EXPORT_PSTATS: rc = write_pstats(e); break;
     case PT_EXPORT_SPEEDSCOPE: rc = write_speedscope(e); break;
+    case PT_EXPORT_PERFETTO: rc = pf_end(e); break;
     default: rc = write_chrome_end(e, &wc); break;
     }
     if (!rc) {

@@ -8,9 +8,11 @@
  *   PT_EXPORT_PSTATS      a marshal file pstats.Stats loads (cProfile's keys)
  *   PT_EXPORT_SPEEDSCOPE  speedscope evented profiles, one per thread
  *   PT_EXPORT_CHROME      Chrome trace-event JSON (ui.perfetto.dev, chrome://tracing)
+ *   PT_EXPORT_PERFETTO    Perfetto's protobuf trace (TrackEvent; ui.perfetto.dev)
  *
  * Memory: collapsed and pstats keep one node per calling context; Chrome keeps
- * the open stacks; speedscope spills each thread's events to an unlinked
+ * the open stacks; Perfetto the open stacks, a bit per (thread, symbol) and a
+ * 1 MiB batch of packets (zlib-compressed unless pf_uncompressed); speedscope spills each thread's events to an unlinked
  * temporary file (in opts.tmp_dir) and copies them out at the end.
  *
  * Errors: 0, or a negative errno (-ENOMEM; -EINTR when progress() asked to
@@ -35,6 +37,7 @@ enum pt_export_format {
     PT_EXPORT_PSTATS,
     PT_EXPORT_SPEEDSCOPE,
     PT_EXPORT_CHROME,
+    PT_EXPORT_PERFETTO,
 };
 
 typedef struct pt_export_opts {
@@ -44,6 +47,7 @@ typedef struct pt_export_opts {
     int qualnames;           /* pstats: pytrace's qualified names instead of cProfile's keys */
     int follow;              /* read a file still being written, until the job ends */
     double timeout;          /* follow: give up after this many seconds without new data */
+    int pf_uncompressed;     /* perfetto: plain packets, no compressed_packets batches */
     const char *tmp_dir;     /* speedscope spill file directory (NULL: the output's, else /tmp) */
     /* Called every few thousand messages and while waiting; non-zero stops
      * the export with -EINTR. May be NULL. */

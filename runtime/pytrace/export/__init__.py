@@ -1,5 +1,6 @@
 """`pytrace export`: turn a recording into the formats other tools read.
 
+    pytrace export out.pytrace --format perfetto   -o trace.pftrace    # ui.perfetto.dev (protobuf)
     pytrace export out.pytrace --format chrome     -o trace.json       # ui.perfetto.dev, chrome://tracing
     pytrace export out.pytrace --format speedscope -o profile.json     # speedscope.app
     pytrace export out.pytrace --format collapsed  -o stacks.folded    # flamegraph.pl, inferno
@@ -11,7 +12,8 @@ read message by message and turned into stacks by the walk every reader shares
 (viewer/core/walk.h), so an export shows what pytrace-top shows. Memory holds the open
 stacks, the symbol table and the format's own aggregates, never the event list. A
 damaged recording is exported up to the damage, which is reported with its byte offset
-(exit status 1). `perfetto-json` is the old name of `chrome` (kept for a release).
+(exit status 1). `perfetto-json` is the old name of `chrome` (kept for a release);
+`perfetto` is Perfetto's own protobuf trace (it named the Chrome JSON before).
 """
 
 import os
@@ -21,12 +23,13 @@ from ..recording import HEADER_BYTES, RecordingError, read_header
 
 __all__ = ["main", "export", "FORMATS", "ExportResult"]
 
-FORMATS = ("chrome", "speedscope", "collapsed", "pstats", "perfetto", "perfetto-json")
-# "perfetto" named the Chrome JSON until Perfetto's own protobuf format comes; "perfetto-json"
-# is its name from then on (kept for a release).
-_ALIASES = {"perfetto-json": "chrome", "perfetto": "chrome"}
+FORMATS = ("perfetto", "chrome", "speedscope", "collapsed", "pstats", "perfetto-json")
+# "perfetto-json" is the old name of the Chrome JSON (kept for a release, with a note).
+_ALIASES = {"perfetto-json": "chrome"}
+_BINARY = ("pstats", "perfetto")
 
 _SUFFIXES = (
+    (".pftrace", "perfetto"), (".perfetto-trace", "perfetto"),
     (".speedscope.json", "speedscope"),
     (".pstats", "pstats"), (".prof", "pstats"),
     (".folded", "collapsed"), (".collapsed", "collapsed"), (".txt", "collapsed"),
@@ -56,9 +59,10 @@ class ExportResult:
 
 
 def export(recording, fmt, output, weight="ns", per_thread=False, follow=False, timeout=30.0,
-           qualnames=False):
+           qualnames=False, uncompressed=False):
     """Export `recording` to `output` (a path, or "-" for stdout). pstats keys are
-    cProfile's, or with qualnames=True pytrace's qualified names. Returns the
+    cProfile's, or with qualnames=True pytrace's qualified names. perfetto packets are
+    zlib-compressed in batches (compressed_packets) unless uncompressed=True. Returns the
     ExportResult and the RecordingError that stopped the read early, or None."""
     from .. import _output, _pytrace
     fmt = _ALIASES.get(fmt, fmt)
@@ -66,10 +70,10 @@ def export(recording, fmt, output, weight="ns", per_thread=False, follow=False, 
         raise ValueError("unknown format %r (choose from %s)" % (fmt, ", ".join(FORMATS)))
     if weight not in ("ns", "calls"):
         raise ValueError("weight must be 'ns' or 'calls'")
-    binary = fmt == "pstats"
+    binary = fmt in _BINARY
     tmp = None
     if output == "-":
-        if binary:
+        if fmt == "pstats":
             raise ValueError("pstats output must go to a file, not stdout")
         sys.stdout.flush()
         fd, f = sys.stdout.fileno(), None
@@ -86,7 +90,8 @@ def export(recording, fmt, output, weight="ns", per_thread=False, follow=False, 
     try:
         d = _pytrace.export(os.fspath(recording), fmt, fd, weight_calls=weight == "calls",
                             per_thread=bool(per_thread) and fmt == "collapsed", qualnames=qualnames,
-                            follow=follow, timeout=timeout, tmp_dir=tmp_dir)
+                            follow=follow, timeout=timeout, tmp_dir=tmp_dir,
+                            uncompressed=bool(uncompressed) and fmt == "perfetto")
         done = True
     except OSError as e:
         if e.errno == 32:       # EPIPE: `pytrace export ... -o - | head`
@@ -118,12 +123,12 @@ def main(argv=None):
     from ..cli import _Parser     # wrong arguments: one line and exit 2, as for every command
     p = _Parser(
         prog="pytrace export",
-        description="Export a pytrace recording to Chrome trace-event JSON (Perfetto loads it), "
-                    "speedscope JSON, collapsed stacks or a pstats file.")
+        description="Export a pytrace recording to Perfetto's protobuf trace, Chrome trace-event "
+                    "JSON (Perfetto loads it too), speedscope JSON, collapsed stacks or a pstats file.")
     p.add_argument("recording", help="a file written by `pytrace record`")
     p.add_argument("--format", "-f", choices=FORMATS,
-                   help="output format (default: guessed from the -o suffix); perfetto-json is the old "
-                        "name of chrome")
+                   help="output format (default: guessed from the -o suffix: .pftrace perfetto, "
+                        ".json chrome, ...); perfetto-json is the old name of chrome")
     p.add_argument("-o", "--output", required=True, help="output file ('-' = stdout, not for pstats)")
     p.add_argument("--weight", choices=("ns", "calls"), default="ns",
                    help="collapsed: self time in integer nanoseconds (default) or call counts")
@@ -132,6 +137,9 @@ def main(argv=None):
     p.add_argument("--qualnames", action="store_true",
                    help="pstats: key functions by qualified name (Class.method, list.append) "
                         "instead of cProfile's keys (method, <method 'append' of 'list' objects>)")
+    p.add_argument("--uncompressed", action="store_true",
+                   help="perfetto: plain packets (default: zlib-compressed batches, which "
+                        "Perfetto reads; 10-20x smaller)")
     p.add_argument("--follow", action="store_true",
                    help="read a recording that is still being written, until the job ends")
     p.add_argument("--timeout", type=float, default=30.0,
@@ -143,9 +151,14 @@ def main(argv=None):
     if fmt == "perfetto-json":
         print("pytrace export: --format perfetto-json is now called chrome (the old name goes "
               "in the next release)", file=sys.stderr)
+    elif fmt == "perfetto" and args.output.lower().endswith(".json"):
+        print("pytrace export: --format perfetto writes Perfetto's protobuf trace (it wrote "
+              "Chrome JSON before); use --format chrome for JSON", file=sys.stderr)
     fmt = _ALIASES.get(fmt, fmt)
     if args.qualnames and fmt != "pstats":
         p.error("--qualnames is for --format pstats")
+    if args.uncompressed and fmt != "perfetto":
+        p.error("--uncompressed is for --format perfetto")
     if not args.follow:
         # A file that is not a recording at all gets one line and no output file.
         try:
@@ -161,7 +174,7 @@ def main(argv=None):
     try:
         walker, error = export(args.recording, fmt, args.output, weight=args.weight,
                                per_thread=args.per_thread, follow=args.follow, timeout=args.timeout,
-                               qualnames=args.qualnames)
+                               qualnames=args.qualnames, uncompressed=args.uncompressed)
     except RecordingError as e:       # damage before anything could be read (header)
         print("pytrace export: %s" % e, file=sys.stderr)
         return 1
