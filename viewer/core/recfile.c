@@ -566,10 +566,19 @@ static void shuffle(const uint8_t *records, uint8_t *planes, uint32_t count)
     }
 }
 
-/* Append the EventChunk c (plain_len bytes with padding) compressed, if smaller.
- * 1: appended; 0: not worth it (append it plain); <0: -ENOMEM. */
-static int put_compressed(pt_recwriter_t *w, const pt_fb_event_chunk_t *c, size_t plain_len)
+/* Append the EventChunk msg (c parsed; plain_len bytes with padding) compressed,
+ * if smaller. Only a chunk in the reader library's layout (pt_fb_chunk_header)
+ * is compressed: the reader rebuilds that layout, so what it hands out is byte
+ * for byte what was appended. 1: appended; 0: append it plain; <0: -ENOMEM. */
+static int put_compressed(pt_recwriter_t *w, const uint8_t *msg, size_t len, const pt_fb_event_chunk_t *c,
+                          size_t plain_len)
 {
+    uint8_t canonical[PT_CHUNK_HEADER_BYTES];
+    if (len != PT_CHUNK_HEADER_BYTES + (size_t)c->count * sizeof(pt_event_t))
+        return 0;
+    pt_fb_chunk_header(canonical, c->thread, c->first_event, c->count, (uint32_t)(len - 4));
+    if (memcmp(canonical, msg, sizeof canonical) != 0)
+        return 0;
     const size_t raw = (size_t)c->count * sizeof(pt_event_t);
     const size_t bound = ZSTD_compressBound(raw);
     if (wgrow(&w->planes, &w->planes_cap, raw) < 0 || wgrow(&w->frame, &w->frame_cap, bound) < 0)
@@ -583,12 +592,12 @@ static int put_compressed(pt_recwriter_t *w, const pt_fb_event_chunk_t *c, size_
     /* the message is about 100 bytes of FlatBuffer around the frame */
     if (wgrow(&w->buf, &w->cap, w->have + 128 + n) < 0)
         return -ENOMEM;
-    const size_t len = pt_fb_build_compressed_chunk(w->buf + w->have, w->cap - w->have, &cc);
-    if (!len || len >= plain_len)
+    const size_t out_len = pt_fb_build_compressed_chunk(w->buf + w->have, w->cap - w->have, &cc);
+    if (!out_len || out_len >= plain_len)
         return 0;
     /* build_message pads to 8 with zeros already */
-    w->have += len;
-    w->st.bytes_written += len;
+    w->have += out_len;
+    w->st.bytes_written += out_len;
     w->st.compressed_chunks++;
     return 1;
 }
@@ -631,7 +640,7 @@ int pt_recwriter_append(pt_recwriter_t *w, const uint8_t *msg, size_t len, char 
                 w->st.lost_events += (uint64_t)le32(ev + 8) | (uint64_t)le16(ev + 12) << 32;
         w->st.events += c->count;
         if (w->compress && c->count >= PT_RECFILE_COMPRESS_MIN_EVENTS)
-            r = put_compressed(w, c, padded);
+            r = put_compressed(w, msg, len, c, padded);
     }
     if (r == 0)
         r = put(w, msg, len);

@@ -17,7 +17,8 @@
  *          message whose padding is missing at the end of the file is accepted.
  *
  * Compression (format 2): the writer stores an EventChunk of at least
- * PT_RECFILE_COMPRESS_MIN_EVENTS events as a CompressedChunk message of the same
+ * PT_RECFILE_COMPRESS_MIN_EVENTS events, laid out as the reader library lays
+ * chunks out (pt_fb_chunk_header), as a CompressedChunk message of the same
  * schema (codec ZstdDeltaShuffle, see schema/pytrace.fbs) when that is smaller.
  * The reader decompresses it and hands out the EventChunk it stands for, byte
  * for byte what the writer was given: a reader of this API never sees a
