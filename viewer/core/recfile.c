@@ -240,24 +240,32 @@ static int grow(uint8_t **buf, size_t *cap, size_t need)
     return 0;
 }
 
+/* The ZstdDeltaShuffle transform works on blocks of SHUFFLE_BLOCK records through
+ * a small local buffer: writing (or reading) the 16 planes directly, 16 streams
+ * about count bytes apart, made them alias in the cache and cost 22 ns an event;
+ * by blocks it is about 7. */
+#define SHUFFLE_BLOCK 128u
+
 /* Undo the ZstdDeltaShuffle transform: planes -> records, deltas -> ticks. */
 static void unshuffle(const uint8_t *planes, uint8_t *records, uint32_t count)
 {
-    for (unsigned b = 0; b < 16; b++) {
-        const uint8_t *src = planes + (size_t)b * count;
-        uint8_t *dst = records + b;
-        for (uint32_t i = 0; i < count; i++)
-            dst[(size_t)16 * i] = src[i];
-    }
+    uint8_t blk[16][SHUFFLE_BLOCK];
     uint64_t ticks = 0;
-    for (uint32_t i = 0; i < count; i++) {
-        uint8_t *rec = records + (size_t)16 * i;
-        uint64_t delta = 0;
-        for (unsigned k = 0; k < 8; k++)
-            delta |= (uint64_t)rec[k] << (8 * k);
-        ticks += delta;
-        for (unsigned k = 0; k < 8; k++)
-            rec[k] = (uint8_t)(ticks >> (8 * k));
+    for (uint32_t i = 0; i < count; i += SHUFFLE_BLOCK) {
+        const uint32_t n = count - i < SHUFFLE_BLOCK ? count - i : SHUFFLE_BLOCK;
+        for (unsigned k = 0; k < 16; k++)
+            memcpy(blk[k], planes + (size_t)k * count + i, n);
+        for (uint32_t j = 0; j < n; j++) {
+            uint8_t *rec = records + (size_t)16 * (i + j);
+            uint64_t delta = 0;
+            for (unsigned k = 0; k < 8; k++)
+                delta |= (uint64_t)blk[k][j] << (8 * k);
+            ticks += delta;
+            for (unsigned k = 0; k < 8; k++)
+                rec[k] = (uint8_t)(ticks >> (8 * k));
+            for (unsigned k = 8; k < 16; k++)
+                rec[k] = blk[k][j];
+        }
     }
 }
 
@@ -548,21 +556,27 @@ void pt_recwriter_free(pt_recwriter_t *w)
     free(w);
 }
 
-/* The ZstdDeltaShuffle transform (undone by unshuffle). */
+/* The ZstdDeltaShuffle transform (undone by unshuffle; see SHUFFLE_BLOCK). */
 static void shuffle(const uint8_t *records, uint8_t *planes, uint32_t count)
 {
+    uint8_t blk[16][SHUFFLE_BLOCK];
     uint64_t prev = 0;
-    for (uint32_t i = 0; i < count; i++) {
-        const uint8_t *rec = records + (size_t)16 * i;
-        uint64_t ticks = 0;
-        for (unsigned k = 0; k < 8; k++)
-            ticks |= (uint64_t)rec[k] << (8 * k);
-        const uint64_t delta = ticks - prev;
-        prev = ticks;
-        for (unsigned k = 0; k < 8; k++)
-            planes[(size_t)k * count + i] = (uint8_t)(delta >> (8 * k));
-        for (unsigned k = 8; k < 16; k++)
-            planes[(size_t)k * count + i] = rec[k];
+    for (uint32_t i = 0; i < count; i += SHUFFLE_BLOCK) {
+        const uint32_t n = count - i < SHUFFLE_BLOCK ? count - i : SHUFFLE_BLOCK;
+        for (uint32_t j = 0; j < n; j++) {
+            const uint8_t *rec = records + (size_t)16 * (i + j);
+            uint64_t ticks = 0;
+            for (unsigned k = 0; k < 8; k++)
+                ticks |= (uint64_t)rec[k] << (8 * k);
+            const uint64_t delta = ticks - prev;
+            prev = ticks;
+            for (unsigned k = 0; k < 8; k++)
+                blk[k][j] = (uint8_t)(delta >> (8 * k));
+            for (unsigned k = 8; k < 16; k++)
+                blk[k][j] = rec[k];
+        }
+        for (unsigned k = 0; k < 16; k++)
+            memcpy(planes + (size_t)k * count + i, blk[k], n);
     }
 }
 
