@@ -401,7 +401,8 @@ static int get_str(fb_in_t *in, const fb_table_t *t, unsigned id, pt_fb_str_t *s
     if (r <= 0)
         return r;
     if ((r = follow(in, at, &to, what)) < 0)
-        return r;
+        return bad(in, "%s field %u: string offset %u points outside the buffer or misaligned", what, id,
+                   rd32(in->b + at));
     const uint32_t n = rd32(in->b + to);
     if (!in_bounds(in, to + 4, (size_t)n + 1))
         return bad(in, "%s field %u: string of %u bytes exceeds buffer", what, id, n);
