@@ -123,16 +123,17 @@ static PyObject *py_start(PyObject *module, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"c_calls", "include", "exclude", "policy", "ring_count", "chunk_bytes",
                              "chunks_per_ring", "symlog_bytes", "wait_timeout", "clock", "cmdline",
-                             NULL};
-    int c_calls = 1;
-    PyObject *include = Py_None, *exclude = Py_None, *cmdline = Py_None;
+                             "hide", "caller_stack", NULL};
+    int c_calls = 1, caller_stack = 1;
+    PyObject *include = Py_None, *exclude = Py_None, *cmdline = Py_None, *hide = Py_None;
     const char *policy = "drop", *clock = "auto";
     unsigned long ring_count = 0, chunk_bytes = 0, chunks_per_ring = 0;
     unsigned long long symlog_bytes = 0;
     double wait_timeout = 1.0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$pOOskkkKdsO:start", kwlist, &c_calls, &include,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$pOOskkkKdsOOp:start", kwlist, &c_calls, &include,
                                      &exclude, &policy, &ring_count, &chunk_bytes, &chunks_per_ring,
-                                     &symlog_bytes, &wait_timeout, &clock, &cmdline))
+                                     &symlog_bytes, &wait_timeout, &clock, &cmdline, &hide,
+                                     &caller_stack))
         return NULL;
     if (pt_tracer_is_tracing()) {
         PyErr_Format(PyExc_RuntimeError, "already tracing into %s; call stop() first",
@@ -181,17 +182,26 @@ static PyObject *py_start(PyObject *module, PyObject *args, PyObject *kwargs)
         free_vector(opts.include);
         return NULL;
     }
+    if (str_vector(hide, "hide", &opts.hide) < 0) {
+        free_vector(opts.include);
+        free_vector(opts.exclude);
+        return NULL;
+    }
+    if (!caller_stack)
+        opts.stack_skip_thread = PyThread_get_thread_ident();
     if (cmdline != Py_None) {
         if (!PyUnicode_Check(cmdline)) {
             PyErr_SetString(PyExc_TypeError, "cmdline must be a string or None");
             free_vector(opts.include);
             free_vector(opts.exclude);
+            free_vector(opts.hide);
             return NULL;
         }
         opts.cmdline = dup_utf8(cmdline);
         if (opts.cmdline == NULL) {
             free_vector(opts.include);
             free_vector(opts.exclude);
+            free_vector(opts.hide);
             return NULL;
         }
     } else {
@@ -382,11 +392,17 @@ static PyObject *py_after_fork_parent(PyObject *module, PyObject *unused)
 
 /* ---- module ----------------------------------------------------------------------- */
 
+/* export_binding.c: the C exporters (viewer/core/export.h) */
+PyObject *pt_py_export(PyObject *module, PyObject *args, PyObject *kw);
+
 static PyMethodDef pt_methods[] = {
     {"start", (PyCFunction)(void (*)(void))py_start, METH_VARARGS | METH_KEYWORDS,
      "start(*, c_calls=True, include=None, exclude=None, policy='drop', ring_count=0, chunk_bytes=0, "
-     "chunks_per_ring=0, symlog_bytes=0, wait_timeout=1.0, clock='auto', cmdline=None) -> str\n"
-     "Start tracing into a new shared-memory segment; returns its name."},
+     "chunks_per_ring=0, symlog_bytes=0, wait_timeout=1.0, clock='auto', cmdline=None, hide=None, "
+     "caller_stack=True) -> str\n"
+     "Start tracing into a new shared-memory segment; returns its name. hide: files (path "
+     "prefixes) whose code never produces events, nor its C calls, whatever include says. "
+     "caller_stack=False: the frames running on the calling thread are not recorded as roots."},
     {"stop", py_stop, METH_NOARGS, "stop() -> dict: close open frames, stop tracing, return counters."},
     {"is_tracing", py_is_tracing, METH_NOARGS, "is_tracing() -> bool"},
     {"segment_name", py_segment_name, METH_NOARGS, "segment_name() -> str | None"},
@@ -398,6 +414,11 @@ static PyMethodDef pt_methods[] = {
     {"list_segments", pt_list_segments, METH_NOARGS, "list_segments() -> list[dict]"},
     {"collect_stale", pt_collect_stale, METH_NOARGS,
      "collect_stale() -> int: unlink segments of dead processes."},
+    {"export", (PyCFunction)(void (*)(void))pt_py_export, METH_VARARGS | METH_KEYWORDS,
+     "export(recording, format, fd, weight_calls=False, per_thread=False, qualnames=False, follow=False, "
+     "timeout=30.0, tmp_dir=None) -> dict\n"
+     "Export a recording to fd in format collapsed|pstats|speedscope|chrome (viewer/core/export.c); "
+     "returns the counts, the damage (offset, reason) if any and the last ProducerStatus."},
     {"_after_fork_child", py_after_fork_child, METH_NOARGS, NULL},
     {"_before_fork", py_before_fork, METH_NOARGS, NULL},
     {"_after_fork_parent", py_after_fork_parent, METH_NOARGS, NULL},

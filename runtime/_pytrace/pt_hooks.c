@@ -455,9 +455,21 @@ static inline void c_event(PyCodeObject *caller, PyObject *callable, uint8_t kin
         (void)pt_c_event(caller, callable, NULL, def, kind); /* bound by CPython: self is m_self */
 }
 
+/* threading was not imported when tracing started: importing it here would hide
+ * its import from the program's picture (a launcher starts tracing before the
+ * program imports anything). Its hook is set once the program imports it: the
+ * "import threading" audit event arms g_threading_pending, and the next profile
+ * events look for threading's `_profile_hook` global until its module code has
+ * assigned it. No thread can be started through threading before that. */
+static int g_threading_deferred;
+static int g_threading_pending;
+static void threading_poll(void);
+
 static int pt_profile(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg)
 {
     (void)obj;
+    if (PT_UNLIKELY(g_threading_pending))
+        threading_poll();
     PyCodeObject *code = frame_code(frame);
     switch (what) {
     case PyTrace_CALL:
@@ -534,8 +546,13 @@ static int threading_hook_is_ours(void)
  * these versions). Runs with the GIL held; must not raise. */
 static int audit_hook(const char *event, PyObject *args, void *data)
 {
-    (void)args;
     (void)data;
+    if (event[0] == 'i' && g_threading_deferred && strcmp(event, "import") == 0) {
+        PyObject *name = PyTuple_Check(args) && PyTuple_GET_SIZE(args) > 0 ? PyTuple_GET_ITEM(args, 0) : NULL;
+        if (name && PyUnicode_Check(name) && PyUnicode_CompareWithASCIIString(name, "threading") == 0)
+            g_threading_pending = 1;
+        return 0;
+    }
     if (event[0] != 's' || strcmp(event, "sys.setprofile") != 0)
         return 0;
     if (g_setting_profile || !g_installed || !pt_tracer_is_tracing())
@@ -613,6 +630,37 @@ static int for_all_threads(Py_tracefunc func)
     return rc;
 }
 
+/* threading is being imported (g_threading_pending): once its module code has
+ * assigned `_profile_hook`, make new threads start with our bootstrap, as
+ * install_profile does when threading is there at start. No Python code runs. */
+static void threading_poll(void)
+{
+    PyObject *modules = PyImport_GetModuleDict(); /* borrowed */
+    PyObject *threading = modules ? PyDict_GetItemString(modules, "threading") : NULL; /* borrowed */
+    if (threading == NULL || !PyModule_Check(threading))
+        return;
+    PyObject *dict = PyModule_GetDict(threading); /* borrowed */
+    PyObject *current = dict ? PyDict_GetItemString(dict, "_profile_hook") : NULL; /* borrowed */
+    if (current == NULL)
+        return; /* its module code has not got there yet */
+    g_threading_pending = 0;
+    g_threading_deferred = 0;
+    if (current != Py_None)
+        return; /* the program's own hook (counted by the audit hook when used) */
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    PyObject *hook = PyCFunction_New(&thread_bootstrap_def, g_module);
+    if (hook == NULL || PyDict_SetItemString(dict, "_profile_hook", hook) < 0) {
+        PyErr_Clear();
+        pt_tracer_fail("cannot set threading's profile hook: threads started later are not traced");
+    } else {
+        Py_XSETREF(g_old_thread_hook, Py_NewRef(Py_None));
+        g_replaced_thread_hook = 1;
+    }
+    Py_XDECREF(hook);
+    PyErr_Restore(t, v, tb);
+}
+
 static int install_profile(PyObject *module)
 {
     if (!g_audit_added) {
@@ -623,7 +671,23 @@ static int install_profile(PyObject *module)
             g_audit_added = 1;
         PyErr_Clear();
     }
-    PyObject *threading = PyImport_ImportModule("threading");
+    PyObject *modules = PyImport_GetModuleDict(); /* borrowed */
+    PyObject *threading = modules ? PyDict_GetItemString(modules, "threading") : NULL; /* borrowed */
+    g_threading_pending = 0;
+    g_threading_deferred = threading == NULL && g_audit_added;
+    if (g_threading_deferred) {
+        /* not imported yet: its hook is set when the program imports it
+         * (threading_poll); without the audit hook, import it now */
+        g_replaced_thread_hook = 0;
+        Py_CLEAR(g_old_thread_hook);
+        g_installed = 1;
+        if (for_all_threads(pt_profile) < 0) {
+            pt_hooks_uninstall(module);
+            return -1;
+        }
+        return 0;
+    }
+    threading = PyImport_ImportModule("threading");
     if (threading == NULL)
         return -1;
     Py_XSETREF(g_old_thread_hook, PyObject_GetAttrString(threading, "_profile_hook"));
@@ -688,6 +752,7 @@ void pt_hooks_uninstall(PyObject *module)
     PyObject *t, *v, *tb;
     PyErr_Fetch(&t, &v, &tb);
     g_installed = 0; /* first: our own removal is no displacement */
+    g_threading_deferred = g_threading_pending = 0;
     if (for_all_threads(NULL) < 0)
         PyErr_Clear();
     if (g_replaced_thread_hook && !threading_hook_is_ours()) {

@@ -333,7 +333,9 @@ static uint64_t code_intern(PyCodeObject *code, uint32_t epoch)
     PT_EXC_SAVE;
     const char *file = utf8_or(code->co_filename, "");
     int filtered = 0;
-    if (g.opts.include || g.opts.exclude) {
+    if (g.opts.hide && list_matches(g.opts.hide, file, NULL)) {
+        filtered = 1; /* pytrace's own code: never in the picture, nor its C calls */
+    } else if (g.opts.include || g.opts.exclude) {
         const char *module = module_of(code);
         if (g.opts.include && !list_matches(g.opts.include, file, module))
             filtered = 1;
@@ -645,7 +647,18 @@ static void thread_object_name(PyObject *threading, PyObject *thr, char *out, si
     PyErr_Clear();
 }
 
+static void thread_name_of_threading(char *out, size_t len);
+
+/* The thread's name as threading knows it; the main thread is "MainThread" also
+ * in a program that has not imported threading (yet). */
 static void thread_name(char *out, size_t len)
+{
+    thread_name_of_threading(out, len);
+    if (out[0] == '\0' && syscall(SYS_gettid) == (long)getpid())
+        snprintf(out, len, "MainThread");
+}
+
+static void thread_name_of_threading(char *out, size_t len)
 {
     out[0] = '\0';
     PyObject *threading;
@@ -749,7 +762,10 @@ static pt_thread_t *thread_attach(PyCodeObject *opening)
     PT_EXC_SAVE;
     t->attaching = 1;
     thread_name(name, sizeof name);
-    PyFrameObject *f = PyEval_GetFrame();
+    /* A launcher's thread starts its picture empty: what runs below the
+     * launcher (site, a sitecustomize) is not the program's. */
+    int skip_stack = g.opts.stack_skip_thread != 0 && g.opts.stack_skip_thread == PyThread_get_thread_ident();
+    PyFrameObject *f = skip_stack ? NULL : PyEval_GetFrame();
     Py_XINCREF(f);
     int first = 1;
     while (f) {
@@ -818,6 +834,8 @@ static pt_thread_t *thread_attach(PyCodeObject *opening)
         return NULL;
     }
     t->retry_ticks = 0;
+    if (skip_stack)
+        g.opts.stack_skip_thread = 0; /* once: the ident may be reused by a later thread */
     if (t->missed) {
         /* What the thread did without a ring becomes a gap of its stream:
          * counted as dropped, a Lost record, then its stack (below). */
@@ -1103,8 +1121,11 @@ static void free_opts(pt_options_t *o)
         free(*p);
     for (char **p = o->exclude; p && *p; p++)
         free(*p);
+    for (char **p = o->hide; p && *p; p++)
+        free(*p);
     free(o->include);
     free(o->exclude);
+    free(o->hide);
     memset(o, 0, sizeof *o);
 }
 
@@ -1371,6 +1392,7 @@ void pt_tracer_after_fork_child(void)
     }
     int was_tracing = g.fork_resume;
     g.fork_resume = 0;
+    g.opts.stack_skip_thread = 0; /* the child's stack is the program's, from the fork down */
     atomic_store_explicit(&pt_hot.epoch, 0, memory_order_relaxed);
     if (g.seg) {
         pt_segment_close(g.seg, 0);

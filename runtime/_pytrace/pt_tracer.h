@@ -38,6 +38,10 @@ typedef struct pt_options {
     char *cmdline;              /* malloc'd, may be NULL */
     char **include;             /* malloc'd NULL-terminated vectors, may be NULL */
     char **exclude;
+    char **hide;                /* files (path prefixes) that never produce events, whatever
+                                   include says: pytrace's own runtime (launcher, API) */
+    unsigned long stack_skip_thread; /* ident of the thread whose frames running at start
+                                   are not recorded (0: none): a launcher's own caller chain */
 } pt_options_t;
 
 typedef struct pt_counters {

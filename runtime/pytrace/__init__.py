@@ -24,6 +24,7 @@ import threading
 import warnings
 from dataclasses import dataclass, fields
 
+from ._launch import HIDDEN_FILES as _HIDDEN_FILES
 from .losses import describe as _describe_losses
 from .reader import Reader, decode  # noqa: F401  (public)
 
@@ -38,6 +39,9 @@ try:
 except ImportError as _e:  # the extension is not built: the reader-side helpers still work
     _pytrace = None
     _import_error = _e
+
+# pytrace's own files (this one, the launcher): their code is hidden from every picture
+_HIDDEN = [os.path.join(os.path.dirname(__file__), name) for name in _HIDDEN_FILES]
 
 __all__ = ["start", "stop", "trace", "span", "mark", "counters", "is_tracing", "Reader",
            "Counters", "decode", "segment_name", "__version__"]
@@ -122,15 +126,17 @@ def start(c_calls=True, include=None, exclude=None, policy="drop", *, ring_count
     if policy not in ("drop", "wait"):
         raise ValueError("pytrace.start: policy must be 'drop' or 'wait', not %r" % (policy,))
     _clear_labels()
+    # pytrace's own code (this module, the launcher) never produces events: after
+    # ext.start() only C functions are called here, unless there is a warning to give.
     name = ext.start(c_calls=c_calls, include=include, exclude=exclude, policy=policy,
                      ring_count=ring_count, chunk_bytes=chunk_bytes,
                      chunks_per_ring=chunks_per_ring, symlog_bytes=symlog_bytes,
-                     wait_timeout=wait_timeout, clock=clock, cmdline=cmdline)
-    now = Counters._from(ext.counters())
-    if now.tracing_displaced or not now.hook:
+                     wait_timeout=wait_timeout, clock=clock, cmdline=cmdline, hide=_HIDDEN)
+    now = ext.counters()
+    if now["tracing_displaced"] or not now["hook"]:
         # No hook (3.12: every free sys.monitoring id is taken) or a thread already runs
         # the program's own profiler: say it now, not only at stop().
-        warnings.warn("pytrace: %s" % (now.first_error or "not tracing"), RuntimeWarning,
+        warnings.warn("pytrace: %s" % (now["first_error"] or "not tracing"), RuntimeWarning,
                       stacklevel=2)
     return name
 

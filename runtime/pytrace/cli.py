@@ -2,6 +2,7 @@
 
     pytrace run [options] script.py [args...]     run a program traced
     pytrace run [options] -m module [args...]
+    pytrace run [options] -c code [args...]
     pytrace ls [--all] [--collect]                 list segments
     pytrace top [PID | SEGMENT | -- python script.py args]   live view (pytrace.top)
     pytrace record -o OUT (-- python script.py args | PID)  record to a file (pytrace.record)
@@ -13,11 +14,11 @@
 import argparse
 import json
 import os
-import runpy
 import sys
-import tempfile
 
-USAGE = """usage: pytrace run [options] (script.py | -m module) [args...]
+from . import _launch
+
+USAGE = """usage: pytrace run [options] (script.py | -m module | -c code) [args...]
        pytrace ls [--all] [--collect]
        pytrace top [PID | SEGMENT | [options] -- python script.py [args...]]
        pytrace record -o OUT [options] (-- python script.py [args...] | PID)
@@ -32,7 +33,6 @@ commands:
 
 `pytrace COMMAND --help` gives each command's options. pytrace -V: the version."""
 
-ENV_OPTIONS = "PYTRACE_SUBPROCESS_OPTIONS"   # JSON start() options for traced children
 RESERVED = ("top", "record", "export")
 
 
@@ -60,10 +60,11 @@ def _default(name):
 
 def _run_parser():
     p = _Parser(prog="pytrace run", add_help=True,
-                usage="pytrace run [options] (script.py | -m module) [args...]",
-                description="Run a Python program with tracing on. It runs as `python script.py` "
-                            "would (same output, exit code and signals); a reader can attach at "
-                            "any time: pytrace top PID, pytrace record -o OUT PID.")
+                usage="pytrace run [options] (script.py | -m module | -c code) [args...]",
+                description="Run a Python program with tracing on from its first line. It runs "
+                            "as `python script.py` would (same pid, output, exit code and "
+                            "signals); a reader can attach at any time: pytrace top PID, "
+                            "pytrace record -o OUT PID.")
     p.add_argument("--no-c-calls", dest="c_calls", action="store_false",
                    help="do not record calls of C functions")
     p.add_argument("--include", action="append", default=None, metavar="MODULE_OR_PATH",
@@ -82,18 +83,21 @@ def _run_parser():
                    help="trace Python child processes too, each into its own segment")
     p.add_argument("-m", dest="module", default=None, metavar="MODULE",
                    help="run a library module as a script")
+    p.add_argument("-c", dest="code", default=None, metavar="CODE",
+                   help="run the program passed as a string")
     return p
 
 
-def _start_options(ns):
+def _start_options(ns, command="run"):
+    """start() options from parsed run/record/top arguments (UsageError if wrong)."""
     opts = {"c_calls": ns.c_calls, "include": ns.include, "exclude": ns.exclude,
             "policy": ns.policy}
     if ns.rings < 0 or ns.rings > 4096:
-        raise UsageError("--rings must be between 1 and 4096", "run")
+        raise UsageError("--rings must be between 1 and 4096", command)
     if ns.rings:
         opts["ring_count"] = ns.rings
     if ns.ring_size < 0:
-        raise UsageError("--ring-size must be positive (MiB)", "run")
+        raise UsageError("--ring-size must be positive (MiB)", command)
     if ns.ring_size:
         # A ring is chunks of 64 KiB; round the count to a power of two the layout accepts.
         ring_bytes = int(ns.ring_size * (1 << 20))
@@ -101,33 +105,19 @@ def _start_options(ns):
         chunks = max(2, ring_bytes // chunk)
         chunks = 1 << (chunks.bit_length() - 1)
         if chunks > (1 << 16):
-            raise UsageError("--ring-size %g MiB is too large" % ns.ring_size, "run")
+            raise UsageError("--ring-size %g MiB is too large" % ns.ring_size, command)
         opts["chunk_bytes"] = chunk
         opts["chunks_per_ring"] = chunks
     return opts
 
 
-def _announce(segment):
-    sys.stderr.write("pytrace: tracing pid %d into %s; attach with: pytrace-top %d\n"
-                     % (os.getpid(), segment, os.getpid()))
-    sys.stderr.flush()
-
-
-def _install_subprocess_hook(opts):
-    """Make Python children start tracing: a sitecustomize.py on PYTHONPATH that imports
-    pytrace._autostart, which reads the options from ENV_OPTIONS."""
+def _subprocess_hook():
+    """A directory holding the sitecustomize.py that traces Python children (the
+    launcher puts it first on their PYTHONPATH and removes it at exit)."""
+    import tempfile
     hook_dir = tempfile.mkdtemp(prefix="pytrace-site-")
-    with open(os.path.join(hook_dir, "sitecustomize.py"), "w") as f:
-        f.write("# written by `pytrace run --subprocesses`\n"
-                "import pytrace._autostart\n"
-                "pytrace._autostart.main(__file__)\n")
-    old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = hook_dir + (os.pathsep + old if old else "")
-    os.environ[ENV_OPTIONS] = json.dumps(opts)
-
-    import atexit
-    import shutil
-    atexit.register(shutil.rmtree, hook_dir, True)
+    _launch.write_subprocess_hook(hook_dir)
+    return hook_dir
 
 
 def _exit_code(exc):
@@ -144,30 +134,20 @@ def _exit_code(exc):
     return 1
 
 
-def _print_exception(exc, skip_file):
-    """Print like the interpreter does, without pytrace's own frames on top."""
-    tb = exc.__traceback__
-    while tb is not None and (tb.tb_frame.f_code.co_filename in skip_file
-                              or "runpy" in os.path.basename(tb.tb_frame.f_code.co_filename)):
-        tb = tb.tb_next
-    exc.__traceback__ = tb     # the display uses the exception's own traceback
-    sys.excepthook(type(exc), exc, tb)
-
-
 _VALUE_OPTIONS = ("--include", "--exclude", "--policy", "--rings", "--ring-size")
 
 
 def _split_run_args(argv):
     """Split `run` arguments into pytrace's options and the program's command line:
-    the program starts at the first non-option (a script) or just after `-m MODULE`,
-    so its own options are never taken for ours."""
+    the program starts at the first non-option (a script) or just after `-m MODULE`
+    or `-c CODE`, so its own options are never taken for ours."""
     i = 0
     while i < len(argv):
         arg = argv[i]
-        if arg == "-m":
+        if arg in ("-m", "-c"):
             return argv[:i + 2], argv[i + 2:]
-        if arg.startswith("-m") and len(arg) > 2:            # -mmodule
-            return argv[:i] + ["-m", arg[2:]], argv[i + 1:]
+        if arg[:2] in ("-m", "-c") and len(arg) > 2:          # -mmodule, -ccode
+            return argv[:i] + [arg[:2], arg[2:]], argv[i + 1:]
         if arg == "--":
             return argv[:i], argv[i + 1:]
         if not arg.startswith("-") or arg == "-":
@@ -179,132 +159,36 @@ def _split_run_args(argv):
 def cmd_run(argv):
     ours, program = _split_run_args(argv)
     ns = _run_parser().parse_args(ours)
-    ns.target = program
-    if ns.module is None and not ns.target:
-        raise UsageError("give a script (pytrace run script.py) or a module (pytrace run -m mod)", "run")
-    if ns.module is None and ns.target[0].startswith("-"):
-        raise UsageError("unknown option %s" % ns.target[0], "run")
+    if ns.module is not None and ns.code is not None:
+        raise UsageError("give either -m module or -c code, not both", "run")
+    if ns.module is None and ns.code is None and not program:
+        raise UsageError("give a script (pytrace run script.py), a module (pytrace run -m mod) "
+                         "or code (pytrace run -c code)", "run")
+    if ns.module is None and ns.code is None and program[0].startswith("-") and program[0] != "-":
+        raise UsageError("unknown option %s" % program[0], "run")
     opts = _start_options(ns)
-
     if ns.module is not None:
-        sys.argv = [ns.module] + ns.target   # runpy sets argv[0] to the module's file
-        sys.path[0] = os.getcwd()            # as `python -m` does
-    else:
-        script = ns.target[0]
-        if not os.path.exists(script):
-            # as python says it (and exits 2)
-            raise UsageError("can't open file %r: [Errno 2] No such file or directory"
-                             % os.path.abspath(script), "run")
-        sys.argv = list(ns.target)
-        sys.path[0] = os.path.dirname(os.path.abspath(script))
-
-    import pytrace
+        program = ["-m", ns.module] + program
+    elif ns.code is not None:
+        program = ["-c", ns.code] + program
+    elif program[0] != "-" and not os.path.exists(program[0]):
+        # as python says it (and exits 2)
+        raise UsageError("can't open file %r: [Errno 2] No such file or directory"
+                         % os.path.abspath(program[0]), "run")
+    # The program runs in a fresh interpreter (same pid, same flags) that starts
+    # tracing before it imports anything python itself would not: this one has
+    # imported argparse and the pytrace package, whose imports would be hidden.
+    launch = {}
     if ns.subprocesses:
-        _install_subprocess_hook(opts)
+        launch["subprocesses"] = _subprocess_hook()
+    argv = _launch.command(sys.executable, _launch.interpreter_flags(), opts, program, **launch)
+    sys.stdout.flush()
+    sys.stderr.flush()
     try:
-        segment = pytrace.start(**opts)
-    except (OSError, RuntimeError, ValueError) as e:
-        sys.stderr.write("pytrace: cannot start tracing: %s\n" % e)
+        os.execv(sys.executable, argv)
+    except OSError as e:
+        sys.stderr.write("pytrace: cannot run %s: %s\n" % (sys.executable, e))
         return 1
-    _announce(segment)
-
-    import atexit
-    import shlex
-    global _RUN_COMMAND
-    _RUN_COMMAND = " ".join(shlex.quote(a) for a in (
-        (["-m", ns.module] + list(ns.target)) if ns.module is not None else list(ns.target)))
-    # Stop after the interpreter joined the program's non-daemon threads (atexit runs
-    # after threading's shutdown), so their tails are traced too.
-    atexit.register(_stop_at_exit)
-
-    skip = (__file__,)
-    try:
-        if ns.module is not None:
-            runpy.run_module(ns.module, run_name="__main__", alter_sys=True)
-        else:
-            _run_script(sys.argv[0])
-    except SystemExit as e:
-        return _exit_code(e)
-    except KeyboardInterrupt as e:
-        _print_exception(e, skip)
-        # Untraced, the interpreter ends a program that a KeyboardInterrupt left by
-        # killing itself with SIGINT once atexit handlers ran (its parent sees a SIGINT
-        # death, not exit 130). Let the interpreter do exactly that: the exception goes
-        # out of the entry point, already printed.
-        sys.excepthook = _already_printed
-        raise KeyboardInterrupt from None
-    except BaseException as e:  # noqa: BLE001 - report like the interpreter
-        _print_exception(e, skip)
-        return 1
-    return 0
-
-
-def _already_printed(*exc_info):
-    pass
-
-
-def _run_script(path):
-    """Run a script file as `python path` does: in a module that becomes __main__, with
-    an absolute __file__ and code filename, sys.argv[0] left as typed. Directories and
-    zip files (a __main__.py inside) go through runpy, as python does."""
-    if not os.path.isfile(path):
-        runpy.run_path(path, run_name="__main__")
-        return
-    import builtins
-    import importlib.machinery
-    import io
-    import types
-    # As python makes it absolute (cwd joined, nothing normalised): "/a/../b.py" stays,
-    # so code filenames, and the pstats keys made of them, are the untraced program's.
-    abspath = path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
-    main = types.ModuleType("__main__")
-    main.__file__ = abspath
-    main.__cached__ = None
-    main.__builtins__ = builtins
-    main.__loader__ = importlib.machinery.SourceFileLoader("__main__", abspath)
-    main.__spec__ = None
-    main.__package__ = None
-    with io.open_code(abspath) as f:
-        source = f.read()
-    code = compile(source, abspath, "exec", dont_inherit=True)
-    sys.modules["__main__"] = main
-    exec(code, main.__dict__)
-
-
-# Set by `pytrace record`'s child: the recorder reports the counts itself.
-QUIET_EXIT = False
-_RUN_COMMAND = ""     # the program as given to `pytrace run`, for the hint at exit
-
-
-def _stop_at_exit():
-    import warnings
-
-    import pytrace
-    if not pytrace.is_tracing():
-        return
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")   # said below in full lines, not as a warning
-            c = pytrace.stop()
-    except Exception:  # noqa: BLE001 - never fail the program's exit
-        return
-    if QUIET_EXIT:
-        return
-    from .losses import OTHER_LOSSES, describe
-    try:
-        line = "pytrace: %d events written, %d dropped" % (c.events_written, c.events_dropped)
-        if c.events_dropped:
-            line += ("; a ring was full (no reader, or one that fell behind). To keep every "
-                     "event, record instead: pytrace record -o out.pytrace -- python %s"
-                     % _RUN_COMMAND)
-        sys.stderr.write(line + "\n")
-        other = describe(c, OTHER_LOSSES)
-        if other:
-            sys.stderr.write("pytrace: also lost: %s%s\n" % (
-                other, "; first error: %s" % c.first_error if c.first_error else ""))
-        sys.stderr.flush()
-    except Exception:  # noqa: BLE001
-        pass
 
 
 _STATE_NAMES = {0: "empty", 1: "running", 2: "stopped", 3: "exited", 4: "dead"}

@@ -1,21 +1,23 @@
 """`pytrace record`: write a job's message stream to a recording file while it runs.
 
-    pytrace record -o out.pytrace [options] -- python script.py [args...]
-    pytrace record -o out.pytrace [options] -- -m module [args...]
+    pytrace record -o out.pytrace [options] -- python [flags] script.py [args...]
+    pytrace record -o out.pytrace [options] -- python -m module [args...]
+    pytrace record -o out.pytrace [options] -- python -c code [args...]
     pytrace record -o out.pytrace PID
 
-The first form runs the program under `pytrace run --policy wait ...` (lossless by
+The first forms run the program traced with policy wait (lossless by
 default: the job waits when its ring is full; `--policy drop` lets it drop events
 instead, and the recording then marks every gap), attaches to the child's segment
 through the reader library, and writes every message it drains to the file as it
 arrives (format: pytrace.recording).
 
-The child is `python -m pytrace.record --child run ...`, which is `pytrace run` with
-one addition: right after tracing starts it reports its segment name on a pipe and
-waits (at most --attach-timeout) until the recorder has attached. Without that
-handshake a short job could exit, and unlink its segment, before the recorder found
-it, and the start of any job would race the recorder's attach. The second attaches to a running traced job and
-records until it exits or Ctrl-C; the policy is the job's own.
+The job is started by the launcher (pytrace._launch, as `pytrace run` and `pytrace
+top` start theirs): tracing starts before the program imports anything, and right
+after it starts the job reports its segment name on a pipe and waits (at most
+--attach-timeout) until the recorder has attached. Without that handshake a short
+job could exit, and unlink its segment, before the recorder found it, and the start
+of any job would race the recorder's attach. The second form attaches to a running
+traced job and records until it exits or Ctrl-C; the policy is the job's own.
 
 Exit status: the program's exit status (first form), 0 (second form), 1 when the
 recording could not be made.
@@ -25,10 +27,10 @@ import argparse
 import os
 import re
 import signal
-import subprocess
 import sys
 import time
 
+from . import _launch
 from .reader import CAUGHT_UP_BYTES
 from .recording import RecordingWriter
 
@@ -37,52 +39,11 @@ _POLICY_TEXT = {
     "drop": "recording with drops (policy drop): when the ring is full the job drops events "
             "and the recording marks each gap",
 }
-_PY_FLAGS_WITH_VALUE = ("-X", "-W")
-_PY_FLAGS = ("-u", "-O", "-OO", "-B", "-E", "-I", "-s", "-S", "-b", "-bb", "-q", "-v")
 from .fb.MessageBody import MessageBody as _Body  # noqa: E402 - the schema's numbers
 
 _MSG_PROCESS_INFO = _Body.ProcessInfo
 _MSG_EVENT_CHUNK = _Body.EventChunk
-_ENV_FDS = "PYTRACE_RECORD_FDS"   # "<fd to report the segment on>,<fd to wait on>"
 _POLL_MAX_EVENTS = 1 << 20
-
-
-def _child_main(argv):
-    """`python -m pytrace.record --child run ...`: `pytrace run` plus the handshake."""
-    fds = os.environ.pop(_ENV_FDS, "")
-    import pytrace
-    original_start = pytrace.start
-
-    def start(*args, **kwargs):
-        segment = original_start(*args, **kwargs)
-        pytrace.start = original_start
-        _child_handshake(fds, segment, kwargs)
-        return segment
-
-    if fds:
-        pytrace.start = start
-    from . import cli
-    cli.QUIET_EXIT = True               # the recorder gives the counts
-    from .cli import main as cli_main
-    return cli_main(argv)
-
-
-def _child_handshake(fds, segment, kwargs):
-    try:
-        report_fd, wait_fd = (int(x) for x in fds.split(","))
-    except ValueError:
-        return
-    try:
-        os.write(report_fd, (segment + "\n").encode())
-        os.close(report_fd)
-        os.read(wait_fd, 1)          # the recorder attached (or gave up: EOF)
-    except OSError:
-        pass
-    finally:
-        try:
-            os.close(wait_fd)
-        except OSError:
-            pass
 
 
 def _say(text):
@@ -121,22 +82,14 @@ def _parser():
 
 
 def _split_command(command):
-    """-> (interpreter, interpreter flags, `pytrace run` target args)."""
+    """`python [flags] program...` (or just the program, run by this interpreter) ->
+    (interpreter, its flags, program as _launch.split_python_args gives it).
+    ValueError (one line) for what python would not run as a program."""
     interp = sys.executable
     if command and re.fullmatch(r"python[0-9.]*", os.path.basename(command[0])):
         interp, command = command[0], command[1:]
-    flags = []
-    i = 0
-    while i < len(command) and command[i] != "-m" and command[i].startswith("-"):
-        if command[i] in _PY_FLAGS_WITH_VALUE and i + 1 < len(command):
-            flags += command[i:i + 2]
-            i += 2
-        elif command[i] in _PY_FLAGS or command[i].startswith(("-X", "-W")):
-            flags.append(command[i])
-            i += 1
-        else:
-            raise ValueError("unsupported python option %s (put it in PYTHONOPTIMIZE etc.)" % command[i])
-    return interp, flags, command[i:]
+    flags, program = _launch.split_python_args(list(command))
+    return interp, flags, program
 
 
 class _Interrupts:
@@ -155,28 +108,6 @@ class _Interrupts:
 
     def __exit__(self, *exc):
         signal.signal(signal.SIGINT, self._old)
-
-
-def _read_segment(fd, timeout):
-    """The segment name the child reports once tracing started ("" if it never does)."""
-    import select
-    deadline = time.monotonic() + timeout
-    data = b""
-    while b"\n" not in data:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            break
-        try:
-            ready, _, _ = select.select([fd], [], [], left)
-        except InterruptedError:
-            continue
-        if not ready:
-            break
-        chunk = os.read(fd, 256)
-        if not chunk:
-            break
-        data += chunk
-    return data.split(b"\n")[0].decode(errors="replace").strip()
 
 
 def _pid_not_traced(pid):
@@ -376,36 +307,22 @@ def main(argv=None):
             _say(str(e))
             return 2
         if not target:
-            _say("nothing to run after the interpreter: give a script or -m module")
+            _say("nothing to run after the interpreter: give a script, -m module or -c code")
             return 2
-        run = [interp] + flags + ["-m", "pytrace.record", "--child", "run", "--policy", args.policy]
-        if not args.c_calls:
-            run.append("--no-c-calls")
-        for inc in args.include or ():
-            run += ["--include", inc]
-        for exc in args.exclude or ():
-            run += ["--exclude", exc]
-        if args.rings:
-            run += ["--rings", str(args.rings)]
-        if args.ring_size:
-            run += ["--ring-size", str(args.ring_size)]
-        run += target
-        _say(_POLICY_TEXT[args.policy])
-        report_r, report_w = os.pipe()
-        wait_r, wait_w = os.pipe()
-        env = dict(os.environ)
-        env[_ENV_FDS] = "%d,%d" % (report_w, wait_r)
+        from .cli import UsageError, _start_options
         try:
-            child = subprocess.Popen(run, pass_fds=(report_w, wait_r), env=env)
+            options = _start_options(args, "record")
+        except UsageError as e:
+            _say(str(e))
+            return 2
+        _say(_POLICY_TEXT[args.policy])
+        try:
+            child, segment, wait_w = _launch.start_job(interp, flags, options, target,
+                                                       timeout=args.attach_timeout)
         except OSError as e:
             _say("cannot start %s: %s" % (interp, e))
             return 1
-        finally:
-            os.close(report_w)
-            os.close(wait_r)
         target_pid = child.pid
-        segment = _read_segment(report_r, args.attach_timeout)
-        os.close(report_r)
 
     with _Interrupts() as interrupts:
         if child is not None:
@@ -490,6 +407,4 @@ def _die_like(signum):
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--child"]:
-        sys.exit(_child_main(sys.argv[2:]))
     sys.exit(main(sys.argv[1:]))

@@ -3,7 +3,7 @@
     pytrace top                                  pick a traced job (runs pytrace-top)
     pytrace top PID | SEGMENT [options]          attach to a running traced job
     pytrace top --help                           these forms, the job options and pytrace-top's
-    pytrace top [job options] -- python script.py [args...]
+    pytrace top [job options] -- python script.py [args...]    (or -m module, -c code)
                                                  start the program traced and show it at once
 
 Job options (before `--`): --no-c-calls, --policy drop|wait, --ring-size MiB,
@@ -24,7 +24,7 @@ import sysconfig
 import tempfile
 import time
 
-from . import record
+from . import _launch, record
 
 _JOB_FLAGS_WITH_VALUE = ("--policy", "--ring-size", "--include", "--exclude")
 _JOB_FLAGS = ("--no-c-calls",)
@@ -83,6 +83,7 @@ _USAGE = """usage: pytrace top [--all]                        pick a traced job 
        pytrace top --file REC [view options]        show a recording (pytrace record -o REC)
        pytrace top [job options] [view options] -- python script.py [args...]
                                                     start the program traced and show it at once
+                                                    (python's flags, -m module, -c code too)
 
 The live view of a traced job (the pytrace-top program; `pytrace top ARGS` runs
 `pytrace-top ARGS` when there is no `--`).
@@ -138,6 +139,16 @@ def _wait_attached(segment, viewer, timeout):
     return False
 
 
+def _still_tracing(segment):
+    """True while the job's segment is there and running (not stopped or exited)."""
+    from . import _pytrace
+    try:
+        return any(s.get("name") == segment and s.get("state") == 1 and s.get("alive")
+                   for s in _pytrace.list_segments())
+    except OSError:
+        return True
+
+
 def _stop_job(job):
     for sig, grace in ((signal.SIGINT, 5.0), (signal.SIGTERM, 3.0), (signal.SIGKILL, 3.0)):
         if job.poll() is not None:
@@ -178,24 +189,22 @@ def main(argv=None):
         # --once on a program we start: its table when it ends (the viewer stops at the
         # job's end), not an empty one taken before it ran
         view_opts = view_opts + ["--duration", "31536000"]
-    log = tempfile.NamedTemporaryFile(prefix="pytrace-top-job-", suffix=".log", delete=False)
-    report_r, report_w = os.pipe()
-    wait_r, wait_w = os.pipe()
-    env = dict(os.environ)
-    env[record._ENV_FDS] = "%d,%d" % (report_w, wait_r)
-    run = [interp] + flags + ["-m", "pytrace.record", "--child", "run"] + job_opts + target
+    from .cli import UsageError, _run_parser, _start_options
     try:
-        job = subprocess.Popen(run, pass_fds=(report_w, wait_r), env=env, stdin=subprocess.DEVNULL,
-                               stdout=log, stderr=subprocess.STDOUT)
+        options = _start_options(_run_parser().parse_args(job_opts), "top")
+    except UsageError as e:
+        _say(str(e))
+        return 2
+    log = tempfile.NamedTemporaryFile(prefix="pytrace-top-job-", suffix=".log", delete=False)
+    try:
+        job, segment, wait_w = _launch.start_job(interp, flags, options, target,
+                                                 stdin=subprocess.DEVNULL, stdout=log,
+                                                 stderr=subprocess.STDOUT)
     except OSError as e:
         _say("cannot start %s: %s" % (interp, e))
         return 1
     finally:
-        os.close(report_w)
-        os.close(wait_r)
         log.close()
-    segment = record._read_segment(report_r, 30.0)
-    os.close(report_r)
     if not segment:
         os.close(wait_w)
         rc = job.wait()
@@ -215,6 +224,13 @@ def main(argv=None):
             break
         except KeyboardInterrupt:
             interrupted = True
+    if job.poll() is None and not _still_tracing(segment):
+        # Its tracing ended (the viewer saw it: --once): the program is in its last
+        # steps (interpreter finalisation), not to be interrupted there.
+        try:
+            job.wait(timeout=10.0)
+        except subprocess.TimeoutExpired:
+            pass
     if job.poll() is None:
         _stop_job(job)
     rc = job.wait()

@@ -159,7 +159,7 @@ def normalize(key):
 def rooted_edges(tree_json, roots):
     """{relative path: calls} below the outermost nodes named by `roots`, over all
     threads, with zero-call paths (frames already running) left out."""
-    from pytrace.calltree import edges_below
+    from calltree import edges_below
     roots = set(roots)
     out = {}
     for rows in tree_json["threads"].values():

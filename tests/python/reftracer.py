@@ -16,7 +16,7 @@ os._exit). Conventions are pytrace's:
 
 Hooks: sys.setprofile + threading.setprofile on 3.10/3.11; sys.monitoring on 3.12+.
 The tracer is installed before the program's first line, so threads the program starts
-at any time are seen. The tree format is the one of pytrace.calltree.CallTree.to_json():
+at any time are seen. The tree format is the one of calltree (tests/python/calltree.py).CallTree.to_json():
 {"threads": {tid: [[parent_index, key, count], ...]}} with keys "py:qualname:file:line",
 "c:name".
 """

@@ -268,7 +268,7 @@ def test_help_names_each_command_and_the_defaults():
         assert re.search(r"^  %s +\S" % command, r.stdout, re.M), r.stdout
     r = pytrace_cmd("run", "--help")
     assert r.returncode == 0
-    assert "usage: pytrace run [options] (script.py | -m module) [args...]" in r.stdout
+    assert "usage: pytrace run [options] (script.py | -m module | -c code) [args...]" in r.stdout
     assert "default %d" % _pytrace.DEFAULT_RING_COUNT in r.stdout
     assert "default %g)" % (_pytrace.DEFAULT_RING_BYTES / 2**20) in r.stdout
 

@@ -6,7 +6,7 @@ import struct
 import pytest
 
 import fbbuild
-from pytrace.calltree import CallTree, edges_below
+from calltree import CallTree, edges_below
 from pytrace.reader import (EventChunk, EventKind as K, ProcessInfo, ProducerStatus, Symbol,
                             ThreadStart, decode, decode_stream)
 

@@ -65,7 +65,10 @@ EXPECTED_PATHS = {
     ("<module>", "main", "gen"): 3,
     ("<module>", "main", "boom"): 1,
     ("<module>", "main", "boom", "builtins.len"): 1,
-    ("<module>", "main", "builtins.len"): 2,
+    ("<module>", "main", "builtins.len"): 1,
+    # the span is an entry of the stack (viewer/core/walk.h): what runs inside nests under it
+    ("<module>", "main", "load batch"): 1,
+    ("<module>", "main", "load batch", "builtins.len"): 1,
     ("worker",): 1,
     ("worker", "builtins.len"): 1,
 }
@@ -75,6 +78,7 @@ EXPECTED_PATHS[("<module>", "main", "fib", "fib")] = 2
 EXPECTED_PATHS[("<module>", "main", "fib", "fib", "fib")] = 2
 EXPECTED_CALLS = {"<module>": 1, "main": 1, "fib": 6, "gen": 3, "boom": 1, "builtins.len": 4,
                   "worker": 1}
+EXPECTED_SPANS = {"load batch": 1}     # a span counts one call, like a frame
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +144,7 @@ def test_pstats_loads_with_pstats_and_counts_recursion_like_cprofile(recording, 
     by_name = {k[2]: v for k, v in st.stats.items()}
     assert {n: v[1] for n, v in by_name.items()} == {
         ("<built-in method builtins.len>" if n == "builtins.len" else n): c
-        for n, c in EXPECTED_CALLS.items()}
+        for n, c in EXPECTED_CALLS.items()} | {"<span '%s'>" % n: c for n, c in EXPECTED_SPANS.items()}
     fib = by_name["fib"]
     # fib: 6 calls; 3 of them made while another fib was active -> 3 primitive... per thread:
     # fib(3)->fib(2)->fib(1),fib(0); fib(1); the fib before the gap: primitive = 2
@@ -151,7 +155,7 @@ def test_pstats_loads_with_pstats_and_counts_recursion_like_cprofile(recording, 
     assert callers["fib"][:2] == (4, 2)        # fib->fib edge: the two calls made by fib(2) nest in fib(3)->fib(2)
     # cumulative time of fib is counted once per outermost call
     assert fib[3] <= sum(v[3] for v in callers.values())
-    assert st.total_calls == sum(EXPECTED_CALLS.values())
+    assert st.total_calls == sum(EXPECTED_CALLS.values()) + sum(EXPECTED_SPANS.values())
     st.sort_stats("cumulative").print_stats(0)      # the printing paths work
 
 
@@ -249,7 +253,7 @@ def test_speedscope_structure_and_content(recording, tmp_path):
     path, _ = recording
     out = _export(path, "speedscope", tmp_path / "s.speedscope.json")
     doc = json.load(open(out))
-    assert dict(check_speedscope(doc)) == EXPECTED_CALLS
+    assert dict(check_speedscope(doc)) == EXPECTED_CALLS | EXPECTED_SPANS
     assert [p["name"].split(" (")[0] for p in doc["profiles"]] == ["MainThread", "worker-1"]
     assert not [f for f in os.listdir(tmp_path) if f.startswith("pytrace-speedscope-")]
 

@@ -7,7 +7,7 @@ as a prior frame, or the next frame opened there is closed early."""
 import pytest
 
 import pytrace
-from pytrace.calltree import CallTree
+from calltree import CallTree
 
 
 def leaf():

@@ -21,6 +21,8 @@
  */
 #include "agg.h"
 
+#include "walk.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +30,6 @@
 
 #define DEFAULT_SLICE_NS 100000000ull
 #define DEFAULT_SLICE_COUNT 6000u
-#define MAX_STACK_DEPTH (1u << 20)
 #define NO_SLICE UINT64_MAX
 
 /* Ticks come from untrusted input and may sit anywhere up to 2^64 - 1: every
@@ -146,24 +147,6 @@ static int map_put(map_t *m, uint64_t key, uint32_t val)
     }
 }
 
-/* Pointer to key's value, inserted as 0 if absent; NULL if out of memory. */
-static uint32_t *map_counter(map_t *m, uint64_t key)
-{
-    size_t mask = m->cap - 1;
-    for (size_t i = mix64(key) & mask;; i = (i + 1) & mask) {
-        if (m->vals[i] == PT_AGG_NONE)
-            break;
-        if (m->keys[i] == key)
-            return &m->vals[i];
-    }
-    if (map_put(m, key, 0))
-        return NULL;
-    mask = m->cap - 1;
-    for (size_t i = mix64(key) & mask;; i = (i + 1) & mask)
-        if (m->keys[i] == key && m->vals[i] != PT_AGG_NONE)
-            return &m->vals[i];
-}
-
 /* ---- state ---------------------------------------------------------------- */
 
 typedef struct node {
@@ -189,10 +172,6 @@ typedef struct sym {
     uint32_t line;
 } sym_t;
 
-typedef struct frame {
-    uint32_t node;
-    uint32_t id;
-} frame_t;
 
 typedef struct thread {
     uint64_t number;
@@ -200,14 +179,11 @@ typedef struct thread {
     char *name;
     uint32_t root;
     int ended;
-    int recovering;        /* inside a run of Frame records */
-    int prefix_intact;     /* the Frame records so far matched the old stack */
-    uint32_t recover_pos;
     uint64_t last;         /* ticks of the last event accounted */
     int have_last;
     uint64_t events;
     uint64_t dropped_reported; /* LostCount / ThreadEnd */
-    frame_t *stack;
+    uint32_t *stack;       /* CCT nodes of the walk's open entries */
     uint32_t depth, stack_cap;
     /* slice cache: ticks [slice_start, slice_end) are slice slice_no */
     uint64_t slice_no, slice_start, slice_end;
@@ -251,7 +227,7 @@ struct pt_agg {
     thread_t *threads;
     uint32_t thread_count, thread_cap;
     map_t thread_map;      /* number -> index */
-    map_t open_frames;     /* (thread index << 32 | symbol id) -> frames of it on that stack */
+    pt_walk_t *walk;       /* the stream rules (walk.h) */
     uint32_t last_thread;  /* lookup cache */
 
     char **old_strings;    /* replaced symbol strings, freed at destroy */
@@ -262,6 +238,8 @@ struct pt_agg {
     uint64_t producer_dropped, hook_errors;
     uint32_t producer_state;
 };
+
+static const pt_walk_ops_t agg_walk_ops; /* defined with the callbacks below */
 
 static int grow(void **arr, uint32_t *cap, size_t elem, uint32_t need)
 {
@@ -313,8 +291,9 @@ int pt_agg_create(const pt_agg_config_t *cfg, pt_agg_t **out)
         goto err;
     for (uint32_t i = 0; i < a->slice_count; i++)
         a->slices[i].no = NO_SLICE;
-    if (map_init(&a->node_map, 1024) || map_init(&a->sym_map, 256) || map_init(&a->thread_map, 16) ||
-        map_init(&a->open_frames, 64))
+    if (map_init(&a->node_map, 1024) || map_init(&a->sym_map, 256) || map_init(&a->thread_map, 16))
+        goto err;
+    if (pt_walk_create(&agg_walk_ops, a, &a->walk))
         goto err;
     *out = a;
     return 0;
@@ -345,7 +324,7 @@ void pt_agg_destroy(pt_agg_t *a)
     }
     free(a->threads);
     map_free(&a->thread_map);
-    map_free(&a->open_frames);
+    pt_walk_destroy(a->walk);
     for (size_t i = 0; i < a->old_count; i++)
         free(a->old_strings[i]);
     free(a->old_strings);
@@ -603,7 +582,7 @@ static void account(pt_agg_t *a, thread_t *th, uint64_t now)
     }
     if (now <= th->last)
         return; /* same tick, or a clock that went back: nothing to give */
-    uint32_t top = th->depth ? th->stack[th->depth - 1].node : th->root;
+    uint32_t top = th->depth ? th->stack[th->depth - 1] : th->root;
     uint64_t t = th->last;
     a->nodes[top].self += now - t;
     /* window: split the interval at slice borders; parts older than the
@@ -622,151 +601,79 @@ static void account(pt_agg_t *a, thread_t *th, uint64_t now)
     th->last = now;
 }
 
-static inline uint64_t open_key(const pt_agg_t *a, const thread_t *th, uint32_t id)
+/* ---- the walk's callbacks (the rules are in walk.h) ------------------------ */
+
+static thread_t *walk_thread(pt_agg_t *a, pt_walk_thread_t *wt)
 {
-    return (uint64_t)(th - a->threads) << 32 | id;
+    return &a->threads[(uintptr_t)wt->user - 1];
 }
 
-/* Pop every frame above `depth`, keeping the open-frame counts. */
-static void truncate_stack(pt_agg_t *a, thread_t *th, uint32_t depth)
+static int agg_thread_new(void *ctx, pt_walk_thread_t *wt)
 {
-    while (th->depth > depth) {
-        th->depth--;
-        uint32_t *open = map_counter(&a->open_frames, open_key(a, th, th->stack[th->depth].id));
-        if (open && *open)
-            (*open)--;
-    }
-}
-
-static int push(pt_agg_t *a, thread_t *th, uint32_t id, int count_call, uint64_t now)
-{
-    if (th->depth >= MAX_STACK_DEPTH)
+    pt_agg_t *a = ctx;
+    thread_t *th = thread_get(a, wt->number);
+    if (!th)
         return -ENOMEM;
+    wt->user = (void *)(uintptr_t)(th - a->threads + 1);
+    return 0;
+}
+
+static int agg_enter(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t now, unsigned flags)
+{
+    pt_agg_t *a = ctx;
+    thread_t *th = walk_thread(a, wt);
+    account(a, th, now);
     if (th->depth == th->stack_cap &&
         grow((void **)&th->stack, &th->stack_cap, sizeof *th->stack, th->depth + 1))
         return -ENOMEM;
-    uint32_t parent = th->depth ? th->stack[th->depth - 1].node : th->root;
+    uint32_t parent = th->depth ? th->stack[th->depth - 1] : th->root;
     uint32_t c = child_of(a, parent, id);
     if (c == PT_AGG_NONE)
         return -ENOMEM;
-    uint32_t *open = map_counter(&a->open_frames, open_key(a, th, id));
-    if (!open)
-        return -ENOMEM;
-    (*open)++;
-    if (count_call) {
+    if (!(flags & PT_WALK_CONTINUED)) { /* one call per activation, seen or reported */
         a->nodes[c].calls++;
         uint64_t no = thread_slice(a, th, now);
         slice_add(a, c, no, th->slice_slot, 1, 0);
     }
-    th->stack[th->depth++] = (frame_t){.node = c, .id = id};
+    th->stack[th->depth++] = c;
     return 0;
 }
 
-/* A return closes the innermost open frame of its function, and every frame
- * above it (their returns were missed). A return of a function with no open
- * frame is unmatched: the per-function count of open frames answers that in
- * O(1), and a search that finds its frame pops every frame it passes, so a
- * stream costs time linear in its events whatever it holds. */
-static void pop(pt_agg_t *a, thread_t *th, uint32_t id)
+static int agg_exit(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t now, unsigned flags)
 {
-    if (th->depth && th->stack[th->depth - 1].id == id) {
-        truncate_stack(a, th, th->depth - 1);
-        return;
-    }
-    uint32_t *open = map_counter(&a->open_frames, open_key(a, th, id));
-    if (open == NULL || *open == 0) {
-        a->unmatched++;
-        return;
-    }
-    for (uint32_t i = th->depth; i-- > 0;) {
-        if (th->stack[i].id == id) {
-            truncate_stack(a, th, i);
-            return;
-        }
-    }
-    a->unmatched++; /* not reached while the counts are right */
+    (void)id;
+    (void)flags;
+    pt_agg_t *a = ctx;
+    thread_t *th = walk_thread(a, wt);
+    account(a, th, now);
+    if (th->depth)
+        th->depth--;
+    return 0;
 }
 
-static void end_recovery(pt_agg_t *a, thread_t *th)
+static int agg_instant(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t now)
 {
-    if (!th->recovering)
-        return;
-    if (th->prefix_intact)
-        truncate_stack(a, th, th->recover_pos); /* old frames beyond the reported stack are gone */
-    th->recovering = 0;
+    (void)id;
+    pt_agg_t *a = ctx;
+    account(a, walk_thread(a, wt), now);
+    return 0;
 }
 
-static void begin_recovery(thread_t *th)
+static int agg_gap(void *ctx, pt_walk_thread_t *wt, uint64_t now, uint64_t lost)
 {
-    th->recovering = 1;
-    th->prefix_intact = 1;
-    th->recover_pos = 0;
+    pt_agg_t *a = ctx;
+    account(a, walk_thread(a, wt), now);
+    a->lost_records += lost;
+    return 0;
 }
 
-static int on_frame(pt_agg_t *a, thread_t *th, const pt_event_t *ev)
-{
-    if (!th->recovering)
-        begin_recovery(th);
-    if (th->prefix_intact && th->recover_pos < th->depth && th->stack[th->recover_pos].id == ev->id) {
-        /* kept; the time since the Lost record goes to whichever frame ends
-         * up on top once the stack is known */
-        th->recover_pos++;
-        return 0;
-    }
-    if (th->prefix_intact) {
-        truncate_stack(a, th, th->recover_pos);
-        th->prefix_intact = 0;
-    }
-    account(a, th, ev->ticks);
-    th->recover_pos++;
-    return push(a, th, ev->id, 0, ev->ticks);
-}
-
-static int feed_event(pt_agg_t *a, thread_t *th, const pt_event_t *ev)
-{
-    uint64_t now = ev->ticks;
-    note_tick(a, now);
-    uint64_t no = thread_slice(a, th, now);
-    slice_t *sl = &a->slices[th->slice_slot];
-    if (sl->no != no)
-        sl = slice_get(a, no);
-    if (sl)
-        sl->events++;
-    th->events++;
-    switch (ev->kind) {
-    case PT_EV_CALL:
-    case PT_EV_RESUME:
-    case PT_EV_CCALL:
-    case PT_EV_SPAN_BEGIN:
-        end_recovery(a, th);
-        account(a, th, now);
-        return push(a, th, ev->id, 1, now);
-    case PT_EV_RETURN:
-    case PT_EV_YIELD:
-    case PT_EV_UNWIND:
-    case PT_EV_CRETURN:
-    case PT_EV_CUNWIND:
-    case PT_EV_SPAN_END:
-        end_recovery(a, th);
-        account(a, th, now);
-        pop(a, th, ev->id);
-        return 0;
-    case PT_EV_MARK:
-        end_recovery(a, th);
-        account(a, th, now);
-        return 0;
-    case PT_EV_LOST:
-        account(a, th, now);
-        a->lost_records += (uint64_t)ev->id | ((uint64_t)ev->aux << 32);
-        begin_recovery(th);
-        return 0;
-    case PT_EV_FRAME:
-        return on_frame(a, th, ev);
-    default:
-        a->bad_events++;
-        return 0;
-    }
-}
+static const pt_walk_ops_t agg_walk_ops = {
+    .thread_new = agg_thread_new,
+    .enter = agg_enter,
+    .exit = agg_exit,
+    .instant = agg_instant,
+    .gap = agg_gap,
+};
 
 int pt_agg_feed_events(pt_agg_t *a, uint64_t thread, const pt_event_t *events, size_t count)
 {
@@ -776,24 +683,38 @@ int pt_agg_feed_events(pt_agg_t *a, uint64_t thread, const pt_event_t *events, s
     if (th->ended)
         th->ended = 0; /* events after ThreadEnd: the slot was reused; keep going */
     a->events_seen += count;
-    int rc = 0;
+    th->events += count;
+    /* clock range and events per slice; the stacks are the walk's */
     for (size_t i = 0; i < count; i++) {
-        rc = feed_event(a, th, &events[i]);
-        if (rc)
-            break;
+        uint64_t now = events[i].ticks;
+        note_tick(a, now);
+        uint64_t no = thread_slice(a, th, now);
+        slice_t *sl = &a->slices[th->slice_slot];
+        if (sl->no != no)
+            sl = slice_get(a, no);
+        if (sl)
+            sl->events++;
     }
+    pt_walk_counters_t before;
+    pt_walk_counters(a->walk, &before);
+    int rc = pt_walk_events(a->walk, thread, events, count);
+    pt_walk_counters_t after;
+    pt_walk_counters(a->walk, &after);
+    a->unmatched += (after.unmatched - before.unmatched) + (after.unmatched_spans - before.unmatched_spans);
+    a->bad_events += after.bad_events - before.bad_events;
     return rc;
 }
 
-static void close_thread(pt_agg_t *a, thread_t *th, uint64_t ticks)
+static int close_thread(pt_agg_t *a, thread_t *th, uint64_t ticks)
 {
     if (ticks) {
         note_tick(a, ticks);
         account(a, th, ticks);
     }
-    th->recovering = 0;
-    truncate_stack(a, th, 0);
+    int rc = pt_walk_thread_end(a->walk, th->number, ticks);
+    th->depth = 0;
     th->ended = 1;
+    return rc;
 }
 
 static char *str_copy(pt_fb_str_t s)
@@ -848,8 +769,7 @@ int pt_agg_feed_msg(pt_agg_t *a, const pt_fb_msg_t *m)
             return -ENOMEM;
         if (in->events_dropped > th->dropped_reported)
             th->dropped_reported = in->events_dropped;
-        close_thread(a, th, in->ticks);
-        return 0;
+        return close_thread(a, th, in->ticks);
     }
     case PT_MSG_SYMBOL:
         return feed_symbol(a, &m->u.symbol);
@@ -1019,7 +939,7 @@ static int view_build(pt_agg_t *a, const pt_agg_query_t *q, view_t *v)
         const thread_t *th = &a->threads[t];
         if (th->ended || !th->have_last || a->latest <= th->last)
             continue;
-        uint32_t top = th->depth ? th->stack[th->depth - 1].node : th->root;
+        uint32_t top = th->depth ? th->stack[th->depth - 1] : th->root;
         uint64_t from = th->last > wstart ? th->last : wstart;
         if (a->latest > from)
             v->self[top] += a->latest - from;

@@ -1,91 +1,109 @@
 """`pytrace export`: turn a recording into the formats other tools read.
 
-    pytrace export out.pytrace --format perfetto   -o trace.json       # ui.perfetto.dev, chrome://tracing
+    pytrace export out.pytrace --format chrome     -o trace.json       # ui.perfetto.dev, chrome://tracing
     pytrace export out.pytrace --format speedscope -o profile.json     # speedscope.app
     pytrace export out.pytrace --format collapsed  -o stacks.folded    # flamegraph.pl, inferno
     pytrace export out.pytrace --format pstats     -o profile.pstats   # pstats, snakeviz, gprof2dot
     pytrace export out.pytrace -f pstats --qualnames -o profile.pstats # keyed by qualified names
 
-Every format is written while the recording is read message by message (see
-stackwalk.py); memory holds the open stacks, the symbol table and the format's own
-aggregates, never the event list. A damaged recording is exported up to the damage,
-which is reported with its byte offset (exit status 1).
+The exporters are C (viewer/core/export.c, through _pytrace.export): the recording is
+read message by message and turned into stacks by the walk every reader shares
+(viewer/core/walk.h), so an export shows what pytrace-top shows. Memory holds the open
+stacks, the symbol table and the format's own aggregates, never the event list. A
+damaged recording is exported up to the damage, which is reported with its byte offset
+(exit status 1). `perfetto-json` is the old name of `chrome` (kept for a release).
 """
 
 import os
 import sys
 
 from ..recording import HEADER_BYTES, RecordingError, read_header
-from .stackwalk import Exporter, Walker
 
-__all__ = ["main", "export", "FORMATS", "Walker", "Exporter"]
+__all__ = ["main", "export", "FORMATS", "ExportResult"]
 
-FORMATS = ("perfetto", "speedscope", "collapsed", "pstats")
+FORMATS = ("chrome", "speedscope", "collapsed", "pstats", "perfetto", "perfetto-json")
+# "perfetto" named the Chrome JSON until Perfetto's own protobuf format comes; "perfetto-json"
+# is its name from then on (kept for a release).
+_ALIASES = {"perfetto-json": "chrome", "perfetto": "chrome"}
 
 _SUFFIXES = (
     (".speedscope.json", "speedscope"),
     (".pstats", "pstats"), (".prof", "pstats"),
     (".folded", "collapsed"), (".collapsed", "collapsed"), (".txt", "collapsed"),
-    (".json", "perfetto"),
+    (".json", "chrome"),
 )
 
 
-def _make(fmt, out, weight, per_thread, tmp_dir, qualnames=False):
-    if fmt == "perfetto":
-        from .perfetto import PerfettoExporter
-        return PerfettoExporter(out)
-    if fmt == "speedscope":
-        from .speedscope import SpeedscopeExporter
-        return SpeedscopeExporter(out, tmp_dir=tmp_dir)
-    if fmt == "collapsed":
-        from .collapsed import CollapsedExporter
-        return CollapsedExporter(out, weight=weight, per_thread=per_thread)
-    if fmt == "pstats":
-        from .pstats_export import PstatsExporter
-        return PstatsExporter(out, qualnames=qualnames)
-    raise ValueError("unknown format %r (choose from %s)" % (fmt, ", ".join(FORMATS)))
+class _Status:
+    """The recording's last ProducerStatus, as losses.describe reads it."""
+
+    def __init__(self, values):
+        self.__dict__.update(values)
+
+
+class ExportResult:
+    """What an export read: events, lost_events (gaps marked in the stream), unmatched,
+    threads and symbols (counts), producer_status (the last ProducerStatus or None)."""
+
+    def __init__(self, d):
+        self.events = d["events"]
+        self.lost_events = d["lost_events"]
+        self.unmatched = d["unmatched"]
+        self.threads = d["threads"]
+        self.symbols = d["symbols"]
+        self.timed_out = bool(d["timed_out"])
+        self.producer_status = _Status(d["status"]) if "status" in d else None
 
 
 def export(recording, fmt, output, weight="ns", per_thread=False, follow=False, timeout=30.0,
            qualnames=False):
     """Export `recording` to `output` (a path, or "-" for stdout). pstats keys are
-    cProfile's, or with qualnames=True pytrace's qualified names. Returns the Walker
-    (counters: events, lost_events, unmatched, threads) and the RecordingError that
-    stopped the read early, or None."""
-    from .. import _output
+    cProfile's, or with qualnames=True pytrace's qualified names. Returns the
+    ExportResult and the RecordingError that stopped the read early, or None."""
+    from .. import _output, _pytrace
+    fmt = _ALIASES.get(fmt, fmt)
+    if fmt not in FORMATS:
+        raise ValueError("unknown format %r (choose from %s)" % (fmt, ", ".join(FORMATS)))
+    if weight not in ("ns", "calls"):
+        raise ValueError("weight must be 'ns' or 'calls'")
     binary = fmt == "pstats"
     tmp = None
     if output == "-":
         if binary:
             raise ValueError("pstats output must go to a file, not stdout")
-        f, close = sys.stdout, False
+        sys.stdout.flush()
+        fd, f = sys.stdout.fileno(), None
         tmp_dir = None
     else:
         if _output.same_file(recording, output):
             raise ValueError("the output %s is the input recording; choose another path" % output)
         # Written beside the target and renamed over it when complete: a link planted at
         # the path is replaced, not followed; an interrupted export leaves nothing.
-        f, tmp = _output.create(output, binary=binary)
-        close = True
+        f, tmp = _output.create(output, binary=True)
+        fd = f.fileno()
         tmp_dir = os.path.dirname(os.path.abspath(output))
-    exporter = None
     done = False
     try:
-        exporter = _make(fmt, f, weight, per_thread, tmp_dir, qualnames)
-        walker = Walker(exporter)
-        error = walker.run(recording, follow=follow, timeout=timeout)
+        d = _pytrace.export(os.fspath(recording), fmt, fd, weight_calls=weight == "calls",
+                            per_thread=bool(per_thread) and fmt == "collapsed", qualnames=qualnames,
+                            follow=follow, timeout=timeout, tmp_dir=tmp_dir)
         done = True
+    except OSError as e:
+        if e.errno == 32:       # EPIPE: `pytrace export ... -o - | head`
+            raise BrokenPipeError(e.errno, e.strerror) from None
+        raise
     finally:
-        if close:
+        if f is not None:
             f.close()
-        if not done:
-            if hasattr(exporter, "discard"):
-                exporter.discard()
-            if tmp is not None:
-                _output.discard(tmp)
+        if not done and tmp is not None:
+            _output.discard(tmp)
     if tmp is not None:
         _output.commit(tmp, output)
-    return walker, error
+    error = None
+    if "damage" in d:
+        offset, reason = d["damage"]
+        error = RecordingError(recording, offset, reason)
+    return ExportResult(d), error
 
 
 def _guess_format(output):
@@ -100,11 +118,12 @@ def main(argv=None):
     from ..cli import _Parser     # wrong arguments: one line and exit 2, as for every command
     p = _Parser(
         prog="pytrace export",
-        description="Export a pytrace recording to Perfetto/Chrome JSON, speedscope JSON, "
-                    "collapsed stacks or a pstats file.")
+        description="Export a pytrace recording to Chrome trace-event JSON (Perfetto loads it), "
+                    "speedscope JSON, collapsed stacks or a pstats file.")
     p.add_argument("recording", help="a file written by `pytrace record`")
     p.add_argument("--format", "-f", choices=FORMATS,
-                   help="output format (default: guessed from the -o suffix)")
+                   help="output format (default: guessed from the -o suffix); perfetto-json is the old "
+                        "name of chrome")
     p.add_argument("-o", "--output", required=True, help="output file ('-' = stdout, not for pstats)")
     p.add_argument("--weight", choices=("ns", "calls"), default="ns",
                    help="collapsed: self time in integer nanoseconds (default) or call counts")
@@ -121,6 +140,10 @@ def main(argv=None):
     fmt = args.format or _guess_format(args.output)
     if fmt is None:
         p.error("cannot tell the format from %r: pass --format (%s)" % (args.output, "|".join(FORMATS)))
+    if fmt == "perfetto-json":
+        print("pytrace export: --format perfetto-json is now called chrome (the old name goes "
+              "in the next release)", file=sys.stderr)
+    fmt = _ALIASES.get(fmt, fmt)
     if args.qualnames and fmt != "pstats":
         p.error("--qualnames is for --format pstats")
     if not args.follow:
@@ -155,7 +178,7 @@ def main(argv=None):
         return 1
     where = "stdout" if args.output == "-" else args.output
     print("pytrace export: %d events, %d threads, %d symbols -> %s (%s)" % (
-        walker.events, len(walker.threads), len(walker.symbols), where, fmt), file=sys.stderr)
+        walker.events, walker.threads, walker.symbols, where, fmt), file=sys.stderr)
     # The job's own count of dropped events (its final status), as record, pytrace-top and
     # stop() give it. The gaps marked in the stream (Lost records) can be fewer: drops after
     # a thread's last record have no record after them to mark them.

@@ -1,4 +1,4 @@
-"""Calling-context tree rebuilt from a pytrace stream (the Python reference aggregation).
+"""Calling-context tree rebuilt from a pytrace stream: a small Python reference used by the tests (the readers use viewer/core/walk.[ch]; its rules for Frame records and spans differ, see below).
 
 Feed it decoded messages (`pytrace.reader`) or raw (type, bytes) pairs; it keeps one
 stack per thread and one tree per thread whose nodes are call paths, each with the
@@ -32,7 +32,7 @@ Stream rules (schema/pytrace.fbs):
 Node keys: "py:<qualname>:<file>:<line>", "c:<name>", "span:<label>" (see symbol_key).
 """
 
-from .reader import (EventChunk, EventKind, MsgType, Symbol, SymbolKind, ThreadEnd,
+from pytrace.reader import (EventChunk, EventKind, MsgType, Symbol, SymbolKind, ThreadEnd,
                      ThreadStart, decode)
 
 __all__ = ["CallTree", "symbol_key", "edges_from_rows", "edges_below"]

@@ -1,0 +1,131 @@
+/*
+ * _pytrace.export(): the C exporters (viewer/core/export.h) for `pytrace
+ * export`. The GIL is released while the recording is read; every few
+ * thousand messages (and while following a file) the GIL is taken back to run
+ * signal handlers, so Ctrl-C stops the export with KeyboardInterrupt.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "viewer/core/export.h"
+
+#include <errno.h>
+#include <string.h>
+
+typedef struct progress_ctx {
+    PyThreadState *saved;
+    int interrupted;
+} progress_ctx_t;
+
+static int export_progress(void *p)
+{
+    progress_ctx_t *c = p;
+    PyEval_RestoreThread(c->saved);
+    int stop = PyErr_CheckSignals() < 0;
+    c->saved = PyEval_SaveThread();
+    if (stop)
+        c->interrupted = 1;
+    return stop;
+}
+
+static const struct {
+    const char *name;
+    int format;
+} formats[] = {
+    {"collapsed", PT_EXPORT_COLLAPSED},
+    {"pstats", PT_EXPORT_PSTATS},
+    {"speedscope", PT_EXPORT_SPEEDSCOPE},
+    {"chrome", PT_EXPORT_CHROME},
+};
+
+#define SET_U64(d, key, v)                                                   \
+    do {                                                                     \
+        PyObject *o_ = PyLong_FromUnsignedLongLong((unsigned long long)(v)); \
+        if (!o_ || PyDict_SetItemString(d, key, o_) < 0) {                   \
+            Py_XDECREF(o_);                                                  \
+            goto err;                                                        \
+        }                                                                    \
+        Py_DECREF(o_);                                                       \
+    } while (0)
+
+PyObject *pt_py_export(PyObject *module, PyObject *args, PyObject *kw)
+{
+    (void)module;
+    static char *kwlist[] = {"recording", "format", "fd", "weight_calls", "per_thread", "qualnames",
+                             "follow", "timeout", "tmp_dir", NULL};
+    PyObject *path_obj = NULL;
+    const char *fmt = NULL, *tmp_dir = NULL;
+    int fd = -1, weight_calls = 0, per_thread = 0, qualnames = 0, follow = 0;
+    double timeout = 30.0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&si|ppppdz", kwlist, PyUnicode_FSConverter, &path_obj, &fmt, &fd,
+                                     &weight_calls, &per_thread, &qualnames, &follow, &timeout, &tmp_dir))
+        return NULL;
+    pt_export_opts_t o = {.weight_calls = weight_calls, .per_thread = per_thread, .qualnames = qualnames,
+                          .follow = follow, .timeout = timeout, .tmp_dir = tmp_dir};
+    for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++)
+        if (!strcmp(fmt, formats[i].name))
+            o.format = formats[i].format;
+    if (!o.format) {
+        Py_DECREF(path_obj);
+        PyErr_Format(PyExc_ValueError, "unknown export format %R", PyTuple_GET_ITEM(args, 1));
+        return NULL;
+    }
+    progress_ctx_t pc = {0};
+    o.progress = export_progress;
+    o.progress_ctx = &pc;
+    pt_export_result_t res;
+    pc.saved = PyEval_SaveThread();
+    int rc = pt_export_file(PyBytes_AS_STRING(path_obj), fd, &o, &res);
+    PyEval_RestoreThread(pc.saved);
+    Py_DECREF(path_obj);
+    if (rc == -EINTR && pc.interrupted)
+        return NULL; /* the signal handler's exception (KeyboardInterrupt) */
+    if (rc) {
+        if (res.error[0] && !res.damaged) { /* the recording could not be opened */
+            errno = -rc;
+            PyErr_SetString(PyExc_OSError, res.error);
+            return NULL;
+        }
+        errno = -rc;
+        return PyErr_SetFromErrno(rc == -ENOMEM ? PyExc_MemoryError : PyExc_OSError);
+    }
+    PyObject *d = PyDict_New();
+    if (!d)
+        return NULL;
+    SET_U64(d, "events", res.events);
+    SET_U64(d, "lost_events", res.lost);
+    SET_U64(d, "unmatched", res.unmatched);
+    SET_U64(d, "threads", res.threads);
+    SET_U64(d, "symbols", res.symbols);
+    SET_U64(d, "messages", res.messages);
+    SET_U64(d, "bytes", res.bytes_written);
+    SET_U64(d, "timed_out", res.timed_out);
+    if (res.damaged) {
+        PyObject *t = Py_BuildValue("(Ls)", (long long)res.error_offset, res.error);
+        if (!t || PyDict_SetItemString(d, "damage", t) < 0) {
+            Py_XDECREF(t);
+            goto err;
+        }
+        Py_DECREF(t);
+    }
+    if (res.have_status) {
+        PyObject *s = PyDict_New();
+        if (!s || PyDict_SetItemString(d, "status", s) < 0) {
+            Py_XDECREF(s);
+            goto err;
+        }
+        Py_DECREF(s);
+        SET_U64(s, "state", res.status.state);
+        SET_U64(s, "events_written", res.status.events_written);
+        SET_U64(s, "events_dropped", res.status.events_dropped);
+        SET_U64(s, "hook_errors", res.status.hook_errors);
+        SET_U64(s, "symbols_dropped", res.status.symbols_dropped);
+        SET_U64(s, "threads_untraced", res.status.threads_untraced);
+        SET_U64(s, "tracing_displaced", res.status.tracing_displaced);
+        SET_U64(s, "events_untraced", res.status.events_untraced);
+    }
+    return d;
+err:
+    Py_DECREF(d);
+    return NULL;
+}

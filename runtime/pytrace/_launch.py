@@ -1,0 +1,666 @@
+"""The launcher: runs a Python program traced from its first line, as python runs it.
+
+    python [flags] .../pytrace/_launch.py [name=value ...] -- PROGRAM
+    PROGRAM: script.py args | -m module args | -c code args | - args | dir-or-zip args
+
+`pytrace run` replaces itself with this (os.execv: same pid, the interpreter's flags
+kept), and `pytrace record` and `pytrace top` start their job with it (command(),
+start_job()). The options are start()'s (c_calls=0, policy=wait, include=X, ...)
+plus report_fd= / wait_fd= (record and top's handshake: the segment name goes out
+on one pipe, then the job waits until the reader holds the segment), quiet=1 (no
+summary at exit: the recorder gives it) and subprocesses=DIR (the sitecustomize
+that traces Python children, see autostart()).
+
+Why a script run by path: the picture of a program must hold everything the program
+does, its first imports too. So this file imports nothing that `python script.py`
+has not imported at startup (not the pytrace package, not runpy unless python
+itself would: `-m` and dir/zip programs), loads the extension from the file beside
+it, prepares everything it needs after start() before it, starts tracing and only
+then runs the program, the way python does (a script is compiled and executed in
+a fresh __main__; `-m` goes through runpy._run_module_as_main, as python -m does).
+
+pytrace's frames are not in the picture: start() hides this file and the API
+module (hide=...: their code produces no events, nor do its C calls -- the
+handshake's read, stop()), and caller_stack=False leaves out the frames below the
+launcher. Tracing stops in an atexit handler registered before the program runs,
+so it runs after the program's own handlers and after the interpreter joined the
+program's threads. A traceback the program leaves is shown without our frames.
+"""
+
+import os
+import sys
+
+ENV_OPTIONS = "PYTRACE_SUBPROCESS_OPTIONS"   # start() options for traced children
+# Files of the package whose code is pytrace's own: never in a picture.
+HIDDEN_FILES = ("__init__.py", "_launch.py")
+
+# Python's own options (python --help): flags, and those that take a value.
+_PY_FLAG_LETTERS = "bBdEiIOPqRsSuv"
+_PY_VALUE_LETTERS = "WX"
+_PY_LONG_VALUE = ("--check-hash-based-pycs",)
+_START_KEYS = {"c_calls": "bool", "policy": "str", "include": "list", "exclude": "list",
+               "ring_count": "int", "chunk_bytes": "int", "chunks_per_ring": "int",
+               "symlog_bytes": "int", "wait_timeout": "float"}
+_LAUNCH_KEYS = {"report_fd": "int", "wait_fd": "int", "quiet": "bool", "subprocesses": "str"}
+
+
+# ---- the command line (also used by the parents: cli, record, top) ------------------
+
+def split_python_args(args):
+    """Split python's arguments (without the interpreter) into its flags and the
+    program: (flags, program), program being [] or one of [script, *args],
+    ["-m", module, *args], ["-c", code, *args], ["-", *args]. ValueError, in one
+    line, for an option that does not run a program (-h, -V) or is not supported."""
+    flags = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            return flags, args[i + 1:]
+        if arg == "-" or not arg.startswith("-"):
+            return flags, args[i:]
+        if arg.startswith("--"):
+            name, eq, _ = arg.partition("=")
+            if name not in _PY_LONG_VALUE:
+                raise ValueError("python option %s does not run a program" % name
+                                 if name in ("--help", "--version", "--help-env", "--help-xoptions",
+                                             "--help-all")
+                                 else "unknown python option %s" % name)
+            if eq:
+                flags.append(arg)
+                i += 1
+            elif i + 1 < len(args):
+                flags += args[i:i + 2]
+                i += 2
+            else:
+                raise ValueError("python option %s needs a value" % name)
+            continue
+        # a cluster of short options: -u, -OO, -uB, -Wignore, -X dev, -c code, -mjson.tool
+        for j in range(1, len(arg)):
+            letter = arg[j]
+            if letter in "cm" or letter in _PY_VALUE_LETTERS:
+                attached = arg[j + 1:]
+                if not attached and i + 1 >= len(args):
+                    raise ValueError("python option -%s needs a value" % letter)
+                value = attached or args[i + 1]
+                if j > 1:
+                    flags.append(arg[:j])
+                i += 1 if attached else 2
+                if letter in "cm":
+                    return flags, ["-" + letter, value] + args[i:]
+                flags += ["-" + letter, value]
+                break
+            if letter in "hV?":
+                raise ValueError("python option -%s does not run a program" % letter)
+            if letter not in _PY_FLAG_LETTERS:
+                raise ValueError("python option -%s is not supported by pytrace" % letter
+                                 if letter == "x" else "unknown python option -%s" % letter)
+        else:
+            flags.append(arg)
+            i += 1
+    return flags, []
+
+
+def interpreter_flags(orig_argv=None):
+    """The flags this interpreter was started with (-X dev, -u, -O, ...), from
+    sys.orig_argv: what a new interpreter needs to run the program alike."""
+    argv = sys.orig_argv if orig_argv is None else orig_argv
+    try:
+        return split_python_args(list(argv[1:]))[0]
+    except ValueError:
+        return []
+
+
+def launcher_path():
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "_launch.py")
+
+
+def encode_options(options):
+    """start() options (a dict) -> launcher arguments name=value."""
+    out = []
+    for key, value in options.items():
+        kind = _START_KEYS.get(key) or _LAUNCH_KEYS.get(key)
+        if kind is None:
+            raise ValueError("pytrace: the launcher does not take %r" % key)
+        if value is None:
+            continue
+        if kind == "list":
+            out += ["%s=%s" % (key, v) for v in ([value] if isinstance(value, str) else value)]
+        elif kind == "bool":
+            out.append("%s=%d" % (key, bool(value)))
+        else:
+            out.append("%s=%s" % (key, value))
+    return out
+
+
+def command(interp, flags, options, program, **launch):
+    """argv that runs `program` (as split_python_args gives it) traced with start()
+    `options`, under `interp` with its `flags`. launch: report_fd, wait_fd, quiet,
+    subprocesses."""
+    opts = dict(options)
+    opts.update({k: v for k, v in launch.items() if v is not None})
+    return [interp] + list(flags) + [launcher_path()] + encode_options(opts) + ["--"] + list(program)
+
+
+def start_job(interp, flags, options, program, timeout=30.0, **popen):
+    """Start `program` traced with the handshake (record, top): -> (Popen, segment name
+    or "" if tracing did not start within `timeout` s, wait_fd). The job waits, with
+    tracing on, until wait_fd is closed: attach first, then close it. OSError if the
+    interpreter cannot be started."""
+    import subprocess
+    report_r, report_w = os.pipe()
+    wait_r, wait_w = os.pipe()
+    argv = command(interp, flags, options, program, report_fd=report_w, wait_fd=wait_r,
+                   quiet=True)
+    try:
+        job = subprocess.Popen(argv, pass_fds=(report_w, wait_r), **popen)
+    except OSError:
+        os.close(report_r)
+        os.close(wait_w)
+        raise
+    finally:
+        os.close(report_w)
+        os.close(wait_r)
+    segment = read_segment(report_r, timeout)
+    os.close(report_r)
+    return job, segment, wait_w
+
+
+def read_segment(fd, timeout):
+    """The segment name the job reports once tracing started ("" if it never does)."""
+    import select
+    import time
+    deadline = time.monotonic() + timeout
+    data = b""
+    while b"\n" not in data:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        try:
+            ready, _, _ = select.select([fd], [], [], left)
+        except InterruptedError:
+            continue
+        if not ready:
+            break
+        chunk = os.read(fd, 256)
+        if not chunk:
+            break
+        data += chunk
+    return data.split(b"\n")[0].decode(errors="replace").strip()
+
+
+# ---- in the traced process: everything before start() -------------------------------
+
+def _say(text):
+    if sys.stderr is not None:
+        sys.stderr.write("pytrace: %s\n" % text)
+        sys.stderr.flush()
+
+
+def _parse_launch_args(args):
+    """-> (start options, launcher options, program)."""
+    start, launch = {}, {}
+    for i, arg in enumerate(args):
+        if arg == "--":
+            return start, launch, args[i + 1:]
+        key, eq, value = arg.partition("=")
+        kind = _START_KEYS.get(key) or _LAUNCH_KEYS.get(key)
+        if not eq or kind is None:
+            raise ValueError("unknown launcher argument %r" % arg)
+        target = start if key in _START_KEYS else launch
+        if kind == "list":
+            target.setdefault(key, []).append(value)
+        elif kind == "bool":
+            target[key] = value not in ("0", "")
+        elif kind == "int":
+            target[key] = int(value)
+        elif kind == "float":
+            target[key] = float(value)
+        else:
+            target[key] = value
+    raise ValueError("no program after the launcher's arguments")
+
+
+def _load_extension():
+    """The _pytrace extension beside this file, loaded without the pytrace package (and
+    without importlib's Python-level API, which python does not import at startup).
+    None if there is none for this interpreter."""
+    external = sys.modules["_frozen_importlib_external"]
+    bootstrap = sys.modules["_frozen_importlib"]
+    name = "pytrace._pytrace"
+    if name in sys.modules:
+        return sys.modules[name]
+    here = os.path.dirname(__file__)
+    for suffix in external.EXTENSION_SUFFIXES:
+        path = os.path.join(here, "_pytrace" + suffix)
+        if os.path.isfile(path):
+            break
+    else:
+        return None
+    loader = external.ExtensionFileLoader(name, path)
+    spec = bootstrap.spec_from_loader(name, loader, origin=path)
+    module = bootstrap.module_from_spec(spec)
+    loader.exec_module(module)
+    sys.modules[name] = module    # `import pytrace` by the program finds it: one tracer
+    return module
+
+
+def _other_install():
+    """This interpreter's own pytrace launcher (another Python version than the one
+    this file was installed for), or None."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    suffixes = sys.modules["_frozen_importlib_external"].EXTENSION_SUFFIXES
+    for entry in sys.path:
+        pkg = os.path.join(os.path.abspath(entry or os.curdir), "pytrace")
+        if pkg == here or not os.path.isfile(os.path.join(pkg, "_launch.py")):
+            continue
+        if any(os.path.isfile(os.path.join(pkg, "_pytrace" + s)) for s in suffixes):
+            return os.path.join(pkg, "_launch.py")
+    return None
+
+
+def _fresh_main(**extra):
+    """A new __main__ module, as python makes it."""
+    import builtins
+    main = type(sys)("__main__")
+    main.__loader__ = sys.modules["_frozen_importlib"].BuiltinImporter
+    main.__annotations__ = {}
+    main.__builtins__ = builtins
+    for key, value in extra.items():
+        setattr(main, key, value)
+    return main
+
+
+class _Program:
+    """What python would run for PROGRAM, prepared before tracing starts: its code
+    (scripts, -c, stdin), its __main__ module, sys.argv and sys.path[0]."""
+
+    def __init__(self, program):
+        self.code = None            # compiled code to exec in self.main
+        self.main = None
+        self.module = None          # -m: run by runpy._run_module_as_main(module, True)
+        self.importer = False       # dir/zip: runpy._run_module_as_main("__main__", False)
+        head = program[0] if program else None
+        if head is None:
+            raise _Refused("give a program: script.py, -m module or -c code", 2)
+        if head == "-c":
+            self.argv = ["-c"] + program[2:]
+            self.path0 = ""
+            self.main = _fresh_main()
+            self.code = compile(program[1], "<string>", "exec", dont_inherit=True)
+        elif head == "-m":
+            self.argv = ["-m"] + program[2:]      # runpy puts the module's file in argv[0]
+            self.path0 = os.getcwd()
+            self.main = _fresh_main()
+            self.module = program[1]
+        elif head == "-":
+            if sys.stdin is None or sys.stdin.isatty():
+                raise _Refused("a program typed at the terminal (-) cannot be traced; "
+                               "give a script, -m module or -c code", 2)
+            self.argv = ["-"] + program[1:]
+            self.path0 = ""
+            self.main = _fresh_main(__file__="<stdin>", __cached__=None)
+            self.code = compile(sys.stdin.buffer.read(), "<stdin>", "exec", dont_inherit=True)
+        else:
+            self._script(program)
+
+    def _script(self, program):
+        path = program[0]
+        self.argv = list(program)
+        # __file__ and the code's filename: absolute, as python makes them (not normalised)
+        abspath = path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
+        if os.path.isdir(path) or _is_zip(path):
+            self.importer = True
+            self.path0 = abspath
+            self.main = _fresh_main()
+            return
+        self.path0 = os.path.dirname(os.path.realpath(path))
+        try:
+            with sys.modules["io"].open_code(abspath) as f:
+                source = f.read()
+        except OSError as e:
+            raise _Refused("%s: can't open file %r: [Errno %d] %s" % (
+                sys.orig_argv[0] if sys.orig_argv else sys.executable, abspath, e.errno,
+                e.strerror), 2, plain=True) from None
+        loader = sys.modules["_frozen_importlib_external"].SourceFileLoader("__main__", abspath)
+        self.main = _fresh_main(__file__=abspath, __cached__=None)
+        self.main.__loader__ = loader
+        self.code = compile(source, abspath, "exec", dont_inherit=True)
+
+    def enter(self):
+        """sys.argv, sys.path[0] and __main__ as python sets them for the program."""
+        sys.argv[:] = self.argv
+        if not sys.flags.isolated and not getattr(sys.flags, "safe_path", False) and sys.path:
+            sys.path[0] = self.path0      # python put this file's directory there
+        sys.modules["__main__"] = self.main
+
+
+class _Refused(Exception):
+    def __init__(self, message, code, plain=False):
+        super().__init__(message)
+        self.code = code
+        self.plain = plain
+
+
+def _is_zip(path):
+    try:
+        sys.modules["zipimport"].zipimporter(path)
+        return True
+    except Exception:  # noqa: BLE001 - not a zip python could run
+        return False
+
+
+def _register_at_exit(func):
+    """atexit.register(func) without leaving atexit imported: python does not import
+    it at startup, and the program's own `import atexit` must be its own (the
+    handlers live in the interpreter, not in the module object)."""
+    had = "atexit" in sys.modules
+    import atexit
+    atexit.register(func)
+    if not had:
+        del sys.modules["atexit"]
+
+
+def _hidden(extra=()):
+    here = os.path.dirname(__file__)
+    return [os.path.join(here, name) for name in HIDDEN_FILES] + list(extra)
+
+
+def _env_encode(tokens):
+    return "\n".join(t.replace("\\", "\\\\").replace("\n", "\\n") for t in tokens)
+
+
+def _env_decode(text):
+    out = []
+    for line in text.split("\n"):
+        token, i = [], 0
+        while i < len(line):
+            if line[i] == "\\" and i + 1 < len(line):
+                token.append("\n" if line[i + 1] == "n" else line[i + 1])
+                i += 2
+            else:
+                token.append(line[i])
+                i += 1
+        out.append("".join(token))
+    return out
+
+
+class _Session:
+    """One traced run: what the atexit handler needs, prepared before start()."""
+
+    def __init__(self, ext, quiet, hook_dir, program_words):
+        self.ext = ext
+        self.quiet = quiet
+        self.hook_dir = hook_dir
+        self.program_words = program_words
+
+    def stop_at_exit(self):
+        # registered before the program ran: runs after its handlers, after the
+        # interpreter joined its threads. Only C calls until tracing is off.
+        ext = self.ext
+        if not ext.is_tracing():
+            counters = None
+        else:
+            try:
+                counters = ext.stop()
+            except Exception:  # noqa: BLE001 - never fail the program's exit
+                counters = None
+        # From here on nothing is traced. Nothing here may eval() a string: that resets
+        # the interpreter's note of an uncaught KeyboardInterrupt, and the process would
+        # exit 1 instead of dying of SIGINT (so no shutil, shlex: their imports do).
+        if self.hook_dir:
+            _remove_tree(self.hook_dir)
+        if counters is None or self.quiet:
+            return
+        try:
+            _summary(counters, self.program_words)
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _losses():
+    """pytrace/losses.py, loaded by path: no package import at exit."""
+    path = os.path.join(os.path.dirname(__file__), "losses.py")
+    namespace = {"__name__": "pytrace.losses", "__file__": path}
+    with open(path, "rb") as f:
+        exec(compile(f.read(), path, "exec"), namespace)
+    return namespace
+
+
+def _remove_tree(top):
+    try:
+        for root, dirs, files in os.walk(top, topdown=False):
+            for name in files:
+                os.unlink(os.path.join(root, name))
+            for name in dirs:
+                os.rmdir(os.path.join(root, name))
+        os.rmdir(top)
+    except OSError:
+        pass
+
+
+_SHELL_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_@%+=:,./-")
+
+
+def _shell_quote(word):
+    """shlex.quote, without importing shlex (see stop_at_exit)."""
+    if word and all(ch in _SHELL_SAFE for ch in word):
+        return word
+    return "'" + word.replace("'", "'\"'\"'") + "'"
+
+
+def _summary(c, program_words):
+    line = "%d events written, %d dropped" % (c.get("events_written", 0), c.get("events_dropped", 0))
+    if c.get("events_dropped"):
+        line += ("; a ring was full (no reader, or one that fell behind). To keep every "
+                 "event, record instead: pytrace record -o out.pytrace -- python %s"
+                 % " ".join(_shell_quote(w) for w in program_words))
+    _say(line)
+    losses = _losses()
+    other = losses["describe"](c, losses["OTHER_LOSSES"])
+    if other:
+        _say("also lost: %s%s" % (other, "; first error: %s" % c["first_error"]
+                                   if c.get("first_error") else ""))
+
+
+def _handshake(report_fd, wait_fd, segment):
+    """Report the segment and wait until the reader holds it (or gave up: EOF)."""
+    try:
+        if report_fd is not None:
+            os.write(report_fd, (segment + "\n").encode())
+            os.close(report_fd)
+        if wait_fd is not None:
+            os.read(wait_fd, 1)
+    except OSError:
+        pass
+    finally:
+        if wait_fd is not None:
+            try:
+                os.close(wait_fd)
+            except OSError:
+                pass
+
+
+def _start(ext, options):
+    """ext.start() and the checks pytrace.start() makes, with C calls only after it."""
+    segment = ext.start(**options)
+    now = ext.counters()
+    if now.get("tracing_displaced") or not now.get("hook"):
+        _say(now.get("first_error") or "not tracing")
+    return segment
+
+
+def _main(args):
+    try:
+        options, launch, program = _parse_launch_args(args)
+    except ValueError as e:
+        _say(str(e))
+        return 2
+    ext = _load_extension()
+    if ext is None:
+        other = _other_install()
+        if other is not None:        # this interpreter's own pytrace runs it
+            flags = interpreter_flags()
+            os.execv(sys.executable, [sys.executable] + flags + [other] + list(args))
+        _say("%s (Python %d.%d) has no pytrace extension: install pytrace for it "
+             "(pip install pytrace)" % (sys.executable, sys.version_info[0], sys.version_info[1]))
+        return 1
+    try:
+        prog = _Program(program)
+    except _Refused as e:
+        if e.plain:
+            sys.stderr.write(str(e) + "\n")
+        else:
+            _say(str(e))
+        return e.code
+    sys.orig_argv = list(sys.orig_argv[:1]) + interpreter_flags() + list(program)
+    prog.enter()
+    hook_dir = launch.get("subprocesses")
+    if hook_dir:
+        old = os.environ.get("PYTHONPATH")
+        os.environ["PYTHONPATH"] = hook_dir + (os.pathsep + old if old else "")
+        os.environ[ENV_OPTIONS] = _env_encode(encode_options(options))
+    runpy = None
+    if prog.module is not None or prog.importer:
+        import runpy                 # as python -m (and a dir/zip program) imports it
+    session = _Session(ext, launch.get("quiet", False), hook_dir, program)
+    _register_at_exit(session.stop_at_exit)
+    report_fd, wait_fd = launch.get("report_fd"), launch.get("wait_fd")
+    options = dict(options, hide=_hidden(), caller_stack=False)
+    code, main = prog.code, prog.main
+    # The launcher's frames stay under the program's: code that walks out to the
+    # outermost frame must not take its globals for the program's __main__.
+    globals()["__name__"] = "pytrace._launch"
+    module, importer = prog.module, prog.importer
+    del prog
+
+    # ---- tracing: from here on only C calls and the program --------------------------
+    try:
+        segment = _start(ext, options)
+    except (OSError, RuntimeError, ValueError, TypeError) as e:
+        _say("cannot start tracing: %s" % e)
+        if wait_fd is not None:
+            os.close(wait_fd)
+        return 1
+    _handshake(report_fd, wait_fd, segment)
+    if sys.stderr is not None:
+        sys.stderr.write("pytrace: tracing pid %d into %s; attach with: pytrace-top %d\n"
+                         % (os.getpid(), segment, os.getpid()))
+        sys.stderr.flush()
+    if code is not None:
+        exec(code, main.__dict__)
+    elif importer:
+        runpy._run_module_as_main("__main__", False)
+    else:
+        runpy._run_module_as_main(module, True)
+    return 0
+
+
+def _show_without_launcher(hook):
+    """sys.excepthook for the program's uncaught exception: its traceback without the
+    launcher's frames at the top, as python shows it; then the program's hook again."""
+    own = __file__
+
+    def excepthook(exc_type, exc, tb):
+        sys.excepthook = hook
+        while tb is not None and tb.tb_frame.f_code.co_filename == own:
+            tb = tb.tb_next
+        if exc is not None:
+            exc.__traceback__ = tb
+        if getattr(sys, "last_value", None) is exc:
+            sys.last_traceback = tb
+        hook(exc_type, exc, tb)
+    return excepthook
+
+
+# ---- a traced Python child (pytrace run --subprocesses) ------------------------------
+
+def autostart(hook_file):
+    """Called by the sitecustomize.py and usercustomize.py that `pytrace run
+    --subprocesses` puts first on PYTHONPATH: runs the module of that name it
+    shadows, then starts tracing with the options in ENV_OPTIONS -- at the last
+    of the two that site.py imports, so that the rest of python's startup is not
+    in the child's picture. A failure is said in one line; the program runs anyway."""
+    name = os.path.splitext(os.path.basename(hook_file))[0]       # sitecustomize, usercustomize
+    _chain_customize(name, hook_file)
+    site = sys.modules.get("site")
+    if name == "sitecustomize" and getattr(site, "ENABLE_USER_SITE", False):
+        return                        # site.py imports usercustomize next: start there
+    raw = os.environ.get(ENV_OPTIONS)
+    ext = sys.modules.get("pytrace._pytrace")
+    if not raw or ext is not None and ext.is_tracing():
+        return
+    try:
+        options, launch, _ = _parse_launch_args(_env_decode(raw) + ["--"])
+        ext = _load_extension()
+        if ext is None:
+            raise RuntimeError("no pytrace extension for Python %d.%d" % sys.version_info[:2])
+        hook_dir = os.path.join(os.path.dirname(hook_file), "")
+        options.update(hide=_hidden([hook_dir]), caller_stack=False, cmdline=_cmdline())
+        session = _Session(ext, False, None, list(sys.orig_argv[1:]))
+        _register_at_exit(session.stop_at_exit)
+        segment = _start(ext, options)
+    except Exception as e:  # noqa: BLE001 - the child program must run regardless
+        _say("child %d not traced: %s" % (os.getpid(), e))
+        return
+    _say("tracing pid %d into %s; attach with: pytrace-top %d" % (os.getpid(), segment, os.getpid()))
+
+
+def _chain_customize(name, hook_file):
+    """Run the sitecustomize / usercustomize our hook shadows, if there is one further
+    on sys.path (as site.py would: errors other than its absence are reported)."""
+    hook_dir = os.path.dirname(os.path.abspath(hook_file))
+    ours = sys.modules.pop(name, None)
+    saved = list(sys.path)
+    try:
+        sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != hook_dir]
+        __import__(name)
+    except ImportError as e:
+        if e.name != name:
+            sys.stderr.write("Error in %s; set PYTHONVERBOSE for traceback:\n%s: %s\n"
+                             % (name, type(e).__name__, e))
+    except Exception as e:  # noqa: BLE001 - behave like site.py: report and continue
+        sys.stderr.write("Error in %s; set PYTHONVERBOSE for traceback:\n%s: %s\n"
+                         % (name, type(e).__name__, e))
+    finally:
+        sys.path[:] = saved
+        if ours is not None:
+            sys.modules[name] = ours
+
+
+def _cmdline():
+    try:
+        with open("/proc/self/cmdline", "rb") as f:
+            return f.read().rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
+    except OSError:
+        return " ".join(sys.orig_argv)
+
+
+def write_subprocess_hook(hook_dir):
+    """The sitecustomize.py and usercustomize.py of `pytrace run --subprocesses` in
+    hook_dir: they run autostart() from this file without importing the pytrace
+    package (its bytecode cache is used)."""
+    text = ("# written by `pytrace run --subprocesses`: trace this Python child too\n"
+            "def _pytrace_autostart(launcher=%r, hook=__file__):\n"
+            "    from _frozen_importlib_external import SourceFileLoader\n"
+            "    code = SourceFileLoader('pytrace._launch', launcher).get_code('pytrace._launch')\n"
+            "    namespace = {'__name__': 'pytrace._launch', '__file__': launcher}\n"
+            "    exec(code, namespace)\n"
+            "    namespace['autostart'](hook)\n"
+            "_pytrace_autostart()\n"
+            "del _pytrace_autostart\n" % launcher_path())
+    for name in ("sitecustomize.py", "usercustomize.py"):
+        with open(os.path.join(hook_dir, name), "w") as f:
+            f.write(text)
+
+
+if __name__ == "__main__":
+    try:
+        _code = _main(sys.argv[1:])
+    except SystemExit:
+        raise
+    except BaseException:
+        sys.excepthook = _show_without_launcher(sys.excepthook)
+        raise
+    if _code:
+        sys.exit(_code)

@@ -1,0 +1,159 @@
+/*
+ * pt_walk unit tests: streams in, the exact sequence of enter/exit callbacks
+ * out, written as a transcript ("+f", "-f", "+s/c" for a continued span...).
+ * They pin the rules of walk.h: missed returns, unmatched returns, Frame runs
+ * after a gap, one call per reported frame, and the rule for spans.
+ */
+#include "../check.h"
+#include "viewer/core/walk.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+enum { MAIN = 1, F, G, H, ENTER, BEGIN, EXIT, END, S = 100 };
+static const char *names[] = {"?", "main", "f", "g", "h", "enter", "begin", "exit", "end"};
+
+static char transcript[8192];
+
+static const char *nm(uint32_t id) { return id == S ? "s" : id < 9 ? names[id] : "x"; }
+
+static void put(const char *s)
+{
+    size_t n = strlen(transcript);
+    snprintf(transcript + n, sizeof transcript - n, "%s%s", n ? " " : "", s);
+}
+
+static int on_enter(void *ctx, pt_walk_thread_t *th, uint32_t id, uint64_t t, unsigned flags)
+{
+    (void)ctx;
+    char b[64];
+    snprintf(b, sizeof b, "+%s%s%s@%llu", nm(id), flags & PT_WALK_CONTINUED ? "/c" : "",
+             flags & PT_WALK_REPORTED ? "/r" : "", (unsigned long long)t);
+    put(b);
+    CHECK(th->depth > 0);
+    return 0;
+}
+
+static int on_leave(void *ctx, pt_walk_thread_t *th, uint32_t id, uint64_t t, unsigned flags)
+{
+    (void)ctx;
+    (void)th;
+    char b[64];
+    snprintf(b, sizeof b, "-%s%s@%llu", nm(id), flags & PT_WALK_CONTINUED ? "/c" : "", (unsigned long long)t);
+    put(b);
+    return 0;
+}
+
+static int on_gap(void *ctx, pt_walk_thread_t *th, uint64_t t, uint64_t lost)
+{
+    (void)ctx;
+    (void)th;
+    char b[64];
+    snprintf(b, sizeof b, "gap%llu@%llu", (unsigned long long)lost, (unsigned long long)t);
+    put(b);
+    return 0;
+}
+
+static const pt_walk_ops_t ops = {.enter = on_enter, .exit = on_leave, .gap = on_gap};
+
+static pt_event_t E(uint64_t t, uint8_t kind, uint32_t id, uint16_t aux)
+{
+    return (pt_event_t){.ticks = t, .id = id, .aux = aux, .kind = kind};
+}
+
+static void run(const pt_event_t *ev, size_t n, const char *want, pt_walk_counters_t *c)
+{
+    pt_walk_t *w = NULL;
+    transcript[0] = 0;
+    CHECK_EQ(pt_walk_create(&ops, NULL, &w), 0);
+    CHECK_EQ(pt_walk_events(w, 1, ev, n), 0);
+    CHECK_EQ(pt_walk_finish(w), 0);
+    CHECKF(!strcmp(transcript, want), "\n got  %s\n want %s", transcript, want);
+    if (c)
+        pt_walk_counters(w, c);
+    pt_walk_destroy(w);
+}
+
+#define N(a) (sizeof(a) / sizeof(a)[0])
+
+/* A missed return closes the frames above; a return with no call is counted. */
+static void test_missed_and_unmatched(void)
+{
+    pt_event_t ev[] = {E(1, PT_EV_RETURN, H, 0), E(2, PT_EV_CALL, MAIN, 0), E(3, PT_EV_CALL, F, 0),
+                       E(4, PT_EV_CALL, G, 0), E(5, PT_EV_RETURN, F, 0), E(6, PT_EV_RETURN, MAIN, 0)};
+    pt_walk_counters_t c;
+    run(ev, N(ev), "+main@2 +f@3 +g@4 -g@5 -f@5 -main@6", &c);
+    CHECK_EQ(c.unmatched, 1);
+}
+
+/* pytrace.span's helpers: begin is written inside enter/begin, end inside
+ * exit/end. The span outlives its helpers (rule 1) and takes exit/end along
+ * when it ends (rule 2): strict nesting, one call for the span. */
+static void test_span_rule(void)
+{
+    pt_event_t ev[] = {
+        E(1, PT_EV_CALL, MAIN, 0),     E(2, PT_EV_CALL, ENTER, 0),   E(3, PT_EV_CCALL, BEGIN, 0),
+        E(4, PT_EV_SPAN_BEGIN, S, 0),  E(5, PT_EV_CRETURN, BEGIN, 0), E(6, PT_EV_RETURN, ENTER, 0),
+        E(7, PT_EV_CALL, F, 0),        E(8, PT_EV_RETURN, F, 0),      E(9, PT_EV_CALL, EXIT, 0),
+        E(10, PT_EV_CCALL, END, 0),    E(11, PT_EV_SPAN_END, S, 0),   E(12, PT_EV_CRETURN, END, 0),
+        E(13, PT_EV_RETURN, EXIT, 0),  E(14, PT_EV_SPAN_END, S, 0),   E(15, PT_EV_RETURN, MAIN, 0),
+    };
+    pt_walk_counters_t c;
+    run(ev, N(ev),
+        "+main@1 +enter@2 +begin@3 +s@4 -s/c@5 -begin@5 +s/c@5 -s/c@6 -enter@6 +s/c@6 +f@7 -f@8 +exit@9 "
+        "+end@10 -end/c@11 -exit/c@11 -s@11 +exit/c@11 +end/c@11 -end@12 -exit@13 -main@15",
+        &c);
+    CHECK_EQ(c.unmatched, 0);
+    CHECK_EQ(c.unmatched_spans, 1);
+}
+
+/* Lost, then Frame records: the common prefix stays, the rest closes at the
+ * Lost tick, reported frames enter (flag r) at their ticks; spans survive. */
+static void test_gap_and_frames(void)
+{
+    pt_event_t ev[] = {
+        E(1, PT_EV_CALL, MAIN, 0), E(2, PT_EV_SPAN_BEGIN, S, 0), E(3, PT_EV_CALL, F, 0),
+        E(4, PT_EV_CALL, G, 0),    E(10, PT_EV_LOST, 7, 0),       E(11, PT_EV_FRAME, MAIN, 0),
+        E(11, PT_EV_FRAME, F, 1),  E(11, PT_EV_FRAME, H, 2),      E(12, PT_EV_RETURN, H, 0),
+        E(13, PT_EV_LOST, 1, 0),   E(14, PT_EV_CALL, G, 0),
+    };
+    pt_walk_counters_t c;
+    run(ev, N(ev),
+        "+main@1 +s@2 +f@3 +g@4 gap7@10 -g@10 +h/r@11 -h@12 gap1@13 -f@13 -s/c@13 -main@13 +s/c@13 +g@14 -g@14 "
+        "-s@14",
+        &c);
+    CHECK_EQ(c.lost, 8);
+    /* Frame records at the start of a stream open what was already running */
+    pt_event_t ev2[] = {E(5, PT_EV_FRAME, MAIN, 0), E(5, PT_EV_FRAME, F, 1), E(6, PT_EV_RETURN, F, 0)};
+    run(ev2, N(ev2), "+main/r@5 +f/r@5 -f@6 -main@6", NULL);
+}
+
+/* A million returns without calls on a deep stack: linear (the open counts
+ * answer each at once); a test that would take minutes if it searched. */
+static void test_linear(void)
+{
+    static pt_event_t ev[1 << 20];
+    size_t n = 0;
+    for (uint32_t i = 0; i < 50000; i++)
+        ev[n++] = E(i, PT_EV_CALL, 1000 + i, 0);
+    while (n < N(ev))
+        ev[n] = E(60000, PT_EV_RETURN, 7, 0), n++;
+    pt_walk_t *w = NULL;
+    pt_walk_ops_t none = {0};
+    CHECK_EQ(pt_walk_create(&none, NULL, &w), 0);
+    CHECK_EQ(pt_walk_events(w, 1, ev, n), 0);
+    pt_walk_counters_t c;
+    pt_walk_counters(w, &c);
+    CHECK_EQ(c.unmatched, N(ev) - 50000);
+    pt_walk_destroy(w);
+}
+
+int main(void)
+{
+    test_missed_and_unmatched();
+    test_span_rule();
+    test_gap_and_frames();
+    test_linear();
+    return failures != 0;
+}

@@ -1,0 +1,1619 @@
+/*
+ * pt_export implementation: recording -> walk -> one format writer.
+ *
+ * Design summary
+ *   - The driver reads messages with recfile, keeps the symbol table, thread
+ *     names and clock, and feeds events to the walk (walk.h: the rules every
+ *     reader shares). The writers are the walk's callbacks.
+ *   - Self time is accounted exactly as agg.c does it (the ticks between two
+ *     callbacks of a thread go to the entry on top; a tick below the largest
+ *     seen adds nothing; threads without ThreadEnd are closed at the latest
+ *     tick of the stream, as pytrace-top counts open frames), so pytrace-top,
+ *     pstats and collapsed agree to the tick on every function.
+ *   - collapsed and pstats share one calling-context tree (node = path from
+ *     the root; threads share the root unless per_thread), each node with its
+ *     calls and self ticks. pstats rows are derived at the end: calls, calls
+ *     of nodes whose function is not already on the path (primitive), self,
+ *     and inclusive time of outermost activations; caller edges the same per
+ *     (caller, callee) pair, which is cProfile's per-pair recursion level.
+ *   - Chrome writes one "X" event per exit, as it happens (timestamps clamped
+ *     to be non-decreasing per thread, so slices nest).
+ *   - speedscope needs each thread's events together: they are buffered per
+ *     thread and spilled in blocks to an unlinked temporary file (nothing is
+ *     left behind, even on a crash), then copied out per thread.
+ *   - Names: JSON strings are escaped (quotes, backslashes, control
+ *     characters; invalid UTF-8 becomes U+FFFD); pstats strings are made
+ *     valid UTF-8 (marshal refuses anything else).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "export.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "recfile.h"
+#include "u64map_internal.h"
+#include "walk.h"
+
+#define NONE UINT32_MAX
+#define OUT_BUF_BYTES (1u << 20)
+#define SS_THREAD_BUF (16u << 10)
+#define SS_TOTAL_BUF (16u << 20)
+#define PROGRESS_EVERY 1024u
+
+/* ---- output buffer ---------------------------------------------------------- */
+
+typedef struct obuf {
+    int fd;
+    char *buf;
+    size_t len, cap;
+    int err;
+    uint64_t written;
+} obuf_t;
+
+static int write_all(int fd, const char *p, size_t n)
+{
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static void ob_flush(obuf_t *o)
+{
+    if (o->err || !o->len)
+        return;
+    o->err = write_all(o->fd, o->buf, o->len);
+    o->written += o->len;
+    o->len = 0;
+}
+
+static inline void ob_put(obuf_t *o, const void *p, size_t n)
+{
+    if (o->len + n > o->cap) {
+        ob_flush(o);
+        if (n > o->cap) {
+            if (!o->err)
+                o->err = write_all(o->fd, p, n);
+            o->written += n;
+            return;
+        }
+    }
+    memcpy(o->buf + o->len, p, n);
+    o->len += n;
+}
+
+static inline void ob_puts(obuf_t *o, const char *s) { ob_put(o, s, strlen(s)); }
+
+static inline void ob_putc(obuf_t *o, char c)
+{
+    if (o->len == o->cap)
+        ob_flush(o);
+    o->buf[o->len++] = c;
+}
+
+static inline char *u64_digits(char *end, uint64_t v)
+{
+    do {
+        *--end = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    return end;
+}
+
+static inline void ob_u64(obuf_t *o, uint64_t v)
+{
+    char b[24], *e = b + sizeof b, *s = u64_digits(e, v);
+    ob_put(o, s, (size_t)(e - s));
+}
+
+static inline void ob_i64(obuf_t *o, int64_t v)
+{
+    if (v < 0) {
+        ob_putc(o, '-');
+        ob_u64(o, (uint64_t)0 - (uint64_t)v);
+    } else {
+        ob_u64(o, (uint64_t)v);
+    }
+}
+
+/* ns as microseconds with three decimals (what "%.3f" of ns/1000 gives) */
+static inline void ob_us3(obuf_t *o, int64_t ns)
+{
+    uint64_t a = ns < 0 ? (uint64_t)0 - (uint64_t)ns : (uint64_t)ns;
+    if (ns < 0)
+        ob_putc(o, '-');
+    ob_u64(o, a / 1000);
+    char f[4] = {'.', (char)('0' + a % 1000 / 100), (char)('0' + a % 100 / 10), (char)('0' + a % 10)};
+    ob_put(o, f, 4);
+}
+
+/* Length of the valid UTF-8 sequence at p (1..4), or 0 if invalid. */
+static size_t utf8_len(const unsigned char *p, size_t n)
+{
+    unsigned c = p[0];
+    if (c < 0x80)
+        return 1;
+    size_t len;
+    unsigned min;
+    if (c >= 0xc2 && c <= 0xdf)
+        len = 2, min = 0x80;
+    else if (c >= 0xe0 && c <= 0xef)
+        len = 3, min = 0x800;
+    else if (c >= 0xf0 && c <= 0xf4)
+        len = 4, min = 0x10000;
+    else
+        return 0;
+    if (len > n)
+        return 0;
+    unsigned cp = c & (0x7fu >> len);
+    for (size_t i = 1; i < len; i++) {
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+        cp = cp << 6 | (p[i] & 0x3fu);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return len;
+}
+
+/* A JSON string literal of s (quotes included). */
+static void ob_json(obuf_t *o, const char *s)
+{
+    static const char hex[] = "0123456789abcdef";
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = strlen(s);
+    ob_putc(o, '"');
+    size_t i = 0;
+    while (i < n) {
+        unsigned char c = p[i];
+        if (c >= 0x20 && c < 0x80 && c != '"' && c != '\\') {
+            size_t j = i;
+            while (j < n && p[j] >= 0x20 && p[j] < 0x80 && p[j] != '"' && p[j] != '\\')
+                j++;
+            ob_put(o, p + i, j - i);
+            i = j;
+            continue;
+        }
+        if (c == '"' || c == '\\') {
+            char e[2] = {'\\', (char)c};
+            ob_put(o, e, 2);
+            i++;
+        } else if (c < 0x20 || c == 0x7f) {
+            char e[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
+            ob_put(o, e, 6);
+            i++;
+        } else {
+            size_t l = utf8_len(p + i, n - i);
+            if (l) {
+                ob_put(o, p + i, l);
+                i += l;
+            } else {
+                ob_puts(o, "\\ufffd");
+                i++;
+            }
+        }
+    }
+    ob_putc(o, '"');
+}
+
+/* s made valid UTF-8 (invalid bytes -> U+FFFD), malloc'd. */
+static char *utf8_clean(const char *s, size_t *out_len)
+{
+    size_t n = strlen(s);
+    char *d = malloc(n * 3 + 1);
+    if (!d)
+        return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n;) {
+        size_t l = utf8_len((const unsigned char *)s + i, n - i);
+        if (l) {
+            memcpy(d + k, s + i, l);
+            k += l;
+            i += l;
+        } else {
+            memcpy(d + k, "\xef\xbf\xbd", 3);
+            k += 3;
+            i++;
+        }
+    }
+    d[k] = 0;
+    *out_len = k;
+    return d;
+}
+
+/* ---- state ------------------------------------------------------------------ */
+
+typedef struct sym {
+    uint32_t id;
+    uint8_t kind;
+    uint32_t line;
+    char *name, *file, *profile; /* profile NULL: absent */
+    char *folded;                /* collapsed label, cleaned */
+    char *head;                  /* chrome "X" prefix */
+    uint32_t ss_frame;           /* speedscope frame index */
+    uint32_t key;                /* pstats key index */
+} sym_t;
+
+typedef struct node {
+    uint32_t parent, sym, first_child, next_sibling;
+    uint32_t cache_id, cache_child;
+    uint32_t thread; /* per-thread root: thread index; else NONE */
+    uint64_t calls, self;
+} node_t;
+
+typedef struct block {
+    uint64_t off;
+    uint32_t len;
+} block_t;
+
+typedef struct thr {
+    uint64_t number, os_tid;
+    char *name;
+    int ended;
+    uint32_t root;
+    uint32_t *stack; /* nodes (cct) or symbol indexes (chrome/speedscope) */
+    uint64_t *starts;
+    uint32_t depth, cap;
+    uint64_t last;
+    int have_last;
+    /* speedscope */
+    char *sbuf;
+    size_t slen;
+    block_t *blocks;
+    uint32_t nblocks, cap_blocks;
+    uint64_t scount;
+    int64_t start_at, end_at;
+    int have_at;
+} thr_t;
+
+typedef struct ex {
+    pt_export_opts_t o;
+    obuf_t out;
+    pt_walk_t *walk;
+    pt_fb_process_info_t pinfo;
+    char *command_line, *python_version;
+    int have_pinfo, started;
+    double ns_per_tick;
+    uint64_t base_ticks;
+    uint64_t latest;
+    int have_latest;
+
+    sym_t *syms;
+    uint32_t nsyms, cap_syms;
+    pt_u64map_t sym_map;
+
+    thr_t *thr;
+    uint32_t nthr, cap_thr;
+
+    node_t *nodes;
+    uint32_t nnodes, cap_nodes;
+    pt_u64map_t node_map;
+
+    uint32_t ss_frames;     /* speedscope frames assigned */
+    uint32_t *ss_frame_sym; /* frame index -> symbol index */
+    uint32_t cap_ss;
+    int spill_fd;
+    uint64_t spill_end;
+    size_t ss_buffered;
+    uint64_t chrome_calls;
+} ex_t;
+
+static int grow(void **arr, uint32_t *cap, size_t elem, uint32_t need)
+{
+    if (need <= *cap)
+        return 0;
+    size_t ncap = *cap ? *cap : 16;
+    while (ncap < need)
+        ncap *= 2;
+    if (ncap > UINT32_MAX / 2)
+        return -ENOMEM;
+    void *p = realloc(*arr, ncap * elem);
+    if (!p)
+        return -ENOMEM;
+    *arr = p;
+    *cap = (uint32_t)ncap;
+    return 0;
+}
+
+static char *dup_str(pt_fb_str_t s)
+{
+    size_t n = s.ptr ? s.len : 0;
+    char *d = malloc(n + 1);
+    if (!d)
+        return NULL;
+    if (n)
+        memcpy(d, s.ptr, n);
+    d[n] = 0;
+    /* a NUL inside a name ends it: names are C strings from here on */
+    return d;
+}
+
+static char *dup_c(const char *s) { return dup_str((pt_fb_str_t){s, (uint32_t)strlen(s)}); }
+
+/* ---- symbols ---------------------------------------------------------------- */
+
+static void sym_clear(sym_t *s)
+{
+    free(s->name);
+    free(s->file);
+    free(s->profile);
+    free(s->folded);
+    free(s->head);
+}
+
+/* Dense index of symbol id; an id never announced gets a placeholder name. */
+static uint32_t sym_index(ex_t *e, uint32_t id)
+{
+    uint32_t *slot = pt_u64map_slot(&e->sym_map, id, NONE);
+    if (!slot)
+        return NONE;
+    if (*slot != NONE)
+        return *slot;
+    if (grow((void **)&e->syms, &e->cap_syms, sizeof *e->syms, e->nsyms + 1))
+        return NONE;
+    sym_t *s = &e->syms[e->nsyms];
+    memset(s, 0, sizeof *s);
+    char buf[48];
+    snprintf(buf, sizeof buf, "<unknown symbol %u>", id);
+    s->id = id;
+    s->name = dup_c(buf);
+    s->file = dup_c("?");
+    s->ss_frame = NONE;
+    if (!s->name || !s->file) {
+        sym_clear(s);
+        return NONE;
+    }
+    slot = pt_u64map_slot(&e->sym_map, id, NONE); /* the map did not grow since */
+    *slot = e->nsyms;
+    return e->nsyms++;
+}
+
+static int feed_symbol(ex_t *e, const pt_fb_symbol_t *in)
+{
+    uint32_t i = sym_index(e, in->id);
+    if (i == NONE)
+        return -ENOMEM;
+    sym_t *s = &e->syms[i];
+    char *name = dup_str(in->name), *file = dup_str(in->file);
+    char *profile = in->profile_name.ptr ? dup_str(in->profile_name) : NULL;
+    if (!name || !file || (in->profile_name.ptr && !profile)) {
+        free(name);
+        free(file);
+        free(profile);
+        return -ENOMEM;
+    }
+    free(s->name);
+    free(s->file);
+    free(s->profile);
+    free(s->folded);
+    free(s->head);
+    s->folded = s->head = NULL;
+    s->name = name;
+    s->file = file;
+    s->profile = profile;
+    s->kind = in->kind;
+    s->line = in->line;
+    return 0;
+}
+
+/* ---- threads ---------------------------------------------------------------- */
+
+static thr_t *thr_of(ex_t *e, pt_walk_thread_t *wt) { return &e->thr[wt->index]; }
+
+static uint32_t node_new(ex_t *e, uint32_t parent, uint32_t sym, uint32_t thread)
+{
+    if (grow((void **)&e->nodes, &e->cap_nodes, sizeof *e->nodes, e->nnodes + 1))
+        return NONE;
+    uint32_t i = e->nnodes++;
+    node_t *n = &e->nodes[i];
+    *n = (node_t){.parent = parent, .sym = sym, .first_child = NONE, .next_sibling = NONE,
+                  .cache_id = NONE, .cache_child = NONE, .thread = thread};
+    if (parent != NONE) {
+        n->next_sibling = e->nodes[parent].first_child;
+        e->nodes[parent].first_child = i;
+    }
+    return i;
+}
+
+static int cct(const ex_t *e) { return e->o.format == PT_EXPORT_COLLAPSED || e->o.format == PT_EXPORT_PSTATS; }
+
+static int on_thread_new(void *ctx, pt_walk_thread_t *wt)
+{
+    ex_t *e = ctx;
+    if (grow((void **)&e->thr, &e->cap_thr, sizeof *e->thr, wt->index + 1))
+        return -ENOMEM;
+    thr_t *t = &e->thr[wt->index];
+    memset(t, 0, sizeof *t);
+    e->nthr = wt->index + 1;
+    t->number = wt->number;
+    t->root = 0;
+    if (cct(e) && e->o.per_thread) {
+        t->root = node_new(e, 0, NONE, wt->index);
+        if (t->root == NONE)
+            return -ENOMEM;
+    }
+    return 0;
+}
+
+static const char *thread_name(const thr_t *t, char *buf, size_t n)
+{
+    if (t->name && t->name[0])
+        return t->name;
+    snprintf(buf, n, "thread %llu", (unsigned long long)t->number);
+    return buf;
+}
+
+/* ---- time ------------------------------------------------------------------- */
+
+/* Self time to the entry on top (the agg.c rule); returns the thread's clamped now. */
+static inline uint64_t account(ex_t *e, thr_t *t, uint64_t now)
+{
+    if (!t->have_last) {
+        t->have_last = 1;
+        t->last = now;
+        return now;
+    }
+    if (now <= t->last)
+        return t->last;
+    if (cct(e)) {
+        uint32_t top = t->depth ? t->stack[t->depth - 1] : t->root;
+        e->nodes[top].self += now - t->last;
+    }
+    t->last = now;
+    return now;
+}
+
+static inline int64_t ticks_ns_since_base(const ex_t *e, uint64_t ticks)
+{
+    double d = ticks >= e->base_ticks ? (double)(ticks - e->base_ticks) : -(double)(e->base_ticks - ticks);
+    return (int64_t)(d * e->ns_per_tick); /* truncates, as int() did */
+}
+
+static inline int64_t chrome_ns(const ex_t *e, uint64_t ticks)
+{
+    double d = ticks >= e->base_ticks ? (double)(ticks - e->base_ticks) : -(double)(e->base_ticks - ticks);
+    return (int64_t)llround(d * e->ns_per_tick + (double)e->pinfo.base_monotonic_ns);
+}
+
+static int push(thr_t *t, uint32_t v, uint64_t start)
+{
+    if (t->depth == t->cap) {
+        uint32_t cap = t->cap;
+        if (grow((void **)&t->stack, &cap, sizeof *t->stack, t->depth + 1))
+            return -ENOMEM;
+        uint32_t cap2 = t->cap;
+        if (grow((void **)&t->starts, &cap2, sizeof *t->starts, t->depth + 1))
+            return -ENOMEM;
+        t->cap = cap;
+    }
+    t->stack[t->depth] = v;
+    t->starts[t->depth++] = start;
+    return 0;
+}
+
+/* ---- speedscope events ------------------------------------------------------ */
+
+static int ss_spill(ex_t *e, thr_t *t)
+{
+    if (!t->slen)
+        return 0;
+    if (grow((void **)&t->blocks, &t->cap_blocks, sizeof *t->blocks, t->nblocks + 1))
+        return -ENOMEM;
+    const char *p = t->sbuf;
+    size_t n = t->slen;
+    uint64_t off = e->spill_end;
+    while (n) {
+        ssize_t w = pwrite(e->spill_fd, p, n, (off_t)off);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        p += w;
+        n -= (size_t)w;
+        off += (uint64_t)w;
+    }
+    t->blocks[t->nblocks++] = (block_t){.off = e->spill_end, .len = (uint32_t)t->slen};
+    e->spill_end += t->slen;
+    e->ss_buffered -= t->slen;
+    t->slen = 0;
+    return 0;
+}
+
+static int ss_event(ex_t *e, thr_t *t, char type, uint32_t frame, int64_t at)
+{
+    if (!t->sbuf && !(t->sbuf = malloc(SS_THREAD_BUF)))
+        return -ENOMEM;
+    if (t->slen + 80 > SS_THREAD_BUF) {
+        int rc = ss_spill(e, t);
+        if (rc)
+            return rc;
+    }
+    char *p = t->sbuf + t->slen;
+    int n = snprintf(p, 80, "%s{\"type\":\"%c\",\"frame\":%u,\"at\":%lld}", t->scount ? ",\n" : "", type, frame,
+                     (long long)at);
+    t->slen += (size_t)n;
+    e->ss_buffered += (size_t)n;
+    t->scount++;
+    if (!t->have_at) {
+        t->have_at = 1;
+        t->start_at = at;
+    }
+    if (at > t->end_at)
+        t->end_at = at;
+    if (e->ss_buffered > SS_TOTAL_BUF)
+        for (uint32_t i = 0; i < e->nthr; i++) {
+            int rc = ss_spill(e, &e->thr[i]);
+            if (rc)
+                return rc;
+        }
+    return 0;
+}
+
+/* ---- chrome ----------------------------------------------------------------- */
+
+static const char *chrome_head(ex_t *e, sym_t *s)
+{
+    if (s->head)
+        return s->head;
+    obuf_t m = {.fd = -1, .cap = 256 + 6 * (strlen(s->name) + strlen(s->file))};
+    m.buf = malloc(m.cap);
+    if (!m.buf)
+        return NULL;
+    ob_puts(&m, ",\n{\"ph\":\"X\",\"cat\":\"");
+    ob_puts(&m, s->kind == PT_SYM_PY_FUNCTION ? "python" : s->kind == PT_SYM_C_FUNCTION ? "c" : "span");
+    ob_puts(&m, "\",\"name\":");
+    ob_json(&m, s->name);
+    if (s->kind != PT_SYM_LABEL) {
+        ob_puts(&m, ",\"args\":{\"file\":");
+        ob_json(&m, s->file);
+        ob_puts(&m, ",\"line\":");
+        ob_u64(&m, s->line);
+        ob_putc(&m, '}');
+    }
+    ob_puts(&m, ",\"pid\":");
+    ob_u64(&m, e->pinfo.pid);
+    ob_putc(&m, 0);
+    s->head = m.buf;
+    return s->head;
+}
+
+static void chrome_begin(ex_t *e)
+{
+    obuf_t *o = &e->out;
+    ob_puts(o, "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":");
+    ob_u64(o, e->pinfo.pid);
+    ob_puts(o, ",\"tid\":0,\"args\":{\"name\":");
+    char tail[48];
+    snprintf(tail, sizeof tail, " (pid %llu)", (unsigned long long)e->pinfo.pid);
+    const char *cl = e->command_line && e->command_line[0] ? e->command_line : "python";
+    size_t n = strlen(cl) + strlen(tail) + 1;
+    char *name = malloc(n);
+    if (name) {
+        snprintf(name, n, "%s%s", cl, tail);
+        ob_json(o, name);
+        free(name);
+    } else {
+        ob_json(o, "python");
+    }
+    ob_puts(o, "}}");
+}
+
+static void chrome_instant(ex_t *e, thr_t *t, const char *cat, const char *name, uint64_t ticks, int64_t count)
+{
+    obuf_t *o = &e->out;
+    ob_puts(o, ",\n{\"ph\":\"i\",\"s\":\"t\",\"cat\":\"");
+    ob_puts(o, cat);
+    ob_puts(o, "\",\"name\":");
+    ob_json(o, name);
+    ob_puts(o, ",\"pid\":");
+    ob_u64(o, e->pinfo.pid);
+    ob_puts(o, ",\"tid\":");
+    ob_u64(o, t->number);
+    ob_puts(o, ",\"ts\":");
+    ob_us3(o, chrome_ns(e, ticks));
+    if (count >= 0) {
+        ob_puts(o, ",\"args\":{\"count\":");
+        ob_i64(o, count);
+        ob_putc(o, '}');
+    }
+    ob_putc(o, '}');
+}
+
+/* ---- walk callbacks --------------------------------------------------------- */
+
+static int on_enter(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t ticks, unsigned flags)
+{
+    ex_t *e = ctx;
+    thr_t *t = thr_of(e, wt);
+    uint64_t now = account(e, t, ticks);
+    if (cct(e)) {
+        uint32_t parent = t->depth ? t->stack[t->depth - 1] : t->root;
+        node_t *p = &e->nodes[parent];
+        uint32_t c = p->cache_id == id ? p->cache_child : NONE;
+        if (c == NONE) {
+            uint64_t key = (uint64_t)parent << 32 | id;
+            uint32_t *slot = pt_u64map_slot(&e->node_map, key, NONE);
+            if (!slot)
+                return -ENOMEM;
+            c = *slot;
+            if (c == NONE) {
+                uint32_t s = sym_index(e, id);
+                if (s == NONE)
+                    return -ENOMEM;
+                c = node_new(e, parent, s, NONE);
+                if (c == NONE)
+                    return -ENOMEM;
+                *pt_u64map_slot(&e->node_map, key, NONE) = c;
+            }
+            p = &e->nodes[parent];
+            p->cache_id = id;
+            p->cache_child = c;
+        }
+        if (!(flags & PT_WALK_CONTINUED))
+            e->nodes[c].calls++;
+        return push(t, c, now);
+    }
+    uint32_t s = sym_index(e, id);
+    if (s == NONE)
+        return -ENOMEM;
+    if (e->o.format == PT_EXPORT_SPEEDSCOPE) {
+        sym_t *sy = &e->syms[s];
+        if (sy->ss_frame == NONE) {
+            if (grow((void **)&e->ss_frame_sym, &e->cap_ss, sizeof *e->ss_frame_sym, e->ss_frames + 1))
+                return -ENOMEM;
+            e->ss_frame_sym[e->ss_frames] = s;
+            sy->ss_frame = e->ss_frames++;
+        }
+        int rc = ss_event(e, t, 'O', sy->ss_frame, ticks_ns_since_base(e, now));
+        if (rc)
+            return rc;
+    }
+    return push(t, s, now);
+}
+
+static int on_leave(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t ticks, unsigned flags)
+{
+    (void)id;
+    (void)flags;
+    ex_t *e = ctx;
+    thr_t *t = thr_of(e, wt);
+    uint64_t now = account(e, t, ticks);
+    if (!t->depth)
+        return 0;
+    t->depth--;
+    if (cct(e))
+        return 0;
+    sym_t *s = &e->syms[t->stack[t->depth]];
+    if (e->o.format == PT_EXPORT_SPEEDSCOPE)
+        return ss_event(e, t, 'C', s->ss_frame, ticks_ns_since_base(e, now));
+    /* chrome */
+    const char *head = chrome_head(e, s);
+    if (!head)
+        return -ENOMEM;
+    obuf_t *o = &e->out;
+    uint64_t start = t->starts[t->depth];
+    int64_t ts = chrome_ns(e, start);
+    ob_puts(o, head);
+    ob_puts(o, ",\"tid\":");
+    ob_u64(o, t->number);
+    ob_puts(o, ",\"ts\":");
+    ob_us3(o, ts);
+    ob_puts(o, ",\"dur\":");
+    ob_us3(o, (int64_t)llround((double)(now - start) * e->ns_per_tick));
+    ob_putc(o, '}');
+    e->chrome_calls++;
+    return o->err;
+}
+
+static int on_instant(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t ticks)
+{
+    ex_t *e = ctx;
+    thr_t *t = thr_of(e, wt);
+    uint64_t now = account(e, t, ticks);
+    if (e->o.format == PT_EXPORT_CHROME) {
+        uint32_t s = sym_index(e, id);
+        if (s == NONE)
+            return -ENOMEM;
+        chrome_instant(e, t, "mark", e->syms[s].name, now, -1);
+    }
+    return e->out.err;
+}
+
+static int on_gap(void *ctx, pt_walk_thread_t *wt, uint64_t ticks, uint64_t lost)
+{
+    ex_t *e = ctx;
+    thr_t *t = thr_of(e, wt);
+    uint64_t now = account(e, t, ticks);
+    if (e->o.format == PT_EXPORT_CHROME) {
+        char name[48];
+        snprintf(name, sizeof name, "lost %llu events", (unsigned long long)lost);
+        chrome_instant(e, t, "pytrace", name, now, (int64_t)(lost & INT64_MAX));
+    }
+    return e->out.err;
+}
+
+static const pt_walk_ops_t ex_ops = {
+    .thread_new = on_thread_new, .enter = on_enter, .exit = on_leave, .instant = on_instant, .gap = on_gap};
+
+/* ---- messages --------------------------------------------------------------- */
+
+static void note_latest(ex_t *e, uint64_t t)
+{
+    if (!e->have_latest || t > e->latest) {
+        e->latest = t;
+        e->have_latest = 1;
+    }
+}
+
+static void start(ex_t *e)
+{
+    if (e->started)
+        return;
+    e->started = 1;
+    if (e->o.format == PT_EXPORT_CHROME)
+        chrome_begin(e);
+}
+
+static thr_t *thread_for(ex_t *e, uint64_t number, int *rc)
+{
+    pt_walk_thread_t *wt = pt_walk_thread(e->walk, number, rc);
+    return wt ? thr_of(e, wt) : NULL;
+}
+
+static int feed(ex_t *e, const pt_fb_msg_t *m, pt_export_result_t *res)
+{
+    int rc = 0;
+    switch (m->type) {
+    case PT_MSG_PROCESS_INFO:
+        if (!e->have_pinfo) {
+            e->have_pinfo = 1;
+            e->pinfo = m->u.process_info;
+            e->command_line = dup_str(m->u.process_info.command_line);
+            e->python_version = dup_str(m->u.process_info.python_version);
+            if (!e->command_line || !e->python_version)
+                return -ENOMEM;
+            e->base_ticks = e->pinfo.base_ticks;
+            uint64_t tps = e->pinfo.ticks_per_second ? e->pinfo.ticks_per_second : 1000000000ull;
+            e->ns_per_tick = 1e9 / (double)tps;
+        }
+        start(e);
+        return 0;
+    case PT_MSG_SYMBOL:
+        start(e);
+        return feed_symbol(e, &m->u.symbol);
+    case PT_MSG_THREAD_START: {
+        start(e);
+        const pt_fb_thread_start_t *in = &m->u.thread_start;
+        thr_t *t = thread_for(e, in->thread, &rc);
+        if (!t)
+            return rc ? rc : -ENOMEM;
+        if (in->name.ptr && in->name.len) {
+            char *n = dup_str(in->name);
+            if (!n)
+                return -ENOMEM;
+            free(t->name);
+            t->name = n;
+        }
+        if (in->os_tid)
+            t->os_tid = in->os_tid;
+        if (t->ended) { /* a new thread under a reused number */
+            t->ended = 0;
+            t->have_last = 0;
+        }
+        if (in->ticks) {
+            note_latest(e, in->ticks);
+            account(e, t, in->ticks);
+        }
+        return 0;
+    }
+    case PT_MSG_THREAD_END: {
+        start(e);
+        const pt_fb_thread_end_t *in = &m->u.thread_end;
+        thr_t *t = thread_for(e, in->thread, &rc);
+        if (!t)
+            return rc ? rc : -ENOMEM;
+        if (in->ticks) {
+            note_latest(e, in->ticks);
+            account(e, t, in->ticks);
+        }
+        rc = pt_walk_thread_end(e->walk, in->thread, in->ticks);
+        t = thread_for(e, in->thread, &rc); /* the array may have moved */
+        if (t)
+            t->ended = 1;
+        return rc;
+    }
+    case PT_MSG_EVENT_CHUNK: {
+        start(e);
+        const pt_fb_event_chunk_t *c = &m->u.event_chunk;
+        for (uint32_t i = 0; i < c->count; i++)
+            note_latest(e, c->events[i].ticks);
+        thr_t *t = thread_for(e, c->thread, &rc);
+        if (!t)
+            return rc ? rc : -ENOMEM;
+        t->ended = 0;
+        return pt_walk_events(e->walk, c->thread, c->events, c->count);
+    }
+    case PT_MSG_PRODUCER_STATUS:
+        res->have_status = 1;
+        res->status = m->u.producer_status;
+        return 0;
+    default:
+        return 0;
+    }
+}
+
+/* ---- collapsed -------------------------------------------------------------- */
+
+static const char *folded_label(ex_t *e, sym_t *s)
+{
+    if (s->folded)
+        return s->folded;
+    size_t n = strlen(s->name) + strlen(s->file) + 40;
+    char *b = malloc(n);
+    if (!b)
+        return NULL;
+    if (s->kind == PT_SYM_PY_FUNCTION)
+        snprintf(b, n, "%s (%s:%u)", s->name, s->file, s->line);
+    else
+        snprintf(b, n, "%s", s->name);
+    for (char *p = b; *p; p++)
+        if (*p == ';')
+            *p = ':';
+        else if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            *p = ' ';
+    (void)e;
+    s->folded = b;
+    return b;
+}
+
+static int write_collapsed(ex_t *e)
+{
+    obuf_t *o = &e->out;
+    char *path = NULL;
+    size_t plen = 0, pcap = 0;
+    uint32_t *lens = NULL, nl = 0, cap_l = 0;
+    int rc = 0;
+    /* iterative DFS from the root: path holds the names of the current node's ancestors */
+    uint32_t n = e->nnodes > 1 ? e->nodes[0].first_child : NONE;
+    while (n != NONE) {
+        node_t *nd = &e->nodes[n];
+        const char *label;
+        char tb[96];
+        if (nd->sym == NONE) {
+            thr_t *t = &e->thr[nd->thread];
+            char nb[40];
+            const char *tn = thread_name(t, nb, sizeof nb);
+            size_t need = strlen(tn) + 48;
+            char *b = need <= sizeof tb ? tb : malloc(need);
+            if (!b) {
+                rc = -ENOMEM;
+                break;
+            }
+            snprintf(b, need, "thread %s (tid %llu)", tn, (unsigned long long)t->os_tid);
+            for (char *p = b; *p; p++)
+                if (*p == ';')
+                    *p = ':';
+                else if ((unsigned char)*p < 0x20 || *p == 0x7f)
+                    *p = ' ';
+            label = b;
+        } else {
+            label = folded_label(e, &e->syms[nd->sym]);
+            if (!label) {
+                rc = -ENOMEM;
+                break;
+            }
+        }
+        size_t ll = strlen(label);
+        int heap_label = nd->sym == NONE && label != tb;
+        /* enter n: path += (";" if nonempty) + label */
+        if (grow((void **)&lens, &cap_l, sizeof *lens, nl + 1))
+            rc = -ENOMEM;
+        if (!rc && plen + ll + 2 > pcap) {
+            size_t nc = pcap ? pcap : 4096;
+            while (nc < plen + ll + 2)
+                nc *= 2;
+            char *p2 = realloc(path, nc);
+            if (p2) {
+                path = p2;
+                pcap = nc;
+            } else {
+                rc = -ENOMEM;
+            }
+        }
+        if (rc) {
+            if (heap_label)
+                free((void *)label);
+            break;
+        }
+        lens[nl++] = (uint32_t)plen;
+        if (plen)
+            path[plen++] = ';';
+        memcpy(path + plen, label, ll);
+        plen += ll;
+        if (heap_label)
+            free((void *)label);
+        if (nd->sym != NONE) {
+            uint64_t value = e->o.weight_calls ? nd->calls
+                                               : (uint64_t)llround((double)nd->self * e->ns_per_tick);
+            if (value) {
+                ob_put(o, path, plen);
+                ob_putc(o, ' ');
+                ob_u64(o, value);
+                ob_putc(o, '\n');
+                if (o->err) {
+                    rc = o->err;
+                    break;
+                }
+            }
+        }
+        if (nd->first_child != NONE) {
+            n = nd->first_child;
+            continue;
+        }
+        /* leave n and ancestors until one has a next sibling */
+        while (n != NONE) {
+            plen = lens[--nl];
+            if (e->nodes[n].next_sibling != NONE) {
+                n = e->nodes[n].next_sibling;
+                break;
+            }
+            n = e->nodes[n].parent;
+            if (n == 0)
+                n = NONE;
+        }
+    }
+    free(path);
+    free(lens);
+    return rc;
+}
+
+/* ---- pstats (marshal) ------------------------------------------------------- */
+
+static void m_i32(obuf_t *o, int32_t v)
+{
+    uint32_t u = (uint32_t)v;
+    char b[4] = {(char)(u & 0xff), (char)(u >> 8 & 0xff), (char)(u >> 16 & 0xff), (char)(u >> 24)};
+    ob_put(o, b, 4);
+}
+
+static void m_int(obuf_t *o, uint64_t v)
+{
+    if (v <= INT32_MAX) {
+        ob_putc(o, 'i');
+        m_i32(o, (int32_t)v);
+        return;
+    }
+    uint16_t d[5];
+    int n = 0;
+    while (v) {
+        d[n++] = (uint16_t)(v & 0x7fff);
+        v >>= 15;
+    }
+    ob_putc(o, 'l');
+    m_i32(o, n);
+    for (int i = 0; i < n; i++) {
+        char b[2] = {(char)(d[i] & 0xff), (char)(d[i] >> 8)};
+        ob_put(o, b, 2);
+    }
+}
+
+static void m_float(obuf_t *o, double v)
+{
+    uint64_t u;
+    memcpy(&u, &v, 8);
+    char b[9] = {'g'};
+    for (int i = 0; i < 8; i++)
+        b[1 + i] = (char)(u >> (8 * i) & 0xff);
+    ob_put(o, b, 9);
+}
+
+static int m_str(obuf_t *o, const char *s)
+{
+    size_t n;
+    char *c = utf8_clean(s, &n);
+    if (!c)
+        return -ENOMEM;
+    ob_putc(o, 'u');
+    m_i32(o, (int32_t)n);
+    ob_put(o, c, n);
+    free(c);
+    return 0;
+}
+
+typedef struct pkey {
+    char *file, *name;
+    uint32_t line;
+    uint64_t cc, nc, tt, ct;
+    uint32_t first_edge; /* into the sorted edge array */
+    uint32_t nedges;
+} pkey_t;
+
+typedef struct pedge {
+    uint32_t caller, callee; /* symbol indexes, then key indexes */
+    uint64_t nc, cc, tt, ct;
+} pedge_t;
+
+/* cProfile's label of a C function from a recording without profile names. */
+static char *old_c_label(const sym_t *s)
+{
+    const char *name = s->name, *module = s->file;
+    size_t ml = strlen(module), n = strlen(name) + 64;
+    char *b = malloc(n + strlen(module));
+    if (!b)
+        return NULL;
+    const char *dot = strrchr(name, '.');
+    if (ml && !strncmp(name, module, ml) && name[ml] == '.' && !strchr(name + ml + 1, '.'))
+        snprintf(b, n, "<built-in method %s>", name);
+    else if (dot)
+        snprintf(b, n, "<method '%s' of '%.*s' objects>", dot + 1, (int)(dot - name), name);
+    else
+        snprintf(b, n, "<built-in method %s>", name);
+    return b;
+}
+
+/* The pstats key of a symbol (file, line, name), malloc'd strings. */
+static int pstats_key(const sym_t *s, int qualnames, char **file, uint32_t *line, char **name)
+{
+    *line = 0;
+    if (s->kind == PT_SYM_PY_FUNCTION) {
+        *file = dup_c(s->file);
+        *line = s->line;
+        if (qualnames || !s->profile) {
+            const char *base = s->name;
+            if (!qualnames) {
+                const char *dot = strrchr(s->name, '.');
+                base = dot ? dot + 1 : s->name;
+            }
+            *name = dup_c(base);
+        } else {
+            *name = dup_c(s->profile);
+        }
+    } else if (s->kind == PT_SYM_LABEL) {
+        *file = dup_c("~");
+        size_t n = strlen(s->name) + 16;
+        *name = malloc(n);
+        if (*name)
+            snprintf(*name, n, "<span '%s'>", s->name);
+    } else {
+        *file = dup_c("~");
+        if (qualnames) {
+            size_t n = strlen(s->name) + 24;
+            *name = malloc(n);
+            if (*name)
+                snprintf(*name, n, "<built-in method %s>", s->name);
+        } else {
+            *name = s->profile ? dup_c(s->profile) : old_c_label(s);
+        }
+    }
+    if (!*file || !*name) {
+        free(*file);
+        free(*name);
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+static uint64_t str_hash(const char *a, uint32_t line, const char *b)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (const char *p = a; *p; p++)
+        h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    h = (h ^ 0xff ^ line) * 1099511628211ull;
+    for (const char *p = b; *p; p++)
+        h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    return h;
+}
+
+static int edge_cmp(const void *x, const void *y)
+{
+    const pedge_t *a = x, *b = y;
+    if (a->callee != b->callee)
+        return a->callee < b->callee ? -1 : 1;
+    return a->caller < b->caller ? -1 : a->caller > b->caller;
+}
+
+static int write_pstats(ex_t *e)
+{
+    int rc = -ENOMEM;
+    uint32_t nn = e->nnodes, ns = e->nsyms;
+    uint64_t *incl = calloc(nn ? nn : 1, sizeof *incl);
+    uint32_t *onpath = calloc(ns ? ns : 1, sizeof *onpath);
+    uint64_t *f = calloc((size_t)(ns ? ns : 1) * 4, sizeof *f); /* nc, cc, tt, ct per symbol */
+    pt_u64map_t edge_map = {0}, edge_on = {0}, key_map = {0};
+    pedge_t *edges = NULL;
+    uint32_t nedges = 0, cap_edges = 0;
+    pkey_t *keys = NULL;
+    uint32_t nkeys = 0, cap_keys = 0;
+    if (!incl || !onpath || !f || pt_u64map_init(&edge_map, 1024) || pt_u64map_init(&edge_on, 64) ||
+        pt_u64map_init(&key_map, 1024))
+        goto out;
+    for (uint32_t i = nn; i-- > 1;) {
+        incl[i] += e->nodes[i].self;
+        incl[e->nodes[i].parent] += incl[i];
+    }
+    /* DFS with the functions and (caller, callee) pairs on the path counted */
+    uint32_t n = nn > 1 ? e->nodes[0].first_child : NONE;
+    while (n != NONE) {
+        node_t *nd = &e->nodes[n];
+        uint32_t s = nd->sym;
+        uint32_t ps = nd->parent != NONE ? e->nodes[nd->parent].sym : NONE;
+        if (s != NONE) {
+            uint64_t *fs = f + (size_t)s * 4;
+            fs[0] += nd->calls;
+            fs[2] += nd->self;
+            if (!onpath[s]) {
+                fs[1] += nd->calls;
+                fs[3] += incl[n];
+            }
+            onpath[s]++;
+            if (ps != NONE) {
+                uint64_t ek = (uint64_t)ps << 32 | s;
+                uint32_t *slot = pt_u64map_slot(&edge_map, ek, NONE);
+                if (!slot)
+                    goto out;
+                if (*slot == NONE) {
+                    if (grow((void **)&edges, &cap_edges, sizeof *edges, nedges + 1))
+                        goto out;
+                    edges[nedges] = (pedge_t){.caller = ps, .callee = s};
+                    *pt_u64map_slot(&edge_map, ek, NONE) = nedges++;
+                    slot = pt_u64map_slot(&edge_map, ek, NONE);
+                }
+                pedge_t *ed = &edges[*slot];
+                uint32_t *on = pt_u64map_slot(&edge_on, ek, 0);
+                if (!on)
+                    goto out;
+                ed->nc += nd->calls;
+                ed->tt += nd->self;
+                if (!*on) {
+                    ed->cc += nd->calls;
+                    ed->ct += incl[n];
+                }
+                (*on)++;
+            }
+        }
+        if (nd->first_child != NONE) {
+            n = nd->first_child;
+            continue;
+        }
+        while (n != NONE) {
+            node_t *x = &e->nodes[n];
+            if (x->sym != NONE) { /* leave x */
+                onpath[x->sym]--;
+                uint32_t px = x->parent != NONE ? e->nodes[x->parent].sym : NONE;
+                if (px != NONE)
+                    (*pt_u64map_slot(&edge_on, (uint64_t)px << 32 | x->sym, 0))--;
+            }
+            if (x->next_sibling != NONE) {
+                n = x->next_sibling;
+                break;
+            }
+            n = x->parent;
+            if (n == 0)
+                n = NONE;
+        }
+    }
+    /* keys: symbols with one key are added together */
+    for (uint32_t s = 0; s < ns; s++) {
+        e->syms[s].key = NONE;
+        uint64_t *fs = f + (size_t)s * 4;
+        if (!fs[0] && !fs[2] && !fs[3])
+            continue;
+        char *file, *name;
+        uint32_t line;
+        if (pstats_key(&e->syms[s], e->o.qualnames, &file, &line, &name))
+            goto out;
+        uint64_t h = str_hash(file, line, name);
+        uint32_t k = NONE;
+        for (;; h = pt_u64map_mix(h + 1)) {
+            uint32_t *slot = pt_u64map_slot(&key_map, h, NONE);
+            if (!slot) {
+                free(file);
+                free(name);
+                goto out;
+            }
+            if (*slot == NONE) {
+                if (grow((void **)&keys, &cap_keys, sizeof *keys, nkeys + 1)) {
+                    free(file);
+                    free(name);
+                    goto out;
+                }
+                keys[nkeys] = (pkey_t){.file = file, .name = name, .line = line};
+                *pt_u64map_slot(&key_map, h, NONE) = k = nkeys++;
+                break;
+            }
+            pkey_t *kk = &keys[*slot];
+            if (kk->line == line && !strcmp(kk->file, file) && !strcmp(kk->name, name)) {
+                k = *slot;
+                free(file);
+                free(name);
+                break;
+            }
+        }
+        e->syms[s].key = k;
+        keys[k].nc += fs[0];
+        keys[k].cc += fs[1];
+        keys[k].tt += fs[2];
+        keys[k].ct += fs[3];
+    }
+    for (uint32_t i = 0; i < nedges; i++) {
+        edges[i].caller = e->syms[edges[i].caller].key;
+        edges[i].callee = e->syms[edges[i].callee].key;
+    }
+    qsort(edges, nedges, sizeof *edges, edge_cmp);
+    uint32_t w = 0;
+    for (uint32_t i = 0; i < nedges; i++) {
+        if (edges[i].callee == NONE || edges[i].caller == NONE)
+            continue;
+        if (w && edges[w - 1].callee == edges[i].callee && edges[w - 1].caller == edges[i].caller) {
+            edges[w - 1].nc += edges[i].nc;
+            edges[w - 1].cc += edges[i].cc;
+            edges[w - 1].tt += edges[i].tt;
+            edges[w - 1].ct += edges[i].ct;
+        } else {
+            edges[w++] = edges[i];
+        }
+    }
+    nedges = w;
+    for (uint32_t i = 0; i < nedges; i++) {
+        pkey_t *k = &keys[edges[i].callee];
+        if (!k->nedges)
+            k->first_edge = i;
+        k->nedges++;
+    }
+    double spt = 1.0 / (double)(e->pinfo.ticks_per_second ? e->pinfo.ticks_per_second : 1000000000ull);
+    obuf_t *o = &e->out;
+    ob_putc(o, '{');
+    for (uint32_t i = 0; i < nkeys; i++) {
+        pkey_t *k = &keys[i];
+        ob_putc(o, '(');
+        m_i32(o, 3);
+        if (m_str(o, k->file))
+            goto out;
+        m_int(o, k->line);
+        if (m_str(o, k->name))
+            goto out;
+        ob_putc(o, '(');
+        m_i32(o, 5);
+        m_int(o, k->cc);
+        m_int(o, k->nc);
+        m_float(o, (double)k->tt * spt);
+        m_float(o, (double)k->ct * spt);
+        ob_putc(o, '{');
+        for (uint32_t j = k->first_edge; j < k->first_edge + k->nedges; j++) {
+            pkey_t *c = &keys[edges[j].caller];
+            ob_putc(o, '(');
+            m_i32(o, 3);
+            if (m_str(o, c->file))
+                goto out;
+            m_int(o, c->line);
+            if (m_str(o, c->name))
+                goto out;
+            ob_putc(o, '(');
+            m_i32(o, 4);
+            m_int(o, edges[j].nc);
+            m_int(o, edges[j].cc);
+            m_float(o, (double)edges[j].tt * spt);
+            m_float(o, (double)edges[j].ct * spt);
+        }
+        ob_putc(o, '0');
+    }
+    ob_putc(o, '0');
+    rc = o->err;
+out:
+    for (uint32_t i = 0; i < nkeys; i++) {
+        free(keys[i].file);
+        free(keys[i].name);
+    }
+    free(keys);
+    free(edges);
+    free(incl);
+    free(onpath);
+    free(f);
+    pt_u64map_free(&edge_map);
+    pt_u64map_free(&edge_on);
+    pt_u64map_free(&key_map);
+    return rc;
+}
+
+/* ---- speedscope ------------------------------------------------------------- */
+
+static int write_speedscope(ex_t *e)
+{
+    obuf_t *o = &e->out;
+    ob_puts(o, "{\"$schema\":\"https://www.speedscope.app/file-format-schema.json\",\n\"profiles\":[");
+    int first = 1;
+    char *copy = malloc(SS_THREAD_BUF);
+    if (!copy)
+        return -ENOMEM;
+    for (uint32_t i = 0; i < e->nthr; i++) {
+        thr_t *t = &e->thr[i];
+        if (!t->scount)
+            continue;
+        char nb[40], pname[600];
+        const char *tn = thread_name(t, nb, sizeof nb);
+        char *heap = NULL;
+        const char *name = tn;
+        if (t->os_tid) {
+            size_t need = strlen(tn) + 40;
+            heap = need <= sizeof pname ? pname : malloc(need);
+            if (!heap) {
+                free(copy);
+                return -ENOMEM;
+            }
+            snprintf(heap, need, "%s (tid %llu)", tn, (unsigned long long)t->os_tid);
+            name = heap;
+        }
+        ob_puts(o, first ? "\n{\"type\":\"evented\",\"name\":" : ",\n{\"type\":\"evented\",\"name\":");
+        first = 0;
+        ob_json(o, name);
+        if (heap && heap != pname)
+            free(heap);
+        ob_puts(o, ",\"unit\":\"nanoseconds\",\"startValue\":");
+        ob_i64(o, t->start_at);
+        ob_puts(o, ",\"endValue\":");
+        ob_i64(o, t->end_at > t->start_at ? t->end_at : t->start_at);
+        ob_puts(o, ",\"events\":[\n");
+        for (uint32_t b = 0; b < t->nblocks; b++) {
+            size_t got = 0;
+            while (got < t->blocks[b].len) {
+                ssize_t r = pread(e->spill_fd, copy + got, t->blocks[b].len - got, (off_t)(t->blocks[b].off + got));
+                if (r <= 0) {
+                    free(copy);
+                    return r < 0 ? -errno : -EIO;
+                }
+                got += (size_t)r;
+            }
+            ob_put(o, copy, got);
+        }
+        ob_put(o, t->sbuf, t->slen);
+        ob_puts(o, "]}");
+        if (o->err)
+            break;
+    }
+    free(copy);
+    ob_puts(o, "\n],\n\"shared\":{\"frames\":[");
+    for (uint32_t i = 0; i < e->ss_frames; i++) {
+        const sym_t *s = &e->syms[e->ss_frame_sym[i]];
+        ob_puts(o, i ? ",{\"name\":" : "{\"name\":");
+        ob_json(o, s->name);
+        if (s->kind == PT_SYM_PY_FUNCTION) {
+            ob_puts(o, ",\"file\":");
+            ob_json(o, s->file);
+            ob_puts(o, ",\"line\":");
+            ob_u64(o, s->line);
+        }
+        ob_putc(o, '}');
+    }
+    ob_puts(o, "]},\n\"name\":");
+    ob_json(o, e->command_line && e->command_line[0] ? e->command_line : "pytrace recording");
+    ob_puts(o, ",\"activeProfileIndex\":0,\"exporter\":\"pytrace\"}\n");
+    return o->err;
+}
+
+static int write_chrome_end(ex_t *e, const pt_walk_counters_t *wc)
+{
+    obuf_t *o = &e->out;
+    for (uint32_t i = 0; i < e->nthr; i++) {
+        thr_t *t = &e->thr[i];
+        char nb[40];
+        const char *tn = thread_name(t, nb, sizeof nb);
+        size_t need = strlen(tn) + 40;
+        char *name = malloc(need);
+        if (!name)
+            return -ENOMEM;
+        if (t->os_tid)
+            snprintf(name, need, "%s (tid %llu)", tn, (unsigned long long)t->os_tid);
+        else
+            snprintf(name, need, "%s", tn);
+        ob_puts(o, ",\n{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":");
+        ob_u64(o, e->pinfo.pid);
+        ob_puts(o, ",\"tid\":");
+        ob_u64(o, t->number);
+        ob_puts(o, ",\"args\":{\"name\":");
+        ob_json(o, name);
+        ob_puts(o, "}}");
+        free(name);
+    }
+    ob_puts(o, "\n],\"otherData\":{\"exporter\":\"pytrace\",\"events\":");
+    ob_u64(o, wc->events);
+    ob_puts(o, ",\"lost_events\":");
+    ob_u64(o, wc->lost);
+    if (e->have_pinfo) {
+        ob_puts(o, ",\"python_version\":");
+        ob_json(o, e->python_version);
+        ob_puts(o, ",\"command_line\":");
+        ob_json(o, e->command_line);
+    }
+    ob_puts(o, "}}\n");
+    return o->err;
+}
+
+/* ---- driver ----------------------------------------------------------------- */
+
+static double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int open_spill(ex_t *e)
+{
+    const char *dir = e->o.tmp_dir && e->o.tmp_dir[0] ? e->o.tmp_dir : "/tmp";
+    size_t n = strlen(dir) + 40;
+    char *tmpl = malloc(n);
+    if (!tmpl)
+        return -ENOMEM;
+    snprintf(tmpl, n, "%s/.pytrace-speedscope-XXXXXX", dir);
+    int fd = mkstemp(tmpl);
+    if (fd < 0) {
+        int err = -errno;
+        free(tmpl);
+        return err;
+    }
+    unlink(tmpl); /* nothing is left behind, whatever happens */
+    free(tmpl);
+    e->spill_fd = fd;
+    return 0;
+}
+
+static void ex_free(ex_t *e)
+{
+    pt_walk_destroy(e->walk);
+    for (uint32_t i = 0; i < e->nsyms; i++)
+        sym_clear(&e->syms[i]);
+    free(e->syms);
+    pt_u64map_free(&e->sym_map);
+    for (uint32_t i = 0; i < e->nthr; i++) {
+        free(e->thr[i].name);
+        free(e->thr[i].stack);
+        free(e->thr[i].starts);
+        free(e->thr[i].sbuf);
+        free(e->thr[i].blocks);
+    }
+    free(e->thr);
+    free(e->nodes);
+    pt_u64map_free(&e->node_map);
+    free(e->ss_frame_sym);
+    free(e->command_line);
+    free(e->python_version);
+    free(e->out.buf);
+    if (e->spill_fd >= 0)
+        close(e->spill_fd);
+}
+
+int pt_export_file(const char *recording, int out_fd, const pt_export_opts_t *opts, pt_export_result_t *res)
+{
+    memset(res, 0, sizeof *res);
+    res->error_offset = -1;
+    if (opts->format < PT_EXPORT_COLLAPSED || opts->format > PT_EXPORT_CHROME)
+        return -EINVAL;
+    ex_t ex = {.o = *opts, .spill_fd = -1, .ns_per_tick = 1.0};
+    ex_t *e = &ex;
+    pt_recfile_t *rf = NULL;
+    int rc = -ENOMEM;
+    e->out.fd = out_fd;
+    e->out.cap = OUT_BUF_BYTES;
+    e->out.buf = malloc(OUT_BUF_BYTES);
+    e->pinfo.ticks_per_second = 1000000000ull;
+    if (!e->out.buf || pt_u64map_init(&e->sym_map, 1024) || pt_u64map_init(&e->node_map, 4096) ||
+        pt_walk_create(&ex_ops, e, &e->walk))
+        goto out;
+    if (cct(e) && node_new(e, NONE, NONE, NONE) != 0)
+        goto out;
+    if (e->o.format == PT_EXPORT_SPEEDSCOPE && (rc = open_spill(e)) != 0)
+        goto out;
+    char err[512];
+    rc = pt_recfile_open(recording, &rf, err, sizeof err);
+    if (rc) {
+        snprintf(res->error, sizeof res->error, "%s", err);
+        res->damaged = 0;
+        goto out;
+    }
+    double last_data = mono_now();
+    uint64_t since_progress = 0;
+    for (;;) {
+        const uint8_t *msg;
+        size_t len;
+        pt_fb_msg_t m;
+        int r = pt_recfile_next(rf, &msg, &len, &m);
+        if (r == 1) {
+            res->messages++;
+            last_data = mono_now();
+            if ((rc = feed(e, &m, res)) != 0)
+                goto out;
+            if (e->out.err) {
+                rc = e->out.err;
+                goto out;
+            }
+            if (++since_progress >= PROGRESS_EVERY) {
+                since_progress = 0;
+                if (e->o.progress && e->o.progress(e->o.progress_ctx)) {
+                    rc = -EINTR;
+                    goto out;
+                }
+                last_data = mono_now();
+            }
+            continue;
+        }
+        if (r == -EBADMSG)
+            break;
+        if (r < 0 && r != -EINTR && r != -EAGAIN) {
+            rc = r;
+            goto out;
+        }
+        /* r == 0: nothing complete now */
+        if (e->o.follow && !pt_recfile_ended(rf)) {
+            if (mono_now() - last_data >= e->o.timeout) {
+                res->timed_out = 1;
+                break;
+            }
+            if (e->o.progress && e->o.progress(e->o.progress_ctx)) {
+                rc = -EINTR;
+                goto out;
+            }
+            struct timespec ts = {0, 50 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        if (r == 0 && !res->timed_out)
+            pt_recfile_finish(rf);
+        break;
+    }
+    if (pt_recfile_error_offset(rf) >= 0) {
+        const char *why = pt_recfile_error(rf);
+        const char *colon = strstr(why, ": ");
+        res->damaged = 1;
+        res->error_offset = pt_recfile_error_offset(rf);
+        snprintf(res->error, sizeof res->error, "%s", colon && !strncmp(why, "damaged at", 10) ? colon + 2 : why);
+    }
+    start(e);
+    /* threads with no ThreadEnd: their open entries count up to the latest
+     * tick of the stream (pytrace-top does the same) */
+    for (uint32_t i = 0; i < e->nthr; i++)
+        if (!e->thr[i].ended && e->have_latest) {
+            uint64_t number = e->thr[i].number;
+            if ((rc = pt_walk_thread_end(e->walk, number, e->latest)) != 0)
+                goto out;
+        }
+    if ((rc = pt_walk_finish(e->walk)) != 0)
+        goto out;
+    pt_walk_counters_t wc;
+    pt_walk_counters(e->walk, &wc);
+    res->events = wc.events;
+    res->lost = wc.lost;
+    res->unmatched = wc.unmatched + wc.unmatched_spans;
+    res->threads = wc.threads;
+    res->symbols = e->nsyms;
+    switch (e->o.format) {
+    case PT_EXPORT_COLLAPSED: rc = write_collapsed(e); break;
+    case PT_EXPORT_PSTATS: rc = write_pstats(e); break;
+    case PT_EXPORT_SPEEDSCOPE: rc = write_speedscope(e); break;
+    default: rc = write_chrome_end(e, &wc); break;
+    }
+    if (!rc) {
+        ob_flush(&e->out);
+        rc = e->out.err;
+    }
+out:
+    res->bytes_written = e->out.written;
+    pt_recfile_close(rf);
+    ex_free(e);
+    return rc;
+}

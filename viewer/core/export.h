@@ -1,0 +1,77 @@
+/*
+ * pt_export: a recording file to the formats other tools read, in C, with
+ * bounded memory. Driven by the walk (walk.h) over the recording reader
+ * (recfile.h); `pytrace export` calls it through the extension. No Python.
+ *
+ * Formats (what each holds is in export.c's opening comment and the README):
+ *   PT_EXPORT_COLLAPSED   folded stacks, self ns (or calls) per stack
+ *   PT_EXPORT_PSTATS      a marshal file pstats.Stats loads (cProfile's keys)
+ *   PT_EXPORT_SPEEDSCOPE  speedscope evented profiles, one per thread
+ *   PT_EXPORT_CHROME      Chrome trace-event JSON (ui.perfetto.dev, chrome://tracing)
+ *
+ * Memory: collapsed and pstats keep one node per calling context; Chrome keeps
+ * the open stacks; speedscope spills each thread's events to an unlinked
+ * temporary file (in opts.tmp_dir) and copies them out at the end.
+ *
+ * Errors: 0, or a negative errno (-ENOMEM; -EINTR when progress() asked to
+ * stop; -EPIPE and other write(2) errors of the output; -EINVAL for options).
+ * Damage in the recording is not an error of the call: everything before it
+ * is exported, and res->damaged, res->error and res->error_offset say where.
+ */
+#ifndef PT_VIEWER_EXPORT_H
+#define PT_VIEWER_EXPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "schema/pt_fb.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum pt_export_format {
+    PT_EXPORT_COLLAPSED = 1,
+    PT_EXPORT_PSTATS,
+    PT_EXPORT_SPEEDSCOPE,
+    PT_EXPORT_CHROME,
+};
+
+typedef struct pt_export_opts {
+    int format;              /* enum pt_export_format */
+    int weight_calls;        /* collapsed: weight = calls instead of self ns */
+    int per_thread;          /* collapsed: a "thread NAME (tid N)" root frame per thread */
+    int qualnames;           /* pstats: pytrace's qualified names instead of cProfile's keys */
+    int follow;              /* read a file still being written, until the job ends */
+    double timeout;          /* follow: give up after this many seconds without new data */
+    const char *tmp_dir;     /* speedscope spill file directory (NULL: the output's, else /tmp) */
+    /* Called every few thousand messages and while waiting; non-zero stops
+     * the export with -EINTR. May be NULL. */
+    int (*progress)(void *ctx);
+    void *progress_ctx;
+} pt_export_opts_t;
+
+typedef struct pt_export_result {
+    uint64_t events;
+    uint64_t lost;           /* sum of Lost record counts (gaps marked in the stream) */
+    uint64_t unmatched;      /* returns (and span ends) without a matching open entry */
+    uint64_t threads;
+    uint64_t symbols;
+    uint64_t messages;
+    int damaged;             /* the recording is damaged from error_offset on */
+    int timed_out;           /* follow: nothing new came for `timeout` seconds */
+    int64_t error_offset;
+    char error[512];         /* the damage, one line, without the "damaged at" prefix */
+    int have_status;
+    pt_fb_producer_status_t status; /* the last ProducerStatus (strings not kept) */
+    uint64_t bytes_written;
+} pt_export_result_t;
+
+/* Export `recording` to the open file descriptor out_fd (not closed). */
+int pt_export_file(const char *recording, int out_fd, const pt_export_opts_t *opts, pt_export_result_t *res);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PT_VIEWER_EXPORT_H */

@@ -1,0 +1,413 @@
+/*
+ * pt_walk implementation. The rules are in walk.h; this file says how.
+ *
+ *   - A thread's stack is an array of entries {id, span}. Per thread and id, a
+ *     count of open frames (and separately of open spans) lives in one hash
+ *     map keyed (thread index, span bit, id), so "is there an open frame of
+ *     this id?" costs O(1) and a search only runs when it will pop what it
+ *     passes: time stays linear in the events whatever the stream holds.
+ *   - truncate() closes entries down to a depth. With `lift`, spans among them
+ *     re-enter on top afterwards (rule 1 of walk.h); the scratch array that
+ *     holds them is per walk and grows like the stacks.
+ *   - Recovery (a run of Frame records, or a Lost record waiting for them)
+ *     keeps a position in the old stack while the reported frames match it.
+ */
+#include "walk.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "u64map_internal.h"
+
+#define MAX_STACK_DEPTH (1u << 20)
+
+typedef struct entry {
+    uint32_t id;
+    uint32_t span;
+} entry_t;
+
+typedef struct wthread {
+    pt_walk_thread_t pub;
+    entry_t *stack;
+    uint32_t cap;
+    int recovering;       /* inside a Frame run, or after a Lost record */
+    int prefix_intact;    /* the reported frames so far matched the old stack */
+    int have_close_ticks;
+    uint32_t recover_pos; /* stack position the next reported frame is matched at */
+    uint64_t close_ticks; /* old frames that differ are closed at this tick */
+} wthread_t;
+
+struct pt_walk {
+    pt_walk_ops_t ops;
+    void *ctx;
+    wthread_t **threads;  /* pointers: pt_walk_thread_t handed out stays put */
+    uint32_t thread_count, thread_cap;
+    pt_u64map_t thread_map;
+    uint32_t last_thread;
+    pt_u64map_t open;     /* (thread index << 33 | span << 32 | id) -> open entries */
+    entry_t *scratch;
+    uint32_t scratch_cap;
+    pt_walk_counters_t c;
+};
+
+static int grow(void **arr, uint32_t *cap, size_t elem, uint32_t need)
+{
+    if (need <= *cap)
+        return 0;
+    size_t ncap = *cap ? *cap : 16;
+    while (ncap < need)
+        ncap *= 2;
+    if (ncap > UINT32_MAX / 2)
+        return -ENOMEM;
+    void *p = realloc(*arr, ncap * elem);
+    if (!p)
+        return -ENOMEM;
+    *arr = p;
+    *cap = (uint32_t)ncap;
+    return 0;
+}
+
+int pt_walk_create(const pt_walk_ops_t *ops, void *ctx, pt_walk_t **out)
+{
+    pt_walk_t *w = calloc(1, sizeof *w);
+    if (!w)
+        return -ENOMEM;
+    w->ops = *ops;
+    w->ctx = ctx;
+    if (pt_u64map_init(&w->thread_map, 16) || pt_u64map_init(&w->open, 256)) {
+        pt_walk_destroy(w);
+        return -ENOMEM;
+    }
+    *out = w;
+    return 0;
+}
+
+void pt_walk_destroy(pt_walk_t *w)
+{
+    if (!w)
+        return;
+    for (uint32_t i = 0; i < w->thread_count; i++) {
+        free(w->threads[i]->stack);
+        free(w->threads[i]);
+    }
+    free(w->threads);
+    pt_u64map_free(&w->thread_map);
+    pt_u64map_free(&w->open);
+    free(w->scratch);
+    free(w);
+}
+
+pt_walk_thread_t *pt_walk_thread(pt_walk_t *w, uint64_t number, int *rc)
+{
+    *rc = 0;
+    if (w->last_thread < w->thread_count && w->threads[w->last_thread]->pub.number == number)
+        return &w->threads[w->last_thread]->pub;
+    uint32_t idx = pt_u64map_get(&w->thread_map, number);
+    if (idx == PT_U64MAP_EMPTY) {
+        if (w->thread_count >= (UINT32_MAX >> 2) ||
+            grow((void **)&w->threads, &w->thread_cap, sizeof *w->threads, w->thread_count + 1)) {
+            *rc = -ENOMEM;
+            return NULL;
+        }
+        wthread_t *t = calloc(1, sizeof *t);
+        uint32_t *slot = t ? pt_u64map_slot(&w->thread_map, number, w->thread_count) : NULL;
+        if (!slot) {
+            free(t);
+            *rc = -ENOMEM;
+            return NULL;
+        }
+        idx = w->thread_count++;
+        w->threads[idx] = t;
+        t->pub.number = number;
+        t->pub.index = idx;
+        w->c.threads = w->thread_count;
+        if (w->ops.thread_new && (*rc = w->ops.thread_new(w->ctx, &t->pub)) != 0)
+            return NULL;
+    }
+    w->last_thread = idx;
+    return &w->threads[idx]->pub;
+}
+
+size_t pt_walk_thread_count(const pt_walk_t *w) { return w->thread_count; }
+
+pt_walk_thread_t *pt_walk_thread_at(pt_walk_t *w, size_t index)
+{
+    return index < w->thread_count ? &w->threads[index]->pub : NULL;
+}
+
+static inline uint64_t open_key(const wthread_t *t, uint32_t span, uint32_t id)
+{
+    return (uint64_t)t->pub.index << 33 | (uint64_t)span << 32 | id;
+}
+
+static inline int do_enter(pt_walk_t *w, wthread_t *t, uint32_t id, uint32_t span, uint64_t ticks,
+                           unsigned flags)
+{
+    if (t->pub.depth >= MAX_STACK_DEPTH)
+        return -ENOMEM;
+    if (t->pub.depth == t->cap && grow((void **)&t->stack, &t->cap, sizeof *t->stack, t->pub.depth + 1))
+        return -ENOMEM;
+    uint32_t *open = pt_u64map_slot(&w->open, open_key(t, span, id), 0);
+    if (!open)
+        return -ENOMEM;
+    (*open)++;
+    t->stack[t->pub.depth++] = (entry_t){.id = id, .span = span};
+    return w->ops.enter ? w->ops.enter(w->ctx, &t->pub, id, ticks, flags | (span ? PT_WALK_SPAN : 0)) : 0;
+}
+
+/* Pop the top entry and report its exit. */
+static inline int do_exit(pt_walk_t *w, wthread_t *t, uint64_t ticks, unsigned flags)
+{
+    entry_t e = t->stack[--t->pub.depth];
+    uint32_t *open = pt_u64map_slot(&w->open, open_key(t, e.span, e.id), 0);
+    if (open && *open)
+        (*open)--;
+    return w->ops.exit ? w->ops.exit(w->ctx, &t->pub, e.id, ticks, flags | (e.span ? PT_WALK_SPAN : 0)) : 0;
+}
+
+/* Close entries down to `depth`. With lift, the spans among them re-enter on
+ * top afterwards, in order, as continuations (rule 1). */
+static int truncate_to(pt_walk_t *w, wthread_t *t, uint32_t depth, uint64_t ticks, int lift)
+{
+    uint32_t nspans = 0;
+    if (lift) {
+        for (uint32_t i = depth; i < t->pub.depth; i++)
+            nspans += t->stack[i].span;
+        if (nspans && grow((void **)&w->scratch, &w->scratch_cap, sizeof *w->scratch, nspans))
+            return -ENOMEM;
+        nspans = 0;
+        for (uint32_t i = depth; i < t->pub.depth; i++)
+            if (t->stack[i].span)
+                w->scratch[nspans++] = t->stack[i];
+    }
+    int rc;
+    while (t->pub.depth > depth) {
+        unsigned f = lift && t->stack[t->pub.depth - 1].span ? PT_WALK_CONTINUED : 0;
+        if ((rc = do_exit(w, t, ticks, f)) != 0)
+            return rc;
+    }
+    /* scratch is not touched by enter: copy out first only if a callback
+     * could re-enter the walk, which the contract forbids */
+    for (uint32_t i = 0; i < nspans; i++)
+        if ((rc = do_enter(w, t, w->scratch[i].id, 1, ticks, PT_WALK_CONTINUED)) != 0)
+            return rc;
+    return 0;
+}
+
+static inline uint32_t open_count(pt_walk_t *w, wthread_t *t, uint32_t span, uint32_t id)
+{
+    uint32_t v = pt_u64map_get(&w->open, open_key(t, span, id));
+    return v == PT_U64MAP_EMPTY ? 0 : v;
+}
+
+static int close_frame(pt_walk_t *w, wthread_t *t, uint32_t id, uint64_t ticks)
+{
+    uint32_t d = t->pub.depth;
+    if (d && t->stack[d - 1].id == id && !t->stack[d - 1].span)
+        return do_exit(w, t, ticks, 0);
+    if (!open_count(w, t, 0, id)) {
+        w->c.unmatched++;
+        return 0;
+    }
+    for (uint32_t i = d; i-- > 0;)
+        if (t->stack[i].id == id && !t->stack[i].span)
+            return truncate_to(w, t, i, ticks, 1);
+    w->c.unmatched++; /* not reached while the counts are right */
+    return 0;
+}
+
+/* Rule 2: SpanEnd closes the innermost open span of its id; what is above it
+ * moves under the span's parent. */
+static int close_span(pt_walk_t *w, wthread_t *t, uint32_t id, uint64_t ticks)
+{
+    if (!open_count(w, t, 1, id)) {
+        w->c.unmatched_spans++;
+        return 0;
+    }
+    uint32_t d = t->pub.depth, pos = d;
+    for (uint32_t i = d; i-- > 0;)
+        if (t->stack[i].id == id && t->stack[i].span) {
+            pos = i;
+            break;
+        }
+    if (pos == d) {
+        w->c.unmatched_spans++;
+        return 0;
+    }
+    uint32_t above = d - pos - 1;
+    if (above && grow((void **)&w->scratch, &w->scratch_cap, sizeof *w->scratch, above))
+        return -ENOMEM;
+    if (above)
+        memcpy(w->scratch, t->stack + pos + 1, above * sizeof *w->scratch);
+    int rc;
+    while (t->pub.depth > pos + 1)
+        if ((rc = do_exit(w, t, ticks, PT_WALK_CONTINUED)) != 0)
+            return rc;
+    if ((rc = do_exit(w, t, ticks, 0)) != 0)
+        return rc;
+    for (uint32_t i = 0; i < above; i++)
+        if ((rc = do_enter(w, t, w->scratch[i].id, w->scratch[i].span, ticks, PT_WALK_CONTINUED)) != 0)
+            return rc;
+    return 0;
+}
+
+static inline uint32_t skip_spans(const wthread_t *t, uint32_t pos)
+{
+    while (pos < t->pub.depth && t->stack[pos].span)
+        pos++;
+    return pos;
+}
+
+static void begin_recovery(wthread_t *t)
+{
+    t->recovering = 1;
+    t->prefix_intact = 1;
+    t->recover_pos = 0;
+    t->have_close_ticks = 0;
+}
+
+static int end_recovery(pt_walk_t *w, wthread_t *t, uint64_t ticks)
+{
+    t->recovering = 0;
+    if (!t->prefix_intact)
+        return 0;
+    /* old frames beyond the reported stack are gone */
+    uint32_t pos = skip_spans(t, t->recover_pos);
+    return pos < t->pub.depth ? truncate_to(w, t, pos, t->have_close_ticks ? t->close_ticks : ticks, 1) : 0;
+}
+
+static int on_frame(pt_walk_t *w, wthread_t *t, const pt_event_t *ev)
+{
+    int rc;
+    if (t->recovering && ev->aux == 0 && t->recover_pos > 0) { /* a new run */
+        if ((rc = end_recovery(w, t, ev->ticks)) != 0)
+            return rc;
+    }
+    if (!t->recovering)
+        begin_recovery(t);
+    if (!t->have_close_ticks) {
+        t->have_close_ticks = 1;
+        t->close_ticks = ev->ticks;
+    }
+    if (t->prefix_intact) {
+        uint32_t pos = skip_spans(t, t->recover_pos);
+        if (pos < t->pub.depth && t->stack[pos].id == ev->id) {
+            t->recover_pos = pos + 1; /* the same call, still running */
+            return 0;
+        }
+        t->prefix_intact = 0;
+        if (pos < t->pub.depth && (rc = truncate_to(w, t, pos, t->close_ticks, 1)) != 0)
+            return rc;
+    }
+    t->recover_pos = t->pub.depth + 1;
+    return do_enter(w, t, ev->id, 0, ev->ticks, PT_WALK_REPORTED);
+}
+
+static int feed_event(pt_walk_t *w, wthread_t *t, const pt_event_t *ev)
+{
+    int rc;
+    uint64_t now = ev->ticks;
+    if (!t->pub.have_ticks || now > t->pub.last_ticks) {
+        t->pub.last_ticks = now;
+        t->pub.have_ticks = 1;
+    }
+    if (ev->kind == PT_EV_FRAME)
+        return on_frame(w, t, ev);
+    if (ev->kind == PT_EV_LOST) {
+        if (t->recovering && (rc = end_recovery(w, t, now)) != 0)
+            return rc;
+        uint64_t lost = (uint64_t)ev->id | ((uint64_t)ev->aux << 32);
+        t->pub.lost += lost;
+        w->c.lost += lost;
+        begin_recovery(t);
+        t->have_close_ticks = 1;
+        t->close_ticks = now;
+        return w->ops.gap ? w->ops.gap(w->ctx, &t->pub, now, lost) : 0;
+    }
+    if (t->recovering && (rc = end_recovery(w, t, now)) != 0)
+        return rc;
+    switch (ev->kind) {
+    case PT_EV_CALL:
+    case PT_EV_RESUME:
+    case PT_EV_CCALL:
+        return do_enter(w, t, ev->id, 0, now, 0);
+    case PT_EV_SPAN_BEGIN:
+        return do_enter(w, t, ev->id, 1, now, 0);
+    case PT_EV_RETURN:
+    case PT_EV_YIELD:
+    case PT_EV_UNWIND:
+    case PT_EV_CRETURN:
+    case PT_EV_CUNWIND:
+        return close_frame(w, t, ev->id, now);
+    case PT_EV_SPAN_END:
+        return close_span(w, t, ev->id, now);
+    case PT_EV_MARK:
+        return w->ops.instant ? w->ops.instant(w->ctx, &t->pub, ev->id, now) : 0;
+    default:
+        w->c.bad_events++;
+        return 0;
+    }
+}
+
+int pt_walk_events(pt_walk_t *w, uint64_t thread, const pt_event_t *events, size_t count)
+{
+    int rc;
+    pt_walk_thread_t *pub = pt_walk_thread(w, thread, &rc);
+    if (!pub)
+        return rc ? rc : -ENOMEM;
+    wthread_t *t = (wthread_t *)pub;
+    w->c.events += count;
+    for (size_t i = 0; i < count; i++) {
+        t->pub.events++;
+        if ((rc = feed_event(w, t, &events[i])) != 0)
+            return rc;
+    }
+    return 0;
+}
+
+int pt_walk_thread_end(pt_walk_t *w, uint64_t thread, uint64_t ticks)
+{
+    int rc;
+    pt_walk_thread_t *pub = pt_walk_thread(w, thread, &rc);
+    if (!pub)
+        return rc ? rc : -ENOMEM;
+    wthread_t *t = (wthread_t *)pub;
+    if (ticks && (!t->pub.have_ticks || ticks > t->pub.last_ticks)) {
+        t->pub.last_ticks = ticks;
+        t->pub.have_ticks = 1;
+    }
+    uint64_t at = ticks ? ticks : t->pub.last_ticks;
+    t->recovering = 0;
+    return truncate_to(w, t, 0, at, 0);
+}
+
+int pt_walk_finish(pt_walk_t *w)
+{
+    for (uint32_t i = 0; i < w->thread_count; i++) {
+        wthread_t *t = w->threads[i];
+        t->recovering = 0;
+        if (t->pub.depth) {
+            int rc = truncate_to(w, t, 0, t->pub.last_ticks, 0);
+            if (rc)
+                return rc;
+        }
+    }
+    return 0;
+}
+
+uint32_t pt_walk_stack(const pt_walk_t *w, const pt_walk_thread_t *th, uint32_t *ids, uint8_t *span_flags,
+                       uint32_t cap)
+{
+    (void)w;
+    const wthread_t *t = (const wthread_t *)th;
+    for (uint32_t i = 0; i < t->pub.depth && i < cap; i++) {
+        if (ids)
+            ids[i] = t->stack[i].id;
+        if (span_flags)
+            span_flags[i] = (uint8_t)t->stack[i].span;
+    }
+    return t->pub.depth;
+}
+
+void pt_walk_counters(const pt_walk_t *w, pt_walk_counters_t *out) { *out = w->c; }

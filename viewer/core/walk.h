@@ -1,0 +1,157 @@
+/*
+ * pt_walk: the one set of rules that turns a pytrace stream into stacks.
+ * pytrace-top (agg.c), every exporter (export.c) and the Python API (through
+ * the extension) are fed by it, so they all see the same trees. No Python.
+ *
+ * The walk keeps, per thread, the stack of open entries (symbol ids, each a
+ * frame or a span) and calls back on every change: enter, exit, instant (a
+ * mark) and gap (a Lost record). It never reads symbols or keeps totals; the
+ * callbacks do that.
+ *
+ * The rules, per thread (schema/pytrace.fbs names the event kinds):
+ *   - Call, CCall, Resume enter a frame of their id on top of the stack.
+ *     Return, CReturn, Unwind, CUnwind, Yield close the innermost open frame of
+ *     their id: if it is not on top, the entries above it are closed first, at
+ *     the same tick (their returns were missed). A close of an id with no open
+ *     frame (the function was running before the stream began: a reader that
+ *     starts mid-stream, or the frame that started tracing) is ignored and
+ *     counted (pt_walk_counters.unmatched). A per-thread count of open frames
+ *     per id answers that in O(1), so any stream costs time linear in its
+ *     events.
+ *   - Calls: every activation the walk sees counts ONE call, whether its call
+ *     event was seen or a Frame record reported it (a frame already running
+ *     when tracing or the reader started, or called during a gap). Enter has
+ *     PT_WALK_REPORTED for the latter, so a consumer may tell them apart, but
+ *     every reader of this library counts them (pytrace-top, pstats,
+ *     collapsed, speedscope, Chrome, Perfetto agree).
+ *   - Frame records (outermost first) report the whole stack: at thread start,
+ *     after a Lost record, or anywhere. Position by position, reported ids that
+ *     equal the open stack's frames are kept open (the same calls still
+ *     running; spans are skipped over when matching). At the first difference
+ *     the rest of the old stack is closed, at the tick of the Lost record if
+ *     the run follows one, else at the first Frame record's tick, and the
+ *     remaining Frame records enter frames (PT_WALK_REPORTED) at their ticks.
+ *     At the first event after the run that is not a Frame record, old frames
+ *     beyond the reported stack are closed at the same tick as above. A Frame
+ *     record with aux (depth) 0 while a run is going starts a new run.
+ *   - Lost: a gap of N events (48 bits: id | aux << 32). gap() is called, and
+ *     the Frame records that follow rebuild the stack as above; a Lost record
+ *     with no Frame records after it closes every frame (at its tick) at the
+ *     next event. Open spans outlive gaps (rule 1 below).
+ *   - Mark: instant() on the thread, the stack unchanged.
+ *
+ * THE RULE FOR SPANS. A user span (SpanBegin/SpanEnd, its id a Label symbol)
+ * is an entry of the thread's stack like a frame: SpanBegin enters it on top
+ * (one call) and everything entered while it is open nests under it. A span is
+ * an interval of the code that opened it, not of the helper frames that wrote
+ * its begin and end (pytrace.span's __enter__ and the C function span_begin
+ * return while the span stays open; __exit__ and span_end are called inside
+ * it), so:
+ *   (1) when a frame below an open span is closed (by its return, a missed
+ *       return or a resync after a gap), the spans above it are not closed
+ *       for good: they exit and, at the same tick, re-enter on top of what
+ *       remains, with PT_WALK_CONTINUED (not a new call), in their order;
+ *   (2) SpanEnd closes the innermost open span of its id; the entries above it
+ *       (normally __exit__ and span_end) exit and re-enter, at the same tick,
+ *       on top of the span's parent with PT_WALK_CONTINUED, and then return
+ *       normally. A SpanEnd with no open span of its id is ignored and counted
+ *       (unmatched_spans).
+ *   (3) ThreadEnd and the end of the stream close spans like frames.
+ * So every enter has exactly one exit, entries nest strictly (a timeline
+ * format can draw them as slices), each span counts one call and its time is
+ * from SpanBegin to SpanEnd, and a frame's time is never counted twice: a
+ * continued entry is the same activation in a new context (pstats counts its
+ * calls once, cumulative time per outermost piece).
+ *
+ * Ticks are passed as the events carry them (raw). A consumer that needs
+ * non-decreasing time per thread (durations, slices) clamps to the largest
+ * tick it has seen on the thread; self time is "the ticks between two
+ * callbacks of a thread go to the entry on top" and a tick below the largest
+ * seen adds nothing (agg.c and export.c both do exactly this).
+ *
+ * Threads are known by their segment-unique thread number. pt_walk_thread_end
+ * closes what is still open (ThreadEnd); events after it reopen the thread (a
+ * reused number). pt_walk_finish closes every thread still open, at its last
+ * tick, in order of first sight.
+ *
+ * Any callback may be NULL. Callbacks may return non-zero to stop the walk; that value is returned by
+ * the feeding call (the stack is then unspecified; destroy the walk).
+ * Threading: one thread at a time. Errors: 0, a callback's value, or -ENOMEM.
+ */
+#ifndef PT_VIEWER_WALK_H
+#define PT_VIEWER_WALK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shm/layout.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* enter/exit flags */
+#define PT_WALK_SPAN 0x1u      /* the entry is a user span (SpanBegin) */
+#define PT_WALK_REPORTED 0x2u  /* enter: opened by a Frame record (the call was not seen) */
+#define PT_WALK_CONTINUED 0x4u /* enter: the same activation moved under a new parent (no call);
+                                  exit: the entry will re-enter at once */
+
+typedef struct pt_walk_thread {
+    uint64_t number;       /* segment-unique thread number */
+    uint32_t index;        /* 0, 1, ... in order of first sight */
+    uint32_t depth;        /* open entries (after the change being reported) */
+    uint64_t last_ticks;   /* largest tick seen on the thread */
+    int have_ticks;
+    uint64_t events;
+    uint64_t lost;         /* sum of its Lost record counts */
+    void *user;            /* the consumer's per-thread state */
+} pt_walk_thread_t;
+
+typedef struct pt_walk_ops {
+    /* a thread is seen for the first time (set th->user here) */
+    int (*thread_new)(void *ctx, pt_walk_thread_t *th);
+    int (*enter)(void *ctx, pt_walk_thread_t *th, uint32_t id, uint64_t ticks, unsigned flags);
+    int (*exit)(void *ctx, pt_walk_thread_t *th, uint32_t id, uint64_t ticks, unsigned flags);
+    int (*instant)(void *ctx, pt_walk_thread_t *th, uint32_t id, uint64_t ticks); /* Mark */
+    int (*gap)(void *ctx, pt_walk_thread_t *th, uint64_t ticks, uint64_t lost);  /* Lost */
+} pt_walk_ops_t;
+
+typedef struct pt_walk pt_walk_t;
+
+typedef struct pt_walk_counters {
+    uint64_t events;
+    uint64_t lost;             /* sum of Lost record counts */
+    uint64_t unmatched;        /* closes with no open frame of their id */
+    uint64_t unmatched_spans;  /* SpanEnd with no open span of its id */
+    uint64_t bad_events;       /* unknown kinds */
+    uint32_t threads;
+} pt_walk_counters_t;
+
+int pt_walk_create(const pt_walk_ops_t *ops, void *ctx, pt_walk_t **out);
+void pt_walk_destroy(pt_walk_t *w);
+
+/* The thread's state (created, with thread_new, on first sight); NULL if out
+ * of memory. *rc gets the callback's value if thread_new failed. */
+pt_walk_thread_t *pt_walk_thread(pt_walk_t *w, uint64_t number, int *rc);
+size_t pt_walk_thread_count(const pt_walk_t *w);
+pt_walk_thread_t *pt_walk_thread_at(pt_walk_t *w, size_t index);
+
+/* Events of one thread, in stream order (an EventChunk). */
+int pt_walk_events(pt_walk_t *w, uint64_t thread, const pt_event_t *events, size_t count);
+/* ThreadEnd at ticks (0 = the thread's last tick): close everything open. */
+int pt_walk_thread_end(pt_walk_t *w, uint64_t thread, uint64_t ticks);
+/* End of the stream: pt_walk_thread_end for every thread with entries open. */
+int pt_walk_finish(pt_walk_t *w);
+
+/* Open entries of a thread, outermost first: ids[i] and (if flags) whether
+ * entry i is a span. Returns the depth; fills at most cap. */
+uint32_t pt_walk_stack(const pt_walk_t *w, const pt_walk_thread_t *th, uint32_t *ids, uint8_t *span_flags,
+                       uint32_t cap);
+
+void pt_walk_counters(const pt_walk_t *w, pt_walk_counters_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PT_VIEWER_WALK_H */
