@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq build-essential liburcu-dev libncurses-dev flatbuffers-compiler \
-    libflatbuffers-dev zlib1g-dev tmux procps clang util-linux passwd >/dev/null
+    libflatbuffers-dev zlib1g-dev libzstd-dev zstd tmux procps clang util-linux passwd >/dev/null
 
 PYTHONS=$(bash tests/pythons.sh)
 for py in $PYTHONS; do

@@ -74,12 +74,12 @@ static inline uint64_t rd64(const uint8_t *p) { return (uint64_t)rd32(p) | ((uin
 
 /* ---- builder ----------------------------------------------------------- */
 
-enum fb_kind { FB_U8 = 1, FB_U16 = 2, FB_U32 = 4, FB_U64 = 8, FB_STR = 16 };
+enum fb_kind { FB_U8 = 1, FB_U16 = 2, FB_U32 = 4, FB_U64 = 8, FB_STR = 16, FB_BYTES = 32 };
 
 typedef struct fb_field {
     uint8_t kind;      /* enum fb_kind */
     uint64_t value;    /* scalars */
-    pt_fb_str_t str;   /* FB_STR; ptr NULL = absent */
+    pt_fb_str_t str;   /* FB_STR, FB_BYTES ([ubyte], no NUL); ptr NULL = absent */
 } fb_field_t;
 
 #define FB_MAX_FIELDS 16
@@ -104,8 +104,9 @@ static size_t build_message(uint8_t *out, size_t cap, uint8_t body_type, const f
     size_t pos = table + 4;
     for (unsigned s = 0; s < sizeof size_order; s++) {
         for (unsigned i = 0; i < nf; i++) {
-            unsigned sz = f[i].kind == FB_STR ? 4u : f[i].kind;
-            if (sz != size_order[s] || (f[i].kind == FB_STR && !f[i].str.ptr))
+            const int ref = f[i].kind == FB_STR || f[i].kind == FB_BYTES;
+            unsigned sz = ref ? 4u : f[i].kind;
+            if (sz != size_order[s] || (ref && !f[i].str.ptr))
                 continue;
             field_pos[i] = pos; /* pos is aligned: sizes descend from an 8-aligned start */
             pos += sz;
@@ -113,11 +114,11 @@ static size_t build_message(uint8_t *out, size_t cap, uint8_t body_type, const f
     }
     const size_t table_end = pos;
     for (unsigned i = 0; i < nf; i++) {
-        if (f[i].kind != FB_STR || !f[i].str.ptr)
+        if ((f[i].kind != FB_STR && f[i].kind != FB_BYTES) || !f[i].str.ptr)
             continue;
         pos = align_up(pos, 4);
         str_pos[i] = pos;
-        pos += 4 + (size_t)f[i].str.len + 1;
+        pos += 4 + (size_t)f[i].str.len + (f[i].kind == FB_STR);
         if (pos > FB_MAX_BUFFER)
             return 0;
     }
@@ -151,6 +152,7 @@ static size_t build_message(uint8_t *out, size_t cap, uint8_t body_type, const f
         case FB_U32: wr32(p, (uint32_t)f[i].value); break;
         case FB_U64: wr64(p, f[i].value); break;
         case FB_STR:
+        case FB_BYTES:
             wr32(p, (uint32_t)(str_pos[i] - field_pos[i]));
             wr32(out + str_pos[i], f[i].str.len);
             if (f[i].str.len)
@@ -168,6 +170,7 @@ static size_t build_message(uint8_t *out, size_t cap, uint8_t body_type, const f
 #define U32(v) {FB_U32, (v), {NULL, 0}}
 #define U64(v) {FB_U64, (v), {NULL, 0}}
 #define STR(s) {FB_STR, 0, (s)}
+#define BYTES(p, n) {FB_BYTES, 0, {(const char *)(p), (n)}}
 
 size_t pt_fb_build_process_info(uint8_t *out, size_t cap, const pt_fb_process_info_t *in)
 {
@@ -218,6 +221,13 @@ size_t pt_fb_build_producer_status(uint8_t *out, size_t cap, const pt_fb_produce
                             U64(in->symbols_dropped), U64(in->threads_untraced),
                             U64(in->tracing_displaced), U64(in->events_untraced)};
     return build_message(out, cap, PT_MSG_PRODUCER_STATUS, f, sizeof f / sizeof f[0]);
+}
+
+size_t pt_fb_build_compressed_chunk(uint8_t *out, size_t cap, const pt_fb_compressed_chunk_t *in)
+{
+    const fb_field_t f[] = {U64(in->thread), U64(in->first_event), U32(in->count), U8(in->codec),
+                            U32(in->raw_bytes), BYTES(in->data, in->data_len)};
+    return build_message(out, cap, PT_MSG_COMPRESSED_CHUNK, f, sizeof f / sizeof f[0]);
 }
 
 void pt_fb_chunk_header(uint8_t out[PT_CHUNK_HEADER_BYTES], uint64_t thread, uint64_t first_event,
@@ -391,7 +401,8 @@ static int get_str(fb_in_t *in, const fb_table_t *t, unsigned id, pt_fb_str_t *s
     if (r <= 0)
         return r;
     if ((r = follow(in, at, &to, what)) < 0)
-        return r;
+        return bad(in, "%s field %u: string offset %u points outside the buffer or misaligned", what, id,
+                   rd32(in->b + at));
     const uint32_t n = rd32(in->b + to);
     if (!in_bounds(in, to + 4, (size_t)n + 1))
         return bad(in, "%s field %u: string of %u bytes exceeds buffer", what, id, n);
@@ -462,7 +473,7 @@ int pt_fb_parse(const uint8_t *buf, size_t len, pt_fb_msg_t *out, char *why, siz
     GET(&in, &msg, 0, type, "Message");
     if (type == PT_MSG_NONE)
         return bad(&in, "message has no body");
-    if (type > PT_MSG_PRODUCER_STATUS)
+    if (type > PT_MSG_LAST)
         return bad(&in, "unknown body type %u", type);
     if ((r = field_at(&in, &msg, 1, 4, &at, "Message")) < 0)
         return r;
@@ -547,6 +558,28 @@ int pt_fb_parse(const uint8_t *buf, size_t len, pt_fb_msg_t *out, char *why, siz
         GET(&in, &body, 6, p->threads_untraced, w);
         GET(&in, &body, 7, p->tracing_displaced, w);
         GET(&in, &body, 8, p->events_untraced, w);
+        break;
+    }
+    case PT_MSG_COMPRESSED_CHUNK: {
+        pt_fb_compressed_chunk_t *p = &out->u.compressed_chunk;
+        const char *w = "CompressedChunk";
+        GET(&in, &body, 0, p->thread, w);
+        GET(&in, &body, 1, p->first_event, w);
+        GET(&in, &body, 2, p->count, w);
+        GET(&in, &body, 3, p->codec, w);
+        GET(&in, &body, 4, p->raw_bytes, w);
+        if ((r = field_at(&in, &body, 5, 4, &at, w)) < 0)
+            return r;
+        if (r) {
+            size_t to = 0;
+            if ((r = follow(&in, at, &to, "CompressedChunk.data")) < 0)
+                return r;
+            const uint32_t n = rd32(in.b + to);
+            if (!in_bounds(&in, to + 4, n))
+                return bad(&in, "CompressedChunk.data: %u bytes exceed the buffer", n);
+            p->data = in.b + to + 4;
+            p->data_len = n;
+        }
         break;
     }
     default: break;

@@ -65,6 +65,19 @@ typedef struct pt_fb_producer_status {
         threads_untraced, tracing_displaced, events_untraced;
 } pt_fb_producer_status_t;
 
+/* CompressedChunk (recording files only): data decompresses, by codec, to the
+ * events of the EventChunk {thread, first_event, count events} it stands for. */
+#define PT_CODEC_NONE 0u
+#define PT_CODEC_ZSTD_DELTA_SHUFFLE 1u
+typedef struct pt_fb_compressed_chunk {
+    uint64_t thread, first_event;
+    uint32_t count;
+    uint8_t codec;
+    uint32_t raw_bytes;
+    const uint8_t *data; /* points into the buffer; NULL if absent */
+    uint32_t data_len;
+} pt_fb_compressed_chunk_t;
+
 typedef struct pt_fb_msg {
     uint32_t type; /* enum pt_msg_type */
     union {
@@ -75,6 +88,7 @@ typedef struct pt_fb_msg {
         pt_fb_event_chunk_t event_chunk;
         pt_fb_lost_count_t lost_count;
         pt_fb_producer_status_t producer_status;
+        pt_fb_compressed_chunk_t compressed_chunk;
     } u;
 } pt_fb_msg_t;
 
@@ -84,6 +98,8 @@ size_t pt_fb_build_thread_end(uint8_t *out, size_t cap, const pt_fb_thread_end_t
 size_t pt_fb_build_symbol(uint8_t *out, size_t cap, const pt_fb_symbol_t *in);
 size_t pt_fb_build_lost_count(uint8_t *out, size_t cap, const pt_fb_lost_count_t *in);
 size_t pt_fb_build_producer_status(uint8_t *out, size_t cap, const pt_fb_producer_status_t *in);
+/* The data vector is copied from in->data (in->data_len bytes). */
+size_t pt_fb_build_compressed_chunk(uint8_t *out, size_t cap, const pt_fb_compressed_chunk_t *in);
 
 /* EventChunk: write the fixed 72-byte header (shm/layout.h, PT_CHUNK_*) for n
  * events that the caller places at out + PT_CHUNK_OFF_EVENTS. total size is

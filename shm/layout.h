@@ -118,8 +118,10 @@ enum pt_msg_type {
     PT_MSG_SYMBOL = 4,
     PT_MSG_EVENT_CHUNK = 5,
     PT_MSG_LOST_COUNT = 6,
-    PT_MSG_PRODUCER_STATUS = 7
+    PT_MSG_PRODUCER_STATUS = 7,
+    PT_MSG_COMPRESSED_CHUNK = 8 /* recording files only (viewer/core/recfile.h) */
 };
+#define PT_MSG_LAST PT_MSG_COMPRESSED_CHUNK
 
 /* ---- chunk: the in-place size-prefixed FlatBuffer ---------------------- *
  *

@@ -40,6 +40,7 @@ class MsgType(enum.IntEnum):
     EventChunk = 5
     LostCount = 6
     ProducerStatus = 7
+    CompressedChunk = 8     # recording files only; RecordingReader hands out its EventChunk
 
 
 class EventKind(enum.IntEnum):

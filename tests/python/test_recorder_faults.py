@@ -111,7 +111,8 @@ def test_disk_full_during_record(tmp_path):
     disk = tmp_path / "disk"
     disk.mkdir()
     out = disk / "out.pytrace"
-    inner = ("mount -t tmpfs -o size=2m tmpfs %s && %s -m pytrace record -o %s -- %s %s 3 7; rc=$?; "
+    # 256 KiB: the job's compressed recording takes about 2 MB (its plain one 120 MB)
+    inner = ("mount -t tmpfs -o size=256k tmpfs %s && %s -m pytrace record -o %s -- %s %s 3 7; rc=$?; "
              "cp %s %s/kept.pytrace; exit $rc") % (disk, PY, out, PY, job, out, tmp_path)
     r = subprocess.run(["unshare", "-m", "sh", "-c", inner], capture_output=True, text=True,
                        timeout=300)

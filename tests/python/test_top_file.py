@@ -311,9 +311,9 @@ def test_not_a_recording(tmp_path):
     assert "not a pytrace recording" in line
     assert doc["functions"] == []
 
-    newer = os.path.join(str(tmp_path), "v2.pytrace")
+    newer = os.path.join(str(tmp_path), "v3.pytrace")
     with open(newer, "wb") as f:
-        f.write(HEADER.pack(MAGIC, 2, 0, 0))
+        f.write(HEADER.pack(MAGIC, 3, 0, 0))  # a major this pytrace does not know
     r = run_top(newer)
     assert "unsupported recording format" in _one_line_error(r, 8)
 

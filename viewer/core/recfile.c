@@ -9,6 +9,15 @@
  *
  * Reads use pread at explicit offsets, so a file that grows between calls is
  * simply read further next time; nothing is remembered about EOF.
+ *
+ * Compression (format 2). Events of one thread are nearly sorted ticks and a
+ * few ids, kinds and flags: delta-coding the ticks and shuffling the 16-byte
+ * records into 16 byte planes (so zstd sees runs of small deltas, of equal
+ * kind bytes, of ids) made the bench recordings 23-35x smaller than plain
+ * 16-byte records at zstd level 1, where zstd alone gave 4.5-5.4x, and made
+ * compression 2-4x faster (about 1 GB/s of records on the bench machine).
+ * Each chunk is one independent zstd frame, so damage stays in its chunk and
+ * a file being written can be followed chunk by chunk.
  */
 #include "viewer/core/recfile.h"
 
@@ -20,6 +29,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <zstd.h>
 
 #define INITIAL_CAP (1u << 20)
 
@@ -45,6 +56,14 @@ struct pt_recfile {
     uint64_t messages, events;
     uint32_t last_state;
     int ended;
+
+    uint16_t major;
+    char *reason;                 /* into err: the line without its offset part */
+    /* decompression: the EventChunk a CompressedChunk stands for is built here */
+    ZSTD_DCtx *dctx;
+    uint8_t *plain, *scratch;
+    size_t plain_cap, scratch_cap;
+    uint64_t compressed_chunks;
 };
 
 static uint32_t le32(const uint8_t *p)
@@ -66,7 +85,9 @@ static int damage(pt_recfile_t *rf, uint64_t offset, const char *fmt, ...)
     va_end(ap);
     rf->damaged = 1;
     rf->err_off = (int64_t)offset;
-    snprintf(rf->err, sizeof rf->err, "damaged at byte offset %llu: %s", (unsigned long long)offset, why);
+    int head = snprintf(rf->err, sizeof rf->err, "damaged at byte offset %llu: ", (unsigned long long)offset);
+    snprintf(rf->err + head, sizeof rf->err - (size_t)head, "%s", why);
+    rf->reason = rf->err + head;
     return -EBADMSG;
 }
 
@@ -108,6 +129,9 @@ void pt_recfile_close(pt_recfile_t *rf)
         return;
     if (rf->fd >= 0)
         close(rf->fd);
+    ZSTD_freeDCtx(rf->dctx);
+    free(rf->plain);
+    free(rf->scratch);
     free(rf->buf);
     free(rf);
 }
@@ -182,19 +206,120 @@ static int read_header(pt_recfile_t *rf)
     /* What is there must already be right, even if the rest is not written yet. */
     if (n && memcmp(h, magic, n < 8 ? (size_t)n : 8))
         return damage(rf, 0, "bad magic: not a pytrace recording (expected \"PYTRREC\")");
-    if (n >= 10 && le16(h + 8) != PT_RECFILE_FORMAT_MAJOR)
-        return damage(rf, 8, "unsupported recording format %u.%u (this pytrace-top reads %u.x)", le16(h + 8),
-                      n >= 12 ? le16(h + 10) : 0, PT_RECFILE_FORMAT_MAJOR);
+    if (n >= 10 && le16(h + 8) != PT_RECFILE_FORMAT_MAJOR && le16(h + 8) != PT_RECFILE_FORMAT_MAJOR_PLAIN)
+        return damage(rf, 8,
+                      "unsupported recording format %u.%u (this pytrace reads 1.x and 2.x): "
+                      "it was written by another version of pytrace",
+                      le16(h + 8), n >= 12 ? le16(h + 10) : 0);
     if (!r) {
         rf->pending = n;
         rf->pending_need = PT_RECFILE_HEADER_BYTES;
         return 0;
     }
+    rf->major = le16(h + 8);
     rf->minor = le16(h + 10);
     rf->flags = le32(h + 12);
     rf->header_done = 1;
     rf->off = PT_RECFILE_HEADER_BYTES;
     return 1;
+}
+
+static int grow(uint8_t **buf, size_t *cap, size_t need)
+{
+    if (need <= *cap)
+        return 0;
+    size_t cap2 = *cap ? *cap : 64u << 10;
+    while (cap2 < need)
+        cap2 *= 2;
+    uint8_t *nb = malloc(cap2); /* malloc: 8-aligned, as the Event vector needs */
+    if (!nb)
+        return -ENOMEM;
+    free(*buf);
+    *buf = nb;
+    *cap = cap2;
+    return 0;
+}
+
+/* The ZstdDeltaShuffle transform works on blocks of SHUFFLE_BLOCK records through
+ * a small local buffer: writing (or reading) the 16 planes directly, 16 streams
+ * about count bytes apart, made them alias in the cache and cost 22 ns an event;
+ * by blocks it is about 7. */
+#define SHUFFLE_BLOCK 128u
+
+/* Undo the ZstdDeltaShuffle transform: planes -> records, deltas -> ticks. */
+static void unshuffle(const uint8_t *planes, uint8_t *records, uint32_t count)
+{
+    uint8_t blk[16][SHUFFLE_BLOCK];
+    uint64_t ticks = 0;
+    for (uint32_t i = 0; i < count; i += SHUFFLE_BLOCK) {
+        const uint32_t n = count - i < SHUFFLE_BLOCK ? count - i : SHUFFLE_BLOCK;
+        for (unsigned k = 0; k < 16; k++)
+            memcpy(blk[k], planes + (size_t)k * count + i, n);
+        for (uint32_t j = 0; j < n; j++) {
+            uint8_t *rec = records + (size_t)16 * (i + j);
+            uint64_t delta = 0;
+            for (unsigned k = 0; k < 8; k++)
+                delta |= (uint64_t)blk[k][j] << (8 * k);
+            ticks += delta;
+            for (unsigned k = 0; k < 8; k++)
+                rec[k] = (uint8_t)(ticks >> (8 * k));
+            for (unsigned k = 8; k < 16; k++)
+                rec[k] = blk[k][j];
+        }
+    }
+}
+
+/* Turn the CompressedChunk c (the message at rf->off) into the EventChunk it
+ * stands for, in rf->plain: *p, *total and *m then describe that message. */
+static int inflate_chunk(pt_recfile_t *rf, const pt_fb_compressed_chunk_t *chunk, const uint8_t **p,
+                         size_t *total, pt_fb_msg_t *m)
+{
+    const pt_fb_compressed_chunk_t copy = *chunk, *c = &copy; /* *chunk lives in *m */
+    const uint64_t max_events = (PT_RECFILE_MAX_MESSAGE_BYTES - PT_CHUNK_HEADER_BYTES) / sizeof(pt_event_t);
+    if (c->codec != PT_CODEC_ZSTD_DELTA_SHUFFLE)
+        return damage(rf, rf->off, "compressed chunk with unknown codec %u", c->codec);
+    if (c->count > max_events)
+        return damage(rf, rf->off, "compressed chunk of %u events is implausibly large", c->count);
+    if ((uint64_t)c->raw_bytes != (uint64_t)c->count * sizeof(pt_event_t))
+        return damage(rf, rf->off, "compressed chunk of %u events says it holds %u bytes, not %llu", c->count,
+                      c->raw_bytes, (unsigned long long)c->count * sizeof(pt_event_t));
+    if (!c->data)
+        return damage(rf, rf->off, "compressed chunk without data");
+    const unsigned long long content = ZSTD_getFrameContentSize(c->data, c->data_len);
+    if (content == ZSTD_CONTENTSIZE_ERROR)
+        return damage(rf, rf->off, "compressed chunk data is not a zstd frame");
+    if (content != ZSTD_CONTENTSIZE_UNKNOWN && content != c->raw_bytes)
+        return damage(rf, rf->off, "compressed chunk's zstd frame holds %llu bytes, the chunk says %u", content,
+                      c->raw_bytes);
+    /* byte 4 of a frame is its header descriptor; bit 2 the checksum flag (RFC 8878) */
+    if (c->data_len < 5 || !(c->data[4] & 0x04))
+        return damage(rf, rf->off, "compressed chunk's zstd frame has no checksum (the writer always adds one)");
+    const size_t frame = ZSTD_findFrameCompressedSize(c->data, c->data_len);
+    if (ZSTD_isError(frame))
+        return damage(rf, rf->off, "compressed chunk's zstd frame is cut short or damaged: %s",
+                      ZSTD_getErrorName(frame));
+    if (frame != c->data_len)
+        return damage(rf, rf->off, "compressed chunk has %zu bytes after its zstd frame", c->data_len - frame);
+    const size_t out_total = PT_CHUNK_HEADER_BYTES + (size_t)c->raw_bytes;
+    if (grow(&rf->plain, &rf->plain_cap, out_total) < 0 || grow(&rf->scratch, &rf->scratch_cap, c->raw_bytes + 1) < 0)
+        return io_error(rf, -ENOMEM);
+    if (!rf->dctx && !(rf->dctx = ZSTD_createDCtx()))
+        return io_error(rf, -ENOMEM);
+    /* one byte more than it may hold: a frame that decompresses to more is caught */
+    const size_t got = ZSTD_decompressDCtx(rf->dctx, rf->scratch, c->raw_bytes + 1, c->data, c->data_len);
+    if (ZSTD_isError(got))
+        return damage(rf, rf->off, "compressed chunk does not decompress: %s", ZSTD_getErrorName(got));
+    if (got != c->raw_bytes)
+        return damage(rf, rf->off, "compressed chunk decompresses to %zu bytes, the chunk says %u", got,
+                      c->raw_bytes);
+    pt_fb_chunk_header(rf->plain, c->thread, c->first_event, c->count, (uint32_t)(out_total - 4));
+    unshuffle(rf->scratch, rf->plain + PT_CHUNK_OFF_EVENTS, c->count);
+    char why[192] = "";
+    if (pt_fb_parse(rf->plain, out_total, m, why, sizeof why)) /* cannot fail: we built it */
+        return damage(rf, rf->off, "decompressed chunk fails verification: %s", why);
+    *p = rf->plain;
+    *total = out_total;
+    return 0;
 }
 
 int pt_recfile_next(pt_recfile_t *rf, const uint8_t **msg, size_t *len, pt_fb_msg_t *decoded)
@@ -244,6 +369,12 @@ int pt_recfile_next(pt_recfile_t *rf, const uint8_t **msg, size_t *len, pt_fb_ms
     char why[192] = "";
     if (pt_fb_parse(p, total, &m, why, sizeof why))
         return damage(rf, rf->off, "message fails verification: %s", why[0] ? why : "invalid FlatBuffer");
+    if (m.type == PT_MSG_COMPRESSED_CHUNK) {
+        r = inflate_chunk(rf, &m.u.compressed_chunk, &p, &total, &m);
+        if (r < 0)
+            return r;
+        rf->compressed_chunks++;
+    }
     if (m.type == PT_MSG_PRODUCER_STATUS) {
         rf->last_state = m.u.producer_status.state;
         if (rf->last_state == PT_STATE_EXITED || rf->last_state == PT_STATE_DEAD)
@@ -264,6 +395,17 @@ int pt_recfile_next(pt_recfile_t *rf, const uint8_t **msg, size_t *len, pt_fb_ms
 
 uint64_t pt_recfile_pending(const pt_recfile_t *rf) { return rf ? rf->pending : 0; }
 
+/* Why a file may end inside a message: its writer never closed it. */
+static const char *unfinished_note(pt_recfile_t *rf)
+{
+    uint8_t f[4];
+    if (pread(rf->fd, f, 4, 12) == 4)
+        rf->flags = le32(f);
+    if (rf->flags & PT_RECFILE_FLAG_FINISHED)
+        return "";
+    return "; the file was never closed by its writer (a recorder killed while writing)";
+}
+
 int pt_recfile_finish(pt_recfile_t *rf)
 {
     if (!rf)
@@ -276,10 +418,10 @@ int pt_recfile_finish(pt_recfile_t *rf)
     if (!rf->pending)
         return 0;
     if (rf->pending_need == 4)
-        return damage(rf, rf->off, "truncated: the file ends inside a size prefix (%llu of 4 bytes)",
-                      (unsigned long long)rf->pending);
-    return damage(rf, rf->off, "truncated: the file ends %llu bytes into a message of %llu bytes",
-                  (unsigned long long)rf->pending, (unsigned long long)rf->pending_need);
+        return damage(rf, rf->off, "truncated: the file ends inside a size prefix (%llu of 4 bytes)%s",
+                      (unsigned long long)rf->pending, unfinished_note(rf));
+    return damage(rf, rf->off, "truncated: the file ends %llu bytes into a message of %llu bytes%s",
+                  (unsigned long long)rf->pending, (unsigned long long)rf->pending_need, unfinished_note(rf));
 }
 
 int pt_recfile_ended(pt_recfile_t *rf)
@@ -304,6 +446,12 @@ uint64_t pt_recfile_offset(const pt_recfile_t *rf) { return rf ? rf->off : 0; }
 uint64_t pt_recfile_messages(const pt_recfile_t *rf) { return rf ? rf->messages : 0; }
 uint64_t pt_recfile_events(const pt_recfile_t *rf) { return rf ? rf->events : 0; }
 const char *pt_recfile_error(const pt_recfile_t *rf) { return rf ? rf->err : ""; }
+const char *pt_recfile_error_reason(const pt_recfile_t *rf)
+{
+    return !rf ? "" : rf->reason && rf->damaged ? rf->reason : rf->err;
+}
+uint16_t pt_recfile_format_major(const pt_recfile_t *rf) { return rf ? rf->major : 0; }
+uint64_t pt_recfile_compressed_chunks(const pt_recfile_t *rf) { return rf ? rf->compressed_chunks : 0; }
 int64_t pt_recfile_error_offset(const pt_recfile_t *rf) { return rf ? rf->err_off : -1; }
 
 uint64_t pt_recfile_file_size(const pt_recfile_t *rf)
@@ -312,4 +460,271 @@ uint64_t pt_recfile_file_size(const pt_recfile_t *rf)
     if (!rf || fstat(rf->fd, &st) != 0 || st.st_size < 0)
         return 0;
     return (uint64_t)st.st_size;
+}
+
+/* ---- writing ------------------------------------------------------------ */
+
+struct pt_recwriter {
+    int fd;
+    int compress, level;
+    uint32_t flags;
+    size_t buffer_bytes;
+    uint8_t *buf; /* bytes appended after `committed` */
+    size_t have, cap;
+    pt_recwriter_stats_t st, at_commit; /* now, and what the file holds */
+    ZSTD_CCtx *cctx;
+    uint8_t *planes, *frame; /* compression scratch */
+    size_t planes_cap, frame_cap;
+};
+
+static int wgrow(uint8_t **buf, size_t *cap, size_t need)
+{
+    if (need <= *cap)
+        return 0;
+    size_t cap2 = *cap ? *cap : 64u << 10;
+    while (cap2 < need)
+        cap2 *= 2;
+    uint8_t *nb = realloc(*buf, cap2);
+    if (!nb)
+        return -ENOMEM;
+    *buf = nb;
+    *cap = cap2;
+    return 0;
+}
+
+static int put(pt_recwriter_t *w, const uint8_t *bytes, size_t n)
+{
+    const size_t padded = (n + 7) & ~(size_t)7;
+    if (wgrow(&w->buf, &w->cap, w->have + padded) < 0)
+        return -ENOMEM;
+    memcpy(w->buf + w->have, bytes, n);
+    memset(w->buf + w->have + n, 0, padded - n);
+    w->have += padded;
+    w->st.bytes_written += padded;
+    return 0;
+}
+
+int pt_recwriter_open(int fd, uint32_t flags, int compress, int level, size_t buffer_bytes, pt_recwriter_t **out)
+{
+    if (fd < 0 || !out)
+        return -EINVAL;
+    *out = NULL;
+    pt_recwriter_t *w = calloc(1, sizeof *w);
+    if (!w)
+        return -ENOMEM;
+    w->fd = fd;
+    w->compress = compress != 0;
+    w->level = level;
+    w->flags = flags;
+    w->buffer_bytes = buffer_bytes ? buffer_bytes : (1u << 20);
+    if (w->compress) {
+        /* the frame carries its content size and a checksum of it: a damaged
+         * frame is detected, never decompressed into wrong events */
+        if (!(w->cctx = ZSTD_createCCtx()) || ZSTD_isError(ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_compressionLevel, level)) ||
+            ZSTD_isError(ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_checksumFlag, 1)) ||
+            ZSTD_isError(ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_contentSizeFlag, 1))) {
+            ZSTD_freeCCtx(w->cctx);
+            free(w);
+            return -EINVAL;
+        }
+    }
+    uint8_t h[PT_RECFILE_HEADER_BYTES] = {'P', 'Y', 'T', 'R', 'R', 'E', 'C', 0};
+    const uint16_t major = w->compress ? PT_RECFILE_FORMAT_MAJOR : PT_RECFILE_FORMAT_MAJOR_PLAIN;
+    h[8] = (uint8_t)major;
+    h[9] = (uint8_t)(major >> 8);
+    h[10] = (uint8_t)PT_RECFILE_FORMAT_MINOR;
+    h[11] = (uint8_t)(PT_RECFILE_FORMAT_MINOR >> 8);
+    if (put(w, h, sizeof h) < 0) {
+        pt_recwriter_free(w);
+        return -ENOMEM;
+    }
+    for (unsigned i = 0; i < 4; i++)
+        w->buf[12 + i] = (uint8_t)(flags >> (8 * i));
+    w->st.plain_bytes = w->st.bytes_written;
+    *out = w;
+    return 0;
+}
+
+void pt_recwriter_free(pt_recwriter_t *w)
+{
+    if (!w)
+        return;
+    ZSTD_freeCCtx(w->cctx);
+    free(w->buf);
+    free(w->planes);
+    free(w->frame);
+    free(w);
+}
+
+/* The ZstdDeltaShuffle transform (undone by unshuffle; see SHUFFLE_BLOCK). */
+static void shuffle(const uint8_t *records, uint8_t *planes, uint32_t count)
+{
+    uint8_t blk[16][SHUFFLE_BLOCK];
+    uint64_t prev = 0;
+    for (uint32_t i = 0; i < count; i += SHUFFLE_BLOCK) {
+        const uint32_t n = count - i < SHUFFLE_BLOCK ? count - i : SHUFFLE_BLOCK;
+        for (uint32_t j = 0; j < n; j++) {
+            const uint8_t *rec = records + (size_t)16 * (i + j);
+            uint64_t ticks = 0;
+            for (unsigned k = 0; k < 8; k++)
+                ticks |= (uint64_t)rec[k] << (8 * k);
+            const uint64_t delta = ticks - prev;
+            prev = ticks;
+            for (unsigned k = 0; k < 8; k++)
+                blk[k][j] = (uint8_t)(delta >> (8 * k));
+            for (unsigned k = 8; k < 16; k++)
+                blk[k][j] = rec[k];
+        }
+        for (unsigned k = 0; k < 16; k++)
+            memcpy(planes + (size_t)k * count + i, blk[k], n);
+    }
+}
+
+/* Append the EventChunk msg (c parsed; plain_len bytes with padding) compressed,
+ * if smaller. Only a chunk in the reader library's layout (pt_fb_chunk_header)
+ * is compressed: the reader rebuilds that layout, so what it hands out is byte
+ * for byte what was appended. 1: appended; 0: append it plain; <0: -ENOMEM. */
+static int put_compressed(pt_recwriter_t *w, const uint8_t *msg, size_t len, const pt_fb_event_chunk_t *c,
+                          size_t plain_len)
+{
+    uint8_t canonical[PT_CHUNK_HEADER_BYTES];
+    if (len != PT_CHUNK_HEADER_BYTES + (size_t)c->count * sizeof(pt_event_t))
+        return 0;
+    pt_fb_chunk_header(canonical, c->thread, c->first_event, c->count, (uint32_t)(len - 4));
+    if (memcmp(canonical, msg, sizeof canonical) != 0)
+        return 0;
+    const size_t raw = (size_t)c->count * sizeof(pt_event_t);
+    const size_t bound = ZSTD_compressBound(raw);
+    if (wgrow(&w->planes, &w->planes_cap, raw) < 0 || wgrow(&w->frame, &w->frame_cap, bound) < 0)
+        return -ENOMEM;
+    shuffle((const uint8_t *)c->events, w->planes, c->count);
+    const size_t n = ZSTD_compress2(w->cctx, w->frame, bound, w->planes, raw);
+    if (ZSTD_isError(n) || n + 96 >= plain_len) /* 96: the CompressedChunk's own bytes, about */
+        return 0;
+    const pt_fb_compressed_chunk_t cc = {c->thread, c->first_event, c->count, PT_CODEC_ZSTD_DELTA_SHUFFLE,
+                                         (uint32_t)raw, w->frame, (uint32_t)n};
+    /* the message is about 100 bytes of FlatBuffer around the frame */
+    if (wgrow(&w->buf, &w->cap, w->have + 128 + n) < 0)
+        return -ENOMEM;
+    const size_t out_len = pt_fb_build_compressed_chunk(w->buf + w->have, w->cap - w->have, &cc);
+    if (!out_len || out_len >= plain_len)
+        return 0;
+    /* build_message pads to 8 with zeros already */
+    w->have += out_len;
+    w->st.bytes_written += out_len;
+    w->st.compressed_chunks++;
+    return 1;
+}
+
+int pt_recwriter_append(pt_recwriter_t *w, const uint8_t *msg, size_t len, char *why, size_t whylen)
+{
+    if (!w || !msg)
+        return -EINVAL;
+    if (why && whylen)
+        why[0] = 0;
+    if (len < 12 || len - 4 != pt_fb_message_size(msg, len) - 4 || len > PT_RECFILE_MAX_MESSAGE_BYTES + 4) {
+        if (why && whylen) {
+            if (len < 12)
+                snprintf(why, whylen, "message of %zu bytes is too short", len);
+            else
+                snprintf(why, whylen, "size prefix %zu does not match the %zu-byte message",
+                         pt_fb_message_size(msg, len) - 4, len);
+        }
+        return -EINVAL;
+    }
+    pt_fb_msg_t m;
+    char reason[192] = "";
+    if (pt_fb_parse(msg, len, &m, reason, sizeof reason)) {
+        if (why && whylen)
+            snprintf(why, whylen, "not a pytrace message: %s", reason);
+        return -EINVAL;
+    }
+    if (m.type == PT_MSG_COMPRESSED_CHUNK) {
+        if (why && whylen)
+            snprintf(why, whylen, "a CompressedChunk is made by the writer, not appended");
+        return -EINVAL;
+    }
+    const size_t padded = (len + 7) & ~(size_t)7;
+    int r = 0;
+    if (m.type == PT_MSG_EVENT_CHUNK) {
+        const pt_fb_event_chunk_t *c = &m.u.event_chunk;
+        const uint8_t *ev = (const uint8_t *)c->events;
+        for (uint32_t i = 0; i < c->count; i++, ev += 16)
+            if (ev[14] == PT_EV_LOST)
+                w->st.lost_events += (uint64_t)le32(ev + 8) | (uint64_t)le16(ev + 12) << 32;
+        w->st.events += c->count;
+        if (w->compress && c->count >= PT_RECFILE_COMPRESS_MIN_EVENTS)
+            r = put_compressed(w, msg, len, c, padded);
+    }
+    if (r == 0)
+        r = put(w, msg, len);
+    if (r < 0)
+        return r;
+    w->st.plain_bytes += padded;
+    w->st.messages++;
+    if (w->have >= w->buffer_bytes)
+        return pt_recwriter_flush(w);
+    return 0;
+}
+
+int pt_recwriter_flush(pt_recwriter_t *w)
+{
+    if (!w)
+        return -EINVAL;
+    size_t done = 0;
+    while (done < w->have) {
+        ssize_t n = pwrite(w->fd, w->buf + done, w->have - done, (off_t)(w->at_commit.committed + done));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            int e = n < 0 ? errno : ENOSPC;
+            /* cut back to the last whole message; what was buffered is gone */
+            if (ftruncate(w->fd, (off_t)w->at_commit.committed) != 0) {
+                /* nothing more to do: the reader reports the cut-short tail */
+            }
+            w->have = 0;
+            w->st = w->at_commit;
+            return -e;
+        }
+        done += (size_t)n;
+    }
+    w->have = 0;
+    w->st.committed += done;
+    w->at_commit = w->st;
+    return 0;
+}
+
+int pt_recwriter_set_flags(pt_recwriter_t *w, uint32_t flags)
+{
+    if (!w)
+        return -EINVAL;
+    w->flags = flags;
+    uint8_t f[4] = {(uint8_t)flags, (uint8_t)(flags >> 8), (uint8_t)(flags >> 16), (uint8_t)(flags >> 24)};
+    if (w->st.committed >= PT_RECFILE_HEADER_BYTES) {
+        if (pwrite(w->fd, f, 4, 12) != 4)
+            return -errno;
+    } else if (w->have >= PT_RECFILE_HEADER_BYTES) {
+        memcpy(w->buf + 12, f, 4);
+    }
+    return 0;
+}
+
+uint32_t pt_recwriter_flags(const pt_recwriter_t *w) { return w ? w->flags : 0; }
+
+void pt_recwriter_stats(const pt_recwriter_t *w, pt_recwriter_stats_t *out)
+{
+    if (w && out)
+        *out = w->st;
+}
+
+int pt_recwriter_close(pt_recwriter_t *w, int finished)
+{
+    if (!w)
+        return -EINVAL;
+    int r = pt_recwriter_flush(w);
+    if (r < 0)
+        return r;
+    if (finished && w->st.committed >= PT_RECFILE_HEADER_BYTES)
+        return pt_recwriter_set_flags(w, w->flags | PT_RECFILE_FLAG_FINISHED);
+    return 0;
 }

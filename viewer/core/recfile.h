@@ -1,17 +1,31 @@
 /*
- * pt_recfile: read a pytrace recording file (the reader's message stream on
- * disk) as untrusted input, message by message, with bounded memory. No Python.
+ * pt_recfile: read and write pytrace recording files (the reader's message
+ * stream on disk). Reading treats the file as untrusted input, message by
+ * message, with bounded memory. No Python (runtime/_pytrace/recfile_type.c
+ * wraps it for runtime/pytrace/recording.py).
  *
- * File format 1.0 (written by runtime/pytrace/recording.py; little-endian):
+ * File format 2.0 (1.0 is the same without CompressedChunk; little-endian):
  *   0   8  magic "PYTRREC\0"
- *   8   2  format major = 1 (any other major is refused)
- *  10   2  format minor (any minor of major 1 is accepted)
+ *   8   2  format major: 2 (EventChunks may be compressed) or 1 (never);
+ *          any other major is refused
+ *  10   2  format minor (any minor of a known major is accepted)
  *  12   4  flags: bit 0 LOSSLESS (ring policy wait), bit 1 FINISHED (the
  *          writer closed the file normally; nothing more will be appended)
  *  16      messages back to back: a u32 size prefix S, S bytes of one
  *          size-prefixed FlatBuffer Message (identifier "PYTR"), then zero
  *          padding up to a multiple of 8 (not counted in S). A complete last
  *          message whose padding is missing at the end of the file is accepted.
+ *
+ * Compression (format 2): the writer stores an EventChunk of at least
+ * PT_RECFILE_COMPRESS_MIN_EVENTS events, laid out as the reader library lays
+ * chunks out (pt_fb_chunk_header), as a CompressedChunk message of the same
+ * schema (codec ZstdDeltaShuffle, see schema/pytrace.fbs) when that is smaller.
+ * The reader decompresses it and hands out the EventChunk it stands for, byte
+ * for byte what the writer was given: a reader of this API never sees a
+ * CompressedChunk. Each frame states its content size and carries zstd's
+ * checksum of it. A chunk whose data is no such frame, whose frame does not
+ * decompress to exactly raw_bytes = 16 * count bytes (checksum included), or
+ * that has bytes after its frame is damage at the CompressedChunk's offset.
  *
  * Damage (bad magic, other major, implausible size prefix, non-zero padding, a
  * message that fails pt_fb_parse, a truncated tail once nothing more can come)
@@ -45,8 +59,11 @@ extern "C" {
 
 #define PT_RECFILE_MAGIC "PYTRREC" /* plus its NUL: 8 bytes */
 #define PT_RECFILE_HEADER_BYTES 16u
-#define PT_RECFILE_FORMAT_MAJOR 1u
+#define PT_RECFILE_FORMAT_MAJOR 2u /* written with compression; 1 without */
 #define PT_RECFILE_FORMAT_MINOR 0u
+#define PT_RECFILE_FORMAT_MAJOR_PLAIN 1u
+#define PT_RECFILE_COMPRESS_MIN_EVENTS 16u
+#define PT_RECFILE_DEFAULT_LEVEL 1
 #define PT_RECFILE_FLAG_LOSSLESS 0x1u
 #define PT_RECFILE_FLAG_FINISHED 0x2u
 /* Largest size prefix accepted: a ring chunk is at most PT_MAX_CHUNK_BYTES
@@ -101,9 +118,56 @@ uint64_t pt_recfile_messages(const pt_recfile_t *rf);
 uint64_t pt_recfile_events(const pt_recfile_t *rf);
 
 /* The damage or last I/O error as one line ("" if none), and the damage's
- * byte offset (-1 if none). */
+ * byte offset (-1 if none). pt_recfile_error_reason is the line without its
+ * "damaged at byte offset N: " part. */
 const char *pt_recfile_error(const pt_recfile_t *rf);
+const char *pt_recfile_error_reason(const pt_recfile_t *rf);
 int64_t pt_recfile_error_offset(const pt_recfile_t *rf);
+/* Format major of the file (0 before the header was read). */
+uint16_t pt_recfile_format_major(const pt_recfile_t *rf);
+/* CompressedChunk messages read, and the bytes they took in the file. */
+uint64_t pt_recfile_compressed_chunks(const pt_recfile_t *rf);
+
+/* ---- writing ------------------------------------------------------------
+ *
+ * pt_recwriter appends verified messages to a recording through its own buffer,
+ * so that a write that fails part way (a full disk) is undone: flush then cuts
+ * the file back to the last whole message (`committed` bytes), drops the
+ * buffer (its messages are not in the file, the counters go back to what the
+ * file holds) and returns the error; the file stays a readable recording.
+ * The writer writes to an fd it does not own (the caller creates the file,
+ * opens it and closes it after pt_recwriter_close). One thread at a time.
+ */
+typedef struct pt_recwriter pt_recwriter_t;
+
+typedef struct pt_recwriter_stats {
+    uint64_t bytes_written;  /* header + messages appended (committed + buffered) */
+    uint64_t committed;      /* bytes on file, all whole messages */
+    uint64_t plain_bytes;    /* what bytes_written would be without compression */
+    uint64_t messages, events;
+    uint64_t lost_events;    /* sum of the producer's Lost records */
+    uint64_t compressed_chunks;
+} pt_recwriter_stats_t;
+
+/* Start a recording on fd (at offset 0, empty). compress: 1 = format 2.0 with
+ * EventChunks compressed at zstd level `level`; 0 = format 1.0, every message
+ * as given. The header is buffered: pt_recwriter_flush writes it. */
+int pt_recwriter_open(int fd, uint32_t flags, int compress, int level, size_t buffer_bytes,
+                      pt_recwriter_t **out);
+/* Append one size-prefixed message of exactly len bytes as the reader hands
+ * them out (types 1..7). -EINVAL: not a verifiable message (why says so, one
+ * line). When the buffer reaches buffer_bytes it is flushed: the flush's error. */
+int pt_recwriter_append(pt_recwriter_t *w, const uint8_t *msg, size_t len, char *why, size_t whylen);
+/* Write the buffer; 0 or -errno (the file is cut back, see above). */
+int pt_recwriter_flush(pt_recwriter_t *w);
+/* Replace the header flags (in the file if the header is written). */
+int pt_recwriter_set_flags(pt_recwriter_t *w, uint32_t flags);
+uint32_t pt_recwriter_flags(const pt_recwriter_t *w);
+void pt_recwriter_stats(const pt_recwriter_t *w, pt_recwriter_stats_t *out);
+/* Flush and, if finished and the header is on file, set FINISHED. The writer
+ * stays valid (stats) until pt_recwriter_free. 0 or -errno. */
+int pt_recwriter_close(pt_recwriter_t *w, int finished);
+void pt_recwriter_free(pt_recwriter_t *w);
 
 #ifdef __cplusplus
 }

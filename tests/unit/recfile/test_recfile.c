@@ -396,10 +396,10 @@ static void test_bad_headers(void)
     CHECK_EQ(pt_recfile_error_offset(rf), 0);
     pt_recfile_close(rf);
 
-    /* major 2 is refused, minor 7 of major 1 is accepted */
+    /* major 3 is refused, minor 7 of major 1 is accepted */
     recording_t r = {0};
     rec_sample(&r, PT_STATE_EXITED);
-    r.bytes[8] = 2;
+    r.bytes[8] = 3;
     write_file(r.bytes, r.len);
     rf = open_rf();
     CHECK_EQ(pt_recfile_next(rf, NULL, NULL, NULL), -EBADMSG);

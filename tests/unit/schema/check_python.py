@@ -15,6 +15,8 @@ from pytrace.fb.Symbol import Symbol
 from pytrace.fb.EventChunk import EventChunk
 from pytrace.fb.LostCount import LostCount
 from pytrace.fb.ProducerStatus import ProducerStatus
+from pytrace.fb.CompressedChunk import CompressedChunk
+from pytrace.fb.Codec import Codec
 from pytrace.fb.ClockKind import ClockKind
 from pytrace.fb.ProducerState import ProducerState
 from pytrace.fb.SymbolKind import SymbolKind
@@ -47,7 +49,7 @@ def main(path):
     assert [m.BodyType() for m in msgs] == [
         MessageBody.ProcessInfo, MessageBody.ThreadStart, MessageBody.ThreadEnd,
         MessageBody.Symbol, MessageBody.EventChunk, MessageBody.LostCount,
-        MessageBody.ProducerStatus, MessageBody.EventChunk,
+        MessageBody.ProducerStatus, MessageBody.EventChunk, MessageBody.CompressedChunk,
     ], [m.BodyType() for m in msgs]
 
     p = body(msgs[0], ProcessInfo)
@@ -88,6 +90,11 @@ def main(path):
 
     c = body(msgs[7], EventChunk)
     assert (c.Thread(), c.FirstEvent(), c.EventsLength()) == (8, 0, 0)
+    cc = body(msgs[8], CompressedChunk)
+    assert (cc.Thread(), cc.FirstEvent(), cc.Count(), cc.Codec(), cc.RawBytes()) == (
+        9, 4096, 5, Codec.ZstdDeltaShuffle, 80)
+    assert bytes(cc.Data(i) for i in range(cc.DataLength())) == \
+        b"\x28\xb5\x2f\xfd\x01\x02\x03"
     print(f"python: {len(msgs)} messages read with every field as written")
 
 

@@ -71,8 +71,13 @@ static int parse_exact(const uint8_t *msg, size_t len, pt_fb_msg_t *m, char *why
                 REQUIRE(m->u.event_chunk.count == 0);
             }
             break;
+        case PT_MSG_COMPRESSED_CHUNK:
+            if (m->u.compressed_chunk.data)
+                REQUIRE(m->u.compressed_chunk.data >= lo &&
+                        m->u.compressed_chunk.data + m->u.compressed_chunk.data_len <= hi);
+            break;
         default:
-            REQUIRE(m->type >= 1 && m->type <= 7);
+            REQUIRE(m->type >= 1 && m->type <= PT_MSG_LAST);
             break;
         }
 #undef INSIDE
@@ -259,10 +264,11 @@ static void test_symbol_profile_name_golden(void)
 #define N_EVENTS 5
 
 typedef struct sample { uint8_t buf[1024]; size_t len; } sample_t;
+#define NSAMPLES 9 /* the last one is a CompressedChunk (recording files only) */
 
 static pt_event_t sample_events[N_EVENTS];
 
-static void make_samples(sample_t out[8])
+static void make_samples(sample_t out[NSAMPLES])
 {
     pt_fb_process_info_t pi = {
         .pid = 4242, .ppid = 1, .command_line = S("python3 -m app --x \"y\""),
@@ -292,17 +298,20 @@ static void make_samples(sample_t out[8])
     out[5].len = pt_fb_build_lost_count(out[5].buf, sizeof out[5].buf, &lc);
     out[6].len = pt_fb_build_producer_status(out[6].buf, sizeof out[6].buf, &ps);
     out[7].len = pt_fb_build_event_chunk(out[7].buf, sizeof out[7].buf, 8, 0, NULL, 0);
-    for (int i = 0; i < 8; i++) {
+    static const uint8_t frame[7] = {0x28, 0xb5, 0x2f, 0xfd, 1, 2, 3}; /* any bytes: the schema does not look */
+    const pt_fb_compressed_chunk_t cc = {9, 4096, 5, PT_CODEC_ZSTD_DELTA_SHUFFLE, 80, frame, sizeof frame};
+    out[8].len = pt_fb_build_compressed_chunk(out[8].buf, sizeof out[8].buf, &cc);
+    for (int i = 0; i < NSAMPLES; i++) {
         REQUIRE(out[i].len > 0);
         REQUIRE(out[i].len % 8 == 0); /* streams stay 8-aligned */
     }
 }
 
-static void test_round_trip(const sample_t s[8])
+static void test_round_trip(const sample_t s[NSAMPLES])
 {
     pt_fb_msg_t m;
     char why[128];
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < NSAMPLES; i++) {
         int r = parse_exact(s[i].buf, s[i].len, &m, why, sizeof why);
         if (r)
             fprintf(stderr, "sample %d: %s\n", i, why);
@@ -357,6 +366,13 @@ static void test_round_trip(const sample_t s[8])
     REQUIRE(pt_fb_parse(s[7].buf, s[7].len, &m, why, sizeof why) == 0);
     CHECK(m.type == PT_MSG_EVENT_CHUNK && m.u.event_chunk.count == 0 && m.u.event_chunk.thread == 8);
 
+    REQUIRE(pt_fb_parse(s[8].buf, s[8].len, &m, why, sizeof why) == 0);
+    const pt_fb_compressed_chunk_t *cc = &m.u.compressed_chunk;
+    CHECK(m.type == PT_MSG_COMPRESSED_CHUNK && cc->thread == 9 && cc->first_event == 4096 && cc->count == 5);
+    CHECK(cc->codec == PT_CODEC_ZSTD_DELTA_SHUFFLE && cc->raw_bytes == 80 && cc->data_len == 7);
+    CHECK(cc->data && cc->data >= s[8].buf && cc->data + 7 <= s[8].buf + s[8].len);
+    CHECK(cc->data && memcmp(cc->data, "\x28\xb5\x2f\xfd\x01\x02\x03", 7) == 0);
+
     /* every builder refuses a buffer one byte too small */
     uint8_t small[1024];
     pt_fb_symbol_t sy = {17, 0, S("Klass.method"), S("/src/m\xc3\xa9.py"), 314, S("method")};
@@ -366,7 +382,7 @@ static void test_round_trip(const sample_t s[8])
 
 /* ---- hostile input ------------------------------------------------------ */
 
-static void test_specific_rejections(const sample_t s[8])
+static void test_specific_rejections(const sample_t s[NSAMPLES])
 {
     uint8_t b[1024];
     pt_fb_msg_t m;
@@ -378,7 +394,7 @@ static void test_specific_rejections(const sample_t s[8])
     CHECK(strstr(why, "identifier") != NULL);
 
     memcpy(b, s[3].buf, s[3].len);
-    b[24] = 8; /* union type out of range */
+    b[24] = PT_MSG_LAST + 1; /* union type out of range */
     CHECK(pt_fb_parse(b, s[3].len, &m, why, sizeof why) == -EBADMSG);
     CHECK(strstr(why, "body type") != NULL);
 
@@ -435,13 +451,13 @@ static uint64_t rnd(void)
     return rng_state;
 }
 
-static void test_truncations_and_flips(const sample_t s[8])
+static void test_truncations_and_flips(const sample_t s[NSAMPLES])
 {
     pt_fb_msg_t m;
     char why[128];
     uint8_t b[1024];
     long accepted = 0, rejected = 0;
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < NSAMPLES; i++) {
         const size_t len = s[i].len;
         for (size_t t = 0; t < len; t++) {
             /* plain truncation: the prefix no longer matches */
@@ -471,7 +487,7 @@ static void test_truncations_and_flips(const sample_t s[8])
             CHECK(r == 0 || r == -EBADMSG);
             if (r == 0) {
                 accepted++;
-                CHECK(m.type >= PT_MSG_PROCESS_INFO && m.type <= PT_MSG_PRODUCER_STATUS);
+                CHECK(m.type >= PT_MSG_PROCESS_INFO && m.type <= PT_MSG_LAST);
             } else {
                 rejected++;
                 CHECK(why[0] != 0);
@@ -485,7 +501,7 @@ static void test_truncations_and_flips(const sample_t s[8])
 
 int main(int argc, char **argv)
 {
-    static sample_t samples[8];
+    static sample_t samples[NSAMPLES];
     test_chunk_header_golden();
     test_thread_end_golden();
     test_symbol_golden();
@@ -498,7 +514,7 @@ int main(int argc, char **argv)
     if (argc > 1) {
         FILE *f = fopen(argv[1], "wb");
         REQUIRE(f);
-        for (int i = 0; i < 8; i++)
+        for (int i = 0; i < NSAMPLES; i++)
             REQUIRE(fwrite(samples[i].buf, 1, samples[i].len, f) == samples[i].len);
         REQUIRE(fclose(f) == 0);
     }

@@ -1,0 +1,440 @@
+/*
+ * RecFileReader, RecFileWriter, verify_message: thin wrappers of pt_recfile /
+ * pt_recwriter (viewer/core/recfile.h), so that recordings are read, verified,
+ * compressed and written by one implementation, the C one that pytrace-top
+ * uses too. Follow mode, file creation and naming stay in recording.py.
+ *
+ * Damage is raised as ValueError(offset, reason); I/O errors as OSError. The
+ * GIL is released around file I/O and (de)compression; an object is used by
+ * one thread at a time (a second one gets RuntimeError, not a race).
+ */
+#define PY_SSIZE_T_CLEAN
+#include "runtime/_pytrace/recfile_type.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "viewer/core/recfile.h"
+
+/* ---- helpers ----------------------------------------------------------------------- */
+
+static PyObject *raise_errno(int err_neg, const char *what)
+{
+    errno = -err_neg;
+    PyObject *msg = PyUnicode_FromFormat("%s: %s", what, strerror(-err_neg));
+    if (msg) {
+        PyObject *exc = PyObject_CallFunction(PyExc_OSError, "iO", -err_neg, msg);
+        if (exc) {
+            PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+            Py_DECREF(exc);
+        }
+        Py_DECREF(msg);
+    }
+    return NULL;
+}
+
+static int enter(int *busy)
+{
+    if (*busy) {
+        PyErr_SetString(PyExc_RuntimeError, "a recording file object is used by two threads at once");
+        return -1;
+    }
+    *busy = 1;
+    return 0;
+}
+
+/* ---- RecFileReader ----------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    pt_recfile_t *rf;
+    int busy;
+} reader_obj_t;
+
+static PyObject *damage_error(pt_recfile_t *rf)
+{
+    PyObject *args = Py_BuildValue("(Ls)", (long long)pt_recfile_error_offset(rf), pt_recfile_error_reason(rf));
+    if (args) {
+        PyErr_SetObject(PyExc_ValueError, args);
+        Py_DECREF(args);
+    }
+    return NULL;
+}
+
+static PyObject *rreader_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"path", NULL};
+    PyObject *path_obj = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O&", kwlist, PyUnicode_FSConverter, &path_obj))
+        return NULL;
+    reader_obj_t *self = (reader_obj_t *)type->tp_alloc(type, 0);
+    if (!self) {
+        Py_DECREF(path_obj);
+        return NULL;
+    }
+    char err[512] = "";
+    int rc;
+    const char *path = PyBytes_AS_STRING(path_obj);
+    Py_BEGIN_ALLOW_THREADS
+    rc = pt_recfile_open(path, &self->rf, err, sizeof err);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(path_obj);
+    if (rc < 0) {
+        Py_DECREF(self);
+        PyObject *exc = Py_BuildValue("(is)", -rc, err);
+        if (exc) {
+            PyErr_SetObject(PyExc_OSError, exc);
+            Py_DECREF(exc);
+        }
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static void rreader_dealloc(reader_obj_t *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    pt_recfile_close(self->rf);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static int rreader_check(reader_obj_t *self)
+{
+    if (!self->rf) {
+        PyErr_SetString(PyExc_ValueError, "the recording is closed");
+        return -1;
+    }
+    return enter(&self->busy);
+}
+
+static PyObject *rreader_next(reader_obj_t *self, PyObject *unused)
+{
+    (void)unused;
+    if (rreader_check(self) < 0)
+        return NULL;
+    const uint8_t *msg = NULL;
+    size_t len = 0;
+    pt_fb_msg_t m;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = pt_recfile_next(self->rf, &msg, &len, &m);
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    if (rc == 1) {
+        PyObject *data = PyBytes_FromStringAndSize((const char *)msg, (Py_ssize_t)len);
+        if (!data)
+            return NULL;
+        return Py_BuildValue("(IN)", m.type, data);
+    }
+    if (rc == 0)
+        Py_RETURN_NONE;
+    if (rc == -EBADMSG)
+        return damage_error(self->rf);
+    return raise_errno(rc, pt_recfile_error(self->rf));
+}
+
+static PyObject *rreader_finish(reader_obj_t *self, PyObject *unused)
+{
+    (void)unused;
+    if (rreader_check(self) < 0)
+        return NULL;
+    int rc = pt_recfile_finish(self->rf);
+    self->busy = 0;
+    if (rc == -EBADMSG)
+        return damage_error(self->rf);
+    Py_RETURN_NONE;
+}
+
+static PyObject *rreader_ended(reader_obj_t *self, PyObject *unused)
+{
+    (void)unused;
+    if (!self->rf)
+        Py_RETURN_FALSE;
+    return PyBool_FromLong(pt_recfile_ended(self->rf));
+}
+
+static PyObject *rreader_close(reader_obj_t *self, PyObject *unused)
+{
+    (void)unused;
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "the recording is being read by another thread");
+        return NULL;
+    }
+    pt_recfile_close(self->rf);
+    self->rf = NULL;
+    Py_RETURN_NONE;
+}
+
+#define RGET(name, expr)                                                                    \
+    static PyObject *rreader_get_##name(reader_obj_t *self, void *closure)                  \
+    {                                                                                       \
+        (void)closure;                                                                      \
+        pt_recfile_t *rf = self->rf;                                                        \
+        return rf ? (expr) : PyLong_FromLong(0);                                            \
+    }
+RGET(offset, PyLong_FromUnsignedLongLong(pt_recfile_offset(rf)))
+RGET(pending, PyLong_FromUnsignedLongLong(pt_recfile_pending(rf)))
+RGET(flags, PyLong_FromUnsignedLong(pt_recfile_flags(rf)))
+RGET(header_read, PyBool_FromLong(pt_recfile_header_read(rf)))
+RGET(major, PyLong_FromLong(pt_recfile_format_major(rf)))
+RGET(minor, PyLong_FromLong(pt_recfile_format_minor(rf)))
+RGET(messages, PyLong_FromUnsignedLongLong(pt_recfile_messages(rf)))
+RGET(events, PyLong_FromUnsignedLongLong(pt_recfile_events(rf)))
+RGET(compressed_chunks, PyLong_FromUnsignedLongLong(pt_recfile_compressed_chunks(rf)))
+RGET(last_state, PyLong_FromUnsignedLong(pt_recfile_last_state(rf)))
+
+static PyGetSetDef rreader_getset[] = {
+    {"offset", (getter)rreader_get_offset, NULL, "file offset of the next message", NULL},
+    {"pending", (getter)rreader_get_pending, NULL, "bytes of an incomplete tail (0 at a boundary)", NULL},
+    {"flags", (getter)rreader_get_flags, NULL, "header flags as last read", NULL},
+    {"header_read", (getter)rreader_get_header_read, NULL, "the header was read", NULL},
+    {"major", (getter)rreader_get_major, NULL, "format major", NULL},
+    {"minor", (getter)rreader_get_minor, NULL, "format minor", NULL},
+    {"messages", (getter)rreader_get_messages, NULL, "messages handed out", NULL},
+    {"events", (getter)rreader_get_events, NULL, "events handed out", NULL},
+    {"compressed_chunks", (getter)rreader_get_compressed_chunks, NULL, "CompressedChunks read", NULL},
+    {"last_state", (getter)rreader_get_last_state, NULL, "state of the last ProducerStatus", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMethodDef rreader_methods[] = {
+    {"next", (PyCFunction)rreader_next, METH_NOARGS,
+     "next() -> (msg_type, bytes) | None: the next verified message (a CompressedChunk comes out as the "
+     "EventChunk it stands for); None: no complete message now. Damage: ValueError(offset, reason)."},
+    {"finish", (PyCFunction)rreader_finish, METH_NOARGS,
+     "finish(): nothing more will be written; an incomplete tail raises ValueError(offset, reason)."},
+    {"ended", (PyCFunction)rreader_ended, METH_NOARGS,
+     "ended() -> bool: a ProducerStatus Exited/Dead was read, or the FINISHED flag is set (re-read)."},
+    {"close", (PyCFunction)rreader_close, METH_NOARGS, "close()"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot rreader_slots[] = {
+    {Py_tp_new, __extension__(void *) rreader_new},
+    {Py_tp_dealloc, __extension__(void *) rreader_dealloc},
+    {Py_tp_methods, rreader_methods},
+    {Py_tp_getset, rreader_getset},
+    {Py_tp_doc, (void *)"RecFileReader(path): reads a recording message by message (viewer/core/recfile.h)."},
+    {0, NULL},
+};
+
+static PyType_Spec rreader_spec = {
+    .name = "pytrace._pytrace.RecFileReader",
+    .basicsize = sizeof(reader_obj_t),
+    .flags = Py_TPFLAGS_DEFAULT,
+    .slots = rreader_slots,
+};
+
+/* ---- RecFileWriter ----------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    pt_recwriter_t *w;
+    int busy;
+} writer_obj_t;
+
+static PyObject *rwriter_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"fd", "flags", "compress", "level", "buffer_bytes", NULL};
+    int fd = -1, compress = 1, level = PT_RECFILE_DEFAULT_LEVEL;
+    unsigned int flags = 0;
+    Py_ssize_t buffer_bytes = 1 << 20;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "i|Ipin", kwlist, &fd, &flags, &compress, &level, &buffer_bytes))
+        return NULL;
+    if (buffer_bytes < 0) {
+        PyErr_SetString(PyExc_ValueError, "buffer_bytes must be >= 0");
+        return NULL;
+    }
+    writer_obj_t *self = (writer_obj_t *)type->tp_alloc(type, 0);
+    if (!self)
+        return NULL;
+    int rc = pt_recwriter_open(fd, flags, compress, level, (size_t)buffer_bytes, &self->w);
+    if (rc < 0) {
+        Py_DECREF(self);
+        if (rc == -EINVAL)
+            return PyErr_Format(PyExc_ValueError, "cannot start a recording on fd %d (compression level %d)", fd,
+                                level);
+        return raise_errno(rc, "cannot start a recording");
+    }
+    return (PyObject *)self;
+}
+
+static void rwriter_dealloc(writer_obj_t *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    pt_recwriter_free(self->w);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static PyObject *rwriter_append(writer_obj_t *self, PyObject *arg)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (enter(&self->busy) < 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    char why[256] = "";
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = pt_recwriter_append(self->w, view.buf, (size_t)view.len, why, sizeof why);
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    PyBuffer_Release(&view);
+    if (rc == -EINVAL)
+        return PyErr_Format(PyExc_ValueError, "%s", why[0] ? why : "not a message");
+    if (rc < 0)
+        return raise_errno(rc, "writing the recording failed");
+    Py_RETURN_NONE;
+}
+
+static PyObject *rwriter_flush(writer_obj_t *self, PyObject *unused)
+{
+    (void)unused;
+    if (enter(&self->busy) < 0)
+        return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = pt_recwriter_flush(self->w);
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    if (rc < 0)
+        return raise_errno(rc, "writing the recording failed");
+    Py_RETURN_NONE;
+}
+
+static PyObject *rwriter_set_flags(writer_obj_t *self, PyObject *arg)
+{
+    unsigned long flags = PyLong_AsUnsignedLong(arg);
+    if (PyErr_Occurred())
+        return NULL;
+    int rc = pt_recwriter_set_flags(self->w, (uint32_t)flags);
+    if (rc < 0)
+        return raise_errno(rc, "writing the recording's flags failed");
+    Py_RETURN_NONE;
+}
+
+static PyObject *rwriter_close(writer_obj_t *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"finished", NULL};
+    int finished = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|p", kwlist, &finished))
+        return NULL;
+    if (enter(&self->busy) < 0)
+        return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = pt_recwriter_close(self->w, finished);
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    if (rc < 0)
+        return raise_errno(rc, "writing the recording failed");
+    Py_RETURN_NONE;
+}
+
+static PyObject *rwriter_stats(writer_obj_t *self, PyObject *unused)
+{
+    (void)unused;
+    pt_recwriter_stats_t st;
+    pt_recwriter_stats(self->w, &st);
+    return Py_BuildValue("{sKsKsKsKsKsKsKsk}", "bytes_written", (unsigned long long)st.bytes_written, "committed",
+                         (unsigned long long)st.committed, "plain_bytes", (unsigned long long)st.plain_bytes,
+                         "messages", (unsigned long long)st.messages, "events", (unsigned long long)st.events,
+                         "lost_events", (unsigned long long)st.lost_events, "compressed_chunks",
+                         (unsigned long long)st.compressed_chunks, "flags",
+                         (unsigned long)pt_recwriter_flags(self->w));
+}
+
+static PyMethodDef rwriter_methods[] = {
+    {"append", (PyCFunction)rwriter_append, METH_O,
+     "append(message): one size-prefixed message as the reader hands it out (verified; an EventChunk is "
+     "compressed when that is smaller). ValueError: not a message; OSError: the flush it caused failed."},
+    {"flush", (PyCFunction)rwriter_flush, METH_NOARGS,
+     "flush(): write the buffer; on failure the file is cut back to its last whole message (OSError)."},
+    {"set_flags", (PyCFunction)rwriter_set_flags, METH_O, "set_flags(flags): replace the header flags."},
+    {"close", (PyCFunction)(void (*)(void))rwriter_close, METH_VARARGS | METH_KEYWORDS,
+     "close(finished=True): flush and, if finished, set the FINISHED flag. The fd stays open."},
+    {"stats", (PyCFunction)rwriter_stats, METH_NOARGS,
+     "stats() -> dict: bytes_written, committed, plain_bytes, messages, events, lost_events, "
+     "compressed_chunks, flags."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot rwriter_slots[] = {
+    {Py_tp_new, __extension__(void *) rwriter_new},
+    {Py_tp_dealloc, __extension__(void *) rwriter_dealloc},
+    {Py_tp_methods, rwriter_methods},
+    {Py_tp_doc, (void *)"RecFileWriter(fd, flags=0, compress=True, level=1, buffer_bytes=1 MiB): writes a "
+                        "recording to fd (viewer/core/recfile.h)."},
+    {0, NULL},
+};
+
+static PyType_Spec rwriter_spec = {
+    .name = "pytrace._pytrace.RecFileWriter",
+    .basicsize = sizeof(writer_obj_t),
+    .flags = Py_TPFLAGS_DEFAULT,
+    .slots = rwriter_slots,
+};
+
+/* ---- verify_message ---------------------------------------------------------------- */
+
+static PyObject *py_verify_message(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    pt_fb_msg_t m;
+    char why[192] = "";
+    const uint8_t *b = view.buf;
+    const size_t len = (size_t)view.len;
+    PyObject *result = NULL;
+    if (len < 4) {
+        PyErr_Format(PyExc_ValueError, "message of %zu bytes is too short", len);
+    } else {
+        const size_t size = pt_fb_message_size(b, len) - 4;
+        if (size + 4 > len)
+            PyErr_Format(PyExc_ValueError, "size prefix %zu exceeds the %zu bytes given", size, len);
+        else if (pt_fb_parse(b, size + 4, &m, why, sizeof why))
+            PyErr_Format(PyExc_ValueError, "%s", why[0] ? why : "invalid message");
+        else
+            result = PyLong_FromUnsignedLong(m.type);
+    }
+    PyBuffer_Release(&view);
+    return result;
+}
+
+static PyMethodDef recfile_functions[] = {
+    {"verify_message", py_verify_message, METH_O,
+     "verify_message(data) -> int: verify one size-prefixed message (the verifier every reader of "
+     "pytrace uses); returns its MessageBody type, raises ValueError saying what is wrong."},
+    {NULL, NULL, 0, NULL},
+};
+
+int pt_recfile_types_add(PyObject *module)
+{
+    PyObject *reader = PyType_FromModuleAndSpec(module, &rreader_spec, NULL);
+    if (!reader)
+        return -1;
+    if (PyModule_AddObject(module, "RecFileReader", reader) < 0) {
+        Py_DECREF(reader);
+        return -1;
+    }
+    PyObject *writer = PyType_FromModuleAndSpec(module, &rwriter_spec, NULL);
+    if (!writer)
+        return -1;
+    if (PyModule_AddObject(module, "RecFileWriter", writer) < 0) {
+        Py_DECREF(writer);
+        return -1;
+    }
+    if (PyModule_AddFunctions(module, recfile_functions) < 0)
+        return -1;
+    if (PyModule_AddIntConstant(module, "RECORDING_FORMAT_MAJOR", PT_RECFILE_FORMAT_MAJOR) < 0 ||
+        PyModule_AddIntConstant(module, "RECORDING_FORMAT_MINOR", PT_RECFILE_FORMAT_MINOR) < 0 ||
+        PyModule_AddIntConstant(module, "RECORDING_DEFAULT_LEVEL", PT_RECFILE_DEFAULT_LEVEL) < 0)
+        return -1;
+    return 0;
+}
