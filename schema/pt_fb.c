@@ -3,7 +3,7 @@
  * schema/pytrace.fbs (see pt_fb.h for the contract).
  *
  * Every message is laid out front to back, the same way the ring chunk header
- * is (shm/layout.h), so all offsets point forward except the table->vtable
+ * is (pt_wire.h), so all offsets point forward except the table->vtable
  * soffsets (vtables precede their tables):
  *
  *    0  u32 size prefix (= total - 4)

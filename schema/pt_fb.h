@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../shm/layout.h"
+#include "pt_wire.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -67,12 +67,10 @@ typedef struct pt_fb_producer_status {
 
 /* CompressedChunk (recording files only): data decompresses, by codec, to the
  * events of the EventChunk {thread, first_event, count events} it stands for. */
-#define PT_CODEC_NONE 0u
-#define PT_CODEC_ZSTD_DELTA_SHUFFLE 1u
 typedef struct pt_fb_compressed_chunk {
     uint64_t thread, first_event;
     uint32_t count;
-    uint8_t codec;
+    uint8_t codec;       /* PT_CODEC_* (pt_wire.h) */
     uint32_t raw_bytes;
     const uint8_t *data; /* points into the buffer; NULL if absent */
     uint32_t data_len;
@@ -101,7 +99,7 @@ size_t pt_fb_build_producer_status(uint8_t *out, size_t cap, const pt_fb_produce
 /* The data vector is copied from in->data (in->data_len bytes). */
 size_t pt_fb_build_compressed_chunk(uint8_t *out, size_t cap, const pt_fb_compressed_chunk_t *in);
 
-/* EventChunk: write the fixed 72-byte header (shm/layout.h, PT_CHUNK_*) for n
+/* EventChunk: write the fixed 72-byte header (pt_wire.h, PT_CHUNK_*) for n
  * events that the caller places at out + PT_CHUNK_OFF_EVENTS. total size is
  * 72 + 16n; the size prefix is set to that minus 4. Used both to initialise a
  * ring chunk (with size prefix = chunk_bytes - 4: pass n_for_prefix) and to

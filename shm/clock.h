@@ -15,7 +15,7 @@
 #include <x86intrin.h>
 #endif
 
-#include "layout.h"
+#include "../schema/pt_wire.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -5,7 +5,7 @@
  * (shm/reader.h), which drains rings through the segment.
  *
  * A ring is chunks_per_ring chunks of chunk_bytes; each chunk is a valid
- * size-prefixed FlatBuffer Message{EventChunk} (shm/layout.h). Appending writes
+ * size-prefixed FlatBuffer Message{EventChunk} (schema/pt_wire.h). Appending writes
  * the 16-byte record at index n of the current chunk and release-stores the
  * vector length n+1. When a chunk is full the producer moves to the next one,
  * which it may reuse only after the consumer released it.
@@ -39,49 +39,12 @@
 #define PT_SHM_RING_H
 
 #include "layout.h"
+#include "ring_types.h"
+#include "ring_inline.h" /* the hot path: pt_ring_push */
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef struct pt_ring pt_ring_t;
-
-/* Called on the producer thread, with room for at least `room` more records,
- * to write the thread's stack as Frame records (pt_ring_push_frame), outermost
- * first, using at most room - 1 of them: the last is kept for the event that
- * triggered it. After a Lost record (whole = 0) it writes what fits; for a
- * reader's stack request (whole = 1) it writes all or nothing. Returns 0 when
- * it wrote, -EAGAIN when whole = 1 and the stack does not fit. */
-typedef int (*pt_ring_stack_writer_fn)(pt_ring_t *ring, void *ctx, uint32_t room, int whole);
-
-/* Process-local producer handle. Fields are private to ring_inline.h / ring.c;
- * the struct is public only so the hot path can be inlined and the handle can
- * live in thread-local storage without an allocation. */
-struct pt_ring {
-    /* hot: touched by every push */
-    pt_event_t *events;           /* events of the current chunk */
-    _Atomic uint32_t *length;     /* its vector length (PT_CHUNK_OFF_LENGTH) */
-    uint32_t index;               /* records written into the current chunk */
-    _Atomic uint32_t limit;       /* events_per_chunk, or 0 to force the slow path
-                                     (also set by pt_ring_request_slow_path) */
-    /* cold */
-    pt_ring_slot_t *slot;
-    uint8_t *base;                /* chunk 0 of this ring */
-    uint64_t head;                /* sequence of the current chunk */
-    uint64_t released_cache;      /* last released_chunks seen */
-    uint64_t lost_pending;        /* records dropped since the last Lost record */
-    uint64_t written_before_head; /* records in chunks before head */
-    uint32_t chunk_bytes;
-    uint32_t chunks_per_ring;
-    uint32_t events_per_chunk;
-    uint32_t policy;              /* enum pt_drop_policy */
-    uint64_t wait_timeout_ns;
-    uint32_t waiting_disabled;    /* wait policy: a wait timed out, drop until room returns */
-    uint32_t ring_index;
-    uint64_t thread;              /* segment-unique thread number */
-    pt_ring_stack_writer_fn stack_writer;
-    void *stack_ctx;
-};
 
 /* Initialise a producer handle over a claimed slot (called by
  * pt_segment_claim_ring; tests may call it on a hand-made layout). Writes the
@@ -97,9 +60,6 @@ void pt_ring_request_slow_path(pt_ring_t *ring);
 
 /* Set the callback that writes the thread's stack after a gap (may be NULL). */
 void pt_ring_set_stack_writer(pt_ring_t *ring, pt_ring_stack_writer_fn fn, void *ctx);
-
-/* Slow path of pt_ring_push (chunk change, full ring, pending Lost record). */
-int pt_ring_push_slow(pt_ring_t *ring, uint64_t word0, uint64_t word1);
 
 /* Records published so far by this producer (exact, producer thread only). */
 uint64_t pt_ring_written(const pt_ring_t *ring);
@@ -125,7 +85,5 @@ void pt_ring_flush_counters(pt_ring_t *ring);
 #ifdef __cplusplus
 }
 #endif
-
-#include "ring_inline.h"
 
 #endif /* PT_SHM_RING_H */

@@ -11,12 +11,24 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "ring_types.h"
+
 #if defined(__GNUC__)
 #define PT_LIKELY(x) __builtin_expect(!!(x), 1)
 #define PT_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #else
 #define PT_LIKELY(x) (x)
 #define PT_UNLIKELY(x) (x)
+#endif
+
+/* Slow path of pt_ring_push (chunk change, full ring, pending Lost record);
+ * defined in ring.c. */
+#ifdef __cplusplus
+extern "C" {
+#endif
+int pt_ring_push_slow(pt_ring_t *ring, uint64_t word0, uint64_t word1);
+#ifdef __cplusplus
+}
 #endif
 
 /* Second 8 bytes of an Event: id | aux << 32 | kind << 48 | flags << 56. */

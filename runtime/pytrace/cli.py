@@ -11,12 +11,12 @@
 `top`, `record` and `export` run `pytrace.<name>.main(argv)`.
 """
 
-import argparse
 import json
 import os
 import sys
 
 from . import _launch
+from .cmdline import ArgumentParser, UsageError, extension, printable, run_parser, start_options
 
 USAGE = """usage: pytrace run [options] (script.py | -m module | -c code) [args...]
        pytrace ls [--all] [--collect]
@@ -34,81 +34,6 @@ commands:
 `pytrace COMMAND --help` gives each command's options. pytrace -V: the version."""
 
 RESERVED = ("top", "record", "export")
-
-
-class UsageError(Exception):
-    """Wrong arguments: printed as one line "pytrace[ COMMAND]: message", exit 2."""
-
-    def __init__(self, message, command=None):
-        super().__init__(message)
-        self.command = command
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports one line and exits 2 (through UsageError)."""
-
-    def error(self, message):
-        # "pytrace record: the following arguments are required: -o/--output"
-        raise UsageError(message, self.prog.split(" ", 1)[-1] if " " in self.prog else None)
-
-
-def _default(name):
-    """A default of the segment, from the extension (never retyped here)."""
-    from . import _ext
-    return getattr(_ext(), name)
-
-
-def _run_parser():
-    p = _Parser(prog="pytrace run", add_help=True,
-                usage="pytrace run [options] (script.py | -m module | -c code) [args...]",
-                description="Run a Python program with tracing on from its first line. It runs "
-                            "as `python script.py` would (same pid, output, exit code and "
-                            "signals); a reader can attach at any time: pytrace top PID, "
-                            "pytrace record -o OUT PID.")
-    p.add_argument("--no-c-calls", dest="c_calls", action="store_false",
-                   help="do not record calls of C functions")
-    p.add_argument("--include", action="append", default=None, metavar="MODULE_OR_PATH",
-                   help="trace only these modules / path prefixes (repeatable)")
-    p.add_argument("--exclude", action="append", default=None, metavar="MODULE_OR_PATH",
-                   help="do not trace these modules / path prefixes (repeatable)")
-    p.add_argument("--policy", choices=("drop", "wait"), default="drop",
-                   help="full ring: drop events (default) or wait for the reader")
-    p.add_argument("--rings", type=int, default=0, metavar="N",
-                   help="most threads traced at once (default %d; a ring's memory is taken "
-                        "when a thread first needs it); threads past it run untraced, counted"
-                   % _default("DEFAULT_RING_COUNT"))
-    p.add_argument("--ring-size", type=float, default=0, metavar="MiB",
-                   help="size of each ring in MiB (default %g)" % (_default("DEFAULT_RING_BYTES") / 2**20))
-    p.add_argument("--subprocesses", action="store_true",
-                   help="trace Python child processes too, each into its own segment")
-    p.add_argument("-m", dest="module", default=None, metavar="MODULE",
-                   help="run a library module as a script")
-    p.add_argument("-c", dest="code", default=None, metavar="CODE",
-                   help="run the program passed as a string")
-    return p
-
-
-def _start_options(ns, command="run"):
-    """start() options from parsed run/record/top arguments (UsageError if wrong)."""
-    opts = {"c_calls": ns.c_calls, "include": ns.include, "exclude": ns.exclude,
-            "policy": ns.policy}
-    if ns.rings < 0 or ns.rings > 4096:
-        raise UsageError("--rings must be between 1 and 4096", command)
-    if ns.rings:
-        opts["ring_count"] = ns.rings
-    if ns.ring_size < 0:
-        raise UsageError("--ring-size must be positive (MiB)", command)
-    if ns.ring_size:
-        # A ring is chunks of 64 KiB; round the count to a power of two the layout accepts.
-        ring_bytes = int(ns.ring_size * (1 << 20))
-        chunk = 64 << 10
-        chunks = max(2, ring_bytes // chunk)
-        chunks = 1 << (chunks.bit_length() - 1)
-        if chunks > (1 << 16):
-            raise UsageError("--ring-size %g MiB is too large" % ns.ring_size, command)
-        opts["chunk_bytes"] = chunk
-        opts["chunks_per_ring"] = chunks
-    return opts
 
 
 def _subprocess_hook():
@@ -158,7 +83,7 @@ def _split_run_args(argv):
 
 def cmd_run(argv):
     ours, program = _split_run_args(argv)
-    ns = _run_parser().parse_args(ours)
+    ns = run_parser().parse_args(ours)
     if ns.module is not None and ns.code is not None:
         raise UsageError("give either -m module or -c code, not both", "run")
     if ns.module is None and ns.code is None and not program:
@@ -166,7 +91,7 @@ def cmd_run(argv):
                          "or code (pytrace run -c code)", "run")
     if ns.module is None and ns.code is None and program[0].startswith("-") and program[0] != "-":
         raise UsageError("unknown option %s" % program[0], "run")
-    opts = _start_options(ns)
+    opts = start_options(ns)
     if ns.module is not None:
         program = ["-m", ns.module] + program
     elif ns.code is not None:
@@ -191,17 +116,13 @@ def cmd_run(argv):
         return 1
 
 
-_STATE_NAMES = {0: "empty", 1: "running", 2: "stopped", 3: "exited", 4: "dead"}
-
-
 def cmd_ls(argv):
-    p = _Parser(prog="pytrace ls", description="List pytrace segments.")
+    p = ArgumentParser(prog="pytrace ls", description="List pytrace segments.")
     p.add_argument("--all", action="store_true", help="include stale segments of dead processes")
     p.add_argument("--collect", action="store_true", help="remove stale segments")
     p.add_argument("--json", action="store_true", help="print JSON")
     ns = p.parse_args(argv)
-    from . import _ext
-    ext = _ext()
+    ext = extension()
     if ns.collect:
         removed = ext.collect_stale()
         print("pytrace: removed %d stale segment%s" % (removed, "" if removed == 1 else "s"))
@@ -215,18 +136,20 @@ def cmd_ls(argv):
     if not segs:
         print("no %ssegments" % ("" if ns.all else "live "))
         return 0
+    from .reader import ProducerState
+    state_names = {int(st): st.name.lower() for st in ProducerState}   # 0: "empty", 1: "running", ...
     rows = [("PID", "STATE", "THREADS", "EVENTS", "DROPPED", "SEGMENT", "COMMAND")]
     for s in segs:
         state = s.get("state")
-        state = _STATE_NAMES.get(state, str(state)) if isinstance(state, int) else str(state)
+        state = state_names.get(state, str(state)) if isinstance(state, int) else str(state)
         if not s.get("alive"):
             state = "stale" if state not in ("exited",) else "exited"
         if not s.get("valid", True):
             state = "invalid"
-        cmd = _printable(s.get("cmdline") or s.get("error") or "")
+        cmd = printable(s.get("cmdline") or s.get("error") or "")
         rows.append((str(s.get("pid", "?")), state, str(s.get("threads_active", "")),
                      str(s.get("events_written", "")), str(s.get("events_dropped", "")),
-                     _printable(s.get("name", "")), cmd))
+                     printable(s.get("name", "")), cmd))
     widths = [max(len(r[i]) for r in rows) for i in range(6)]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r[:6], widths)) + "  " + r[6])
@@ -234,14 +157,8 @@ def cmd_ls(argv):
     for s in segs:                    # DROPPED is events; the other losses, one line each
         lost = describe(s, OTHER_LOSSES)
         if lost:
-            print("%s also lost: %s" % (_printable(s.get("name", "")), lost))
+            print("%s also lost: %s" % (printable(s.get("name", "")), lost))
     return 0
-
-
-def _printable(text):
-    """Names from a segment are untrusted: escape control characters for the terminal."""
-    return "".join(c if c.isprintable() else "\\x%02x" % ord(c) if ord(c) < 256 else "?"
-                   for c in str(text))
 
 
 def cmd_reserved(name, argv):

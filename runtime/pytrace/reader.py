@@ -23,61 +23,52 @@ from collections import namedtuple
 from dataclasses import dataclass, field
 from typing import Optional
 
+# The schema's numbers, from the flatc-generated code (never retyped here).
+from .fb.ClockKind import ClockKind as _GenClockKind
+from .fb.DropPolicy import DropPolicy as _GenDropPolicy
+from .fb.EventFlags import EventFlags as _GenEventFlags
+from .fb.EventKind import EventKind as _GenEventKind
+from .fb.MessageBody import MessageBody as _GenMessageBody
+from .fb.ProducerState import ProducerState as _GenProducerState
+from .fb.SymbolKind import SymbolKind as _GenSymbolKind
+
+
 __all__ = [
     "Reader", "decode", "decode_stream", "MsgType", "EventKind", "ProducerState",
     "SymbolKind", "Event", "ProcessInfo", "ThreadStart", "ThreadEnd", "Symbol",
-    "EventChunk", "LostCount", "ProducerStatus", "FLAG_C_FUNCTION", "FLAG_THROWN",
-    "FLAG_SYNTHETIC",
+    "EventChunk", "LostCount", "ProducerStatus", "EventFlags", "ClockKind", "DropPolicy",
+    "FLAG_C_FUNCTION", "FLAG_THROWN", "FLAG_SYNTHETIC",
 ]
 
 
-class MsgType(enum.IntEnum):
-    """MessageBody union types (frozen)."""
-    ProcessInfo = 1
-    ThreadStart = 2
-    ThreadEnd = 3
-    Symbol = 4
-    EventChunk = 5
-    LostCount = 6
-    ProducerStatus = 7
-    CompressedChunk = 8     # recording files only; RecordingReader hands out its EventChunk
+def _members(generated, rename=None, skip=()):
+    """(name, value) pairs of a flatc-generated enum class, in value order."""
+    rename = rename or {}
+    pairs = [(rename.get(name, name), value) for name, value in vars(generated).items()
+             if not name.startswith("_") and isinstance(value, int) and name not in skip]
+    return sorted(pairs, key=lambda pair: pair[1])
 
 
-class EventKind(enum.IntEnum):
-    """Event.kind values (frozen, schema enum EventKind)."""
-    NONE = 0
-    Call = 1
-    Return = 2
-    CCall = 3
-    CReturn = 4
-    Unwind = 5
-    CUnwind = 6
-    Yield = 7
-    Resume = 8
-    SpanBegin = 9
-    SpanEnd = 10
-    Mark = 11
-    Lost = 12
-    Frame = 13
+def _enum(name, generated, doc, base=enum.IntEnum, **how):
+    made = base(name, _members(generated, **how), module=__name__)
+    made.__doc__ = doc
+    return made
 
 
-class ProducerState(enum.IntEnum):
-    Empty = 0
-    Running = 1
-    Stopped = 2
-    Exited = 3
-    Dead = 4
+MsgType = _enum("MsgType", _GenMessageBody, "MessageBody union types (schema union MessageBody).",
+                skip=("NONE",))
+EventKind = _enum("EventKind", _GenEventKind, "Event.kind values (schema enum EventKind).",
+                  rename={"None_": "NONE"})
+EventFlags = _enum("EventFlags", _GenEventFlags, "Event.flags bits (schema enum EventFlags).",
+                   base=enum.IntFlag)
+ProducerState = _enum("ProducerState", _GenProducerState, "Producer states (schema enum ProducerState).")
+SymbolKind = _enum("SymbolKind", _GenSymbolKind, "Symbol.kind values (schema enum SymbolKind).")
+ClockKind = _enum("ClockKind", _GenClockKind, "ProcessInfo.clock values (schema enum ClockKind).")
+DropPolicy = _enum("DropPolicy", _GenDropPolicy, "ProcessInfo.drop_policy values (schema enum DropPolicy).")
 
-
-class SymbolKind(enum.IntEnum):
-    PyFunction = 0
-    CFunction = 1
-    Label = 2
-
-
-FLAG_C_FUNCTION = 0x01
-FLAG_THROWN = 0x02
-FLAG_SYNTHETIC = 0x04
+FLAG_C_FUNCTION = int(EventFlags.CFunction)
+FLAG_THROWN = int(EventFlags.Thrown)
+FLAG_SYNTHETIC = int(EventFlags.Synthetic)
 
 EVENT_BYTES = 16
 _EVENT = struct.Struct("<QIHBB")   # ticks, id, aux, kind, flags (schema struct Event)
@@ -412,7 +403,10 @@ class Reader:
         except Exception:  # noqa: BLE001 - a stats failure must not end the stream
             return None
         value = st.get("producer_state") if isinstance(st, dict) else None
-        return ProducerState(value) if value in (0, 1, 2, 3, 4) else None
+        try:
+            return ProducerState(value)
+        except ValueError:              # absent, or a state this version does not know
+            return None
 
     def __iter__(self):
         for msg_type, data in self.raw():

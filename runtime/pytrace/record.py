@@ -31,6 +31,7 @@ import sys
 import time
 
 from . import _launch
+from .cmdline import ArgumentParser, UsageError, segment_default, start_options
 from .reader import CAUGHT_UP_BYTES
 from .recording import RecordingWriter
 
@@ -39,10 +40,12 @@ _POLICY_TEXT = {
     "drop": "recording with drops (policy drop): when the ring is full the job drops events "
             "and the recording marks each gap",
 }
-from .fb.MessageBody import MessageBody as _Body  # noqa: E402 - the schema's numbers
+from .fb.DropPolicy import DropPolicy as _DropPolicy  # noqa: E402 - the schema's numbers
+from .fb.MessageBody import MessageBody as _Body  # noqa: E402
 
 _MSG_PROCESS_INFO = _Body.ProcessInfo
 _MSG_EVENT_CHUNK = _Body.EventChunk
+_POLICY_WAIT = _DropPolicy.Wait
 _POLL_MAX_EVENTS = 1 << 20
 
 
@@ -52,9 +55,7 @@ def _say(text):
 
 
 def _parser():
-    from .cli import _Parser      # wrong arguments: one line and exit 2, as for every command
-    from .cli import _default
-    p = _Parser(
+    p = ArgumentParser(
         prog="pytrace record",
         usage="pytrace record -o OUT [options] -- python script.py [args...]\n"
               "       pytrace record -o OUT [options] PID",
@@ -71,7 +72,7 @@ def _parser():
                    help="do not trace these modules / path prefixes (repeatable)")
     p.add_argument("--rings", type=int, default=0, metavar="N",
                    help="most threads traced at once (default %d; new job only); threads past "
-                        "it run untraced and are counted" % _default("DEFAULT_RING_COUNT"))
+                        "it run untraced and are counted" % segment_default("DEFAULT_RING_COUNT"))
     p.add_argument("--ring-size", type=float, default=0, metavar="MiB",
                    help="size of each ring in MiB (new job only)")
     p.add_argument("--attach-timeout", type=float, default=30.0, metavar="S",
@@ -81,7 +82,7 @@ def _parser():
     return p
 
 
-def _split_command(command):
+def split_command(command):
     """`python [flags] program...` (or just the program, run by this interpreter) ->
     (interpreter, its flags, program as _launch.split_python_args gives it).
     ValueError (one line) for what python would not run as a program."""
@@ -227,9 +228,9 @@ def _record(reader, writer, child, interrupts, pid_mode, discarded):
             if msg_type == _MSG_PROCESS_INFO:
                 policy = _policy_of(data)
                 if policy is not None:
-                    writer.set_lossless(policy == 1)
+                    writer.set_lossless(policy == _POLICY_WAIT)
                     if not announced:
-                        _say(_POLICY_TEXT["wait" if policy == 1 else "drop"] + " (the job's setting)")
+                        _say(_POLICY_TEXT["wait" if policy == _POLICY_WAIT else "drop"] + " (the job's setting)")
                         announced = True
         if reader.finished:
             return False, False
@@ -302,16 +303,15 @@ def main(argv=None):
         target_pid = int(command[0])
     else:
         try:
-            interp, flags, target = _split_command(command)
+            interp, flags, target = split_command(command)
         except ValueError as e:
             _say(str(e))
             return 2
         if not target:
             _say("nothing to run after the interpreter: give a script, -m module or -c code")
             return 2
-        from .cli import UsageError, _start_options
         try:
-            options = _start_options(args, "record")
+            options = start_options(args, "record")
         except UsageError as e:
             _say(str(e))
             return 2

@@ -79,6 +79,8 @@ import os
 import struct
 import time
 
+from .fb.MessageBody import MessageBody as _MessageBody
+
 __all__ = [
     "MAGIC", "FORMAT_MAJOR", "FORMAT_MINOR", "HEADER_BYTES", "FLAG_LOSSLESS",
     "FLAG_FINISHED", "RecordingError", "RecordingWriter", "RecordingReader",
@@ -99,9 +101,9 @@ _HEADER = struct.Struct("<8sHHI")
 # ring chunk is at most 16 MiB; anything far bigger is a damaged size prefix.
 MAX_MESSAGE_BYTES = 64 << 20
 
-# Message types (schema union MessageBody).
-_MSG_EVENT_CHUNK = 5
-_MSG_PRODUCER_STATUS = 7
+# Message types (schema union MessageBody): the schema's numbers, from pytrace.fb.
+_MSG_EVENT_CHUNK = _MessageBody.EventChunk
+_MSG_PRODUCER_STATUS = _MessageBody.ProducerStatus
 
 
 def _native():

@@ -25,6 +25,7 @@ import tempfile
 import time
 
 from . import _launch, record
+from .cmdline import UsageError, job_options_help, run_parser, start_options
 
 _JOB_FLAGS_WITH_VALUE = ("--policy", "--ring-size", "--include", "--exclude")
 _JOB_FLAGS = ("--no-c-calls",)
@@ -100,14 +101,8 @@ job options (before --, as for pytrace run):
 def _help(viewer_path):
     """pytrace top's own help: its three forms, the job options (formatted by `pytrace
     run`'s own parser, so they read the same) and pytrace-top's options."""
-    from . import cli
-    flags = set(_JOB_FLAGS_WITH_VALUE + _JOB_FLAGS)
     try:
-        parser = cli._run_parser()
-        formatter = parser._get_formatter()
-        formatter._indent()
-        formatter.add_arguments([a for a in parser._actions if flags & set(a.option_strings)])
-        job = formatter.format_help()
+        job = job_options_help(_JOB_FLAGS + _JOB_FLAGS_WITH_VALUE)
     except Exception:           # the defaults come from the extension: never fail --help on it
         job = "".join("  %s\n" % f for f in _JOB_FLAGS + _JOB_FLAGS_WITH_VALUE)
     text = _USAGE + job + "\nview options (any other option before --, passed to pytrace-top):\n"
@@ -176,7 +171,7 @@ def main(argv=None):
     cut = argv.index("--")
     try:
         job_opts, view_opts = _split_options(argv[:cut])
-        interp, flags, target = record._split_command(argv[cut + 1:])
+        interp, flags, target = record.split_command(argv[cut + 1:])
     except ValueError as e:
         _say(str(e))
         return 2
@@ -189,9 +184,8 @@ def main(argv=None):
         # --once on a program we start: its table when it ends (the viewer stops at the
         # job's end), not an empty one taken before it ran
         view_opts = view_opts + ["--duration", "31536000"]
-    from .cli import UsageError, _run_parser, _start_options
     try:
-        options = _start_options(_run_parser().parse_args(job_opts), "top")
+        options = start_options(run_parser().parse_args(job_opts), "top")
     except UsageError as e:
         _say(str(e))
         return 2

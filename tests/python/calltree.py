@@ -37,9 +37,12 @@ from pytrace.reader import (EventChunk, EventKind, MsgType, Symbol, SymbolKind, 
 
 __all__ = ["CallTree", "symbol_key", "edges_from_rows", "edges_below"]
 
-_CALL, _RETURN, _CCALL, _CRETURN = 1, 2, 3, 4
-_UNWIND, _CUNWIND, _YIELD, _RESUME = 5, 6, 7, 8
-_SPAN_BEGIN, _SPAN_END, _MARK, _LOST, _FRAME = 9, 10, 11, 12, 13
+_CALL, _RETURN, _CCALL, _CRETURN = (int(k) for k in (
+    EventKind.Call, EventKind.Return, EventKind.CCall, EventKind.CReturn))
+_UNWIND, _CUNWIND, _YIELD, _RESUME = (int(k) for k in (
+    EventKind.Unwind, EventKind.CUnwind, EventKind.Yield, EventKind.Resume))
+_SPAN_BEGIN, _SPAN_END, _MARK, _LOST, _FRAME = (int(k) for k in (
+    EventKind.SpanBegin, EventKind.SpanEnd, EventKind.Mark, EventKind.Lost, EventKind.Frame))
 _OPEN = frozenset((_CALL, _CCALL, _RESUME))
 _CLOSE = frozenset((_RETURN, _CRETURN, _UNWIND, _CUNWIND, _YIELD))
 

@@ -16,7 +16,7 @@ import time
 import pytrace
 from calltree import CallTree
 from pytrace.reader import (EventChunk, LostCount, ProcessInfo, ProducerStatus, Symbol,
-                            ThreadEnd, ThreadStart)
+                            SymbolKind, ThreadEnd, ThreadStart)
 
 
 def main(argv):
@@ -48,7 +48,7 @@ def main(argv):
                 kinds[ev[3]] = kinds.get(ev[3], 0) + 1
         elif isinstance(msg, Symbol):
             result["symbols"] += 1
-            if msg.kind == 2:
+            if msg.kind == SymbolKind.Label:
                 result["labels"].append(msg.name)
         elif isinstance(msg, ThreadStart):
             result["thread_starts"].append([msg.thread, msg.name])

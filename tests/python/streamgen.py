@@ -14,9 +14,16 @@ set, and some threads never end (no ThreadEnd).
 import random
 
 from pytrace.export import synthetic as syn
+from pytrace.reader import EventKind, SymbolKind
 
-CALL, RET, CCALL, CRET, UNWIND, CUNWIND, YIELD, RESUME = 1, 2, 3, 4, 5, 6, 7, 8
-SPAN_B, SPAN_E, MARK, LOST, FRAME = 9, 10, 11, 12, 13
+# the schema's numbers (pytrace.fb, through pytrace.reader), as plain ints
+CALL, RET, CCALL, CRET, UNWIND, CUNWIND, YIELD, RESUME = (int(k) for k in (
+    EventKind.Call, EventKind.Return, EventKind.CCall, EventKind.CReturn, EventKind.Unwind,
+    EventKind.CUnwind, EventKind.Yield, EventKind.Resume))
+SPAN_B, SPAN_E, MARK, LOST, FRAME = (int(k) for k in (
+    EventKind.SpanBegin, EventKind.SpanEnd, EventKind.Mark, EventKind.Lost, EventKind.Frame))
+SYM_PY, SYM_C, SYM_LABEL = (int(k) for k in (SymbolKind.PyFunction, SymbolKind.CFunction,
+                                             SymbolKind.Label))
 
 N_PY, N_C, N_GEN, N_SPAN = 12, 4, 3, 3
 PY = list(range(1, N_PY + 1))
@@ -29,19 +36,19 @@ ENTER, BEGIN, EXIT, END = 400, 401, 402, 403
 def symbols():
     out = []
     for i in PY:
-        out.append(syn.symbol(i, "f%d" % i, "gen.py", 10 * i, kind=0, profile_name="f%d" % i))
+        out.append(syn.symbol(i, "f%d" % i, "gen.py", 10 * i, kind=SYM_PY, profile_name="f%d" % i))
     for i in CF:
-        out.append(syn.symbol(i, "builtins.c%d" % i, "builtins", 0, kind=1,
+        out.append(syn.symbol(i, "builtins.c%d" % i, "builtins", 0, kind=SYM_C,
                               profile_name="<built-in method builtins.c%d>" % i))
     for i in GEN:
-        out.append(syn.symbol(i, "g%d" % i, "gen.py", 10 * i, kind=0, profile_name="g%d" % i))
+        out.append(syn.symbol(i, "g%d" % i, "gen.py", 10 * i, kind=SYM_PY, profile_name="g%d" % i))
     for i in SPANS:
-        out.append(syn.symbol(i, "s%d" % i, "", 0, kind=2))
-    out.append(syn.symbol(ENTER, "_Span.__enter__", "pytrace.py", 1, kind=0, profile_name="__enter__"))
-    out.append(syn.symbol(EXIT, "_Span.__exit__", "pytrace.py", 2, kind=0, profile_name="__exit__"))
-    out.append(syn.symbol(BEGIN, "_pytrace.span_begin", "_pytrace", 0, kind=1,
+        out.append(syn.symbol(i, "s%d" % i, "", 0, kind=SYM_LABEL))
+    out.append(syn.symbol(ENTER, "_Span.__enter__", "pytrace.py", 1, kind=SYM_PY, profile_name="__enter__"))
+    out.append(syn.symbol(EXIT, "_Span.__exit__", "pytrace.py", 2, kind=SYM_PY, profile_name="__exit__"))
+    out.append(syn.symbol(BEGIN, "_pytrace.span_begin", "_pytrace", 0, kind=SYM_C,
                           profile_name="<built-in method _pytrace.span_begin>"))
-    out.append(syn.symbol(END, "_pytrace.span_end", "_pytrace", 0, kind=1,
+    out.append(syn.symbol(END, "_pytrace.span_end", "_pytrace", 0, kind=SYM_C,
                           profile_name="<built-in method _pytrace.span_end>"))
     return out
 

@@ -8,9 +8,9 @@ import pytest
 import fbbuild
 from calltree import CallTree, edges_below
 from pytrace.reader import (EventChunk, EventKind as K, ProcessInfo, ProducerStatus, Symbol,
-                            ThreadStart, decode, decode_stream)
+                            SymbolKind, ThreadStart, decode, decode_stream)
 
-PY, C, LABEL = 0, 1, 2
+PY, C, LABEL = (int(k) for k in (SymbolKind.PyFunction, SymbolKind.CFunction, SymbolKind.Label))
 
 
 def _syms():

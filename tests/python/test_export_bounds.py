@@ -12,9 +12,10 @@ import pytest
 
 from helpers import PY
 from pytrace.export import synthetic as syn
+from pytrace.reader import EventKind
 from pytrace.recording import RecordingWriter
 
-CALL, RETURN = 1, 2
+CALL, RETURN = int(EventKind.Call), int(EventKind.Return)
 CHUNK = 10_000
 _EV = struct.Struct("<QIHBB")
 

@@ -18,14 +18,19 @@ from pytrace import recording as rec
 from pytrace.export import main as export_main
 from pytrace.export import synthetic as syn
 from pftrace_reader import check_nesting as check_perfetto_nesting
+from pytrace.reader import EventKind, SymbolKind
 
-CALL, RET, CCALL, CRET, UNWIND, CUNWIND, YIELD, RESUME = 1, 2, 3, 4, 5, 6, 7, 8
-SPAN_B, SPAN_E, MARK, LOST, FRAME = 9, 10, 11, 12, 13
+# the schema's numbers (pytrace.fb, through pytrace.reader), as plain ints
+CALL, RET, CCALL, CRET, UNWIND, CUNWIND, YIELD, RESUME = (int(k) for k in (
+    EventKind.Call, EventKind.Return, EventKind.CCall, EventKind.CReturn, EventKind.Unwind,
+    EventKind.CUnwind, EventKind.Yield, EventKind.Resume))
+SPAN_B, SPAN_E, MARK, LOST, FRAME = (int(k) for k in (
+    EventKind.SpanBegin, EventKind.SpanEnd, EventKind.Mark, EventKind.Lost, EventKind.Frame))
 
 SYMS = {1: ("<module>", "app.py", 1), 2: ("main", "app.py", 3), 3: ("fib", "app.py", 10),
         4: ("gen", "app.py", 20), 5: ("boom", "app.py", 30), 6: ("builtins.len", "builtins", 0),
         7: ("worker", "app.py", 40), 8: ("load batch", "", 0), 9: ("epoch 1", "", 0)}
-KIND = {6: 1, 8: 2, 9: 2}
+KIND = {6: SymbolKind.CFunction, 8: SymbolKind.Label, 9: SymbolKind.Label}
 
 
 def _thread1():
@@ -89,7 +94,7 @@ def recording(tmp_path_factory):
     ev1, end1 = _thread1()
     msgs = [syn.process_info(pid=4242, ticks_per_second=1_000_000_000, base_monotonic_ns=10**12)]
     for sid, (name, file, line) in SYMS.items():
-        msgs.append(syn.symbol(sid, name, file, line, kind=KIND.get(sid, 0)))
+        msgs.append(syn.symbol(sid, name, file, line, kind=KIND.get(sid, SymbolKind.PyFunction)))
     msgs.append(syn.thread_start(1, "MainThread", 100))
     msgs.append(syn.event_chunk(1, ev1[:7]))
     msgs.append(syn.thread_start(2, "worker-1", 101))

@@ -47,7 +47,7 @@
 #include <stdint.h>
 
 #include "schema/pt_fb.h"
-#include "shm/layout.h"
+#include "schema/pt_wire.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -84,7 +84,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "shm/layout.h"
+#include "schema/pt_wire.h"
 
 #ifdef __cplusplus
 extern "C" {

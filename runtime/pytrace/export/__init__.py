@@ -19,6 +19,7 @@ damaged recording is exported up to the damage, which is reported with its byte 
 import os
 import sys
 
+from ..cmdline import ArgumentParser
 from ..recording import HEADER_BYTES, RecordingError, read_header
 
 __all__ = ["main", "export", "FORMATS", "ExportResult"]
@@ -120,8 +121,7 @@ def _guess_format(output):
 
 
 def main(argv=None):
-    from ..cli import _Parser     # wrong arguments: one line and exit 2, as for every command
-    p = _Parser(
+    p = ArgumentParser(
         prog="pytrace export",
         description="Export a pytrace recording to Perfetto's protobuf trace, Chrome trace-event "
                     "JSON (Perfetto loads it too), speedscope JSON, collapsed stacks or a pstats file.")

@@ -13,12 +13,6 @@
 
 #include "flatbuffers/verifier.h"
 #include "pytrace_generated.h"
-// shm/layout.h is C11 (_Atomic, _Alignas, _Static_assert); these spellings let
-// C++ read its plain layout. Only sizes and constants are used here.
-#define _Static_assert static_assert
-#define _Alignas(n) alignas(n)
-#define _Alignof(t) alignof(t)
-#define _Atomic
 #include "schema/pt_fb.h"
 
 namespace fb = pytrace::fb;

@@ -1,0 +1,147 @@
+"""tests/unit/layers: the house's arrows all point down, and no two files call each other.
+
+Floors, top to bottom: bench -> runtime -> viewer -> shm -> schema. A file may use its
+own floor and the floors below it, never one above (schema/pt_wire.h defines the wire
+that shm/ builds on; viewer/ reads segments through shm/; runtime/ calls viewer/core).
+
+C and C++: every `#include "..."` of a file under one of these folders is resolved (next
+to the file, else from the repository root) and its floor compared with the file's; the
+include graph of all files (tests/ and fuzz/ included) has no cycle, so no two files
+include each other, and no header includes itself through others.
+
+Python (runtime/pytrace): no module imports another module's private name
+(`from .x import _name`, `x._name`); importing a package-private module such as
+`pytrace._launch` or the extension `pytrace._pytrace` is allowed.
+
+Usage: python3 check_layers.py REPO_ROOT      (exit 1 with one line per violation)
+"""
+import ast
+import os
+import re
+import sys
+
+FLOORS = ["schema", "shm", "viewer", "runtime", "bench"]   # bottom to top
+SOURCE_EXT = (".c", ".h", ".cc", ".cpp")
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def floor_of(rel):
+    top = rel.split("/", 1)[0]
+    return FLOORS.index(top) if top in FLOORS else None
+
+
+def source_files(root):
+    for top in FLOORS + ["tests"]:
+        for dirpath, dirnames, filenames in os.walk(os.path.join(root, top)):
+            dirnames[:] = [d for d in dirnames if d not in ("build", "__pycache__", "corpus", "findings")]
+            for name in sorted(filenames):
+                if name.endswith(SOURCE_EXT):
+                    yield os.path.relpath(os.path.join(dirpath, name), root)
+
+
+def resolve(root, rel, target):
+    for base in (os.path.dirname(rel), ""):
+        cand = os.path.normpath(os.path.join(base, target))
+        if not cand.startswith("..") and os.path.isfile(os.path.join(root, cand)):
+            return cand
+    return None     # generated (pytrace_generated.h) or a system header in quotes
+
+
+def check_c(root, problems):
+    graph = {}
+    for rel in source_files(root):
+        with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
+            text = f.read()
+        graph[rel] = []
+        for target in INCLUDE.findall(text):
+            dep = resolve(root, rel, target)
+            if dep is None:
+                continue
+            graph[rel].append(dep)
+            mine, theirs = floor_of(rel), floor_of(dep)
+            if mine is not None and theirs is not None and theirs > mine:
+                problems.append("%s includes %s: %s/ is above %s/ (arrows point down: %s)"
+                                % (rel, target, FLOORS[theirs], FLOORS[mine],
+                                   " -> ".join(reversed(FLOORS))))
+    # cycles (two files that include each other are the shortest)
+    state = {}
+
+    def visit(node, path):
+        state[node] = 1
+        path.append(node)
+        for dep in graph.get(node, ()):
+            if state.get(dep) == 1:
+                problems.append("include cycle: " + " -> ".join(path[path.index(dep):] + [dep]))
+            elif dep not in state:
+                visit(dep, path)
+        path.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [])
+    return len(graph)
+
+
+def check_python(root, problems):
+    pkg = os.path.join(root, "runtime", "pytrace")
+    modules = []
+    for dirpath, dirnames, filenames in os.walk(pkg):
+        dirnames[:] = [d for d in dirnames if d not in ("fb", "__pycache__")]
+        for name in filenames:
+            if name.endswith(".py"):
+                modules.append(os.path.join(dirpath, name))
+
+    def is_module(base_dir, name):
+        return (os.path.isfile(os.path.join(base_dir, name + ".py"))
+                or os.path.isdir(os.path.join(base_dir, name))
+                or name == "_pytrace")              # the extension
+
+    for path in sorted(modules):
+        rel = os.path.relpath(path, root)
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), rel)
+        here = os.path.dirname(path)
+        imported = {}                               # local name -> sibling module
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = here
+                for _ in range(node.level - 1):
+                    base = os.path.dirname(base)
+                parts = (node.module or "").split(".") if node.module else []
+                for alias in node.names:
+                    name = alias.name
+                    if node.module is None and is_module(base, name):
+                        imported[alias.asname or name] = name
+                        continue                    # `from . import _launch`: a module
+                    if parts and parts[0] == "fb":
+                        continue                    # flatc-generated code
+                    if name.startswith("_") and not name.startswith("__"):
+                        problems.append("%s:%d imports the private name %s from %s"
+                                        % (rel, node.lineno, name, node.module or "the package"))
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                    and node.value.id in imported and node.attr.startswith("_")
+                    and not node.attr.startswith("__")):
+                problems.append("%s:%d uses the private name %s.%s"
+                                % (rel, node.lineno, node.value.id, node.attr))
+    return len(modules)
+
+
+def main():
+    root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".")
+    problems = []
+    n_c = check_c(root, problems)
+    n_py = check_python(root, problems)
+    for p in problems:
+        print(p)
+    if problems:
+        print("%d problem(s) in the house's layers" % len(problems))
+        return 1
+    print("layers: %d C files include only downwards, without cycles; %d Python modules use "
+          "no other module's private names" % (n_c, n_py))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
