@@ -8,11 +8,12 @@
 #   tests/sidroot.sh run CMD...          run CMD inside the root
 #
 # Inside, each command gets its own mount namespace (nothing stays mounted on the host): the
-# root bound on itself (so `unshare -m` works inside), /proc, /dev/pts and /dev/shm of the host
-# (segments are visible both ways), and this source tree at the same path, so paths given on
-# the command line mean the same on both sides. The working directory is kept (it must exist
-# inside: the tree, /tmp, ...). The environment is passed on, less what names the host's
-# interpreters and libraries.
+# root bound on itself (so `unshare -m` works inside), the host's /proc, /sys (pytrace's clock
+# reads the kernel's clocksource there; without it, it falls back from the TSC to the slower
+# clock_gettime), /dev/pts (tmux), /dev/shm (segments are visible both ways), and this source
+# tree at the same path, so paths given on the command line mean the same on both sides. The
+# working directory is kept (it must exist inside: the tree, /tmp, ...). The environment is
+# passed on, less what names the host's interpreters and libraries.
 #
 # PYTRACE_SIDROOT: where the root lives (/opt/pytrace-sid); PYTRACE_SID_MIRROR: the Debian
 # mirror (default: the one in this machine's apt sources).
@@ -85,6 +86,7 @@ enter() {
             shift 3
             mount --bind "$dir" "$dir" &&
             mount --bind /proc "$dir/proc" &&
+            mount --bind /sys "$dir/sys" &&
             mount --bind /dev/pts "$dir/dev/pts" &&
             mount --bind /dev/shm "$dir/dev/shm" &&
             mount --bind "$tree" "$dir$tree" || exit 125
