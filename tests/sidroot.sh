@@ -122,6 +122,7 @@ make_root() {
         tail -n 20 "$ROOT.log" >&2
         die "debootstrap failed (whole log: $ROOT.log)"
     fi
+    echo "sidroot: debootstrap took $((SECONDS - start)) s" >&2
     copy_host_config "$new"
     for v in $VERSIONS; do
         (enter "$new" "python$v" -m venv "/opt/pytrace-venv/$v") ||
