@@ -321,7 +321,8 @@ class _Program:
             return
         self.path0 = os.path.dirname(os.path.realpath(path))
         try:
-            with sys.modules["io"].open_code(abspath) as f:
+            # _io: 3.14+ no longer import io at startup (io.open_code is _io.open_code)
+            with sys.modules["_io"].open_code(abspath) as f:
                 source = f.read()
         except OSError as e:
             raise _Refused("%s: can't open file %r: [Errno %d] %s" % (
