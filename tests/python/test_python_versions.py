@@ -4,6 +4,8 @@ on (3.11, 3.12, 3.14, 3.15 in CI): a layout that changed would not crash but qui
 import subprocess
 import sys
 
+import pytest
+
 PY = sys.executable
 
 _TWO_SESSIONS = """
@@ -33,3 +35,31 @@ def test_a_function_is_named_once_however_often_it_is_called():
     few, many, events = __import__("json").loads(r.stdout.strip().splitlines()[-1])
     assert events >= 2 * 21891                  # every call and return of fib was seen
     assert many == few, (few, many)             # the same functions, named once each
+
+
+# The program's view of its __main__: every dunder name, with the values that do not depend
+# on the run (a loader or spec by its type).
+_MAIN_PROBE = (
+    "import sys\n"
+    "shown = ('__cached__', '__file__', '__package__', '__annotations__', '__doc__', '__name__')\n"
+    "print(sorted((k, repr(v) if k in shown else type(v).__name__)\n"
+    "             for k, v in globals().items() if k.startswith('__')))\n"
+)
+
+
+@pytest.mark.parametrize("form", ["script", "-c", "stdin", "-m"])
+def test_main_module_is_pythons_on_this_version(tmp_path, form):
+    """What python puts in __main__ changes between versions (3.14 has no __annotations__
+    there, 3.15 no __cached__): a program run by `pytrace run` sees the same names and
+    values as under plain python, for each way of naming the program."""
+    (tmp_path / "probe.py").write_text(_MAIN_PROBE)
+    args, stdin = {"script": (["probe.py"], None), "-c": (["-c", _MAIN_PROBE], None),
+                   "stdin": (["-"], _MAIN_PROBE), "-m": (["-m", "probe"], None)}[form]
+    plain = subprocess.run([PY, *args], cwd=tmp_path, input=stdin, capture_output=True,
+                           text=True, timeout=60)
+    assert plain.returncode == 0, plain.stderr
+    traced = subprocess.run([PY, "-m", "pytrace", "run", *args], cwd=tmp_path, input=stdin,
+                            capture_output=True, text=True, timeout=60)
+    assert traced.returncode == 0, traced.stderr
+    assert traced.stdout == plain.stdout
+    assert "__builtins__" in plain.stdout and "__name__', \"'__main__'\"" in plain.stdout
