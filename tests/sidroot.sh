@@ -23,11 +23,13 @@ tree=$(cd "$(dirname "$0")/.." && pwd)
 ROOT=${PYTRACE_SIDROOT:-/opt/pytrace-sid}
 VERSIONS="3.14 3.15"
 # What the root holds. A change here makes the root invalid, so the next `ensure` remakes it.
+# An older root is brought up to date in place (repair) rather than made again.
 INCLUDE="python3.14-dev,python3.15-dev,python3.14-venv,python3.15-venv,gcc,g++,make,cmake,liburcu-dev,\
-libncurses-dev,flatbuffers-compiler,libflatbuffers-dev,tmux,procps,passwd,util-linux"
+libncurses-dev,flatbuffers-compiler,libflatbuffers-dev,zlib1g-dev,libzstd-dev,zstd,tmux,procps,passwd,\
+util-linux"
 # Python packages of each venv (/opt/pytrace-venv/X.Y inside): the build and test tools, as
 # .ci/install.sh installs them on the host.
-PIP_PACKAGES="scikit-build-core>=0.8 cmake ninja flatbuffers pytest gprof2dot coverage"
+PIP_PACKAGES="scikit-build-core>=0.8 cmake ninja flatbuffers pytest gprof2dot coverage perfetto"
 SPEC="sid minbase $INCLUDE | $PIP_PACKAGES"
 STAMP=etc/pytrace-sidroot.spec
 
@@ -111,6 +113,27 @@ problems() {
     return 0
 }
 
+# Installs into root $1 (finished, for older lists) what the lists now name; 0 if it is
+# valid then.
+repair() {
+    local dir=$1 v
+    echo "sidroot: bringing $dir up to the current package lists" >&2
+    # shellcheck disable=SC2046
+    (enter "$dir" /bin/sh -c 'apt-get update -qq -o Acquire::Check-Valid-Until=false -o Acquire::Check-Date=false && DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y -qq --no-install-recommends "$@" >/dev/null' sh $(echo "$INCLUDE" | tr ',' ' ')) ||
+        return 1
+    for v in $VERSIONS; do
+        if [ ! -x "$dir/opt/pytrace-venv/$v/bin/python" ]; then
+            (enter "$dir" "python$v" -m venv "/opt/pytrace-venv/$v") || return 1
+        fi
+        # shellcheck disable=SC2086
+        (enter "$dir" "/opt/pytrace-venv/$v/bin/python" -m pip install -q --disable-pip-version-check \
+            --root-user-action=ignore $PIP_PACKAGES) || return 1
+    done
+    echo "$SPEC" >"$dir/$STAMP"
+    problems "$dir" >/dev/null
+}
+
 make_root() {
     local new="$ROOT.new" url
     url=$(mirror)
@@ -146,12 +169,18 @@ ensure)
     [ "$(id -u)" = 0 ] || die "must run as root (debootstrap, chroot, mounts)"
     exec 9>"$ROOT.lock"
     flock 9
+    cd "$tree" # commands inside keep the working directory: one that exists there
     if why=$(problems "$ROOT"); then
         copy_host_config "$ROOT"
         echo "sidroot: reusing $ROOT" >&2
     else
-        [ -e "$ROOT" ] && echo "sidroot: remaking $ROOT: $why" >&2
-        make_root
+        start=$SECONDS
+        if [ -f "$ROOT/$STAMP" ] && copy_host_config "$ROOT" && repair "$ROOT"; then
+            echo "sidroot: updated $ROOT in $((SECONDS - start)) s" >&2
+        else
+            [ -e "$ROOT" ] && echo "sidroot: remaking $ROOT: $why" >&2
+            make_root
+        fi
     fi
     echo "$ROOT"
     ;;
