@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # Installs everything pytrace needs on a fresh Debian machine (run as root), then
-# builds and installs the package into python3.11 and python3.12.
+# builds and installs the package into each Python of tests/pythons.sh: 3.11 and 3.12
+# of this machine, 3.14 and 3.15 inside the Debian unstable root (tests/sidroot.sh,
+# made on the first run, about a minute, and reused after).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq build-essential liburcu-dev libncurses-dev flatbuffers-compiler \
-    libflatbuffers-dev zlib1g-dev libzstd-dev zstd tmux procps clang util-linux passwd >/dev/null
+    libflatbuffers-dev zlib1g-dev libzstd-dev zstd tmux procps clang util-linux passwd debootstrap >/dev/null
 
 PYTHONS=$(bash tests/pythons.sh)
+case "$PYTHONS" in
+*/tests/sid/python*) bash tests/sidroot.sh ensure >/dev/null ;;
+esac
 for py in $PYTHONS; do
     "$py" -m pip install -q --disable-pip-version-check --root-user-action=ignore \
         "scikit-build-core>=0.8" cmake ninja flatbuffers pytest gprof2dot coverage perfetto

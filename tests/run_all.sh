@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: the C unit tests (ctest, warnings as errors), the fuzz targets and the Python
-# end-to-end tests (pytest) on each installed Python (3.11 and 3.12 by default).
+# end-to-end tests (pytest) on each installed Python (3.11 and 3.12 of this machine, 3.14 and
+# 3.15 inside the Debian unstable root, see tests/pythons.sh and tests/sidroot.sh).
 # The package must be installed first (bash .ci/install.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,9 +17,11 @@ echo "== fuzz (tests/fuzz, ${PYTRACE_FUZZ_SECONDS:-40} s per target)"
 bash tests/fuzz/run.sh
 
 for py in $(bash tests/pythons.sh); do
-    echo "== pytest on $($py --version)"
+    echo "== pytest on $($py --version) ($py)"
+    start=$SECONDS
     # Run from outside the tree so the installed package is the one under test.
     # That interpreter's scripts (pytrace, pytrace-top) come first on PATH.
     scripts=$("$py" -c 'import sysconfig; print(sysconfig.get_path("scripts"))')
     (cd /tmp && PATH="$scripts:$PATH" PYTRACE_BUILD_DIR="$root/$build" "$py" -m pytest "$root/tests/python" -q -p no:cacheprovider)
+    echo "== pytest on $($py --version): $((SECONDS - start)) s"
 done

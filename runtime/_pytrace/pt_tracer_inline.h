@@ -121,7 +121,7 @@ static inline uint64_t pt_now(void)
     return pt_monotonic_ns();
 }
 
-typedef struct pt_code_extra { /* CPython's _PyCodeObjectExtra, 3.10..3.13 */
+typedef struct pt_code_extra { /* CPython's _PyCodeObjectExtra (Objects/codeobject.c), 3.10..3.15 */
     Py_ssize_t ce_size;
     void *ce_extras[1];
 } pt_code_extra_t;

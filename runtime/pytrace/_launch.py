@@ -259,12 +259,17 @@ def _other_install():
     return None
 
 
+# A script's and stdin's __main__ have __cached__ = None before 3.15, none from 3.15 on.
+_NO_CACHED = {"__cached__": None} if sys.version_info < (3, 15) else {}
+
+
 def _fresh_main(**extra):
     """A new __main__ module, as python makes it."""
     import builtins
     main = type(sys)("__main__")
     main.__loader__ = sys.modules["_frozen_importlib"].BuiltinImporter
-    main.__annotations__ = {}
+    if sys.version_info < (3, 14):  # 3.14 (PEP 649): none until the module annotates something
+        main.__annotations__ = {}
     main.__builtins__ = builtins
     for key, value in extra.items():
         setattr(main, key, value)
@@ -299,7 +304,7 @@ class _Program:
                                "give a script, -m module or -c code", 2)
             self.argv = ["-"] + program[1:]
             self.path0 = ""
-            self.main = _fresh_main(__file__="<stdin>", __cached__=None)
+            self.main = _fresh_main(__file__="<stdin>", **_NO_CACHED)
             self.code = compile(sys.stdin.buffer.read(), "<stdin>", "exec", dont_inherit=True)
         else:
             self._script(program)
@@ -316,14 +321,15 @@ class _Program:
             return
         self.path0 = os.path.dirname(os.path.realpath(path))
         try:
-            with sys.modules["io"].open_code(abspath) as f:
+            # _io: 3.14+ no longer import io at startup (io.open_code is _io.open_code)
+            with sys.modules["_io"].open_code(abspath) as f:
                 source = f.read()
         except OSError as e:
             raise _Refused("%s: can't open file %r: [Errno %d] %s" % (
                 sys.orig_argv[0] if sys.orig_argv else sys.executable, abspath, e.errno,
                 e.strerror), 2, plain=True) from None
         loader = sys.modules["_frozen_importlib_external"].SourceFileLoader("__main__", abspath)
-        self.main = _fresh_main(__file__=abspath, __cached__=None)
+        self.main = _fresh_main(__file__=abspath, **_NO_CACHED)
         self.main.__loader__ = loader
         self.code = compile(source, abspath, "exec", dont_inherit=True)
 

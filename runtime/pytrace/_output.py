@@ -33,7 +33,12 @@ def create(path, binary=True, buffering=-1):
         else:
             f = os.fdopen(fd, "w", buffering=buffering, encoding="utf-8", newline="\n")
     except BaseException:
-        os.close(fd)
+        # fdopen's file object may own fd already and have closed it (Ctrl-C inside open()):
+        # closing it again would turn the KeyboardInterrupt into EBADF
+        try:
+            os.close(fd)
+        except OSError:
+            pass
         os.unlink(tmp)
         raise
     return f, tmp

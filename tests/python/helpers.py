@@ -127,12 +127,15 @@ def run_traced(name, tmp, c_calls=True, start=None, timeout=45):
     return Run(tmp, proc.returncode, stdout, stderr)
 
 
-def run_ref(name, tmp, c_calls=True, timeout=90):
-    """Run corpus program `name` under the pure-Python reference tracer."""
+def run_ref(name, tmp, c_calls=True, timeout=90, setprofile=False):
+    """Run corpus program `name` under the pure-Python reference tracer (on 3.12+ with
+    sys.monitoring, or sys.setprofile if asked)."""
     tmp = str(tmp)
     args = [PY, os.path.join(HERE, "reftracer.py"), "--out", os.path.join(tmp, "{pid}.ref.json")]
     if not c_calls:
         args.append("--no-c-calls")
+    if setprofile:
+        args.append("--setprofile")
     args.append(corpus(name))
     proc = subprocess.run(args, env=_env("ref", tmp, c_calls), cwd=CORPUS,
                           capture_output=True, text=True, timeout=timeout)
@@ -173,13 +176,13 @@ def short(path):
     return " > ".join(qualname_of(k) for k in path)
 
 
-def diff_edges(got, want, limit=25):
+def diff_edges(got, want, limit=25, names=("pytrace", "reference")):
     """Human-readable differences (empty list when equal)."""
     lines = []
     for path in sorted(set(got) | set(want), key=lambda p: (len(p), p)):
         g, w = got.get(path, 0), want.get(path, 0)
         if g != w:
-            lines.append("%s: pytrace %d, reference %d" % (short(path), g, w))
+            lines.append("%s: %s %d, %s %d" % (short(path), names[0], g, names[1], w))
     if len(lines) > limit:
         lines = lines[:limit] + ["... %d more" % (len(lines) - limit)]
     return lines

@@ -2,7 +2,7 @@
 
 Run a program under it exactly like `python script.py args`:
 
-    python reftracer.py --out tree.json [--no-c-calls] script.py [args...]
+    python reftracer.py --out tree.json [--no-c-calls] [--setprofile] script.py [args...]
 
 It builds one calling-context tree per thread with call counts and writes it as JSON
 when the process exits (or when `dump()` is called, e.g. by a forked child before
@@ -14,7 +14,10 @@ os._exit). Conventions are pytrace's:
     CPython's profiler reports as c_call) are calls only when c_calls is on;
   * an exception leaving a frame closes it like a return.
 
-Hooks: sys.setprofile + threading.setprofile on 3.10/3.11; sys.monitoring on 3.12+.
+Hooks: sys.setprofile + threading.setprofile on 3.10/3.11; sys.monitoring on 3.12+, or
+there too sys.setprofile with --setprofile (CPython's own translation of monitoring events
+into profile events, a second opinion on what each version reports: test_corpus checks that
+both agree).
 The tracer is installed before the program's first line, so threads the program starts
 at any time are seen. The tree format is the one of calltree (tests/python/calltree.py).CallTree.to_json():
 {"threads": {tid: [[parent_index, key, count], ...]}} with keys "py:qualname:file:line",
@@ -68,8 +71,9 @@ class _ThreadTree:
 
 
 class RefTracer:
-    def __init__(self, c_calls=True):
+    def __init__(self, c_calls=True, setprofile=False):
         self.c_calls = c_calls
+        self.monitoring = sys.version_info >= (3, 12) and not setprofile
         self.threads = []       # one tree per thread, in order of first event
         self._local = threading.local()
         self.active = False
@@ -115,7 +119,7 @@ class RefTracer:
 
     def start(self):
         self.active = True
-        if sys.version_info >= (3, 12):
+        if self.monitoring:
             mon = sys.monitoring
             tool = next(t for t in range(5, -1, -1) if mon.get_tool(t) is None)
             self._tool = tool
@@ -143,7 +147,7 @@ class RefTracer:
         if not self.active:
             return
         self.active = False
-        if sys.version_info >= (3, 12):
+        if self.monitoring:
             sys.monitoring.set_events(self._tool, 0)
             sys.monitoring.free_tool_id(self._tool)
         else:
@@ -173,21 +177,24 @@ def main(argv=None):
     global _tracer, _out
     argv = list(sys.argv[1:] if argv is None else argv)
     c_calls = True
+    setprofile = False
     while argv and argv[0].startswith("--"):
         opt = argv.pop(0)
         if opt == "--out":
             _out = argv.pop(0)
         elif opt == "--no-c-calls":
             c_calls = False
+        elif opt == "--setprofile":
+            setprofile = True
         else:
             sys.exit("reftracer: unknown option %s" % opt)
     if not _out or not argv:
-        sys.exit("usage: reftracer.py --out PATH [--no-c-calls] script.py [args]")
+        sys.exit("usage: reftracer.py --out PATH [--no-c-calls] [--setprofile] script.py [args]")
     script = os.path.abspath(argv[0])
     sys.argv = argv
     sys.path[0] = os.path.dirname(script)
     sys.modules["reftracer"] = sys.modules[__name__]
-    _tracer = RefTracer(c_calls=c_calls)
+    _tracer = RefTracer(c_calls=c_calls, setprofile=setprofile)
     import atexit
     atexit.register(dump)
     _tracer.start()

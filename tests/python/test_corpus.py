@@ -7,6 +7,8 @@ Only the subtrees below the program's own root functions are compared (interpret
 startup and the harness are outside them).
 """
 
+import sys
+
 import pytest
 
 from helpers import diff_edges, expected_hook, rooted_edges, run_ref, run_traced
@@ -54,6 +56,32 @@ def test_stream_tree_equals_reference_tree(program, c_calls, tmp_path):
     assert roles == {p["role"] for p in traced.procs.values()}
     for role in sorted(roles):
         _check_process(traced.by_role(role), ref.by_role(role), role, c_calls)
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="the reference has one hook before 3.12")
+@pytest.mark.parametrize("program, c_calls", CASES)
+def test_reference_hooks_agree(program, c_calls, tmp_path):
+    """The ground truth itself: on 3.12+ the reference tracer reads sys.monitoring, the hook
+    pytrace uses. Each Python version may change what that reports (3.14 renumbered the
+    events, for one); CPython's sys.setprofile, which it builds from the same events with
+    its own rules, must give the reference the same tree for every corpus program."""
+    (tmp_path / "m").mkdir()
+    (tmp_path / "p").mkdir()
+    mon = run_ref(program, tmp_path / "m", c_calls=c_calls)
+    assert mon.returncode == 0, mon.stderr[-3000:]
+    prof = run_ref(program, tmp_path / "p", c_calls=c_calls, setprofile=True)
+    assert prof.returncode == 0, prof.stderr[-3000:]
+    assert mon.stdout == prof.stdout
+    roles = {p["role"] for p in mon.procs.values()}
+    assert roles == {p["role"] for p in prof.procs.values()}
+    for role in sorted(roles):
+        m, p = mon.by_role(role), prof.by_role(role)
+        want = rooted_edges(m["ref"], m["roots"])
+        assert want, "the reference tree has nothing below %s" % m["roots"]
+        problems = diff_edges(rooted_edges(p["ref"], p["roots"]), want,
+                              names=("sys.setprofile", "sys.monitoring"))
+        assert not problems, "%s process: the reference's trees differ:\n  %s" % (
+            role, "\n  ".join(problems))
 
 
 def test_fork_child_traces_into_its_own_segment(tmp_path):

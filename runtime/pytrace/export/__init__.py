@@ -87,24 +87,30 @@ def export(recording, fmt, output, weight="ns", per_thread=False, follow=False, 
         f, tmp = _output.create(output, binary=True)
         fd = f.fileno()
         tmp_dir = os.path.dirname(os.path.abspath(output))
-    done = False
+    # Whatever stops us before the rename (an error, or Ctrl-C: a signal that came while the
+    # export ran is raised at the next call after it on 3.14+, f.close() here, not as the
+    # export returns) removes the temporary file.
+    committed = False
     try:
-        d = _pytrace.export(os.fspath(recording), fmt, fd, weight_calls=weight == "calls",
-                            per_thread=bool(per_thread) and fmt == "collapsed", qualnames=qualnames,
-                            follow=follow, timeout=timeout, tmp_dir=tmp_dir,
-                            uncompressed=bool(uncompressed) and fmt == "perfetto")
-        done = True
-    except OSError as e:
-        if e.errno == 32:       # EPIPE: `pytrace export ... -o - | head`
-            raise BrokenPipeError(e.errno, e.strerror) from None
-        raise
+        try:
+            d = _pytrace.export(os.fspath(recording), fmt, fd, weight_calls=weight == "calls",
+                                per_thread=bool(per_thread) and fmt == "collapsed",
+                                qualnames=qualnames, follow=follow, timeout=timeout,
+                                tmp_dir=tmp_dir,
+                                uncompressed=bool(uncompressed) and fmt == "perfetto")
+        except OSError as e:
+            if e.errno == 32:       # EPIPE: `pytrace export ... -o - | head`
+                raise BrokenPipeError(e.errno, e.strerror) from None
+            raise
+        finally:
+            if f is not None:
+                f.close()
+        if tmp is not None:
+            _output.commit(tmp, output)
+        committed = True
     finally:
-        if f is not None:
-            f.close()
-        if not done and tmp is not None:
+        if not committed and tmp is not None:
             _output.discard(tmp)
-    if tmp is not None:
-        _output.commit(tmp, output)
     error = None
     if "damage" in d:
         offset, reason = d["damage"]
