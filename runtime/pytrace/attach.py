@@ -185,8 +185,10 @@ def inspect_target(pid, what="attach to"):
 
 
 def describe(target):
+    """"pid N (its command line)", escaped for the terminal (it is the process's to choose)."""
+    from .cli import _printable
     cmd = target.cmdline[:80] or target.exe or "?"
-    return "pid %d (%s)" % (target.pid, cmd)
+    return "pid %d (%s)" % (target.pid, _printable(cmd))
 
 
 def require_attachable(target, verb="attaching"):
@@ -204,12 +206,13 @@ def require_attachable(target, verb="attaching"):
 # ---- segments ------------------------------------------------------------------------
 
 def live_segment(pid):
-    """The name of pid's segment that is being traced into now, or None."""
+    """The name of pid's segment that is being traced into now, or None. Only segments of
+    this user count: no reader opens another user's (not even root's)."""
     from . import _pytrace
     uid = os.geteuid()
     for s in _pytrace.list_segments():
         if (s.get("pid") == pid and s.get("alive") and s.get("valid", True) and s.get("state") == 1
-                and (uid == 0 or s.get("uid") == uid)):
+                and s.get("uid") == uid):
             return s.get("name")
     return None
 
@@ -223,6 +226,12 @@ def plan_for_reader(pid):
     target = inspect_target(pid)
     if started_under_pytrace(target.argv):
         return "starting"
+    if target.uid != os.geteuid():
+        # root may attach, but its segment would be the process's user's, which no reader
+        # of root's opens: say so now instead of after attaching
+        raise AttachError("%s belongs to %s: its segment would be that user's, which root's "
+                          "readers do not open; run this as that user"
+                          % (describe(target), _user_name(target.uid)), "permission")
     return "attach"
 
 
@@ -259,7 +268,7 @@ def _exec_error(target, text):
             "-X disable-remote-debug, or its Python was built without it), so pytrace cannot attach; "
             "start it under pytrace instead: pytrace run script.py" % describe(target), "disabled")
     if "PyRuntime" in text or "debug offsets" in text:
-        return AttachError("%s is not a Python %d.%d+ process (no Python runtime found in its memory)"
+        return AttachError("%s is not a Python process (no Python %d.%d+ runtime found in its memory)"
                            % (describe(target), *MIN_VERSION), "not-python")
     return AttachError("sys.remote_exec on %s failed: %s" % (describe(target), text.strip()))
 
@@ -381,45 +390,19 @@ def _run_in(target, action, params, timeout, say, tick, cancelled, folder, keep)
         f.write("exec(compile(%r, %r, 'exec'))\n_pytrace_remote(%r)\n"
                 % (_script_source(), "<pytrace %s>" % action, params))
     remote_exec(target, script)
-    said = interrupted = False
-    delay = 0.001
+    # From here on the process may read the script at any moment: every way out either
+    # has its result, or has replaced the request by an empty one (a script file that is
+    # gone when it looks would be reported on the process's stderr).
     try:
-        while True:
-            result = _read_result(result_path)
-            if result is not None:
-                return result
-            if not alive(target):
-                raise AttachError("%s exited during the %s" % (describe(target), action), "exited")
-            now = time.monotonic()
-            if now >= deadline:
-                break
-            if cancelled is not None and cancelled():
-                interrupted = True
-                break
-            if say is not None and not said and now - start >= 1.0:
-                said = True
-                say("pid %d has not run the %s code yet: it runs when the main thread next runs "
-                    "Python code (now: %s); waiting up to %g s"
-                    % (target.pid, action, _main_thread_state(target.pid), timeout))
-            if tick is not None:
-                tick()
-            time.sleep(delay)
-            delay = min(delay * 2, 0.01)
-    except KeyboardInterrupt:
-        interrupted = True
-    # Give up: replace the pending request by an empty script, so a main thread that
-    # wakes later runs nothing, and make ours do nothing if it runs after all (it
-    # checks its deadline first). One that started ours just now gets to finish.
-    with open(cancel_path, "w"):
-        pass
-    try:
-        remote_exec(target, os.devnull)
-    except AttachError:
-        if alive(target):
-            # ours may still be pending: it must find its file (a missing one would be
-            # reported on the process's stderr) and the marker that makes it do nothing
-            keep.append(folder)
-    grace = time.monotonic() + 0.5
+        result, interrupted = _wait_result(target, action, result_path, start, deadline, timeout,
+                                           say, tick, cancelled)
+    except BaseException:
+        _give_up(target, cancel_path, folder, keep, always_keep=True)
+        raise
+    if result is not None:
+        return result
+    _give_up(target, cancel_path, folder, keep)
+    grace = time.monotonic() + 0.5          # one that started ours just now gets to finish
     while time.monotonic() < grace:
         result = _read_result(result_path)
         if result is not None and result.get("status") != "late":
@@ -435,6 +418,53 @@ def _run_in(target, action, params, timeout, say, tick, cancelled, folder, keep)
         "(now: %s; a main thread blocked in time.sleep, a lock, join() or I/O runs it only when it "
         "wakes); nothing was changed in it; --timeout S waits longer"
         % (describe(target), action, timeout, _main_thread_state(target.pid)), "timeout")
+
+
+def _wait_result(target, action, result_path, start, deadline, timeout, say, tick, cancelled):
+    """-> (result, False), or (None, interrupted) at the deadline, cancelled() or Ctrl-C."""
+    said = False
+    delay = 0.001
+    try:
+        while True:
+            result = _read_result(result_path)
+            if result is not None:
+                return result, False
+            if not alive(target):
+                raise AttachError("%s exited during the %s" % (describe(target), action), "exited")
+            now = time.monotonic()
+            if now >= deadline:
+                return None, False
+            if cancelled is not None and cancelled():
+                return None, True
+            if say is not None and not said and now - start >= 1.0:
+                said = True
+                say("pid %d has not run the %s code yet: it runs when the main thread next runs "
+                    "Python code (now: %s); waiting up to %g s"
+                    % (target.pid, action, _main_thread_state(target.pid), timeout))
+            if tick is not None:
+                tick()
+            time.sleep(delay)
+            delay = min(delay * 2, 0.01)
+    except KeyboardInterrupt:
+        return None, True
+
+
+def _give_up(target, cancel_path, folder, keep, always_keep=False):
+    """The script must do nothing if it still runs: the request is replaced by an empty
+    one, and the marker file makes ours do nothing (it checks it, and its deadline,
+    first). The folder is kept if the request may still name our script."""
+    try:
+        with open(cancel_path, "w"):
+            pass
+    except OSError:
+        pass
+    try:
+        remote_exec(target, os.devnull)
+        replaced = True
+    except AttachError:
+        replaced = False
+    if (always_keep or not replaced) and alive(target):
+        keep.append(folder)
 
 
 def _read_result(path):

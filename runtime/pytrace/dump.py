@@ -105,7 +105,7 @@ def _unwind_failed(target, text):
     if not alive(target):
         raise AttachError("%s exited" % describe(target), "exited")
     if "PyRuntime" in text or "debug offsets" in text:
-        raise AttachError("%s is not a Python %d.%d+ process (no Python runtime found in its memory)"
+        raise AttachError("%s is not a Python process (no Python %d.%d+ runtime found in its memory)"
                           % (describe(target), *MIN_VERSION), "not-python")
     raise AttachError("reading the stacks of %s failed: %s" % (describe(target), text))
 
@@ -271,6 +271,9 @@ def main(argv=None):
         if partial is not None:
             _print(target, *partial)
             return 0
+        if version is None:
+            _say("%s is not a Python process (%s)" % (describe(target), _printable(target.exe or "?")))
+            return 1
         if busy is not None:
             _say("cannot read the segment of %s: %s; reading the stacks of an untraced process "
                  "needs Python %d.%d+" % (describe(target), busy, *MIN_VERSION))

@@ -122,12 +122,14 @@ def _pid_not_traced(pid):
     be a traced job (or one that is just starting to trace)."""
     try:
         with open("/proc/%d/cmdline" % pid, "rb") as f:
-            cmdline = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+            argv = [a.decode(errors="replace") for a in f.read().split(b"\0")[:-1]]
+            cmdline = " ".join(argv)
     except FileNotFoundError:
         return "no process %d (it has exited, or never was)" % pid
     except OSError:
         return None                     # not ours to read: let the attach say why
-    if "pytrace" in cmdline:
+    from .attach import started_under_pytrace
+    if started_under_pytrace(argv):
         return None                     # started under pytrace: its segment may be on its way
     return ("pid %d is running but is not traced by pytrace; start it with `pytrace record -o "
             "OUT -- %s`" % (pid, cmdline[:80] or "python script.py"))

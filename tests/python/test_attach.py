@@ -250,9 +250,9 @@ def test_not_python_and_gone_are_said_at_once(tmp_path):
     try:
         for args in (["attach", str(sleeper.pid)],
                      ["record", "-o", str(tmp_path / "r.pytrace"), "--attach-timeout", "3600", str(sleeper.pid)],
-                     ["top", str(sleeper.pid), "--once"]):
+                     ["top", str(sleeper.pid), "--once"], ["dump", str(sleeper.pid)]):
             r = pytrace(*args)
-            assert r.returncode == 1 and "is not a Python" in one_line(r.stderr), (args, r.stderr)
+            assert r.returncode == 1 and "is not a Python process" in one_line(r.stderr), (args, r.stderr)
     finally:
         sleeper.kill()
         sleeper.wait()
