@@ -132,6 +132,8 @@ def inspect_target(pid, what="attach to"):
     except OSError as e:
         raise AttachError("cannot read /proc/%d: %s" % (pid, e.strerror or e)) from None
     t.start_time = _start_time(pid)
+    if t.start_time is None:        # gone meanwhile, or a zombie (exited, not reaped yet)
+        raise AttachError("no process %d (it has exited, or never was)" % pid, "gone")
     try:
         with open(t.proc + "/cmdline", "rb") as f:
             t.argv = [a.decode(errors="replace") for a in f.read().split(b"\0")[:-1]]
@@ -157,7 +159,7 @@ def inspect_target(pid, what="attach to"):
     m = _PY_NAME.fullmatch(os.path.basename(exe))
     if m:
         t.version = (int(m.group(1)), int(m.group(2)))
-        t.runnable = True
+        t.runnable = _safe_to_run(t.proc + "/exe")
         return t
     try:
         with open(t.proc + "/maps") as f:
@@ -170,7 +172,7 @@ def inspect_target(pid, what="attach to"):
         t.version = (int(m.group(1)), int(m.group(2)))
         t.embedded_in = exe
         return t
-    if re.fullmatch(r"python\d*", os.path.basename(exe)):
+    if re.fullmatch(r"python\d*", os.path.basename(exe)) and _safe_to_run(t.proc + "/exe"):
         # a python binary whose name has no version: ask it (the same binary as the target)
         try:
             r = subprocess.run([t.proc + "/exe", "-I", "-S", "-c",
@@ -182,6 +184,16 @@ def inspect_target(pid, what="attach to"):
         except (OSError, ValueError, subprocess.SubprocessError):
             pass
     return t
+
+
+def _safe_to_run(path):
+    """May we run the target's own interpreter binary? Only one that this user or root
+    owns and no one else can write: root must never run a binary another user chose."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return st.st_uid in (0, os.geteuid()) and not st.st_mode & 0o022
 
 
 def describe(target):
@@ -199,7 +211,9 @@ def require_attachable(target, verb="attaching"):
             "under pytrace instead: pytrace run script.py, or pytrace record -o OUT -- python script.py"
             % (describe(target), target.version[0], target.version[1], verb, *MIN_VERSION), "old-python")
     if target.version is None and not hasattr(sys, "remote_exec"):
-        raise AttachError("%s is not a Python process (%s)" % (describe(target), target.exe or "?"),
+        from .cli import _printable
+        raise AttachError("%s is not a Python process (%s)" % (describe(target),
+                                                              _printable(target.exe or "?")),
                           "not-python")
 
 
@@ -286,10 +300,11 @@ def remote_exec(target, path):
         return
     if not target.runnable:
         raise AttachError(
-            "%s embeds Python %d.%d (in %s); attach with a pytrace installed for Python %d.%d "
-            "(pythonX.Y -m pytrace attach %d)" % (describe(target), target.version[0], target.version[1],
-                                                  target.embedded_in, target.version[0],
-                                                  target.version[1], target.pid), "other-python")
+            "%s runs Python %d.%d (in %s), and this pytrace runs on %d.%d: attach with a pytrace "
+            "installed for Python %d.%d (python%d.%d -m pytrace attach %d)"
+            % (describe(target), target.version[0], target.version[1], target.embedded_in or target.exe,
+               own[0], own[1], target.version[0], target.version[1], target.version[0],
+               target.version[1], target.pid), "other-python")
     try:
         r = subprocess.run([target.proc + "/exe", "-I", "-S", "-c", _EXEC_HELPER, str(target.pid), path],
                            capture_output=True, text=True, timeout=30)
@@ -475,9 +490,25 @@ def _read_result(path):
         return None
     try:
         result = ast.literal_eval(text)
-    except (ValueError, SyntaxError):
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        result = None
+    if not isinstance(result, dict):
         return {"status": "error", "error": "unreadable result %r" % text[:200]}
-    return result if isinstance(result, dict) else {"status": "error", "error": "bad result"}
+    # written by the other process: its strings reach a terminal, its segment name a reader
+    from .cli import _printable
+    clean = {}
+    for key, value in result.items():
+        if isinstance(value, str):
+            value = _printable(value)[:400]
+        elif isinstance(value, dict):
+            value = {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, int)}
+        elif not isinstance(value, (int, float, type(None))):
+            continue
+        clean[key] = value
+    if clean.get("status") in ("ok", "already") and \
+            not re.fullmatch(r"/pytrace-\d+-\d+-[0-9a-f]{16}", str(clean.get("segment", ""))):
+        return {"status": "error", "error": "the result names no valid segment"}
+    return clean
 
 
 # ---- attach and detach -----------------------------------------------------------------

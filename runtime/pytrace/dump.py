@@ -83,8 +83,9 @@ def _unwind(target):
         except (OSError, RuntimeError, ValueError, UnicodeDecodeError) as e:
             return _unwind_failed(target, "%s: %s" % (type(e).__name__, e))
     if not target.runnable:
-        raise AttachError("%s embeds Python %d.%d; dump it with a pytrace installed for Python %d.%d"
-                          % (describe(target), *target.version, *target.version))
+        raise AttachError("%s runs Python %d.%d (in %s): dump it with a pytrace installed for Python "
+                          "%d.%d" % (describe(target), *target.version, target.embedded_in or target.exe,
+                                     *target.version))
     try:
         r = subprocess.run([target.proc + "/exe", "-I", "-S", "-c", _UNWIND, str(target.pid)],
                            capture_output=True, text=True, timeout=60)

@@ -436,7 +436,8 @@ def test_attach_loads_this_pytrace_into_a_python_without_it(tmp_path):
 def test_attach_without_pytrace_for_the_target_python_is_one_line(tmp_path):
     """A process of another Python version whose environment has no pytrace (this one's
     _pytrace is not built for it): one line with the command that fixes it; the process
-    finishes with its normal output."""
+    finishes with its normal output. (sys.remote_exec only reaches its own version: the
+    request goes through the process's own interpreter binary, as dump's reading does.)"""
     python = other_version_python()
     if python is None:
         pytest.skip("no other Python 3.14+ without pytrace on this machine")
@@ -450,6 +451,10 @@ def test_attach_without_pytrace_for_the_target_python_is_one_line(tmp_path):
         assert "no pytrace is installed" in line and "%s -m pip install pytrace" % python in line, line
         r = pytrace("record", "-o", str(tmp_path / "r.pytrace"), str(proc.pid))
         assert r.returncode == 1 and "no pytrace is installed" in one_line(r.stderr), r.stderr
+        # dump needs nothing in it: the stacks are read through its own interpreter binary
+        r = pytrace("dump", str(proc.pid))
+        assert r.returncode == 0 and "stacks read from its memory" in r.stdout, r.stdout + r.stderr
+        assert "<module>" in python_frames(r.stdout, "MainThread"), r.stdout
     finally:
         out, err = proc.communicate(timeout=120)
     assert (proc.returncode, out, err) == (0, "finished 39800\n", "")
