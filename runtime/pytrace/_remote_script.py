@@ -158,7 +158,12 @@ def _pytrace_attach(params, result):
         result["segment"] = module.segment_name() or ""
         return
     try:
-        segment = module.start(**params["options"])
+        try:
+            # this script's own code (compiled as "<pytrace attach>"), and its C calls,
+            # stay out of the picture; a _pytrace older than hide= shows them
+            segment = module.start(hide=["<pytrace "], **params["options"])
+        except TypeError:
+            segment = module.start(**params["options"])
     except BaseException as e:  # noqa: BLE001
         if added and sys.modules.get("pytrace._pytrace") is module:
             del sys.modules["pytrace._pytrace"]

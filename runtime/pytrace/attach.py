@@ -250,11 +250,16 @@ def plan_for_reader(pid):
 
 
 def started_under_pytrace(argv):
-    """`pytrace run ...`, `python -m pytrace ...`, record's `-m pytrace.record --child`."""
+    """`pytrace run ...` (which becomes `python .../pytrace/_launch.py ... -- PROGRAM`),
+    `python -m pytrace ...`, and the jobs record and top start (the launcher too)."""
     for i, arg in enumerate(argv[:-1]):
         if arg == "-m" and argv[i + 1].split(".")[0] == "pytrace":
             return True
         if arg.startswith("-mpytrace"):
+            return True
+        if arg == "--":
+            break
+        if arg.endswith(os.sep + "pytrace" + os.sep + "_launch.py"):
             return True
     return any(os.path.basename(a) == "pytrace" for a in argv[:2])
 
