@@ -287,8 +287,8 @@ def _exec_error(target, text):
             "-X disable-remote-debug, or its Python was built without it), so pytrace cannot attach; "
             "start it under pytrace instead: pytrace run script.py" % describe(target), "disabled")
     if "PyRuntime" in text or "debug offsets" in text:
-        return AttachError("%s is not a Python process (no Python %d.%d+ runtime found in its memory)"
-                           % (describe(target), *MIN_VERSION), "not-python")
+        return AttachError("%s is not a Python process (no Python %d.%d+ runtime found in its memory: "
+                           "%s)" % (describe(target), *MIN_VERSION, text.strip()), "not-python")
     return AttachError("sys.remote_exec on %s failed: %s" % (describe(target), text.strip()))
 
 
