@@ -198,9 +198,9 @@ def _safe_to_run(path):
 
 def describe(target):
     """"pid N (its command line)", escaped for the terminal (it is the process's to choose)."""
-    from .cli import _printable
+    from .cmdline import printable
     cmd = target.cmdline[:80] or target.exe or "?"
-    return "pid %d (%s)" % (target.pid, _printable(cmd))
+    return "pid %d (%s)" % (target.pid, printable(cmd))
 
 
 def require_attachable(target, verb="attaching"):
@@ -211,9 +211,9 @@ def require_attachable(target, verb="attaching"):
             "under pytrace instead: pytrace run script.py, or pytrace record -o OUT -- python script.py"
             % (describe(target), target.version[0], target.version[1], verb, *MIN_VERSION), "old-python")
     if target.version is None and not hasattr(sys, "remote_exec"):
-        from .cli import _printable
+        from .cmdline import printable
         raise AttachError("%s is not a Python process (%s)" % (describe(target),
-                                                              _printable(target.exe or "?")),
+                                                              printable(target.exe or "?")),
                           "not-python")
 
 
@@ -500,11 +500,11 @@ def _read_result(path):
     if not isinstance(result, dict):
         return {"status": "error", "error": "unreadable result %r" % text[:200]}
     # written by the other process: its strings reach a terminal, its segment name a reader
-    from .cli import _printable
+    from .cmdline import printable
     clean = {}
     for key, value in result.items():
         if isinstance(value, str):
-            value = _printable(value)[:400]
+            value = printable(value)[:400]
         elif isinstance(value, dict):
             value = {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, int)}
         elif not isinstance(value, (int, float, type(None))):
@@ -594,9 +594,10 @@ def detach(pid, timeout=DEFAULT_TIMEOUT, say=None, tick=None, target=None):
 
 def start_options(c_calls=True, include=None, exclude=None, policy="drop", rings=0, ring_size=0):
     """start() options from run's command-line values (checked as `pytrace run` checks them)."""
-    from .cli import _start_options
     from types import SimpleNamespace
-    return _start_options(SimpleNamespace(c_calls=c_calls, include=include, exclude=exclude,
+
+    from .cmdline import start_options as from_namespace
+    return from_namespace(SimpleNamespace(c_calls=c_calls, include=include, exclude=exclude,
                                           policy=policy, rings=rings, ring_size=ring_size))
 
 
@@ -716,9 +717,9 @@ def _say_as(command):
 
 
 def _parser(command):
-    from .cli import _Parser, _default
+    from .cmdline import ArgumentParser, segment_default
     if command == "attach":
-        p = _Parser(prog="pytrace attach", usage="pytrace attach [options] PID",
+        p = ArgumentParser(prog="pytrace attach", usage="pytrace attach [options] PID",
                     description="Start tracing inside a running Python 3.14+ process that was not "
                                 "started under pytrace (PEP 768). The frames already running become "
                                 "the roots. Watch it with pytrace top PID, record it with pytrace "
@@ -732,12 +733,12 @@ def _parser(command):
         p.add_argument("--policy", choices=("drop", "wait"), default="drop",
                        help="full ring: drop events (default) or wait for the reader")
         p.add_argument("--rings", type=int, default=0, metavar="N",
-                       help="most threads traced at once (default %d)" % _default("DEFAULT_RING_COUNT"))
+                       help="most threads traced at once (default %d)" % segment_default("DEFAULT_RING_COUNT"))
         p.add_argument("--ring-size", type=float, default=0, metavar="MiB",
                        help="size of each ring in MiB (default %g)"
-                            % (_default("DEFAULT_RING_BYTES") / 2**20))
+                            % (segment_default("DEFAULT_RING_BYTES") / 2**20))
     else:
-        p = _Parser(prog="pytrace detach", usage="pytrace detach [--timeout S] PID",
+        p = ArgumentParser(prog="pytrace detach", usage="pytrace detach [--timeout S] PID",
                     description="Stop the tracing that pytrace attach started in PID: every hook is "
                                 "removed and the process goes on as before.")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="S",
@@ -748,7 +749,7 @@ def _parser(command):
 
 
 def main(command, argv):
-    from .cli import UsageError
+    from .cmdline import UsageError, extension
     ns = _parser(command).parse_args(argv)
     if not ns.pid.isdigit() or int(ns.pid) <= 0:
         raise UsageError("PID must be a process id, not %r" % ns.pid, command)
@@ -757,9 +758,9 @@ def main(command, argv):
     pid = int(ns.pid)
     say = _say_as(command)
     try:
-        from . import _pytrace  # noqa: F401
+        extension()
     except ImportError as e:
-        say("the _pytrace extension is not available (%s); reinstall pytrace" % e)
+        say(str(e).replace("pytrace: ", "", 1))
         return 1
     try:
         if command == "attach":

@@ -63,7 +63,7 @@ def _say(text):
 
 
 def _printable(text):
-    from .cli import _printable as printable
+    from .cmdline import printable
     return printable(text)
 
 
@@ -272,8 +272,8 @@ def _print(target, source, threads):
 
 
 def main(argv=None):
-    from .cli import UsageError, _Parser
-    p = _Parser(prog="pytrace dump", usage="pytrace dump PID",
+    from .cmdline import ArgumentParser, UsageError
+    p = ArgumentParser(prog="pytrace dump", usage="pytrace dump PID",
                 description="Print every thread's current Python stack, innermost frame first: "
                             "from the job's pytrace segment when it is traced, else (Python 3.14+) "
                             "read from the process's memory; nothing is run in the process.")
