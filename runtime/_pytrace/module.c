@@ -1,6 +1,6 @@
 /*
  * _pytrace: module definition (multi-phase init, module state) and the
- * tracing API: start, stop, is_tracing, segment_name, counters, label,
+ * tracing API: start, stop, release, is_tracing, segment_name, counters, label,
  * span_begin, span_end, mark, list_segments, collect_stale, Reader.
  */
 #include "pt_tracer.h"
@@ -265,6 +265,20 @@ static PyObject *py_stop(PyObject *module, PyObject *unused)
     return counters_dict(&c, hook);
 }
 
+/* pytrace detach: once stopped, nothing of the session should stay behind;
+ * the segment would otherwise wait for the next start() or the exit. */
+static PyObject *py_release(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    int rc = pt_tracer_release();
+    if (rc == -EBUSY) {
+        PyErr_SetString(PyExc_RuntimeError, "still tracing; call stop() first");
+        return NULL;
+    }
+    return PyBool_FromLong(rc == 0);
+}
+
 static PyObject *py_counters(PyObject *module, PyObject *unused)
 {
     (void)module;
@@ -404,6 +418,9 @@ static PyMethodDef pt_methods[] = {
      "prefixes) whose code never produces events, nor its C calls, whatever include says. "
      "caller_stack=False: the frames running on the calling thread are not recorded as roots."},
     {"stop", py_stop, METH_NOARGS, "stop() -> dict: close open frames, stop tracing, return counters."},
+    {"release", py_release, METH_NOARGS,
+     "release() -> bool: after stop(), let the stopped session's segment go now (removed, or marked "
+     "exited for the reader attached to it); False if there was none."},
     {"is_tracing", py_is_tracing, METH_NOARGS, "is_tracing() -> bool"},
     {"segment_name", py_segment_name, METH_NOARGS, "segment_name() -> str | None"},
     {"counters", py_counters, METH_NOARGS, "counters() -> dict (live)"},

@@ -1321,6 +1321,17 @@ int pt_tracer_stop(pt_counters_t *out)
     return 0;
 }
 
+int pt_tracer_release(void)
+{
+    if (current_epoch() != 0)
+        return -EBUSY;
+    pthread_mutex_lock(&g.lock);
+    int had = g.seg != NULL;
+    segment_release_locked(0);
+    pthread_mutex_unlock(&g.lock);
+    return had ? 0 : -ENOENT;
+}
+
 int pt_tracer_is_tracing(void)
 {
     return current_epoch() != 0;

@@ -72,6 +72,12 @@ PT_HIDDEN int pt_tracer_start(pt_options_t *opts, char *err, size_t errlen);
  * state = STOPPED. Hooks must already be removed. -ENOENT if not tracing. */
 PT_HIDDEN int pt_tracer_stop(pt_counters_t *out);
 
+/* After stop: let the stopped session's segment go now rather than at the
+ * next start or at exit (pytrace detach). Unlinked at once; with a reader
+ * attached it is marked EXITED instead, so the reader ends its stream and
+ * unlinks it. -EBUSY while tracing, -ENOENT if there is no segment. */
+PT_HIDDEN int pt_tracer_release(void);
+
 PT_HIDDEN int pt_tracer_is_tracing(void);
 PT_HIDDEN const char *pt_tracer_segment_name(void); /* NULL if no segment */
 PT_HIDDEN void pt_tracer_counters(pt_counters_t *out);

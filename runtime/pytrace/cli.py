@@ -7,6 +7,8 @@
     pytrace top [PID | SEGMENT | -- python script.py args]   live view (pytrace.top)
     pytrace record -o OUT (-- python script.py args | PID)  record to a file (pytrace.record)
     pytrace export FILE --format F -o OUT         export a recording (pytrace.export)
+    pytrace attach [options] PID | detach PID      trace a running process (pytrace.attach)
+    pytrace dump PID                               print every thread's stack (pytrace.dump)
 
 `top`, `record` and `export` run `pytrace.<name>.main(argv)`.
 """
@@ -23,6 +25,8 @@ USAGE = """usage: pytrace run [options] (script.py | -m module | -c code) [args.
        pytrace top [PID | SEGMENT | [options] -- python script.py [args...]]
        pytrace record -o OUT [options] (-- python script.py [args...] | PID)
        pytrace export FILE --format perfetto|chrome|speedscope|collapsed|pstats -o OUT
+       pytrace attach [options] PID | pytrace detach PID
+       pytrace dump PID
 
 commands:
   run      run a Python program traced; a reader (pytrace top, record) can attach any time
@@ -30,6 +34,8 @@ commands:
   top      the live view of a traced job: pick one, attach to PID, or start a program
   record   write a recording of a job (lossless by default) for export or pytrace top --file
   export   turn a recording into a Perfetto trace, Chrome JSON, speedscope, collapsed stacks or pstats
+  attach   start tracing inside a running Python 3.14+ process (PEP 768); detach stops it
+  dump     print every thread's current Python stack of a process
 
 `pytrace COMMAND --help` gives each command's options. pytrace -V: the version."""
 
@@ -190,8 +196,15 @@ def main(argv=None):
             code = cmd_ls(rest)
         elif command in RESERVED:
             code = cmd_reserved(command, rest)
+        elif command in ("attach", "detach"):
+            from . import attach
+            code = attach.main(command, rest)
+        elif command == "dump":
+            from . import dump
+            code = dump.main(rest)
         else:
-            raise UsageError("unknown command %r (try: run, ls, top, record, export)" % command)
+            raise UsageError("unknown command %r (try: run, ls, top, record, export, attach, detach, "
+                             "dump)" % command)
     except UsageError as e:
         sys.stderr.write("pytrace%s: %s\n" % (" " + e.command if e.command else "", e))
         return 2

@@ -17,7 +17,10 @@ after it starts the job reports its segment name on a pipe and waits (at most
 --attach-timeout) until the recorder has attached. Without that handshake a short
 job could exit, and unlink its segment, before the recorder found it, and the start
 of any job would race the recorder's attach. The second form attaches to a running
-traced job and records until it exits or Ctrl-C; the policy is the job's own.
+traced job and records until it exits, Ctrl-C or --duration; the policy is the job's
+own. A Python 3.14+ process that is not traced is attached first (pytrace.attach, with
+this command's --policy and tracing options) and detached again at the end, unless it
+exited.
 
 Exit status: the program's exit status (first form), 0 (second form), 1 when the
 recording could not be made.
@@ -77,6 +80,9 @@ def _parser():
                    help="size of each ring in MiB (new job only)")
     p.add_argument("--attach-timeout", type=float, default=30.0, metavar="S",
                    help="how long to wait for the job's segment to appear (default 30)")
+    p.add_argument("--duration", type=float, default=None, metavar="S",
+                   help="with a PID: stop recording after S seconds (a process attached by "
+                        "record is detached then)")
     p.add_argument("command", nargs=argparse.REMAINDER,
                    help="-- python script.py args..., or the PID of a traced job")
     return p
@@ -116,12 +122,14 @@ def _pid_not_traced(pid):
     be a traced job (or one that is just starting to trace)."""
     try:
         with open("/proc/%d/cmdline" % pid, "rb") as f:
-            cmdline = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+            argv = [a.decode(errors="replace") for a in f.read().split(b"\0")[:-1]]
+            cmdline = " ".join(argv)
     except FileNotFoundError:
         return "no process %d (it has exited, or never was)" % pid
     except OSError:
         return None                     # not ours to read: let the attach say why
-    if "pytrace" in cmdline:
+    from .attach import started_under_pytrace
+    if started_under_pytrace(argv):
         return None                     # started under pytrace: its segment may be on its way
     return ("pid %d is running but is not traced by pytrace; start it with `pytrace record -o "
             "OUT -- %s`" % (pid, cmdline[:80] or "python script.py"))
@@ -179,6 +187,70 @@ def _attach(target, child, timeout):
         delay = min(delay * 2, 0.02)
 
 
+def _attach_untraced(pid, args, interrupts):
+    """record PID of a process that is not traced: attach to it (3.14+, pytrace.attach).
+    -> pid (attached here), None (it is traced, or on its way), False (said why). A Ctrl-C
+    meanwhile cancels the attach, or, once it is done, ends the recording at once."""
+    from . import attach
+    try:
+        if attach.plan_for_reader(pid) != "attach":
+            return None
+        options = attach.start_options(args.c_calls, args.include, args.exclude, args.policy,
+                                       args.rings, args.ring_size)
+        result = attach.attach(pid, options, args.attach_timeout, say=_say,
+                               cancelled=lambda: interrupts.count > 0)
+    except attach.AttachError as e:
+        _say(str(e))
+        return False
+    except Exception as e:  # noqa: BLE001 - a usage error of the options
+        _say(str(e))
+        return False
+    _say("attached to pid %d (Python %s, %s, segment %s); recording until Ctrl-C%s or its exit, "
+         "then detaching" % (pid, result.get("python"), result.get("hook"), result.get("segment"),
+                             ", --duration" if args.duration is not None else ""))
+    return pid
+
+
+def _detach_and_drain(pid, reader, writer, child, interrupts, discarded):
+    """Stop the tracing record started in pid, draining while the process gets to it, then
+    read to the end of the session (stop() closes every open frame). -> died."""
+    from . import attach
+
+    def drain():
+        try:
+            batch = reader.poll(_POLL_MAX_EVENTS)
+        except BrokenPipeError:
+            return
+        _write_batch(writer, batch, discarded)
+        if batch:
+            reader.release()
+
+    try:
+        result = attach.detach(pid, say=_say, tick=drain)
+    except attach.AttachError as e:
+        if e.kind in ("exited", "gone"):
+            _say("pid %d exited before it was detached; the recording holds everything read" % pid)
+            return False
+        _say("%s; it is still traced: pytrace detach %d" % (e, pid))
+        return False
+    interrupts.count = 0                    # a new Ctrl-C stops the last drain
+    died, _ = _record(reader, writer, child, interrupts, True, discarded,
+                      until=time.monotonic() + 30.0)
+    c = result.get("counters") or {}
+    _say("detached from pid %d: it runs on untraced (%d events written while attached)"
+         % (pid, c.get("events_written", 0)))
+    return died
+
+
+def _detach_quietly(pid):
+    from . import attach
+    try:
+        attach.detach(pid, say=_say)
+    except attach.AttachError as e:
+        if e.kind not in ("exited", "gone"):
+            _say("%s; it is still traced: pytrace detach %d" % (e, pid))
+
+
 class _Discarded:
     """What was read after the recording could no longer be written (a full disk)."""
     error = None
@@ -209,8 +281,9 @@ def _write_batch(writer, batch, discarded):
                 pass
 
 
-def _record(reader, writer, child, interrupts, pid_mode, discarded):
-    """Drain reader into writer until the job is done. -> (died, stopped_by_user)."""
+def _record(reader, writer, child, interrupts, pid_mode, discarded, until=None):
+    """Drain reader into writer until the job is done. -> (died, stopped): stopped is
+    "interrupt" (Ctrl-C), "duration" (monotonic time reached `until`) or False."""
     quiet_since = None
     announced = not pid_mode
     while True:
@@ -236,7 +309,9 @@ def _record(reader, writer, child, interrupts, pid_mode, discarded):
             return False, False
         now = time.monotonic()
         if interrupts.count >= (1 if pid_mode else 2):
-            return False, True
+            return False, "interrupt"
+        if until is not None and now >= until:
+            return False, "duration"
         if batch:
             quiet_since = None
             if size < CAUGHT_UP_BYTES:
@@ -298,7 +373,11 @@ def main(argv=None):
         _say("the _pytrace extension is not available (%s); reinstall pytrace" % e)
         return 1
 
+    if args.duration is not None and (not pid_mode or not args.duration > 0):
+        _say("--duration S (S > 0) is for recording a running PID")
+        return 2
     child = None
+    attached = None                     # the pid record attached itself (detached at the end)
     if pid_mode:
         target_pid = int(command[0])
     else:
@@ -331,8 +410,13 @@ def main(argv=None):
             finally:
                 os.close(wait_w)     # lets the job go on, attached or not
         else:
+            attached = _attach_untraced(target_pid, args, interrupts)
+            if attached is False:
+                return 1
             reader = _attach(target_pid, None, args.attach_timeout)
         if reader is None:
+            if attached:
+                _detach_quietly(attached)
             return _finish_child(child, failed=True)
         try:
             writer = RecordingWriter(path, lossless=(not pid_mode and args.policy == "wait"))
@@ -342,8 +426,11 @@ def main(argv=None):
             return _finish_child(child, failed=True)
         died = stopped = damaged = False
         discarded = _Discarded()
+        until = time.monotonic() + args.duration if args.duration is not None else None
         try:
-            died, stopped = _record(reader, writer, child, interrupts, pid_mode, discarded)
+            died, stopped = _record(reader, writer, child, interrupts, pid_mode, discarded, until)
+            if attached and stopped:
+                died = _detach_and_drain(attached, reader, writer, child, interrupts, discarded)
         except OSError as e:
             # the segment itself is damaged (corrupt, or shrunk under us): the job may
             # well go on; say what happened, not that it ended
@@ -360,8 +447,9 @@ def main(argv=None):
             if died:
                 _say("the job ended without reporting its exit; the recording holds everything "
                      "it published")
-            if stopped:
-                _say("stopped by Ctrl-C; the recording holds everything read so far")
+            if stopped and not attached:
+                _say("stopped by %s; the recording holds everything read so far"
+                     % ("Ctrl-C" if stopped == "interrupt" else "--duration"))
             try:
                 reader.close(unlink_if_finished=True)
             except Exception:  # noqa: BLE001

@@ -1,7 +1,9 @@
 """`pytrace top`: the live terminal view.
 
     pytrace top                                  pick a traced job (runs pytrace-top)
-    pytrace top PID | SEGMENT [options]          attach to a running traced job
+    pytrace top PID | SEGMENT [options]          attach to a running traced job; a Python
+                                                 3.14+ process that is not traced is attached
+                                                 (pytrace attach) and detached when the view closes
     pytrace top --help                           these forms, the job options and pytrace-top's
     pytrace top [job options] -- python script.py [args...]    (or -m module, -c code)
                                                  start the program traced and show it at once
@@ -81,6 +83,8 @@ def _split_options(before):
 
 _USAGE = """usage: pytrace top [--all]                        pick a traced job from the list of live ones
        pytrace top PID | SEGMENT [view options]     attach to a running traced job
+       pytrace top [job options] [view options] PID a Python 3.14+ process that is not traced:
+                                                    attach to it, and detach when the view closes
        pytrace top --file REC [view options]        show a recording (pytrace record -o REC)
        pytrace top [job options] [view options] -- python script.py [args...]
                                                     start the program traced and show it at once
@@ -166,6 +170,11 @@ def main(argv=None):
         _say("pytrace-top is not installed (pip install pytrace puts it next to python)")
         return 1
     if "--" not in argv:
+        # a Python 3.14+ process that is not traced: attach, view, detach (pytrace.attach)
+        from . import attach
+        code = attach.view_untraced(viewer_path, argv, _split_options, _say)
+        if code is not None:
+            return code
         # attach / pick: pytrace-top does it all
         os.execv(viewer_path, [viewer_path] + argv)
     cut = argv.index("--")

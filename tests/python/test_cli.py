@@ -195,8 +195,8 @@ def test_top_once_runs_the_program_to_its_end(tmp_path):
 
 
 def test_record_pid_says_at_once_when_it_cannot(tmp_path):
-    """`pytrace record -o f PID` on a pid that is gone, or on a process not traced, says so
-    in one line at once (it waited 30 s)."""
+    """`pytrace record -o f PID` on a pid that is gone, or on a process that is not Python
+    (so not traced, and not one to attach to), says so in one line at once (it waited 30 s)."""
     t0 = time.monotonic()
     r = pytrace_cmd("record", "-o", str(tmp_path / "a.pytrace"), "999999999", timeout=60)
     assert r.returncode != 0 and "no process 999999999" in r.stderr
@@ -206,7 +206,7 @@ def test_record_pid_says_at_once_when_it_cannot(tmp_path):
     finally:
         sleeper.kill()
         sleeper.wait()
-    assert r2.returncode != 0 and "is running but is not traced" in r2.stderr, r2.stderr
+    assert r2.returncode != 0 and "is not a Python process" in r2.stderr, r2.stderr
     assert len(r2.stderr.strip().splitlines()) == 1
     assert time.monotonic() - t0 < 10
 

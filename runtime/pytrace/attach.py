@@ -1,0 +1,789 @@
+"""`pytrace attach PID`, `pytrace detach PID`, and attaching for `top PID` / `record PID`.
+
+    pytrace attach [run's options] [--timeout S] PID    start tracing inside a running process
+    pytrace detach [--timeout S] PID                     stop it again; every hook is removed
+
+Python 3.14 and newer let one process run a script in another (PEP 768,
+`sys.remote_exec`): the target's main thread runs it at its next eval-breaker check,
+as it runs signal handlers. pytrace hands it `_remote_script.py` (read as text, with one
+call line of parameters appended), which loads a `_pytrace` built for the target's
+interpreter and calls its start() (or stop()) there. The frames already running on
+every thread become the roots, as for `pytrace.start()` anywhere.
+
+How the attaching side learns the outcome: the script writes a result file (a Python
+literal) into a private directory and the attacher waits for it, with a timeout. The
+script never raises into the target and prints nothing there. A script that comes too
+late (its main thread was blocked in C past the timeout) does nothing: the attacher
+replaces the pending request by an empty one, and the script checks a deadline (on
+CLOCK_MONOTONIC, shared by both processes) before it changes anything.
+
+`sys.remote_exec` talks only to an interpreter of its own major.minor version: when the
+target runs another one, the call is made by the target's own interpreter binary
+(/proc/PID/exe, run with -I -S). Which `_pytrace` the target loads: the one it already
+has, else the one of a pytrace package on its own sys.path, else this pytrace's own if
+it was built for the same interpreter (same extension suffix); else the attach fails
+with one line that says how to install pytrace there.
+"""
+
+import ast
+import errno
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+MIN_VERSION = (3, 14)
+DEFAULT_TIMEOUT = 10.0
+_SCRIPT_SOURCE = None
+
+
+class AttachError(Exception):
+    """Why an attach or detach could not be done: one line a person can act on."""
+
+    def __init__(self, message, kind="error"):
+        super().__init__(message)
+        self.kind = kind
+
+
+# ---- the target process --------------------------------------------------------------
+
+class Target:
+    """What /proc says about a process, read once."""
+
+    def __init__(self, pid):
+        self.pid = pid
+        self.proc = "/proc/%d" % pid
+        self.uid = None
+        self.start_time = None
+        self.argv = []
+        self.cmdline = ""
+        self.exe = None          # resolved path of its executable, when readable
+        self.version = None      # (major, minor) of its Python, when known
+        self.runnable = False    # self.exe is a python binary that can run our helpers
+        self.embedded_in = None  # the executable that embeds libpython X.Y
+
+
+def _start_time(pid):
+    """Field 22 of /proc/PID/stat (the process's start, in clock ticks), or None if it is
+    gone or a zombie (it has exited; its parent has not reaped it yet)."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    try:
+        fields = stat[stat.rindex(b")") + 2:].split()
+        if fields[0] in (b"Z", b"X"):
+            return None
+        return int(fields[19])
+    except (ValueError, IndexError):
+        return None
+
+
+def alive(target):
+    """Still the same process (a reused pid has another start time)."""
+    return _start_time(target.pid) == target.start_time
+
+
+def _user_name(uid):
+    try:
+        import pwd
+        return "%s (uid %d)" % (pwd.getpwuid(uid).pw_name, uid)
+    except (ImportError, KeyError):
+        return "uid %d" % uid
+
+
+def _ptrace_hint():
+    try:
+        with open("/proc/sys/kernel/yama/ptrace_scope") as f:
+            scope = f.read().strip()
+    except OSError:
+        scope = None
+    if scope and scope != "0":
+        return ("kernel.yama.ptrace_scope is %s, which lets only a parent process or root "
+                "read and write another process's memory" % scope)
+    return "the kernel refused access to its memory (ptrace restrictions, or the process is not dumpable)"
+
+
+def permission_error(target, what="attach to"):
+    if target.uid is not None and target.uid != os.geteuid() and os.geteuid() != 0:
+        return AttachError("permission denied: pid %d belongs to %s; only that user or root can "
+                           "%s it" % (target.pid, _user_name(target.uid), what), "permission")
+    return AttachError("permission denied: cannot %s pid %d: %s; run pytrace as root, or start the "
+                       "program under pytrace (pytrace run ...)" % (what, target.pid, _ptrace_hint()),
+                       "permission")
+
+
+_PY_NAME = re.compile(r"python(\d+)\.(\d+)[a-z]*")
+_LIBPY = re.compile(r"/libpython(\d+)\.(\d+)[a-z]*\.so")
+
+
+def inspect_target(pid, what="attach to"):
+    """-> Target. Raises AttachError for a pid that is gone or not ours to read."""
+    t = Target(pid)
+    try:
+        t.uid = os.stat(t.proc).st_uid
+    except FileNotFoundError:
+        raise AttachError("no process %d (it has exited, or never was)" % pid, "gone") from None
+    except OSError as e:
+        raise AttachError("cannot read /proc/%d: %s" % (pid, e.strerror or e)) from None
+    t.start_time = _start_time(pid)
+    if t.start_time is None:        # gone meanwhile, or a zombie (exited, not reaped yet)
+        raise AttachError("no process %d (it has exited, or never was)" % pid, "gone")
+    try:
+        with open(t.proc + "/cmdline", "rb") as f:
+            t.argv = [a.decode(errors="replace") for a in f.read().split(b"\0")[:-1]]
+        t.cmdline = " ".join(t.argv)
+    except OSError:
+        pass
+    if t.uid != os.geteuid() and os.geteuid() != 0:
+        raise permission_error(t, what)
+    try:
+        exe = os.readlink(t.proc + "/exe")
+    except PermissionError:
+        raise permission_error(t, what) from None
+    except FileNotFoundError:
+        if _start_time(pid) is None:
+            raise AttachError("no process %d (it has exited, or never was)" % pid, "gone") from None
+        raise AttachError("pid %d is not a Python process (it has no executable: a kernel thread?)"
+                          % pid, "not-python") from None
+    except OSError as e:
+        raise AttachError("cannot read /proc/%d/exe: %s" % (pid, e.strerror or e)) from None
+    if exe.endswith(" (deleted)"):
+        exe = exe[:-len(" (deleted)")]
+    t.exe = exe
+    m = _PY_NAME.fullmatch(os.path.basename(exe))
+    if m:
+        t.version = (int(m.group(1)), int(m.group(2)))
+        t.runnable = _safe_to_run(t.proc + "/exe")
+        return t
+    try:
+        with open(t.proc + "/maps") as f:
+            m = _LIBPY.search(f.read())
+    except PermissionError:
+        raise permission_error(t, what) from None
+    except OSError:
+        m = None
+    if m:
+        t.version = (int(m.group(1)), int(m.group(2)))
+        t.embedded_in = exe
+        return t
+    if re.fullmatch(r"python\d*", os.path.basename(exe)) and _safe_to_run(t.proc + "/exe"):
+        # a python binary whose name has no version: ask it (the same binary as the target)
+        try:
+            r = subprocess.run([t.proc + "/exe", "-I", "-S", "-c",
+                                "import sys; print(*sys.version_info[:2])"],
+                               capture_output=True, text=True, timeout=10)
+            major, minor = (int(x) for x in r.stdout.split())
+            t.version = (major, minor)
+            t.runnable = True
+        except (OSError, ValueError, subprocess.SubprocessError):
+            pass
+    return t
+
+
+def _safe_to_run(path):
+    """May we run the target's own interpreter binary? Only one that this user or root
+    owns and no one else can write: root must never run a binary another user chose."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return st.st_uid in (0, os.geteuid()) and not st.st_mode & 0o022
+
+
+def describe(target):
+    """"pid N (its command line)", escaped for the terminal (it is the process's to choose)."""
+    from .cmdline import printable
+    cmd = target.cmdline[:80] or target.exe or "?"
+    return "pid %d (%s)" % (target.pid, printable(cmd))
+
+
+def require_attachable(target, verb="attaching"):
+    """Says at once what makes attaching impossible: an older Python, or none at all."""
+    if target.version is not None and target.version < MIN_VERSION:
+        raise AttachError(
+            "%s runs Python %d.%d, and %s needs Python %d.%d+ (PEP 768 sys.remote_exec); start it "
+            "under pytrace instead: pytrace run script.py, or pytrace record -o OUT -- python script.py"
+            % (describe(target), target.version[0], target.version[1], verb, *MIN_VERSION), "old-python")
+    if target.version is None and not hasattr(sys, "remote_exec"):
+        from .cmdline import printable
+        raise AttachError("%s is not a Python process (%s)" % (describe(target),
+                                                              printable(target.exe or "?")),
+                          "not-python")
+
+
+# ---- segments ------------------------------------------------------------------------
+
+def live_segment(pid):
+    """The name of pid's segment that is being traced into now, or None. Only segments of
+    this user count: no reader opens another user's (not even root's)."""
+    from . import _pytrace
+    uid = os.geteuid()
+    for s in _pytrace.list_segments():
+        if (s.get("pid") == pid and s.get("alive") and s.get("valid", True) and s.get("state") == 1
+                and s.get("uid") == uid):
+            return s.get("name")
+    return None
+
+
+def plan_for_reader(pid):
+    """What `record PID` / `top PID` / `dump PID` do with pid: "traced" (it has a live
+    segment), "starting" (started under pytrace: its segment may be on its way), or
+    "attach" (a Python process that is not traced). Raises AttachError (gone, not ours)."""
+    if live_segment(pid):
+        return "traced"
+    target = inspect_target(pid)
+    if started_under_pytrace(target.argv):
+        return "starting"
+    if target.uid != os.geteuid():
+        # root may attach, but its segment would be the process's user's, which no reader
+        # of root's opens: say so now instead of after attaching
+        raise AttachError("%s belongs to %s: its segment would be that user's, which root's "
+                          "readers do not open; run this as that user"
+                          % (describe(target), _user_name(target.uid)), "permission")
+    return "attach"
+
+
+def started_under_pytrace(argv):
+    """`pytrace run ...` (which becomes `python .../pytrace/_launch.py ... -- PROGRAM`),
+    `python -m pytrace ...`, and the jobs record and top start (the launcher too)."""
+    for i, arg in enumerate(argv[:-1]):
+        if arg == "-m" and argv[i + 1].split(".")[0] == "pytrace":
+            return True
+        if arg.startswith("-mpytrace"):
+            return True
+        if arg == "--":
+            break
+        if arg.endswith(os.sep + "pytrace" + os.sep + "_launch.py"):
+            return True
+    return any(os.path.basename(a) == "pytrace" for a in argv[:2])
+
+
+# ---- running code in the target --------------------------------------------------------
+
+_EXEC_HELPER = """\
+import sys
+try:
+    sys.remote_exec(int(sys.argv[1]), sys.argv[2])
+except BaseException as e:
+    print("%s: %s" % (type(e).__name__, e))
+    sys.exit(1)
+"""
+
+
+def _exec_error(target, text):
+    if "PermissionError" in text or "Permission denied" in text or "Operation not permitted" in text:
+        return permission_error(target)
+    if not alive(target):
+        return AttachError("%s exited during the attach" % describe(target), "exited")
+    if "Remote debugging is not enabled" in text:
+        return AttachError(
+            "%s has remote debugging turned off (PYTHON_DISABLE_REMOTE_DEBUG is set, or it runs with "
+            "-X disable-remote-debug, or its Python was built without it), so pytrace cannot attach; "
+            "start it under pytrace instead: pytrace run script.py" % describe(target), "disabled")
+    if "PyRuntime" in text or "debug offsets" in text:
+        return AttachError("%s is not a Python process (no Python %d.%d+ runtime found in its memory: "
+                           "%s)" % (describe(target), *MIN_VERSION, text.strip()), "not-python")
+    return AttachError("sys.remote_exec on %s failed: %s" % (describe(target), text.strip()))
+
+
+def remote_exec(target, path):
+    """Ask target to run the script at path (returns at once, as sys.remote_exec does)."""
+    own = sys.version_info[:2]
+    if hasattr(sys, "remote_exec") and (target.version == own or target.version is None):
+        try:
+            sys.remote_exec(target.pid, path)
+        except PermissionError:
+            raise permission_error(target) from None
+        except (OSError, RuntimeError, ValueError) as e:
+            raise _exec_error(target, "%s: %s" % (type(e).__name__, e)) from None
+        return
+    if not target.runnable:
+        raise AttachError(
+            "%s runs Python %d.%d (in %s), and this pytrace runs on %d.%d: attach with a pytrace "
+            "installed for Python %d.%d (python%d.%d -m pytrace attach %d)"
+            % (describe(target), target.version[0], target.version[1], target.embedded_in or target.exe,
+               own[0], own[1], target.version[0], target.version[1], target.version[0],
+               target.version[1], target.pid), "other-python")
+    try:
+        r = subprocess.run([target.proc + "/exe", "-I", "-S", "-c", _EXEC_HELPER, str(target.pid), path],
+                           capture_output=True, text=True, timeout=30)
+    except FileNotFoundError:
+        raise AttachError("%s exited during the attach" % describe(target), "exited") from None
+    except (OSError, subprocess.SubprocessError) as e:
+        raise AttachError("cannot run %s to reach pid %d: %s" % (target.exe, target.pid, e)) from None
+    if r.returncode != 0:
+        lines = (r.stdout + r.stderr).strip().splitlines()
+        raise _exec_error(target, lines[-1] if lines else "exit code %d" % r.returncode)
+
+
+def _script_source():
+    global _SCRIPT_SOURCE
+    if _SCRIPT_SOURCE is None:
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "_remote_script.py")) as f:
+            _SCRIPT_SOURCE = f.read()
+    return _SCRIPT_SOURCE
+
+
+class _PidLock:
+    """One attach or detach of a pid at a time: the target has a single slot for a pending
+    script (a second request would overwrite the first). An abstract Unix socket name is
+    the lock: no file, and it goes with the process that holds it."""
+
+    def __init__(self, pid, timeout):
+        self.pid = pid
+        self.timeout = timeout
+        self.sock = None
+
+    def __enter__(self):
+        deadline = time.monotonic() + self.timeout
+        while True:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.bind("\0pytrace-attach-%d" % self.pid)
+                self.sock = sock
+                return self
+            except OSError as e:
+                sock.close()
+                if e.errno != errno.EADDRINUSE:
+                    return self             # no lock to be had here: go on without
+            if time.monotonic() >= deadline:
+                raise AttachError("another pytrace attach or detach of pid %d is under way" % self.pid,
+                                  "busy")
+            time.sleep(0.02)
+
+    def __exit__(self, *exc):
+        if self.sock is not None:
+            self.sock.close()
+
+
+def _main_thread_state(pid):
+    """How the main thread of pid waits now, in words (for the progress line)."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0].decode()
+    except (OSError, IndexError):
+        return "unknown"
+    try:
+        with open("/proc/%d/wchan" % pid) as f:
+            wchan = f.read().strip()
+    except OSError:
+        wchan = ""
+    if state == "R":
+        return "running"
+    return "waiting in the kernel%s" % (" (%s)" % wchan if wchan and wchan != "0" else "")
+
+
+def run_in_target(target, action, params, timeout, say=None, tick=None, cancelled=None):
+    """Run _remote_script's `action` in target; -> its result dict. tick() is called
+    while waiting (a recorder drains the job's rings meanwhile); cancelled() (and Ctrl-C)
+    gives up as the timeout does."""
+    with _PidLock(target.pid, timeout):
+        folder = tempfile.mkdtemp(prefix="pytrace-attach-")
+        keep = []
+        try:
+            return _run_in(target, action, params, timeout, say, tick, cancelled, folder, keep)
+        finally:
+            if not keep:
+                shutil.rmtree(folder, ignore_errors=True)
+
+
+def _run_in(target, action, params, timeout, say, tick, cancelled, folder, keep):
+    if os.geteuid() == 0 and target.uid not in (None, 0):
+        os.chown(folder, target.uid, -1)     # the target writes its result here
+    script = os.path.join(folder, "pytrace_%s.py" % action)
+    result_path = os.path.join(folder, "result")
+    start = time.monotonic()
+    deadline = start + timeout
+    cancel_path = os.path.join(folder, "cancelled")
+    params = dict(params, action=action, script=script, result=result_path, deadline=deadline,
+                  cancel=cancel_path)
+    fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w") as f:
+        # compiled under a name that says what it is: its frames are on the main thread's
+        # stack when tracing starts (and stops), so they show in the picture
+        f.write("exec(compile(%r, %r, 'exec'))\n_pytrace_remote(%r)\n"
+                % (_script_source(), "<pytrace %s>" % action, params))
+    remote_exec(target, script)
+    # From here on the process may read the script at any moment: every way out either
+    # has its result, or has replaced the request by an empty one (a script file that is
+    # gone when it looks would be reported on the process's stderr).
+    try:
+        result, interrupted = _wait_result(target, action, result_path, start, deadline, timeout,
+                                           say, tick, cancelled)
+    except BaseException:
+        _give_up(target, cancel_path, folder, keep, always_keep=True)
+        raise
+    if result is not None:
+        return result
+    _give_up(target, cancel_path, folder, keep)
+    grace = time.monotonic() + 0.5          # one that started ours just now gets to finish
+    while time.monotonic() < grace:
+        result = _read_result(result_path)
+        if result is not None and result.get("status") != "late":
+            return result
+        if tick is not None:
+            tick()
+        time.sleep(0.01)
+    if interrupted:
+        raise AttachError("interrupted before %s ran the %s code; nothing was changed in it"
+                          % (describe(target), action), "interrupted")
+    raise AttachError(
+        "%s did not run the %s code within %g s: its main thread has not run Python code since "
+        "(now: %s; a main thread blocked in time.sleep, a lock, join() or I/O runs it only when it "
+        "wakes); nothing was changed in it; --timeout S waits longer"
+        % (describe(target), action, timeout, _main_thread_state(target.pid)), "timeout")
+
+
+def _wait_result(target, action, result_path, start, deadline, timeout, say, tick, cancelled):
+    """-> (result, False), or (None, interrupted) at the deadline, cancelled() or Ctrl-C."""
+    said = False
+    delay = 0.001
+    try:
+        while True:
+            result = _read_result(result_path)
+            if result is not None:
+                return result, False
+            if not alive(target):
+                raise AttachError("%s exited during the %s" % (describe(target), action), "exited")
+            now = time.monotonic()
+            if now >= deadline:
+                return None, False
+            if cancelled is not None and cancelled():
+                return None, True
+            if say is not None and not said and now - start >= 1.0:
+                said = True
+                say("pid %d has not run the %s code yet: it runs when the main thread next runs "
+                    "Python code (now: %s); waiting up to %g s"
+                    % (target.pid, action, _main_thread_state(target.pid), timeout))
+            if tick is not None:
+                tick()
+            time.sleep(delay)
+            delay = min(delay * 2, 0.01)
+    except KeyboardInterrupt:
+        return None, True
+
+
+def _give_up(target, cancel_path, folder, keep, always_keep=False):
+    """The script must do nothing if it still runs: the request is replaced by an empty
+    one, and the marker file makes ours do nothing (it checks it, and its deadline,
+    first). The folder is kept if the request may still name our script."""
+    try:
+        with open(cancel_path, "w"):
+            pass
+    except OSError:
+        pass
+    try:
+        remote_exec(target, os.devnull)
+        replaced = True
+    except AttachError:
+        replaced = False
+    if (always_keep or not replaced) and alive(target):
+        keep.append(folder)
+
+
+def _read_result(path):
+    try:
+        with open(path) as f:
+            text = f.read()
+    except FileNotFoundError:
+        return None
+    try:
+        result = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        result = None
+    if not isinstance(result, dict):
+        return {"status": "error", "error": "unreadable result %r" % text[:200]}
+    # written by the other process: its strings reach a terminal, its segment name a reader
+    from .cmdline import printable
+    clean = {}
+    for key, value in result.items():
+        if isinstance(value, str):
+            value = printable(value)[:400]
+        elif isinstance(value, dict):
+            value = {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, int)}
+        elif not isinstance(value, (int, float, type(None))):
+            continue
+        clean[key] = value
+    if clean.get("status") in ("ok", "already") and \
+            not re.fullmatch(r"/pytrace-\d+-\d+-[0-9a-f]{16}", str(clean.get("segment", ""))):
+        return {"status": "error", "error": "the result names no valid segment"}
+    return clean
+
+
+# ---- attach and detach -----------------------------------------------------------------
+
+def _own_extension():
+    """This pytrace's _pytrace and the suffix that ties it to this interpreter's ABI
+    (".cpython-314-x86_64-linux-gnu.so"): a target loads it only if that is its own."""
+    try:
+        from . import _pytrace
+        path = _pytrace.__file__
+    except (ImportError, AttributeError):
+        return {}
+    import importlib.machinery
+    tag = importlib.machinery.EXTENSION_SUFFIXES[0]
+    return {"path": path, "suffix": tag} if path.endswith(tag) else {}
+
+
+def attach(pid, options, timeout=DEFAULT_TIMEOUT, say=None, target=None, cancelled=None):
+    """Start tracing inside pid with start() options; -> the result dict (segment, hook,
+    python, executable, from). Raises AttachError."""
+    target = target or inspect_target(pid)
+    segment = live_segment(pid)
+    if segment:
+        raise AttachError("%s is already traced (segment %s); watch it with pytrace top %d or record "
+                          "it with pytrace record -o OUT %d" % (describe(target), segment, pid, pid),
+                          "already")
+    require_attachable(target)
+    params = {"options": options, "fallback": _own_extension()}
+    result = run_in_target(target, "attach", params, timeout, say=say, cancelled=cancelled)
+    status = result.get("status")
+    if status == "ok":
+        return result
+    if status == "already":
+        raise AttachError("%s is already traced (segment %s); watch it with pytrace top %d"
+                          % (describe(target), result.get("segment") or "?", pid), "already")
+    if status == "no-pytrace":
+        exe = result.get("executable") or target.exe or "python3"
+        raise AttachError(
+            "%s runs Python %s (%s), for which no pytrace is installed (%s); install it there and "
+            "attach with it: %s -m pip install pytrace && %s -m pytrace attach %d; the process runs on "
+            "unchanged" % (describe(target), result.get("python", "?"), exe, result.get("error", ""),
+                           exe, exe, pid), "no-pytrace")
+    if status == "no-hook":
+        raise AttachError("could not trace %s: %s; it runs on unchanged" % (describe(target),
+                                                                           result.get("error")), "no-hook")
+    if status == "late":
+        raise AttachError("%s ran the attach code too late; nothing was changed" % describe(target),
+                          "timeout")
+    raise AttachError("the attach code failed inside %s: %s" % (describe(target), result.get("error")))
+
+
+def loaded_note(result):
+    """Says when the target's environment had no pytrace and this one's _pytrace was loaded."""
+    if str(result.get("from", "")).startswith("the attaching pytrace"):
+        return "; its environment has no pytrace, so this pytrace's _pytrace was loaded into it"
+    return ""
+
+
+def detach(pid, timeout=DEFAULT_TIMEOUT, say=None, tick=None, target=None):
+    """Stop the tracing that `attach` started in pid; -> the result dict (counters).
+    Raises AttachError."""
+    target = target or inspect_target(pid, "detach from")
+    require_attachable(target, "detaching")
+    result = run_in_target(target, "detach", {}, timeout, say=say, tick=tick)
+    status = result.get("status")
+    if status == "ok":
+        return result
+    if status == "not-traced":
+        raise AttachError("%s is not traced" % describe(target), "not-traced")
+    if status == "not-attached":
+        raise AttachError("%s traces itself (pytrace run, or pytrace.start() in its code; segment %s); "
+                          "pytrace detach stops only what pytrace attach started"
+                          % (describe(target), result.get("segment") or "?"), "not-attached")
+    if status == "late":
+        raise AttachError("%s ran the detach code too late; it is still traced" % describe(target), "timeout")
+    raise AttachError("the detach code failed inside %s: %s" % (describe(target), result.get("error")))
+
+
+def start_options(c_calls=True, include=None, exclude=None, policy="drop", rings=0, ring_size=0):
+    """start() options from run's command-line values (checked as `pytrace run` checks them)."""
+    from types import SimpleNamespace
+
+    from .cmdline import start_options as from_namespace
+    return from_namespace(SimpleNamespace(c_calls=c_calls, include=include, exclude=exclude,
+                                          policy=policy, rings=rings, ring_size=ring_size))
+
+
+# ---- pytrace top PID ------------------------------------------------------------------
+
+_VIEW_VALUE_OPTIONS = ("--file", "--duration", "--window", "--thread", "--limit", "--sort",
+                       "--policy", "--ring-size", "--include", "--exclude")
+
+
+def _view_pid(argv):
+    """The pid `pytrace top ARGS` names, or None (a segment name, a file, none)."""
+    positional = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a in _VIEW_VALUE_OPTIONS:
+            i += 2
+            continue
+        if a in ("-h", "--help", "-V", "--version", "--file") or a.startswith("--file="):
+            return None
+        if not a.startswith("-"):
+            positional.append(a)
+        i += 1
+    if len(positional) == 1 and positional[0].isdigit() and int(positional[0]) > 0:
+        return int(positional[0])
+    return None
+
+
+def _job_options(job_opts):
+    """`pytrace top`'s job options (--no-c-calls, --policy, --ring-size, --include,
+    --exclude; as split by top._split_options) -> start() options."""
+    values = {"c_calls": True, "include": None, "exclude": None, "policy": "drop", "ring_size": 0}
+    i = 0
+    while i < len(job_opts):
+        a = job_opts[i]
+        if a == "--no-c-calls":
+            values["c_calls"] = False
+            i += 1
+            continue
+        name, eq, value = a.partition("=")
+        if not eq:
+            value = job_opts[i + 1]
+            i += 1
+        i += 1
+        if name in ("--include", "--exclude"):
+            key = name[2:]
+            values[key] = (values[key] or []) + [value]
+        elif name == "--policy":
+            values["policy"] = value
+        elif name == "--ring-size":
+            values["ring_size"] = float(value)
+    return start_options(values["c_calls"], values["include"], values["exclude"], values["policy"],
+                         0, values["ring_size"])
+
+
+def view_untraced(viewer_path, argv, split_options, say):
+    """`pytrace top PID` of a process that is not traced: attach (3.14+), run pytrace-top on
+    its segment, detach when the view closes. -> the exit code, or None when pid is not
+    for this (traced, starting under pytrace, or no pid given): pytrace-top handles it."""
+    pid = _view_pid(argv)
+    if pid is None:
+        return None
+    import signal
+    state = {"viewer": None, "interrupts": 0}
+
+    def on_sigint(signum, frame):
+        # Before the viewer runs, Ctrl-C cancels the attach; then it is the viewer's: it
+        # quits and prints what --once prints (a terminal sends it to both of us, a kill
+        # only to us).
+        state["interrupts"] += 1
+        viewer = state["viewer"]
+        if viewer is not None and viewer.poll() is None:
+            viewer.send_signal(signum)
+
+    old = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        try:
+            if plan_for_reader(pid) != "attach":
+                return None
+            job_opts, view_opts = split_options(argv)
+            options = _job_options(job_opts)
+            result = attach(pid, options, DEFAULT_TIMEOUT, say=say,
+                            cancelled=lambda: state["interrupts"] > 0)
+        except AttachError as e:
+            say(str(e))
+            return 1
+        except Exception as e:  # noqa: BLE001 - a bad job option (ValueError, cli.UsageError)
+            say(str(e) or "bad option")
+            return 2
+        say("attached to pid %d (Python %s, %s); it is detached when the view closes"
+            % (pid, result.get("python"), result.get("hook")))
+        code = 130
+        try:
+            if state["interrupts"] == 0:
+                view = [result.get("segment") if a == str(pid) else a for a in view_opts]
+                state["viewer"] = subprocess.Popen([viewer_path] + view)
+                code = state["viewer"].wait()
+        finally:
+            try:
+                detach(pid, DEFAULT_TIMEOUT, say=say)
+                say("detached from pid %d: it runs on untraced" % pid)
+            except AttachError as e:
+                if e.kind not in ("exited", "gone"):
+                    say("%s; it is still traced: pytrace detach %d" % (e, pid))
+        return 128 - code if code < 0 else code
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+# ---- command line --------------------------------------------------------------------
+
+def _say_as(command):
+    def say(text):
+        sys.stderr.write("pytrace %s: %s\n" % (command, text))
+        sys.stderr.flush()
+    return say
+
+
+def _parser(command):
+    from .cmdline import ArgumentParser, segment_default
+    if command == "attach":
+        p = ArgumentParser(prog="pytrace attach", usage="pytrace attach [options] PID",
+                    description="Start tracing inside a running Python 3.14+ process that was not "
+                                "started under pytrace (PEP 768). The frames already running become "
+                                "the roots. Watch it with pytrace top PID, record it with pytrace "
+                                "record -o OUT PID, stop with pytrace detach PID.")
+        p.add_argument("--no-c-calls", dest="c_calls", action="store_false",
+                       help="do not record calls of C functions")
+        p.add_argument("--include", action="append", default=None, metavar="MODULE_OR_PATH",
+                       help="trace only these modules / path prefixes (repeatable)")
+        p.add_argument("--exclude", action="append", default=None, metavar="MODULE_OR_PATH",
+                       help="do not trace these modules / path prefixes (repeatable)")
+        p.add_argument("--policy", choices=("drop", "wait"), default="drop",
+                       help="full ring: drop events (default) or wait for the reader")
+        p.add_argument("--rings", type=int, default=0, metavar="N",
+                       help="most threads traced at once (default %d)" % segment_default("DEFAULT_RING_COUNT"))
+        p.add_argument("--ring-size", type=float, default=0, metavar="MiB",
+                       help="size of each ring in MiB (default %g)"
+                            % (segment_default("DEFAULT_RING_BYTES") / 2**20))
+    else:
+        p = ArgumentParser(prog="pytrace detach", usage="pytrace detach [--timeout S] PID",
+                    description="Stop the tracing that pytrace attach started in PID: every hook is "
+                                "removed and the process goes on as before.")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="S",
+                   help="how long to wait for the process's main thread to run the code "
+                        "(default %g)" % DEFAULT_TIMEOUT)
+    p.add_argument("pid", metavar="PID", help="the process")
+    return p
+
+
+def main(command, argv):
+    from .cmdline import UsageError, extension
+    ns = _parser(command).parse_args(argv)
+    if not ns.pid.isdigit() or int(ns.pid) <= 0:
+        raise UsageError("PID must be a process id, not %r" % ns.pid, command)
+    if not ns.timeout > 0:
+        raise UsageError("--timeout must be positive", command)
+    pid = int(ns.pid)
+    say = _say_as(command)
+    try:
+        extension()
+    except ImportError as e:
+        say(str(e).replace("pytrace: ", "", 1))
+        return 1
+    try:
+        if command == "attach":
+            try:
+                options = start_options(ns.c_calls, ns.include, ns.exclude, ns.policy, ns.rings,
+                                        ns.ring_size)
+            except UsageError as e:
+                raise UsageError(str(e), command) from None
+            start = time.monotonic()
+            result = attach(pid, options, ns.timeout, say=say)
+            say("tracing pid %d into %s (Python %s, %s%s; attached in %.0f ms); watch: pytrace top %d; "
+                "record: pytrace record -o OUT %d; stop: pytrace detach %d"
+                % (pid, result.get("segment"), result.get("python"), result.get("hook"),
+                   loaded_note(result), (time.monotonic() - start) * 1e3, pid, pid, pid))
+        else:
+            result = detach(pid, ns.timeout, say=say)
+            c = result.get("counters") or {}
+            say("pid %d is no longer traced (%d events written, %d dropped); every hook is removed"
+                % (pid, c.get("events_written", 0), c.get("events_dropped", 0)))
+    except AttachError as e:
+        say(str(e))
+        return 1
+    except KeyboardInterrupt:
+        say("interrupted")
+        return 130
+    return 0
