@@ -49,8 +49,8 @@
 
 #define PT_SEG_MAGIC 0x0045434152545950ull /* "PYTRACE\0" little-endian */
 #define PT_ABI_MAJOR 1                     /* a reader refuses another major */
-#define PT_ABI_MINOR 2                     /* a reader accepts any minor (1: stack_request; 2: tracing_displaced,
-                                              events_untraced, rings reserved on claim) */
+#define PT_ABI_MINOR 3                     /* a reader accepts any minor (1: stack_request; 2: tracing_displaced,
+                                              events_untraced, rings reserved on claim; 3: *_reused) */
 #define PT_ENDIAN_MARK 0x01020304u         /* reads 0x04030201 on a wrong-endian reader */
 #define PT_SHM_PREFIX "pytrace-"           /* /dev/shm/pytrace-<pid>-<seq>-<16 hex random> */
 
@@ -92,7 +92,8 @@
  *                          one continues where it stopped (shm/reader.c)
  *   released_chunks, consumer_index, events_written/dropped are reset to 0 by
  *   A during the claim (no consumer touches a slot whose new generation is not
- *   yet published).
+ *   yet published); the previous owner's events_written/dropped are first
+ *   added to the header's *_reused counters, so the producer's totals keep them.
  *   reported_generation    C only (last generation announced by ThreadStart)
  *   stack_request          C sets 1 (relaxed) when it starts reading an active
  *                          ring in the middle (consumer_index > 0: a reader
@@ -155,6 +156,8 @@ _Static_assert(offsetof(pt_ring_slot_t, stack_request) == 224, "stack request");
  *   process + clock        creator                        before state=RUNNING
  *   state, heartbeat_ns    producer (release / relaxed)   lifetime
  *   counters               producer threads (relaxed)     lifetime
+ *   *_reused               claimer of a slot (release     each claim of a slot that had an owner:
+ *                          add after resetting the slot)  producer totals = *_reused + sum of slots
  *   symlog_published       producer, under its in-process symbol lock (release;
  *                          pairs with the reader's acquire before reading symbols)
  *   consumer_*             readers (CAS on consumer_pid)  attach / detach / takeover
@@ -221,7 +224,12 @@ typedef struct pt_seg_header {
     _Atomic uint64_t consumer_heartbeat_ns;
     _Atomic uint64_t consumer_takeovers;
     uint8_t reserved_k[32];
-    uint8_t reserved_tail[PT_SEG_HEADER_BYTES - 1536];
+    /* reused-slot line (1536): the final counters of earlier owners of slots
+     * that were claimed again, folded in by the claimer (ABI minor 3) */
+    _Alignas(PT_CACHE_LINE) _Atomic uint64_t events_written_reused;
+    _Atomic uint64_t events_dropped_reused;
+    uint8_t reserved_r[48];
+    uint8_t reserved_tail[PT_SEG_HEADER_BYTES - 1600];
 } pt_seg_header_t;
 
 _Static_assert(sizeof(pt_seg_header_t) == PT_SEG_HEADER_BYTES, "header size");
@@ -236,5 +244,6 @@ _Static_assert(offsetof(pt_seg_header_t, events_untraced) == 1392, "events_untra
 _Static_assert(offsetof(pt_seg_header_t, tracing_displaced) == 1400, "tracing_displaced");
 _Static_assert(offsetof(pt_seg_header_t, symlog_published) == 1408, "symlog line");
 _Static_assert(offsetof(pt_seg_header_t, consumer_pid) == 1472, "consumer line");
+_Static_assert(offsetof(pt_seg_header_t, events_written_reused) == 1536, "reused-slot line");
 
 #endif /* PT_SHM_LAYOUT_H */

@@ -355,7 +355,11 @@ static int emit_process_info(pt_reader_t *r, rd_sink_t *sink)
 
 static void producer_totals(const pt_reader_t *r, uint64_t *written, uint64_t *dropped)
 {
-    uint64_t w = 0, d = 0;
+    /* acquire: pairs with a claimer's release add after it reset the slot
+     * (the counts of a slot's earlier owners): read before the slots, they
+     * are never counted twice */
+    uint64_t w = atomic_load_explicit(&r->h->events_written_reused, memory_order_acquire);
+    uint64_t d = atomic_load_explicit(&r->h->events_dropped_reused, memory_order_acquire);
     for (uint32_t i = 0; i < r->ring_count; i++) {
         pt_ring_slot_t *slot = pt_segment_slot(r->seg, i);
         /* relaxed: counters only, no memory position is derived from them */

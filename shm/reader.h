@@ -86,8 +86,8 @@ typedef struct pt_reader_stats {
     uint64_t symbols_read;
     uint64_t threads_seen;
     uint64_t threads_active;
-    uint64_t producer_events_written; /* sum over rings, as published */
-    uint64_t producer_events_dropped; /* sum over rings */
+    uint64_t producer_events_written; /* sum over rings, as published, and of reused rings' earlier owners */
+    uint64_t producer_events_dropped; /* likewise */
     uint64_t hook_errors;
     uint64_t symbols_dropped;
     uint64_t threads_untraced;

@@ -874,6 +874,20 @@ int pt_segment_claim_ring(pt_segment_t *seg, uint64_t os_tid, const char *thread
                 return err == ENOSPC || err == EFBIG || err == ENOMEM ? -ENOSPC : -err;
             }
         }
+        /* The previous owner's final counters leave the slot for the header:
+         * the producer's totals (*_reused + sum of slots) keep them. Reset
+         * first, then a release add: a reader that acquire-loads *_reused
+         * before the slots may miss them for a moment, never counts them twice.
+         * relaxed loads: we own the slot; the owner's last stores happen
+         * before its RETIRED, which the reader's FREE and our CAS follow. */
+        uint64_t old_w = atomic_load_explicit(&slot->events_written, memory_order_relaxed);
+        uint64_t old_d = atomic_load_explicit(&slot->events_dropped, memory_order_relaxed);
+        atomic_store_explicit(&slot->events_written, 0, memory_order_relaxed);
+        atomic_store_explicit(&slot->events_dropped, 0, memory_order_relaxed);
+        if (old_w)
+            atomic_fetch_add_explicit(&h->events_written_reused, old_w, memory_order_release);
+        if (old_d)
+            atomic_fetch_add_explicit(&h->events_dropped_reused, old_d, memory_order_release);
         /* relaxed: a unique number; the order of thread numbers among
          * threads claiming at the same time does not matter */
         uint64_t thread = atomic_fetch_add_explicit(&h->threads_started, 1, memory_order_relaxed) + 1;
@@ -1051,6 +1065,9 @@ static void inspect(const char *dname, const struct stat *st, pt_segment_info_t 
     info->state = atomic_load_explicit(&h->state, memory_order_acquire);
     if (!info->alive && info->state != PT_STATE_EXITED)
         info->state = PT_STATE_DEAD;
+    /* acquire: pairs with a claimer's release add (after it reset the slot) */
+    info->events_written = atomic_load_explicit(&h->events_written_reused, memory_order_acquire);
+    info->events_dropped = atomic_load_explicit(&h->events_dropped_reused, memory_order_acquire);
     for (uint32_t i = 0; i < seg->ring_count; i++) {
         const pt_ring_slot_t *slot = pt_segment_slot(seg, i);
         /* relaxed: counters and a state snapshot for display only */

@@ -61,6 +61,8 @@ typedef struct coll {
     uint32_t last_status;
     uint32_t status_changes;
     uint64_t lost_total;     /* last LostCount.dropped_total */
+    uint64_t status_written; /* last ProducerStatus.events_written */
+    uint64_t status_dropped; /* last ProducerStatus.events_dropped */
     uint64_t lost_records;   /* sum of the counts of Lost records */
     int saw_info;
     int check_ticks;   /* producer wrote ticks = position in its stream */
@@ -155,6 +157,8 @@ static int on_msg(void *ctx, uint32_t type, const uint8_t *msg, size_t len)
     }
     case PT_MSG_PRODUCER_STATUS:
         c->last_status = m.u.producer_status.state;
+        c->status_written = m.u.producer_status.events_written;
+        c->status_dropped = m.u.producer_status.events_dropped;
         c->status_changes++;
         break;
     case PT_MSG_LOST_COUNT:
@@ -845,6 +849,44 @@ static void test_lost_and_status(void)
     local_close(&l);
 }
 
+/* A thread's ring retires, the reader drains it and frees the slot, and a later
+ * thread claims that same slot (its claim resets the slot's counters): the
+ * producer's totals (ProducerStatus, pt_reader_stats, pt_segment_inspect) still
+ * count the first thread's events, so they agree with what was read. */
+static void test_totals_survive_slot_reuse(void)
+{
+    local_t l;
+    local_open(&l);
+    l.c.check_ticks = 0;
+    pt_ring_t ring;
+    REQUIRE(pt_segment_claim_ring(l.seg, 1, "first", 0, &ring) == 0);
+    const uint64_t capacity = 4 * 251, lost = 30, first = capacity + 1, second = 200;
+    for (uint64_t i = 0; i < capacity + lost; i++)
+        (void)pt_ring_push(&ring, i, 0, PT_EV_MARK, 0, 0);
+    CHECK(poll_once(&l) == (long)capacity);
+    pt_segment_retire_ring(l.seg, &ring, first); /* its Lost record is the last event */
+    CHECK(poll_once(&l) == 1);                    /* drained: the slot is FREE again */
+    CHECK(l.c.thr[1].ended);
+    REQUIRE(pt_segment_claim_ring(l.seg, 2, "second", first, &ring) == 0);
+    CHECK(ring.ring_index == 0); /* the same slot, reused */
+    for (uint64_t i = 0; i < second; i++)
+        REQUIRE(pt_ring_push(&ring, i, 0, PT_EV_MARK, 0, 0) == 0);
+    pt_ring_flush_counters(&ring);
+    pt_reader_stats_t st;
+    pt_reader_stats(l.r, &st);
+    CHECK(st.producer_events_written == first + second);
+    pt_segment_retire_ring(l.seg, &ring, first + second);
+    pt_segment_set_state(l.seg, PT_STATE_EXITED);
+    CHECK(poll_once(&l) == (long)second);
+    CHECK(pt_reader_finished(l.r) && l.c.last_status == PT_STATE_EXITED);
+    CHECK(l.c.events == first + second && l.c.errors == 0);
+    CHECK(l.c.status_written == l.c.events);
+    CHECK(l.c.status_dropped == lost && st.producer_events_dropped == lost);
+    printf("slot reuse: read %llu, producer status says %llu written\n", (unsigned long long)l.c.events,
+           (unsigned long long)l.c.status_written);
+    local_close(&l);
+}
+
 /* ---- a segment that shrinks under the reader ------------------------------------ */
 
 static void truncate_segment(const char *name, off_t size)
@@ -1037,6 +1079,7 @@ int main(int argc, char **argv)
     test_bad_symlog();
     test_bad_chunk();
     test_lost_and_status();
+    test_totals_survive_slot_reuse();
     test_symlog_limits();
     test_symlog_three_strings();
     test_clean_exit(argc > 1 ? argv[1] : NULL);
