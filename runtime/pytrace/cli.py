@@ -9,6 +9,7 @@
     pytrace export FILE --format F -o OUT         export a recording (pytrace.export)
     pytrace attach [options] PID | detach PID      trace a running process (pytrace.attach)
     pytrace dump PID                               print every thread's stack (pytrace.dump)
+    pytrace hub PID | SEGMENT                      serve a job to many readers (pytrace-hub)
 
 `top`, `record` and `export` run `pytrace.<name>.main(argv)`.
 """
@@ -27,6 +28,7 @@ USAGE = """usage: pytrace run [options] (script.py | -m module | -c code) [args.
        pytrace export FILE --format perfetto|chrome|speedscope|collapsed|pstats -o OUT
        pytrace attach [options] PID | pytrace detach PID
        pytrace dump PID
+       pytrace hub PID | SEGMENT
 
 commands:
   run      run a Python program traced; a reader (pytrace top, record) can attach any time
@@ -36,6 +38,7 @@ commands:
   export   turn a recording into a Perfetto trace, Chrome JSON, speedscope, collapsed stacks or pstats
   attach   start tracing inside a running Python 3.14+ process (PEP 768); detach stops it
   dump     print every thread's current Python stack of a process
+  hub      serve a running job to any number of readers (top, record, pytrace.Reader) at once
 
 `pytrace COMMAND --help` gives each command's options. pytrace -V: the version."""
 
@@ -167,6 +170,25 @@ def cmd_ls(argv):
     return 0
 
 
+def cmd_hub(argv):
+    p = ArgumentParser(prog="pytrace hub",
+                       description="Start the hub of a running traced job: it becomes the job's one "
+                                   "reader and serves it to any number of readers (pytrace top PID, "
+                                   "pytrace record PID, pytrace.Reader(PID)), which find it by themselves. "
+                                   "It ends when the job ends.")
+    p.add_argument("target", metavar="PID|SEGMENT", help="the job (its pid or segment name)")
+    ns = p.parse_args(argv)
+    extension()
+    from .reader import start_hub
+    try:
+        proc, path = start_hub(ns.target, detach=True)
+    except OSError as e:
+        sys.stderr.write("pytrace hub: %s\n" % (e.strerror or e))
+        return 1
+    print("pytrace hub: pid %d serves %s at %s" % (proc.pid, printable(ns.target), path))
+    return 0
+
+
 def cmd_reserved(name, argv):
     import importlib
     try:
@@ -199,6 +221,8 @@ def main(argv=None):
         elif command in ("attach", "detach"):
             from . import attach
             code = attach.main(command, rest)
+        elif command == "hub":
+            code = cmd_hub(rest)
         elif command == "dump":
             from . import dump
             code = dump.main(rest)

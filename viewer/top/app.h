@@ -12,6 +12,7 @@
 #include "shm/reader.h"
 #include "viewer/core/agg.h"
 #include "viewer/core/recfile.h"
+#include "viewer/hub/client.h"
 
 #include "cpu.h"
 
@@ -39,7 +40,9 @@ extern const PanelClass FlamePanel_class;
 #define APP_FILTER_MAX 128
 
 typedef struct App {
-    pt_reader_t *reader;     /* live job, or NULL when showing a recording */
+    pt_reader_t *reader;     /* live job read directly, or NULL */
+    pt_hub_client_t *hub;    /* live job read through its hub (pytrace-hub), or NULL */
+    int hub_seen;            /* the hub's first bytes arrived */
     pt_recfile_t *recfile;   /* recording (--file), or NULL */
     pt_agg_t *agg;
     const PanelClass *panel;

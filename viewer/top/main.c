@@ -202,11 +202,38 @@ static long App_pollFile(App *app)
     return events;
 }
 
+/* Through the hub: what has arrived (the first call waits a little for the
+ * late joiner's state, so --once shows the job as it is now). */
+static long App_pollHub(App *app)
+{
+    if (app->ended || app->died)
+        return 0;
+    long n = pt_hub_client_poll(app->hub, App_onMessage, app, POLL_MAX_EVENTS, app->hub_seen ? 0 : 200);
+    app->hub_seen = 1;
+    const char *e = pt_hub_client_error(app->hub);
+    if (n < 0 && n != -EPIPE)
+        snprintf(app->error, sizeof app->error, "%s", e && *e ? e : strerror((int)-n));
+    if (pt_hub_client_finished(app->hub)) {
+        pt_reader_stats_t st;
+        pt_hub_client_stats(app->hub, &st);
+        if (st.producer_state == PT_STATE_DEAD) {
+            app->died = 1;
+            if (e && *e)
+                snprintf(app->error, sizeof app->error, "%s", e);
+        } else {
+            app->ended = 1;
+        }
+    }
+    return n;
+}
+
 /* Drain once. Returns events read or a negative errno (recorded in app). */
 static long App_poll(App *app)
 {
     if (app->recfile)
         return App_pollFile(app);
+    if (app->hub)
+        return App_pollHub(app);
     if (app->ended || app->died)
         return 0;
     long n = pt_reader_poll(app->reader, App_onMessage, app, POLL_MAX_EVENTS);
@@ -302,6 +329,8 @@ static void App_readStats(const App *app, pt_reader_stats_t *out)
 {
     if (app->recfile)
         *out = app->file_stats;
+    else if (app->hub)
+        pt_hub_client_stats(app->hub, out);
     else
         pt_reader_stats(app->reader, out);
 }
@@ -1168,6 +1197,14 @@ int main(int argc, char **argv)
         rc = pt_recfile_open(o.file, &app.recfile, err, sizeof err);
     } else {
         rc = pt_reader_attach(o.target, 0, &app.reader, err, sizeof err);
+        if (rc == -EBUSY) { /* held: by a hub, read through it (any number of readers may) */
+            char herr[512] = "";
+            int hrc = pt_hub_client_connect(o.target, 0, &app.hub, herr, sizeof herr);
+            if (hrc == 0)
+                rc = 0;
+            else if (hrc != -ENXIO && hrc != -ENOENT)
+                snprintf(err, sizeof err, "%s", herr);
+        }
     }
     if (rc) {
         if (interactive_started)
@@ -1179,6 +1216,8 @@ int main(int argc, char **argv)
         pt_reader_stats_t st;
         pt_reader_stats(app.reader, &st);
         Cpu_init(&app.cpu, st.pid, CPU_PERIOD_NS);
+    } else if (app.hub) {
+        Cpu_init(&app.cpu, pt_hub_client_welcome(app.hub)->root_pid, CPU_PERIOD_NS);
     }
     if (pt_agg_create(NULL, &app.agg)) {
         if (interactive_started)
@@ -1186,6 +1225,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "pytrace-top: out of memory\n");
         if (app.reader)
             pt_reader_detach(app.reader, 0);
+        pt_hub_client_close(app.hub);
         pt_recfile_close(app.recfile);
         return 1;
     }
@@ -1225,6 +1265,7 @@ int main(int argc, char **argv)
     pt_agg_tree_free(&app.tree);
     if (app.reader) /* a finished job's segment is spent once read: remove it */
         pt_reader_detach(app.reader, 1);
+    pt_hub_client_close(app.hub);
     pt_recfile_close(app.recfile);
     pt_agg_destroy(app.agg);
     Cpu_done(&app.cpu);
