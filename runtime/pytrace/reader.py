@@ -475,7 +475,9 @@ class Reader:
             if self._r.finished or not follow:
                 return
             # Both states were read before this empty poll, so nothing more will come.
-            if state in _TERMINAL_STATES or self.producer_state in _TERMINAL_STATES:
+            # (Through a hub the end is the hub closing the stream: `finished`.)
+            if not self.via_hub and (state in _TERMINAL_STATES
+                                     or self.producer_state in _TERMINAL_STATES):
                 return
             if not self.via_hub:            # a hub's poll waited for it already
                 time.sleep(self.interval)

@@ -356,7 +356,8 @@ long pt_hub_client_poll(pt_hub_client_t *c, pt_reader_msg_fn fn, void *ctx, uint
         }
         if (c->eof) {
             if (c->have - c->start > 0) {
-                snprintf(c->error, sizeof c->error, "the hub's stream ended inside a message");
+                if (c->error[0] == 0)
+                    snprintf(c->error, sizeof c->error, "the hub's stream ended inside a message");
                 c->start = c->have;
             }
             if (c->stats.producer_state >= PT_STATE_STOPPED || c->stats.producer_state == PT_STATE_EMPTY) {

@@ -58,7 +58,8 @@
 #define DEFAULT_QUEUE_MIB 32u
 #define MAX_STACK 4096u                        /* frames resent per thread */
 #define HELLO_TIMEOUT_NS 10000000000ull
-#define FINISH_GRACE_NS 10000000000ull         /* a non-lossless reader's time to take the end */
+#define FINISH_GRACE_NS 10000000000ull         /* after the end, a non-lossless reader that takes
+                                                  nothing for this long is closed */
 
 typedef struct blob {
     uint8_t *p;
@@ -98,6 +99,7 @@ typedef struct hreader {
     uint8_t hello[PT_HUB_HELLO_BYTES];
     size_t hello_got;
     uint64_t since_ns;
+    uint64_t progress_ns; /* last time it took bytes */
     int lossless;
     uint8_t *q;
     size_t qstart, qend, qcap, bound;
@@ -498,6 +500,7 @@ static int reader_flush(hub_t *h, hreader_t *r)
         }
         r->qstart += (size_t)n;
         r->sent_bytes += (uint64_t)n;
+        r->progress_ns = pt_monotonic_ns();
     }
     if (q_len(r) == 0)
         r->qstart = r->qend = 0;
@@ -883,12 +886,14 @@ int main(int argc, char **argv)
         for (size_t si = 0; si < h->nsegs; si++)
             all_done &= h->segs[si].finished;
         if (all_done) {
+            now = pt_monotonic_ns(); /* after the flushes (progress_ns) */
             if (h->finished_ns == 0)
                 h->finished_ns = now;
             /* the end: close every reader that has everything; a stuck one gets a grace time */
             for (size_t i = h->nreaders; i-- > 0;) {
                 hreader_t *r = h->readers[i];
-                int late = !r->lossless && now - h->finished_ns > FINISH_GRACE_NS;
+                uint64_t since = r->progress_ns > h->finished_ns ? r->progress_ns : h->finished_ns;
+                int late = !r->lossless && now > since && now - since > FINISH_GRACE_NS;
                 if (r->state == R_LIVE && (q_len(r) == 0 || late)) {
                     shutdown(r->fd, SHUT_WR);
                     reader_drop(h, i, late ? "did not take the end of the stream in time; closed" : NULL);
