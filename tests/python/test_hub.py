@@ -301,7 +301,7 @@ def test_another_users_connection_is_refused(tmp_path):
                             stderr=subprocess.PIPE, text=True)
     try:
         sock = proc.stdout.readline().strip()
-        assert sock.startswith("/tmp/pytrace-%d/" % pw.pw_uid), proc.stderr.read()
+        assert sock.startswith("/tmp/pytrace-%d/" % pw.pw_uid), (sock, proc.stderr.read())
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         s.settimeout(30)
         s.connect(sock)
@@ -320,6 +320,64 @@ def test_another_users_connection_is_refused(tmp_path):
             _pytrace.HubClient("x", socket=sock)
         assert "not a directory of yours" in str(e.value) or "not the hub" in str(e.value)
     finally:
-        proc.stdin.write("\n")
-        proc.stdin.close()
+        try:
+            proc.stdin.write("\n")
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass                # it failed: its stderr is in the assertion above
         proc.wait(timeout=60)
+
+
+POOL = textwrap.dedent("""
+    import multiprocessing as mp, sys
+    def work(i):
+        s = 0
+        for k in range(2000):
+            s += k
+        return s
+    if __name__ == "__main__":
+        mp.set_start_method("fork")
+        with mp.Pool(4) as p:
+            r = p.map(work, range(int(sys.argv[1])), chunksize=1)
+        print("done", len(r))
+""")
+
+
+def test_process_tree_every_forked_worker_is_read_and_tagged(tmp_path):
+    """With --subprocesses the hub reads the segments of the job's fork children too
+    and tags each message with its process: the calls of the pool's worker function,
+    counted per process from one reader's stream, add up to exactly the tasks, spread
+    over worker processes (each with its own ProcessInfo first)."""
+    from pytrace import _launch
+    script = tmp_path / "pool.py"
+    script.write_text(POOL)
+    tasks = 200
+    job, segment, wait_w = _launch.start_job(PY, [], {"c_calls": True, "policy": "wait"},
+                                             [str(script), str(tasks)],
+                                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert segment
+    hub, sock = start_hub(segment, "--subprocesses", "--hold", "1")
+    import pytrace
+    from pytrace.reader import MsgType, EventKind
+    names, calls, infos, first_kind = {}, {}, {}, {}
+    with pytrace.Reader(segment, follow=True) as r:
+        assert r.via_hub
+        os.close(wait_w)
+        for m in r:
+            first_kind.setdefault(m.process, m.type)
+            if m.type == MsgType.ProcessInfo:
+                infos[m.process] = m.pid
+            elif m.type == MsgType.Symbol:
+                names[(m.process, m.id)] = m.name
+            elif m.type == MsgType.EventChunk:
+                for ticks, ident, aux, kind, flags in m.iter_events():
+                    if kind == EventKind.Call and names.get((m.process, ident)) == "work":
+                        calls[m.process] = calls.get(m.process, 0) + 1
+    out, err = job.communicate(timeout=120)
+    hub_err = hub.communicate(timeout=60)[1]
+    assert job.returncode == 0 and b"done %d" % tasks in out, err
+    assert all(p != 0 for p in infos), "a message of a multi-process stream is untagged"
+    assert all(kind == MsgType.ProcessInfo for kind in first_kind.values()), first_kind
+    assert sum(calls.values()) == tasks, (calls, hub_err)
+    assert len(infos) >= 2 and infos[1] == job.pid
+    assert "could not be read" not in hub_err

@@ -31,6 +31,8 @@ struct pt_hub_client {
     uint64_t *aligned; /* scratch for a message that is not 8-aligned in buf */
     size_t aligned_cap;
     pt_reader_stats_t stats;
+    pt_fb_producer_status_t *status; /* by process number: the stats sum them */
+    size_t nstatus;
     char segment[96];
     char error[256];
 };
@@ -260,15 +262,40 @@ static void note(pt_hub_client_t *c, const pt_fb_msg_t *m)
                 st->events_read++;
         break;
     case PT_MSG_PRODUCER_STATUS: {
-        const pt_fb_producer_status_t *p = &m->u.producer_status;
-        st->producer_state = p->state;
-        st->producer_events_written = p->events_written;
-        st->producer_events_dropped = p->events_dropped;
-        st->hook_errors = p->hook_errors;
-        st->symbols_dropped = p->symbols_dropped;
-        st->threads_untraced = p->threads_untraced;
-        st->tracing_displaced = p->tracing_displaced;
-        st->events_untraced = p->events_untraced;
+        /* a stream of several processes (tagged): the counters are the sum of
+         * each process's last status; the state is the first process's */
+        uint32_t proc = m->process;
+        if (proc < (1u << 16) && proc >= c->nstatus) {
+            size_t n = (size_t)proc + 16;
+            pt_fb_producer_status_t *ns = realloc(c->status, n * sizeof *ns);
+            if (ns == NULL)
+                break;
+            memset(ns + c->nstatus, 0, (n - c->nstatus) * sizeof *ns);
+            c->status = ns;
+            c->nstatus = n;
+        }
+        if (proc >= c->nstatus)
+            break;
+        c->status[proc] = m->u.producer_status;
+        c->status[proc].state = m->u.producer_status.state ? m->u.producer_status.state : 1;
+        st->producer_events_written = st->producer_events_dropped = st->hook_errors = st->symbols_dropped = 0;
+        st->threads_untraced = st->tracing_displaced = st->events_untraced = 0;
+        int first = 1;
+        for (size_t i = 0; i < c->nstatus; i++) {
+            const pt_fb_producer_status_t *p = &c->status[i];
+            if (p->state == 0)
+                continue; /* no status from this process number */
+            if (first)
+                st->producer_state = p->state;
+            first = 0;
+            st->producer_events_written += p->events_written;
+            st->producer_events_dropped += p->events_dropped;
+            st->hook_errors += p->hook_errors;
+            st->symbols_dropped += p->symbols_dropped;
+            st->threads_untraced += p->threads_untraced;
+            st->tracing_displaced += p->tracing_displaced;
+            st->events_untraced += p->events_untraced;
+        }
         break;
     }
     default: break;
@@ -395,6 +422,7 @@ void pt_hub_client_close(pt_hub_client_t *c)
     if (c == NULL)
         return;
     close(c->fd);
+    free(c->status);
     free(c->buf);
     free(c->aligned);
     free(c);

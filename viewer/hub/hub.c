@@ -131,6 +131,15 @@ typedef struct hub {
     uint64_t events_drained, readers_served;
     uint8_t *scratch;
     size_t scratch_cap;
+    /* process tree (--subprocesses) */
+    int tree;                 /* tag every message with its process (segment index + 1) */
+    uint64_t next_scan_ns;
+    uint64_t children_attached, children_failed;
+    char (*failed)[96];       /* segments that could not be attached (said once) */
+    size_t nfailed, capfailed;
+    char dir[PT_HUB_PATH_MAX];
+    uint8_t *tagged;          /* a message tagged with its process */
+    size_t tagged_cap;
 } hub_t;
 
 static volatile sig_atomic_t stop_requested;
@@ -258,6 +267,53 @@ static uint8_t *scratch(hub_t *h, size_t len)
     return h->scratch;
 }
 
+/* msg tagged with the segment's process number when the hub serves a tree
+ * (h->tree), else msg itself. *len is updated. NULL: out of memory or a
+ * message that cannot be rebuilt (said by the caller). */
+static const uint8_t *tag(hub_t *h, uint32_t seg, const uint8_t *msg, size_t *len)
+{
+    if (!h->tree)
+        return msg;
+    size_t cap = *len + 8;
+    if (cap > h->tagged_cap) {
+        uint8_t *n = realloc(h->tagged, cap);
+        if (n == NULL)
+            return NULL;
+        h->tagged = n;
+        h->tagged_cap = cap;
+    }
+    size_t n = pt_fb_tag(h->tagged, cap, msg, *len, seg + 1);
+    if (n == 0) { /* not a builder's layout (e.g. a symbol from another writer): rebuild it */
+        pt_fb_msg_t m;
+        if (pt_fb_parse(msg, *len, &m, NULL, 0))
+            return NULL;
+        m.process = seg + 1;
+        for (size_t want = cap + 64;; want *= 2) {
+            if (want > h->tagged_cap) {
+                uint8_t *nb = realloc(h->tagged, want);
+                if (nb == NULL)
+                    return NULL;
+                h->tagged = nb;
+                h->tagged_cap = want;
+            }
+            n = pt_fb_build(h->tagged, h->tagged_cap, &m);
+            if (n || want > ((size_t)64 << 20))
+                break;
+        }
+        if (n == 0)
+            return NULL;
+    }
+    *len = n;
+    return h->tagged;
+}
+
+/* A message the hub built for one reader, tagged as needed, into its queue. */
+static int q_put_built(hub_t *h, hreader_t *r, uint32_t seg, const uint8_t *msg, size_t len)
+{
+    const uint8_t *t = tag(h, seg, msg, &len);
+    return t ? q_put(r, t, len) : -ENOMEM;
+}
+
 /* The thread's open frames as Frame records, after a Lost record of `missed`
  * events if missed > 0: one EventChunk into the reader's queue. */
 static int put_stack(hub_t *h, hreader_t *r, const hthread_t *t, uint64_t missed)
@@ -298,16 +354,15 @@ static int put_stack(hub_t *h, hreader_t *r, const hthread_t *t, uint64_t missed
     if (buf == NULL)
         return -ENOMEM;
     size_t len = pt_fb_build_event_chunk(buf, cap, t->number, t->next_event, ev, n);
-    return len ? q_put(r, buf, len) : -EMSGSIZE;
+    return len ? q_put_built(h, r, t->seg, buf, len) : -EMSGSIZE;
 }
 
 static int put_lost_count(hub_t *h, hreader_t *r, const hthread_t *t, uint64_t total)
 {
     pt_fb_lost_count_t lc = {t->number, total};
     uint8_t buf[128];
-    (void)h;
     size_t len = pt_fb_build_lost_count(buf, sizeof buf, &lc);
-    return len ? q_put(r, buf, len) : -EMSGSIZE;
+    return len ? q_put_built(h, r, t->seg, buf, len) : -EMSGSIZE;
 }
 
 /* What a reader needs to be consistent again: a late joiner's start
@@ -575,6 +630,11 @@ static int on_message(void *vctx, uint32_t type, const uint8_t *msg, size_t len)
     }
     long ti = -1;
     int rc = 0;
+    msg = tag(h, ctx->seg, msg, &len);
+    if (msg == NULL) {
+        say(h, "%s: out of memory tagging a message", s->name);
+        return -ENOMEM;
+    }
     switch (m.type) {
     case PT_MSG_PROCESS_INFO:
         rc = blob_set(&s->pinfo, msg, len);
@@ -684,6 +744,122 @@ static long drain(hub_t *h)
     return total;
 }
 
+/* ---- the process tree (--subprocesses) ---------------------------------------- */
+
+static uint64_t proc_ppid(uint64_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%llu/stat", (unsigned long long)pid);
+    FILE *f = fopen(path, "re");
+    if (f == NULL)
+        return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *close_paren = strrchr(buf, ')'); /* comm may hold anything */
+    unsigned long long ppid = 0;
+    char state;
+    if (close_paren == NULL || sscanf(close_paren + 1, " %c %llu", &state, &ppid) != 2)
+        return 0;
+    return ppid;
+}
+
+/* Does a process whose parent is ppid descend from the job? Its parent, or
+ * an ancestor (through /proc: an untraced shell or forkserver in between), is
+ * the job's root or a process the hub reads. */
+static int descends(const hub_t *h, uint64_t ppid)
+{
+    for (int depth = 0; depth < 64 && ppid > 1; depth++) {
+        if (ppid == h->root_pid)
+            return 1;
+        for (size_t i = 0; i < h->nsegs; i++)
+            if (h->segs[i].pid == ppid)
+                return 1;
+        ppid = proc_ppid(ppid);
+    }
+    return 0;
+}
+
+static int attach_seg(hub_t *h, const char *name, uint64_t pid)
+{
+    char err[512] = "";
+    if (grow((void **)&h->segs, &(size_t){h->nsegs}, h->nsegs + 1, sizeof *h->segs))
+        return -ENOMEM;
+    hseg_t *s = &h->segs[h->nsegs];
+    memset(s, 0, sizeof *s);
+    int rc = pt_reader_attach(name, 0, &s->r, err, sizeof err);
+    if (rc < 0) {
+        h->children_failed++;
+        if (!grow((void **)&h->failed, &h->capfailed, h->nfailed + 1, sizeof *h->failed))
+            snprintf(h->failed[h->nfailed++], sizeof *h->failed, "%s", name);
+        /* said even with --quiet: a child nobody reads is never silent */
+        fprintf(stderr, "pytrace-hub: cannot read child pid %llu of the job: %s (%llu child%s of the job not read)\n",
+                (unsigned long long)pid, err[0] ? err : strerror(-rc), (unsigned long long)h->children_failed,
+                h->children_failed == 1 ? "" : "ren");
+        return rc;
+    }
+    if (pt_walk_create(&(pt_walk_ops_t){0}, NULL, &s->walk)) {
+        pt_reader_detach(s->r, 0);
+        return -ENOMEM;
+    }
+    snprintf(s->name, sizeof s->name, "%s", pt_segment_name(pt_reader_segment(s->r)));
+    s->pid = pid;
+    s->policy_wait = pt_segment_header(pt_reader_segment(s->r))->drop_policy == PT_POLICY_WAIT;
+    /* a reader of this segment finds the hub by the segment's name */
+    if (pt_hub_socket_path(h->dir, s->name, s->link, sizeof s->link) == 0) {
+        unlink(s->link);
+        if (link(h->sock, s->link) < 0)
+            s->link[0] = 0;
+    }
+    h->nsegs++;
+    h->children_attached++;
+    say(h, "reading child pid %llu (%s) as process %zu", (unsigned long long)pid, s->name, h->nsegs);
+    return 0;
+}
+
+/* Attach every segment of the job's tree not read yet. Returns how many. */
+static int scan_children(hub_t *h)
+{
+    size_t max = 256, count = 0;
+    pt_segment_info_t *infos = NULL;
+    int rc, added = 0;
+    for (;;) {
+        pt_segment_info_t *n = realloc(infos, max * sizeof *infos);
+        if (n == NULL) {
+            free(infos);
+            return 0;
+        }
+        infos = n;
+        rc = pt_segment_list(infos, max, &count);
+        if (rc < 0 || count <= max)
+            break;
+        max = count + 16;
+    }
+    if (rc < 0) {
+        free(infos);
+        return 0;
+    }
+    /* oldest first: a parent is read before its children */
+    for (size_t k = count; k-- > 0;) {
+        const pt_segment_info_t *si = &infos[k];
+        if (!si->valid || si->uid != geteuid() || si->pid == h->root_pid)
+            continue;
+        int known = 0;
+        for (size_t i = 0; i < h->nsegs && !known; i++)
+            known = !strcmp(h->segs[i].name, si->name);
+        for (size_t i = 0; i < h->nfailed && !known; i++)
+            known = !strcmp(h->failed[i], si->name);
+        if (known || !descends(h, si->ppid))
+            continue;
+        if (si->state == PT_STATE_EXITED && si->consumer_pid == 0 && si->events_written == 0)
+            continue;
+        if (attach_seg(h, si->name, si->pid) == 0)
+            added++;
+    }
+    free(infos);
+    return added;
+}
+
 /* ---- main ------------------------------------------------------------------ */
 
 static int listen_on(hub_t *h, const char *segment, char *err, size_t errlen)
@@ -692,6 +868,7 @@ static int listen_on(hub_t *h, const char *segment, char *err, size_t errlen)
     int rc = pt_hub_dir(1, dir, sizeof dir, err, errlen);
     if (rc < 0)
         return rc;
+    memcpy(h->dir, dir, sizeof h->dir);
     if (pt_hub_socket_path(dir, segment, h->sock, sizeof h->sock) < 0) {
         snprintf(err, errlen, "socket path for %s too long", segment);
         return -ENAMETOOLONG;
@@ -739,6 +916,8 @@ static void usage(FILE *f)
             "  --hold N          do not drain before N readers have joined (at most --hold-timeout)\n"
             "  --hold-timeout S  (default 30)\n"
             "  --queue-mib M     each reader's queue bound (default %u)\n"
+            "  --subprocesses    also read every traced process the job starts (its segments, found\n"
+            "                    in /dev/shm by parent pid); each message is tagged with its process\n"
             "  --quiet           no messages on stderr but errors\n"
             "  -V, --version     print the version;  -h, --help: this help\n",
             DEFAULT_QUEUE_MIB);
@@ -774,6 +953,8 @@ int main(int argc, char **argv)
             i++;
         } else if (!strcmp(a, "--quiet")) {
             h->quiet = 1;
+        } else if (!strcmp(a, "--subprocesses")) {
+            h->tree = 1;
         } else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "pytrace-hub: unknown option '%s' (try --help)\n", a);
             return 2;
@@ -871,6 +1052,11 @@ int main(int argc, char **argv)
                 continue;
             }
         }
+        if (h->tree && now >= h->next_scan_ns && may_drain(h, now)) {
+            if (scan_children(h))
+                all_done = 0;
+            h->next_scan_ns = now + 100000000ull; /* 0.1 s: a child waiting on a full ring is picked up soon */
+        }
         last = 0;
         if (!all_done && may_drain(h, now)) {
             last = drain(h);
@@ -885,6 +1071,8 @@ int main(int argc, char **argv)
         all_done = 1;
         for (size_t si = 0; si < h->nsegs; si++)
             all_done &= h->segs[si].finished;
+        if (all_done && h->finished_ns == 0 && h->tree && scan_children(h))
+            all_done = 0; /* a child still to read */
         if (all_done) {
             now = pt_monotonic_ns(); /* after the flushes (progress_ns) */
             if (h->finished_ns == 0)
@@ -916,8 +1104,11 @@ int main(int argc, char **argv)
         pt_reader_detach(s->r, s->finished);
         pt_walk_destroy(s->walk);
     }
-    say(h, "served %llu readers, %llu events", (unsigned long long)h->readers_served,
-        (unsigned long long)h->events_drained);
+    say(h, "served %llu readers, %llu events, %zu process%s", (unsigned long long)h->readers_served,
+        (unsigned long long)h->events_drained, h->nsegs, h->nsegs == 1 ? "" : "es");
+    if (h->children_failed)
+        fprintf(stderr, "pytrace-hub: %llu child%s of the job could not be read\n",
+                (unsigned long long)h->children_failed, h->children_failed == 1 ? "" : "ren");
     free(pfd);
     return status;
 }
