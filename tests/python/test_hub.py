@@ -381,3 +381,31 @@ def test_process_tree_every_forked_worker_is_read_and_tagged(tmp_path):
     assert sum(calls.values()) == tasks, (calls, hub_err)
     assert len(infos) >= 2 and infos[1] == job.pid
     assert "could not be read" not in hub_err
+
+
+def test_slow_lossless_recorder_holds_the_job_back_and_misses_nothing(tmp_path):
+    """A lossless reader (hello flag; the job's policy is wait) that reads slower than the
+    job, with a queue of 1 MiB: the hub stops draining while its queue is full, so the
+    job waits and the reader gets every event (no Lost record, nothing dropped)."""
+    from pytrace import _pytrace
+    from pytrace.reader import decode, MsgType, EventKind
+    job, segment, wait_w = start_job(tmp_path, 60, 20000)
+    hub, sock = start_hub(segment, "--hold", "1", "--queue-mib", "1", "--quiet")
+    c = _pytrace.HubClient(segment, lossless=True)
+    assert c.stats()["lossless"] is True
+    os.close(wait_w)
+    events = lost = 0
+    while not c.finished:
+        for t, data in c.poll(0, 0.05):
+            if t == MsgType.EventChunk:
+                m = decode(t, data)
+                events += m.count
+                lost += sum(1 for e in m.iter_events() if e[3] == EventKind.Lost)
+        time.sleep(0.01)               # slower than the job
+    st = c.stats()
+    c.close()
+    assert job.wait(timeout=120) == 0
+    hub.wait(timeout=60)
+    assert lost == 0
+    assert st["producer_events_dropped"] == 0
+    assert events == st["producer_events_written"] > 1_000_000

@@ -54,7 +54,6 @@
 #endif
 
 #define DRAIN_EVENTS (1u << 16)              /* per segment and round */
-#define LOSSLESS_HEADROOM ((size_t)4 << 20)   /* a round's messages fit in it */
 #define DEFAULT_QUEUE_MIB 32u
 #define MAX_STACK 4096u                        /* frames resent per thread */
 #define HELLO_TIMEOUT_NS 10000000000ull
@@ -709,8 +708,9 @@ static int may_drain(const hub_t *h, uint64_t now)
         return 0;
     for (size_t i = 0; i < h->nreaders; i++) {
         const hreader_t *r = h->readers[i];
-        if (r->state == R_LIVE && r->lossless && q_len(r) + LOSSLESS_HEADROOM > r->bound)
-            return 0; /* the lossless reader's queue is full: the job waits (policy Wait) */
+        if (r->state == R_LIVE && r->lossless && q_len(r) > r->bound / 2)
+            return 0; /* the lossless reader's queue is full: the job waits (policy Wait); a
+                         round adds at most about DRAIN_EVENTS events per segment above it */
     }
     return 1;
 }
