@@ -177,11 +177,14 @@ def cmd_hub(argv):
                                    "pytrace record PID, pytrace.Reader(PID)), which find it by themselves. "
                                    "It ends when the job ends.")
     p.add_argument("target", metavar="PID|SEGMENT", help="the job (its pid or segment name)")
+    p.add_argument("--subprocesses", action="store_true",
+                   help="also read every traced process the job starts (each message tagged "
+                        "with its process)")
     ns = p.parse_args(argv)
     extension()
     from .reader import start_hub
     try:
-        proc, path = start_hub(ns.target, detach=True)
+        proc, path = start_hub(ns.target, detach=True, subprocesses=ns.subprocesses)
     except OSError as e:
         sys.stderr.write("pytrace hub: %s\n" % (e.strerror or e))
         return 1

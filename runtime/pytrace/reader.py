@@ -367,11 +367,13 @@ def find_hub_binary():
     return shutil.which("pytrace-hub")
 
 
-def start_hub(target, hold=0, detach=False, timeout=10.0, stderr=None):
+def start_hub(target, hold=0, detach=False, timeout=10.0, stderr=None, subprocesses=False):
     """Start pytrace-hub for target (a pid or segment name): -> (Popen, socket path).
     hold=N: it drains only once N readers joined (so they all get the job from its
-    first event). detach=True: in its own session (outlives the caller). OSError with
-    one line when it cannot start or does not come up."""
+    first event). subprocesses=True: it also reads every traced process of the job's
+    tree, each message tagged with its process. The hub runs in its own session (a
+    Ctrl-C of the caller's terminal does not cut the readers' stream short). OSError
+    with one line when it cannot start or does not come up."""
     import os
     import select
     import subprocess
@@ -381,6 +383,8 @@ def start_hub(target, hold=0, detach=False, timeout=10.0, stderr=None):
     argv = [binary, "--quiet"]
     if hold:
         argv += ["--hold", str(int(hold))]
+    if subprocesses:
+        argv.append("--subprocesses")
     argv.append(str(target))
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=stderr, start_new_session=True, close_fds=True)

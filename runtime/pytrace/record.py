@@ -81,6 +81,10 @@ def _parser():
     p.add_argument("--no-hub", dest="hub", action="store_false",
                    help="new job: read its segment directly instead of starting a hub (pytrace-hub) "
                         "that other readers (pytrace top, pytrace.Reader) can join")
+    p.add_argument("--no-subprocesses", dest="subprocesses", action="store_false",
+                   help="new job: record only its own process (by default the hub also reads "
+                        "every traced process the job starts, e.g. multiprocessing workers, and "
+                        "the recording holds them all, each message tagged with its process)")
     p.add_argument("--attach-timeout", type=float, default=30.0, metavar="S",
                    help="how long to wait for the job's segment to appear (default 30)")
     p.add_argument("--duration", type=float, default=None, metavar="S",
@@ -414,7 +418,7 @@ def main(argv=None):
             if segment and args.hub:
                 # the job's hub: holds the segment, drains nothing before we joined
                 try:
-                    hub, _ = start_hub(segment, hold=1)
+                    hub, _ = start_hub(segment, hold=1, subprocesses=args.subprocesses)
                 except OSError as e:
                     _say("%s; reading the job directly (no other reader can follow it)" % e.strerror)
             try:

@@ -219,7 +219,7 @@ def main(argv=None):
     from .reader import start_hub
     hub = None
     try:
-        hub, _ = start_hub(segment, hold=1)
+        hub, _ = start_hub(segment, hold=1, subprocesses=True)
     except OSError as e:
         _say("%s; the view reads the job directly" % e.strerror)
     viewer = subprocess.Popen([viewer_path, segment] + view_opts)

@@ -25,8 +25,9 @@
  *
  * Process tree (--subprocesses): the hub scans /dev/shm for segments whose
  * producer descends from the job's root pid and attaches each; every message
- * of a child is re-framed with its process number (pt_fb_tag when the schema
- * has it; see README).
+ * of a child is re-framed with its process number (pt_fb_tag): the job's own
+ * process is 0 (untagged, so a job without children gives the very stream a
+ * single reader gives), its children 1, 2, ... in the order the hub found them.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -271,8 +272,8 @@ static uint8_t *scratch(hub_t *h, size_t len)
  * message that cannot be rebuilt (said by the caller). */
 static const uint8_t *tag(hub_t *h, uint32_t seg, const uint8_t *msg, size_t *len)
 {
-    if (!h->tree)
-        return msg;
+    if (!h->tree || seg == 0)
+        return msg; /* the job's own process is process 0: untagged, as a single-process stream */
     size_t cap = *len + 8;
     if (cap > h->tagged_cap) {
         uint8_t *n = realloc(h->tagged, cap);
@@ -281,12 +282,12 @@ static const uint8_t *tag(hub_t *h, uint32_t seg, const uint8_t *msg, size_t *le
         h->tagged = n;
         h->tagged_cap = cap;
     }
-    size_t n = pt_fb_tag(h->tagged, cap, msg, *len, seg + 1);
+    size_t n = pt_fb_tag(h->tagged, cap, msg, *len, seg);
     if (n == 0) { /* not a builder's layout (e.g. a symbol from another writer): rebuild it */
         pt_fb_msg_t m;
         if (pt_fb_parse(msg, *len, &m, NULL, 0))
             return NULL;
-        m.process = seg + 1;
+        m.process = seg;
         for (size_t want = cap + 64;; want *= 2) {
             if (want > h->tagged_cap) {
                 uint8_t *nb = realloc(h->tagged, want);
@@ -813,7 +814,7 @@ static int attach_seg(hub_t *h, const char *name, uint64_t pid)
     }
     h->nsegs++;
     h->children_attached++;
-    say(h, "reading child pid %llu (%s) as process %zu", (unsigned long long)pid, s->name, h->nsegs);
+    say(h, "reading child pid %llu (%s) as process %zu", (unsigned long long)pid, s->name, h->nsegs - 1);
     return 0;
 }
 

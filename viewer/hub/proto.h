@@ -61,7 +61,10 @@
  *     missed) and an EventChunk of one Lost record (count = events missed in
  *     this gap) followed by the thread's Frame records (the resync);
  *   - the synthetic EventChunks carry first_event = the index of the thread's
- *     next live event (a live chunk with the same first_event follows).
+ *     next live event (a live chunk with the same first_event follows);
+ *   - with --subprocesses, the messages of the job's child processes are
+ *     tagged (Message.process = 1, 2, ... in the order the hub found them, each
+ *     process's ProcessInfo first); the job's own process stays untagged (0).
  */
 #ifndef PT_HUB_PROTO_H
 #define PT_HUB_PROTO_H
