@@ -32,6 +32,7 @@ USAGE = """usage: pytrace run [options] (script.py | -m module | -c code) [args.
 
 commands:
   run      run a Python program traced; a reader (pytrace top, record) can attach any time
+           (run --hub: with its hub, so any number of readers can)
   ls       list the traced jobs on this machine (--all: also ended ones; --collect: remove those)
   top      the live view of a traced job: pick one, attach to PID, or start a program
   record   write a recording of a job (lossless by default) for export or pytrace top --file
@@ -90,8 +91,27 @@ def _split_run_args(argv):
     return argv, []
 
 
+def _start_run_hub(subprocesses):
+    """pytrace run --hub: a hub for this very process (its pid stays the job's across the
+    exec below); it takes the segment as soon as tracing starts. It prints its socket's
+    path once it listens, which happens after the exec: nobody waits for that here."""
+    import subprocess
+    from .reader import find_hub_binary
+    binary = find_hub_binary()
+    if binary is None:
+        raise UsageError("--hub: pytrace-hub is not installed (pip install pytrace puts it "
+                         "next to python)", "run")
+    argv = [binary, "--quiet", "--wait", "30", str(os.getpid())]
+    if subprocesses:
+        argv.insert(1, "--subprocesses")
+    subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                     start_new_session=True, close_fds=True)
+
+
 def cmd_run(argv):
     ours, program = _split_run_args(argv)
+    hub = "--hub" in ours
+    ours = [a for a in ours if a != "--hub"]
     ns = run_parser().parse_args(ours)
     if ns.module is not None and ns.code is not None:
         raise UsageError("give either -m module or -c code, not both", "run")
@@ -115,6 +135,8 @@ def cmd_run(argv):
     launch = {}
     if ns.subprocesses:
         launch["subprocesses"] = _subprocess_hook()
+    if hub:
+        _start_run_hub(ns.subprocesses)
     argv = _launch.command(sys.executable, _launch.interpreter_flags(), opts, program, **launch)
     sys.stdout.flush()
     sys.stderr.flush()

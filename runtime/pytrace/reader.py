@@ -367,7 +367,8 @@ def find_hub_binary():
     return shutil.which("pytrace-hub")
 
 
-def start_hub(target, hold=0, detach=False, timeout=10.0, stderr=None, subprocesses=False):
+def start_hub(target, hold=0, detach=False, timeout=10.0, stderr=None, subprocesses=False,
+              wait=0):
     """Start pytrace-hub for target (a pid or segment name): -> (Popen, socket path).
     hold=N: it drains only once N readers joined (so they all get the job from its
     first event). subprocesses=True: it also reads every traced process of the job's
@@ -385,6 +386,8 @@ def start_hub(target, hold=0, detach=False, timeout=10.0, stderr=None, subproces
         argv += ["--hold", str(int(hold))]
     if subprocesses:
         argv.append("--subprocesses")
+    if wait:
+        argv += ["--wait", str(wait)]
     argv.append(str(target))
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=stderr, start_new_session=True, close_fds=True)

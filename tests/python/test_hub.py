@@ -5,6 +5,7 @@ are there), a real hub, real readers: `pytrace record PID`, `pytrace-top --once 
 `pytrace.Reader`, a raw socket that never reads, and a reader killed with SIGKILL."""
 
 import json
+import re
 import os
 import shutil
 import signal
@@ -409,3 +410,36 @@ def test_slow_lossless_recorder_holds_the_job_back_and_misses_nothing(tmp_path):
     assert lost == 0
     assert st["producer_events_dropped"] == 0
     assert events == st["producer_events_written"] > 1_000_000
+
+
+def test_run_hub_serves_two_readers_that_join_later(tmp_path):
+    """`pytrace run --hub`: the job's hub takes its segment as tracing starts, so two
+    readers that join later both read it (through the hub), and the job drops nothing
+    although its policy is drop (the hub drains from the start)."""
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    go = tmp_path / "go"
+    job = subprocess.Popen([PY, "-m", "pytrace", "run", "--hub", "-c",
+                            "import os, time, runpy, sys\n"
+                            "while not os.path.exists(%r): time.sleep(0.01)\n"
+                            "sys.argv = [%r, '100', '20000']\n"
+                            "runpy.run_path(%r, run_name='__main__')\n" % (str(go), str(script), str(script))],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    from pytrace import _pytrace
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:       # the hub holds the segment once it is there
+        segs = [s for s in _pytrace.list_segments() if s["pid"] == job.pid and s["consumer_pid"]]
+        if segs:
+            break
+        time.sleep(0.02)
+    assert segs, job.stderr.read() if job.poll() is not None else "no hub took the segment"
+    a = reader_proc(str(job.pid))
+    b = reader_proc(str(job.pid))
+    go.write_text("")
+    out, err = job.communicate(timeout=120)
+    assert job.returncode == 0, err
+    ra, rb = reader_result(a), reader_result(b)
+    assert ra["via_hub"] and rb["via_hub"]
+    assert ra["state"] == rb["state"] == 3
+    assert ra["written"] == rb["written"] > 1_000_000
+    assert ra["dropped"] == 0 and re.search(r" 0 dropped", err), err

@@ -916,6 +916,7 @@ static void usage(FILE *f)
             "options:\n"
             "  --hold N          do not drain before N readers have joined (at most --hold-timeout)\n"
             "  --hold-timeout S  (default 30)\n"
+            "  --wait S          the job is starting: wait up to S seconds for its segment\n"
             "  --queue-mib M     each reader's queue bound (default %u)\n"
             "  --subprocesses    also read every traced process the job starts (its segments, found\n"
             "                    in /dev/shm by parent pid); each message is tagged with its process\n"
@@ -929,7 +930,7 @@ int main(int argc, char **argv)
     hub_t hub = {.listen_fd = -1, .default_bound = (size_t)DEFAULT_QUEUE_MIB << 20};
     hub_t *h = &hub;
     const char *target = NULL;
-    double hold_timeout = 30;
+    double hold_timeout = 30, wait_seconds = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -940,6 +941,9 @@ int main(int argc, char **argv)
             return 0;
         } else if (!strcmp(a, "--hold") && val) {
             h->hold = (unsigned)strtoul(val, NULL, 10);
+            i++;
+        } else if (!strcmp(a, "--wait") && val) {
+            wait_seconds = atof(val);
             i++;
         } else if (!strcmp(a, "--hold-timeout") && val) {
             hold_timeout = atof(val);
@@ -981,7 +985,15 @@ int main(int argc, char **argv)
     if (h->segs == NULL)
         return 1;
     hseg_t *root = &h->segs[0];
-    int rc = pt_reader_attach(target, 0, &root->r, err, sizeof err);
+    int rc;
+    uint64_t wait_until = pt_monotonic_ns() + (uint64_t)(wait_seconds * 1e9);
+    for (;;) { /* --wait: the job (pytrace run --hub) is starting; its segment comes soon */
+        rc = pt_reader_attach(target, 0, &root->r, err, sizeof err);
+        if (rc != -ENOENT || pt_monotonic_ns() >= wait_until || stop_requested)
+            break;
+        struct timespec ts = {0, 5000000L};
+        nanosleep(&ts, NULL);
+    }
     if (rc < 0) {
         fprintf(stderr, "pytrace-hub: %s\n", err[0] ? err : strerror(-rc));
         return 1;
