@@ -103,10 +103,15 @@ def main():
     print("hub CPU: %.2f s = %.0f%% of one core over the job's %.1f s"
           % (hub_cpu, 100 * hub_cpu / seconds, seconds))
     rm = re.search(r"(\d+) events written, (\d+) events dropped", rec_err)
-    print("readers (events read / missed in the hub's queue):")
-    print("  pytrace-top --once --json  %d read, %d dropped in all" % (t["events_read"], t["events_dropped"]))
-    print("  pytrace record PID         %s read, %s dropped in all" % (rm.group(1), rm.group(2)) if rm else
-          "  pytrace record PID         (no summary: %s)" % rec_err.strip()[-200:])
+    rmiss = re.search(r"(\d+) more events are not in the recording", rec_err)
+    print("readers: events read, missed in the hub's queue (told by Lost records), the job's drops as it says them")
+    print("  pytrace-top --once --json  %d read, %d missed, %d dropped by the job"
+          % (t["events_read"], t.get("events_missed", 0), t["events_dropped"]))
+    if rm:
+        print("  pytrace record PID         %s read, %s missed, %s dropped by the job"
+              % (rm.group(1), rmiss.group(1) if rmiss else 0, rm.group(2)))
+    else:
+        print("  pytrace record PID         (no summary: %s)" % rec_err.strip()[-200:])
     print("  pytrace.Reader             %d read, %d missed" % (r["events"], r["missed"]))
     shutil.rmtree(tmp, ignore_errors=True)
 

@@ -150,7 +150,7 @@ static PyObject *hubclient_stats(hubclient_obj_t *self, PyObject *unused)
     pt_hub_client_stats(self->client, &s);
     const pt_hub_welcome_t *w = pt_hub_client_welcome(self->client);
     return Py_BuildValue(
-        "{sKsKsKsKsKsKsKsKsKsKsKsKsKsIsIsKsKsO}", "events_read", (unsigned long long)s.events_read, "chunks_read",
+        "{sKsKsKsKsKsKsKsKsKsKsKsKsKsIsIsKsKsOsK}", "events_read", (unsigned long long)s.events_read, "chunks_read",
         (unsigned long long)s.chunks_read, "messages", (unsigned long long)s.messages, "symbols_read",
         (unsigned long long)s.symbols_read, "threads_seen", (unsigned long long)s.threads_seen, "threads_active",
         (unsigned long long)s.threads_active, "producer_events_written", (unsigned long long)s.producer_events_written,
@@ -160,7 +160,8 @@ static PyObject *hubclient_stats(hubclient_obj_t *self, PyObject *unused)
         (unsigned long long)s.tracing_displaced, "events_untraced", (unsigned long long)s.events_untraced,
         "producer_state", (unsigned int)s.producer_state, "corrupt_rings", 0u, "pid", (unsigned long long)s.pid,
         "hub_pid", (unsigned long long)w->hub_pid, "lossless",
-        (w->flags & PT_HUB_WELCOME_LOSSLESS) ? Py_True : Py_False);
+        (w->flags & PT_HUB_WELCOME_LOSSLESS) ? Py_True : Py_False, "events_missed",
+        (unsigned long long)pt_hub_client_missed(self->client));
 }
 
 static PyObject *hubclient_release(hubclient_obj_t *self, PyObject *unused)

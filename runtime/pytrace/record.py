@@ -345,16 +345,23 @@ def _policy_of(data):
 
 def _summary(reader, writer, path):
     from .losses import OTHER_LOSSES, describe, losses_of
-    dropped = writer.lost_events
+    dropped = writer.lost_events        # every Lost record in the file
     other = {}
+    missed = 0
     try:
         stats = reader.stats()
-        dropped = max(dropped, int(stats.get("producer_events_dropped", 0) or 0))
+        # through a hub: the Lost records of the gaps this recorder had in the hub's queue
+        # are not the job's drops; they are said apart
+        missed = int(stats.get("events_missed", 0) or 0)
+        dropped = max(dropped - missed, int(stats.get("producer_events_dropped", 0) or 0))
         other = losses_of(stats, OTHER_LOSSES)
     except Exception:  # noqa: BLE001 - the summary must not fail the recording
         pass
     _say("%d events written, %d events dropped, %d bytes, %s" % (
         writer.events, dropped, writer.bytes_written, path))
+    if missed:
+        _say("%d more events are not in the recording: the recorder fell behind the job's hub "
+             "(policy drop; each gap is marked)" % missed)
     lost = describe(other, OTHER_LOSSES)
     if lost:
         _say("the job also lost: %s" % lost)

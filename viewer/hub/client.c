@@ -31,6 +31,7 @@ struct pt_hub_client {
     uint64_t *aligned; /* scratch for a message that is not 8-aligned in buf */
     size_t aligned_cap;
     pt_reader_stats_t stats;
+    uint64_t missed; /* events this reader missed in the hub (its synthetic Lost records) */
     pt_fb_producer_status_t *status; /* by process number: the stats sum them */
     size_t nstatus;
     char segment[96];
@@ -255,11 +256,13 @@ static void note(pt_hub_client_t *c, const pt_fb_msg_t *m)
     case PT_MSG_THREAD_END: if (st->threads_active) st->threads_active--; break;
     case PT_MSG_EVENT_CHUNK:
         st->chunks_read++;
-        for (uint32_t i = 0; i < m->u.event_chunk.count; i++) /* resync chunks hold no live events */
-            if (m->u.event_chunk.events[i].kind != PT_EV_FRAME && m->u.event_chunk.events[i].kind != PT_EV_LOST)
+        for (uint32_t i = 0; i < m->u.event_chunk.count; i++) { /* resync chunks hold no live events */
+            const pt_event_t *e = &m->u.event_chunk.events[i];
+            if ((e->kind != PT_EV_FRAME && e->kind != PT_EV_LOST) || !(e->flags & PT_EVF_SYNTHETIC))
                 st->events_read++;
-            else if (!(m->u.event_chunk.events[i].flags & PT_EVF_SYNTHETIC))
-                st->events_read++;
+            else if (e->kind == PT_EV_LOST)
+                c->missed += e->id | ((uint64_t)e->aux << 32);
+        }
         break;
     case PT_MSG_PRODUCER_STATUS: {
         /* a stream of several processes (tagged): the counters are the sum of
@@ -408,6 +411,8 @@ long pt_hub_client_poll(pt_hub_client_t *c, pt_reader_msg_fn fn, void *ctx, uint
 int pt_hub_client_finished(const pt_hub_client_t *c) { return c->finished; }
 
 void pt_hub_client_stats(const pt_hub_client_t *c, pt_reader_stats_t *out) { *out = c->stats; }
+
+uint64_t pt_hub_client_missed(const pt_hub_client_t *c) { return c->missed; }
 
 const pt_hub_welcome_t *pt_hub_client_welcome(const pt_hub_client_t *c) { return &c->welcome; }
 

@@ -63,6 +63,11 @@ long pt_hub_client_poll(pt_hub_client_t *c, pt_reader_msg_fn fn, void *ctx, uint
 
 int pt_hub_client_finished(const pt_hub_client_t *c);
 void pt_hub_client_stats(const pt_hub_client_t *c, pt_reader_stats_t *out);
+/* Events this reader missed because its queue in the hub overflowed (the sum
+ * of the synthetic Lost records it was sent); not in events_read, not in the
+ * producer's drops. events_read + missed + the producer's drops after the
+ * reader joined account for every event. */
+uint64_t pt_hub_client_missed(const pt_hub_client_t *c);
 const pt_hub_welcome_t *pt_hub_client_welcome(const pt_hub_client_t *c);
 const char *pt_hub_client_error(const pt_hub_client_t *c);
 const char *pt_hub_client_segment(const pt_hub_client_t *c); /* from the first ProcessInfo ("" before) */

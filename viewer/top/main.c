@@ -371,6 +371,10 @@ static const char *App_stateName(const App *app)
 static uint64_t App_dropped(const App *app)
 {
     uint64_t d = app->counters.dropped;
+    if (app->hub) { /* the gaps of this view in the hub's queue are not the job's drops */
+        uint64_t missed = pt_hub_client_missed(app->hub);
+        d = d > missed ? d - missed : 0;
+    }
     return app->stats.producer_events_dropped > d ? app->stats.producer_events_dropped : d;
 }
 
@@ -942,6 +946,8 @@ static void Headless_json(App *app, const Options *o)
            (unsigned long long)app->table.span_ns, o->window, (unsigned long long)o->thread);
     for (size_t i = 0; i < APP_LOSS_COUNT; i++)
         printf("  \"%s\": %llu,\n", App_losses[i].key, (unsigned long long)App_loss(app, i));
+    if (app->hub) /* events this view missed in the hub's queue (marked as gaps, not in events_dropped) */
+        printf("  \"events_missed\": %llu,\n", (unsigned long long)pt_hub_client_missed(app->hub));
     {
         CpuBasis basis = Headless_cpuBasis(app);
         char pct[32], secs[32], measured[32];
