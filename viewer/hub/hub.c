@@ -989,7 +989,10 @@ int main(int argc, char **argv)
     uint64_t wait_until = pt_monotonic_ns() + (uint64_t)(wait_seconds * 1e9);
     for (;;) { /* --wait: the job (pytrace run --hub) is starting; its segment comes soon */
         rc = pt_reader_attach(target, 0, &root->r, err, sizeof err);
-        if (rc != -ENOENT || pt_monotonic_ns() >= wait_until || stop_requested)
+        /* while waiting, a segment that is not there yet or not filled in yet (a
+         * zero header: created, not yet initialised) is tried again */
+        if (rc >= 0 || rc == -EBUSY || rc == -EACCES || rc == -EPERM || pt_monotonic_ns() >= wait_until ||
+            stop_requested)
             break;
         struct timespec ts = {0, 5000000L};
         nanosleep(&ts, NULL);
@@ -1025,6 +1028,7 @@ int main(int argc, char **argv)
     size_t pfd_cap = 0;
     int status = 0;
     long last = 0;
+    unsigned idle_rounds = 0;
     while (!stop_requested) {
         uint64_t now = pt_monotonic_ns();
         /* sockets first: a reader that joined sees the state before what follows */
@@ -1039,7 +1043,10 @@ int main(int argc, char **argv)
         for (size_t si = 0; si < h->nsegs; si++)
             all_done &= h->segs[si].finished;
         int busy = last >= (long)(DRAIN_EVENTS / 4);
-        int timeout = busy ? 0 : 2;
+        /* 2 ms while events flow; an idle job is polled less often, up to every 10 ms
+         * (a default ring holds far more than 10 ms of a busy thread) */
+        idle_rounds = last > 0 ? 0 : idle_rounds + 1;
+        int timeout = busy ? 0 : idle_rounds > 50 ? 10 : 2;
         if (all_done)
             timeout = 20;
         size_t nfds = h->nreaders + 1;
