@@ -41,6 +41,7 @@
 #include <zlib.h>
 
 #include "recfile.h"
+#include "grow_internal.h"
 #include "u64map_internal.h"
 #include "walk.h"
 
@@ -327,23 +328,6 @@ typedef struct ex {
     int pf_start_rc;
 } ex_t;
 
-static int grow(void **arr, uint32_t *cap, size_t elem, uint32_t need)
-{
-    if (need <= *cap)
-        return 0;
-    size_t ncap = *cap ? *cap : 16;
-    while (ncap < need)
-        ncap *= 2;
-    if (ncap > UINT32_MAX / 2)
-        return -ENOMEM;
-    void *p = realloc(*arr, ncap * elem);
-    if (!p)
-        return -ENOMEM;
-    *arr = p;
-    *cap = (uint32_t)ncap;
-    return 0;
-}
-
 static char *dup_str(pt_fb_str_t s)
 {
     size_t n = s.ptr ? s.len : 0;
@@ -378,7 +362,7 @@ static uint32_t sym_index(ex_t *e, uint32_t id)
         return NONE;
     if (*slot != NONE)
         return *slot;
-    if (grow((void **)&e->syms, &e->cap_syms, sizeof *e->syms, e->nsyms + 1))
+    if (pt_grow((void **)&e->syms, &e->cap_syms, sizeof *e->syms, e->nsyms + 1))
         return NONE;
     sym_t *s = &e->syms[e->nsyms];
     memset(s, 0, sizeof *s);
@@ -431,7 +415,7 @@ static thr_t *thr_of(ex_t *e, pt_walk_thread_t *wt) { return &e->thr[wt->index];
 
 static uint32_t node_new(ex_t *e, uint32_t parent, uint32_t sym, uint32_t thread)
 {
-    if (grow((void **)&e->nodes, &e->cap_nodes, sizeof *e->nodes, e->nnodes + 1))
+    if (pt_grow((void **)&e->nodes, &e->cap_nodes, sizeof *e->nodes, e->nnodes + 1))
         return NONE;
     uint32_t i = e->nnodes++;
     node_t *n = &e->nodes[i];
@@ -449,7 +433,7 @@ static int cct(const ex_t *e) { return e->o.format == PT_EXPORT_COLLAPSED || e->
 static int on_thread_new(void *ctx, pt_walk_thread_t *wt)
 {
     ex_t *e = ctx;
-    if (grow((void **)&e->thr, &e->cap_thr, sizeof *e->thr, wt->index + 1))
+    if (pt_grow((void **)&e->thr, &e->cap_thr, sizeof *e->thr, wt->index + 1))
         return -ENOMEM;
     thr_t *t = &e->thr[wt->index];
     memset(t, 0, sizeof *t);
@@ -508,10 +492,10 @@ static int push(thr_t *t, uint32_t v, uint64_t start)
 {
     if (t->depth == t->cap) {
         uint32_t cap = t->cap;
-        if (grow((void **)&t->stack, &cap, sizeof *t->stack, t->depth + 1))
+        if (pt_grow((void **)&t->stack, &cap, sizeof *t->stack, t->depth + 1))
             return -ENOMEM;
         uint32_t cap2 = t->cap;
-        if (grow((void **)&t->starts, &cap2, sizeof *t->starts, t->depth + 1))
+        if (pt_grow((void **)&t->starts, &cap2, sizeof *t->starts, t->depth + 1))
             return -ENOMEM;
         t->cap = cap;
     }
@@ -526,7 +510,7 @@ static int ss_spill(ex_t *e, thr_t *t)
 {
     if (!t->slen)
         return 0;
-    if (grow((void **)&t->blocks, &t->cap_blocks, sizeof *t->blocks, t->nblocks + 1))
+    if (pt_grow((void **)&t->blocks, &t->cap_blocks, sizeof *t->blocks, t->nblocks + 1))
         return -ENOMEM;
     const char *p = t->sbuf;
     size_t n = t->slen;
@@ -1151,7 +1135,7 @@ static int on_enter(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t ticks
     if (e->o.format == PT_EXPORT_SPEEDSCOPE) {
         sym_t *sy = &e->syms[s];
         if (sy->ss_frame == NONE) {
-            if (grow((void **)&e->ss_frame_sym, &e->cap_ss, sizeof *e->ss_frame_sym, e->ss_frames + 1))
+            if (pt_grow((void **)&e->ss_frame_sym, &e->cap_ss, sizeof *e->ss_frame_sym, e->ss_frames + 1))
                 return -ENOMEM;
             e->ss_frame_sym[e->ss_frames] = s;
             sy->ss_frame = e->ss_frames++;
@@ -1420,7 +1404,7 @@ static int write_collapsed(ex_t *e)
         size_t ll = strlen(label);
         int heap_label = nd->sym == NONE && label != tb;
         /* enter n: path += (";" if nonempty) + label */
-        if (grow((void **)&lens, &cap_l, sizeof *lens, nl + 1))
+        if (pt_grow((void **)&lens, &cap_l, sizeof *lens, nl + 1))
             rc = -ENOMEM;
         if (!rc && plen + ll + 2 > pcap) {
             size_t nc = pcap ? pcap : 4096;
@@ -1666,7 +1650,7 @@ static int write_pstats(ex_t *e)
                 if (!slot)
                     goto out;
                 if (*slot == NONE) {
-                    if (grow((void **)&edges, &cap_edges, sizeof *edges, nedges + 1))
+                    if (pt_grow((void **)&edges, &cap_edges, sizeof *edges, nedges + 1))
                         goto out;
                     edges[nedges] = (pedge_t){.caller = ps, .callee = s};
                     *pt_u64map_slot(&edge_map, ek, NONE) = nedges++;
@@ -1726,7 +1710,7 @@ static int write_pstats(ex_t *e)
                 goto out;
             }
             if (*slot == NONE) {
-                if (grow((void **)&keys, &cap_keys, sizeof *keys, nkeys + 1)) {
+                if (pt_grow((void **)&keys, &cap_keys, sizeof *keys, nkeys + 1)) {
                     free(file);
                     free(name);
                     goto out;
