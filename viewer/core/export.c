@@ -1731,7 +1731,8 @@ static int write_pstats(ex_t *e)
         edges[i].caller = e->syms[edges[i].caller].key;
         edges[i].callee = e->syms[edges[i].callee].key;
     }
-    qsort(edges, nedges, sizeof *edges, edge_cmp);
+    if (nedges) /* edges is NULL when no call has a caller; qsort's pointer must not be */
+        qsort(edges, nedges, sizeof *edges, edge_cmp);
     uint32_t w = 0;
     for (uint32_t i = 0; i < nedges; i++) {
         if (edges[i].callee == NONE || edges[i].caller == NONE)
