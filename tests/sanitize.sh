@@ -20,9 +20,14 @@ root=$(pwd)
 build=${PYTRACE_SANITIZE_BUILD:-build/sanitize}
 case "$build" in /*) ;; *) build=$root/$build ;; esac
 py=$(PYTRACE_PYTHONS=${PYTRACE_SANITIZE_PYTHON:-3.11} bash tests/pythons.sh)
+# What runs C code on untrusted or unusual input: the corpus and generated streams through the
+# walk and every exporter, recordings (format, compression, live, mutated), damaged segments,
+# pytrace-top on recordings, rings (threads, reuse, losses) and the job's lifecycle.
 tests=${PYTRACE_SANITIZE_TESTS:-"test_corpus.py test_export_agreement.py test_export_formats.py
-    test_recording_format.py test_recording_compressed.py test_segment_damage.py
-    test_fuzz_recordings.py test_threads_rings.py test_lifecycle.py"}
+    test_export_perfetto.py test_export_bounds.py test_deep_recursion.py test_spans_filters.py
+    test_recording_format.py test_recording_compressed.py test_recording_live.py
+    test_segment_damage.py test_fuzz_recordings.py test_top_file.py test_threads_rings.py
+    test_ring_reuse.py test_loss_counters.py test_lifecycle.py"}
 
 venv=$build/venv
 if [ ! -x "$venv/bin/python" ]; then
