@@ -188,14 +188,16 @@ int pt_hub_client_open(const char *sock, uint64_t expect_pid, unsigned flags, ui
     pt_hub_hello_t hello = {.major = PT_HUB_MAJOR, .minor = PT_HUB_MINOR, .queue_kib = queue_kib};
     memcpy(hello.magic, PT_HUB_HELLO_MAGIC, sizeof hello.magic);
     hello.flags = (flags & PT_HUB_CLIENT_LOSSLESS) ? PT_HUB_HELLO_LOSSLESS : 0;
-    if (send(fd, &hello, sizeof hello, MSG_NOSIGNAL) != (ssize_t)sizeof hello) {
-        int e = errno;
-        close(fd);
-        set_err(err, errlen, "cannot greet the hub at %s: %s", sock, strerror(e));
-        return -EPIPE;
-    }
+    int send_errno = 0;
+    if (send(fd, &hello, sizeof hello, MSG_NOSIGNAL) != (ssize_t)sizeof hello)
+        send_errno = errno; /* a hub that refuses us may close first: its welcome says why */
     pt_hub_welcome_t w;
     int rc = read_full(fd, &w, sizeof w, 10000);
+    if (rc < 0 && send_errno) {
+        close(fd);
+        set_err(err, errlen, "cannot greet the hub at %s: %s", sock, strerror(send_errno));
+        return -EPIPE;
+    }
     if (rc < 0) {
         close(fd);
         set_err(err, errlen, "the hub at %s %s", sock,

@@ -106,6 +106,7 @@ typedef struct hreader {
     int overflow;
     uint64_t overflows, missed_events, sent_bytes;
     size_t *sym_sent; /* per segment */
+    uint8_t *pi_sent; /* per segment: its ProcessInfo was sent */
     size_t nseg;
     uint8_t *known;   /* per hub thread: ThreadStart seen, ThreadEnd not */
     uint64_t *missed, *missed_total;
@@ -231,10 +232,12 @@ static int reader_threads(hreader_t *r, size_t n)
 
 static int reader_segs(hreader_t *r, size_t n)
 {
-    size_t cap = r->nseg;
-    if (grow((void **)&r->sym_sent, &cap, n, sizeof(size_t)))
+    size_t cap = r->nseg, cap2 = r->nseg;
+    if (n <= r->nseg)
+        return 0;
+    if (grow((void **)&r->sym_sent, &cap, n, sizeof(size_t)) || grow((void **)&r->pi_sent, &cap2, n, 1))
         return -ENOMEM;
-    r->nseg = cap;
+    r->nseg = cap < cap2 ? cap : cap2;
     return 0;
 }
 
@@ -373,8 +376,11 @@ static int put_state(hub_t *h, hreader_t *r, int late)
         return -ENOMEM;
     for (size_t si = 0; si < h->nsegs; si++) {
         hseg_t *s = &h->segs[si];
-        if (late && s->pinfo.len && q_put(r, s->pinfo.p, s->pinfo.len))
-            return -ENOMEM;
+        if ((late || !r->pi_sent[si]) && s->pinfo.len) { /* a process that began during the gap too */
+            if (q_put(r, s->pinfo.p, s->pinfo.len))
+                return -ENOMEM;
+            r->pi_sent[si] = 1;
+        }
         for (size_t k = r->sym_sent[si]; k < s->nsyms; k++)
             if (q_put(r, s->syms[k].p, s->syms[k].len))
                 return -ENOMEM;
@@ -437,6 +443,7 @@ static void reader_free(hreader_t *r)
         close(r->fd);
     free(r->q);
     free(r->sym_sent);
+    free(r->pi_sent);
     free(r->known);
     free(r->missed);
     free(r->missed_total);
@@ -603,6 +610,8 @@ static void deliver(hub_t *h, uint32_t seg, const pt_fb_msg_t *m, const uint8_t 
         }
         if (m->type == PT_MSG_SYMBOL)
             r->sym_sent[seg]++;
+        else if (m->type == PT_MSG_PROCESS_INFO)
+            r->pi_sent[seg] = 1;
         else if (m->type == PT_MSG_THREAD_START && ti >= 0)
             r->known[ti] = 1;
         else if (m->type == PT_MSG_THREAD_END && ti >= 0)
