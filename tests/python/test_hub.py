@@ -433,16 +433,18 @@ def test_run_hub_serves_two_readers_that_join_later(tmp_path):
                             "runpy.run_path(%r, run_name='__main__')\n" % (str(go), str(script), str(script))],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     from pytrace import _pytrace
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:       # the hub holds the segment once it is there
-        segs = [s for s in _pytrace.list_segments() if s["pid"] == job.pid and s["consumer_pid"]]
-        if segs:
-            break
-        time.sleep(0.02)
-    assert segs, job.stderr.read() if job.poll() is not None else "no hub took the segment"
-    a = reader_proc(str(job.pid))
-    b = reader_proc(str(job.pid))
-    go.write_text("")
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:       # the hub holds the segment once it is there
+            segs = [s for s in _pytrace.list_segments() if s["pid"] == job.pid and s["consumer_pid"]]
+            if segs:
+                break
+            time.sleep(0.02)
+        assert segs, job.stderr.read() if job.poll() is not None else "no hub took the segment"
+        a = reader_proc(str(job.pid))
+        b = reader_proc(str(job.pid))
+    finally:
+        go.write_text("")                        # the job goes on (and ends) whatever happened
     out, err = job.communicate(timeout=120)
     assert job.returncode == 0, err
     ra, rb = reader_result(a), reader_result(b)

@@ -78,6 +78,7 @@ typedef struct hseg {
     uint32_t symkind_cap;
     int policy_wait;
     int finished;
+    uint64_t start; /* the producer's start time (/proc, clock ticks), 0 if unknown */
     char link[PT_HUB_PATH_MAX]; /* the socket's hard link named after this segment */
 } hseg_t;
 
@@ -756,9 +757,13 @@ static long drain(hub_t *h)
 
 /* ---- the process tree (--subprocesses) ---------------------------------------- */
 
-static uint64_t proc_ppid(uint64_t pid)
+/* From /proc/<pid>/stat: the parent pid and the start time (clock ticks
+ * since boot); 0 if the process is gone. */
+static uint64_t proc_stat(uint64_t pid, uint64_t *start)
 {
-    char path[64], buf[512];
+    char path[64], buf[1024];
+    if (start)
+        *start = 0;
     snprintf(path, sizeof path, "/proc/%llu/stat", (unsigned long long)pid);
     FILE *f = fopen(path, "re");
     if (f == NULL)
@@ -766,26 +771,37 @@ static uint64_t proc_ppid(uint64_t pid)
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     fclose(f);
     buf[n] = 0;
-    const char *close_paren = strrchr(buf, ')'); /* comm may hold anything */
+    const char *p = strrchr(buf, ')'); /* comm may hold anything */
     unsigned long long ppid = 0;
     char state;
-    if (close_paren == NULL || sscanf(close_paren + 1, " %c %llu", &state, &ppid) != 2)
+    if (p == NULL || sscanf(p + 1, " %c %llu", &state, &ppid) != 2)
         return 0;
+    if (start) { /* field 22; p + 1 starts at field 3 */
+        const char *q = p + 1;
+        for (int field = 2; field < 21 && q; field++)
+            q = strchr(q + 1, ' ');
+        unsigned long long st = 0;
+        if (q && sscanf(q, " %llu", &st) == 1)
+            *start = st;
+    }
     return ppid;
 }
 
-/* Does a process whose parent is ppid descend from the job? Its parent, or
- * an ancestor (through /proc: an untraced shell or forkserver in between), is
- * the job's root or a process the hub reads. */
-static int descends(const hub_t *h, uint64_t ppid)
+/* Does a process (started at cand_start, 0 if gone) whose parent was ppid
+ * descend from the job? Its parent, or an ancestor (through /proc: an
+ * untraced shell or forkserver in between), is the job's root or a process
+ * the hub reads, and that ancestor started before it (a pid reused since by
+ * another process is not the parent a segment names). */
+static int descends(const hub_t *h, uint64_t ppid, uint64_t cand_start)
 {
     for (int depth = 0; depth < 64 && ppid > 1; depth++) {
-        if (ppid == h->root_pid)
-            return 1;
         for (size_t i = 0; i < h->nsegs; i++)
             if (h->segs[i].pid == ppid)
-                return 1;
-        ppid = proc_ppid(ppid);
+                return !(cand_start && h->segs[i].start > cand_start);
+        uint64_t start;
+        ppid = proc_stat(ppid, &start);
+        if (cand_start && start > cand_start)
+            return 0; /* an ancestor younger than the process: not its ancestor */
     }
     return 0;
 }
@@ -814,6 +830,7 @@ static int attach_seg(hub_t *h, const char *name, uint64_t pid)
     }
     snprintf(s->name, sizeof s->name, "%s", pt_segment_name(pt_reader_segment(s->r)));
     s->pid = pid;
+    (void)proc_stat(pid, &s->start);
     s->policy_wait = pt_segment_header(pt_reader_segment(s->r))->drop_policy == PT_POLICY_WAIT;
     /* a reader of this segment finds the hub by the segment's name */
     if (pt_hub_socket_path(h->dir, s->name, s->link, sizeof s->link) == 0) {
@@ -859,7 +876,12 @@ static int scan_children(hub_t *h)
             known = !strcmp(h->segs[i].name, si->name);
         for (size_t i = 0; i < h->nfailed && !known; i++)
             known = !strcmp(h->failed[i], si->name);
-        if (known || !descends(h, si->ppid))
+        if (known)
+            continue;
+        uint64_t cand_start = 0;
+        uint64_t live_ppid = proc_stat(si->pid, &cand_start);
+        /* alive: its parent now (an orphan's is 1) or the one its segment names */
+        if (!descends(h, si->ppid, cand_start) && !(live_ppid > 1 && descends(h, live_ppid, cand_start)))
             continue;
         if (si->state == PT_STATE_EXITED && si->consumer_pid == 0 && si->events_written == 0)
             continue;
@@ -1017,6 +1039,7 @@ int main(int argc, char **argv)
         pt_reader_stats(root->r, &st);
         root->pid = h->root_pid = st.pid;
         root->policy_wait = pt_segment_header(pt_reader_segment(root->r))->drop_policy == PT_POLICY_WAIT;
+        (void)proc_stat(root->pid, &root->start);
     }
     if (pt_walk_create(&(pt_walk_ops_t){0}, NULL, &root->walk)) {
         fprintf(stderr, "pytrace-hub: out of memory\n");
