@@ -252,7 +252,12 @@ def test_late_joiner_gets_every_threads_stack_first(tmp_path):
     job, segment, wait_w = start_job(tmp_path, 100000, 20000)
     hub, sock = start_hub(segment, "--quiet")
     os.close(wait_w)
-    time.sleep(0.3)
+    from pytrace import _pytrace
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:      # deep in outer -> middle -> leaf by now
+        if any(s["name"] == segment and s["events_written"] > 200_000 for s in _pytrace.list_segments()):
+            break
+        time.sleep(0.01)
     import pytrace
     from pytrace.reader import MsgType, EventKind
     names, stack = {}, None

@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -58,6 +59,7 @@
 #define DEFAULT_QUEUE_MIB 32u
 #define MAX_STACK 4096u                        /* frames resent per thread */
 #define HELLO_TIMEOUT_NS 10000000000ull
+#define CHILD_RETRY_NS 2000000000ull          /* a child's segment that does not attach at once */
 #define FINISH_GRACE_NS 10000000000ull         /* after the end, a non-lossless reader that takes
                                                   nothing for this long is closed */
 
@@ -134,10 +136,16 @@ typedef struct hub {
     uint8_t *scratch;
     size_t scratch_cap;
     /* process tree (--subprocesses) */
-    int tree;                 /* tag every message with its process (segment index + 1) */
+    int tree;                 /* tag every message with its process (segment index; 0 untagged) */
     uint64_t next_scan_ns;
+    int shm_watch;            /* inotify on /dev/shm: a new segment is scanned for at once */
     uint64_t children_attached, children_failed;
-    char (*failed)[96];       /* segments that could not be attached (said once) */
+    struct hfailed {
+        char name[96];
+        uint64_t first_ns;    /* first failed attach; retried for CHILD_RETRY_NS (a segment
+                                 being created has no valid header yet) */
+        int said;             /* given up on, counted and said */
+    } *failed;
     size_t nfailed, capfailed;
     char dir[PT_HUB_PATH_MAX];
     uint8_t *tagged;          /* a message tagged with its process */
@@ -815,13 +823,25 @@ static int attach_seg(hub_t *h, const char *name, uint64_t pid)
     memset(s, 0, sizeof *s);
     int rc = pt_reader_attach(name, 0, &s->r, err, sizeof err);
     if (rc < 0) {
-        h->children_failed++;
-        if (!grow((void **)&h->failed, &h->capfailed, h->nfailed + 1, sizeof *h->failed))
-            snprintf(h->failed[h->nfailed++], sizeof *h->failed, "%s", name);
-        /* said even with --quiet: a child nobody reads is never silent */
-        fprintf(stderr, "pytrace-hub: cannot read child pid %llu of the job: %s (%llu child%s of the job not read)\n",
-                (unsigned long long)pid, err[0] ? err : strerror(-rc), (unsigned long long)h->children_failed,
-                h->children_failed == 1 ? "" : "ren");
+        struct hfailed *f = NULL;
+        for (size_t i = 0; i < h->nfailed && f == NULL; i++)
+            if (!strcmp(h->failed[i].name, name))
+                f = &h->failed[i];
+        if (f == NULL && !grow((void **)&h->failed, &h->capfailed, h->nfailed + 1, sizeof *h->failed)) {
+            f = &h->failed[h->nfailed++];
+            memset(f, 0, sizeof *f);
+            snprintf(f->name, sizeof f->name, "%s", name);
+            f->first_ns = pt_monotonic_ns();
+        }
+        if (f && !f->said && (rc == -EBUSY || rc == -EACCES || pt_monotonic_ns() - f->first_ns > CHILD_RETRY_NS)) {
+            f->said = 1;
+            h->children_failed++;
+            /* said even with --quiet: a child nobody reads is never silent */
+            fprintf(stderr,
+                    "pytrace-hub: cannot read child pid %llu of the job: %s (%llu child%s of the job not read)\n",
+                    (unsigned long long)pid, err[0] ? err : strerror(-rc), (unsigned long long)h->children_failed,
+                    h->children_failed == 1 ? "" : "ren");
+        }
         return rc;
     }
     if (pt_walk_create(&(pt_walk_ops_t){0}, NULL, &s->walk)) {
@@ -838,9 +858,23 @@ static int attach_seg(hub_t *h, const char *name, uint64_t pid)
         if (link(h->sock, s->link) < 0)
             s->link[0] = 0;
     }
+    for (size_t i = 0; i < h->nfailed; i++) /* it was being created when tried before */
+        if (!strcmp(h->failed[i].name, name)) {
+            h->failed[i] = h->failed[--h->nfailed];
+            break;
+        }
     h->nsegs++;
     h->children_attached++;
     say(h, "reading child pid %llu (%s) as process %zu", (unsigned long long)pid, s->name, h->nsegs - 1);
+    return 0;
+}
+
+/* Children tried but neither read nor given up on yet (being created). */
+static int children_pending(const hub_t *h)
+{
+    for (size_t i = 0; i < h->nfailed; i++)
+        if (!h->failed[i].said)
+            return 1;
     return 0;
 }
 
@@ -869,13 +903,21 @@ static int scan_children(hub_t *h)
     /* oldest first: a parent is read before its children */
     for (size_t k = count; k-- > 0;) {
         const pt_segment_info_t *si = &infos[k];
-        if (!si->valid || si->uid != geteuid() || si->pid == h->root_pid)
+        if (si->uid != geteuid() || si->pid == h->root_pid)
             continue;
+        if (!si->valid) {
+            /* being created (no header yet), or damaged: a live descendant's is tried
+             * (and, failing for CHILD_RETRY_NS, counted); others are not the job's */
+            uint64_t st = 0, pp = proc_stat(si->pid, &st);
+            if (pp > 1 && descends(h, pp, st))
+                (void)attach_seg(h, si->name, si->pid);
+            continue;
+        }
         int known = 0;
         for (size_t i = 0; i < h->nsegs && !known; i++)
             known = !strcmp(h->segs[i].name, si->name);
         for (size_t i = 0; i < h->nfailed && !known; i++)
-            known = !strcmp(h->failed[i], si->name);
+            known = h->failed[i].said && !strcmp(h->failed[i].name, si->name);
         if (known)
             continue;
         uint64_t cand_start = 0;
@@ -1051,6 +1093,17 @@ int main(int argc, char **argv)
         pt_reader_detach(root->r, 0);
         return 1;
     }
+    h->shm_watch = -1;
+    if (h->tree) {
+        /* a child's segment is attached as soon as it appears (a fork child that ends
+         * at once must not be collected by its parent before the hub read it); the
+         * periodic scan stays as the fallback */
+        h->shm_watch = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+        if (h->shm_watch >= 0 && inotify_add_watch(h->shm_watch, "/dev/shm", IN_CREATE | IN_MOVED_TO) < 0) {
+            close(h->shm_watch);
+            h->shm_watch = -1;
+        }
+    }
     h->hold_until_ns = pt_monotonic_ns() + (uint64_t)(hold_timeout * 1e9);
     printf("%s\n", h->sock);
     fflush(stdout);
@@ -1064,13 +1117,15 @@ int main(int argc, char **argv)
     while (!stop_requested) {
         uint64_t now = pt_monotonic_ns();
         /* sockets first: a reader that joined sees the state before what follows */
-        if (grow((void **)&pfd, &pfd_cap, h->nreaders + 1, sizeof *pfd)) {
+        if (grow((void **)&pfd, &pfd_cap, h->nreaders + 2, sizeof *pfd)) {
             status = 1;
             break;
         }
         pfd[0] = (struct pollfd){h->listen_fd, POLLIN, 0};
         for (size_t i = 0; i < h->nreaders; i++)
             pfd[i + 1] = (struct pollfd){h->readers[i]->fd, (short)(POLLIN | (q_len(h->readers[i]) ? POLLOUT : 0)), 0};
+        /* last: the /dev/shm watch (fd -1 is ignored by poll) */
+        pfd[h->nreaders + 1] = (struct pollfd){h->shm_watch, POLLIN, 0};
         int all_done = 1;
         for (size_t si = 0; si < h->nsegs; si++)
             all_done &= h->segs[si].finished;
@@ -1082,9 +1137,23 @@ int main(int argc, char **argv)
         if (all_done)
             timeout = 20;
         size_t nfds = h->nreaders + 1;
-        if (poll(pfd, nfds, timeout) < 0 && errno != EINTR) {
+        if (poll(pfd, nfds + 1, timeout) < 0 && errno != EINTR) {
             status = 1;
             break;
+        }
+        if (pfd[nfds].revents & POLLIN) {
+            char evbuf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+            ssize_t got;
+            int ours = 0;
+            while ((got = read(h->shm_watch, evbuf, sizeof evbuf)) > 0)
+                for (char *p = evbuf; p < evbuf + got;) {
+                    const struct inotify_event *ev = (const struct inotify_event *)p;
+                    if (ev->len && !strncmp(ev->name, PT_SHM_PREFIX, strlen(PT_SHM_PREFIX)))
+                        ours = 1;
+                    p += sizeof *ev + ev->len;
+                }
+            if (ours)
+                h->next_scan_ns = 0; /* scan now */
         }
         if (pfd[0].revents & POLLIN)
             accept_readers(h);
@@ -1104,10 +1173,12 @@ int main(int argc, char **argv)
                 continue;
             }
         }
-        if (h->tree && now >= h->next_scan_ns && may_drain(h, now)) {
+        if (h->tree && now >= h->next_scan_ns) { /* attaching drains nothing: even while held */
             if (scan_children(h))
                 all_done = 0;
-            h->next_scan_ns = now + 100000000ull; /* 0.1 s: a child waiting on a full ring is picked up soon */
+            /* 0.1 s: a child waiting on a full ring is picked up soon (inotify says at
+             * once when one appears); 5 ms while one is being created */
+            h->next_scan_ns = now + (children_pending(h) ? 5000000ull : 100000000ull);
         }
         last = 0;
         if (!all_done && may_drain(h, now)) {
@@ -1123,8 +1194,8 @@ int main(int argc, char **argv)
         all_done = 1;
         for (size_t si = 0; si < h->nsegs; si++)
             all_done &= h->segs[si].finished;
-        if (all_done && h->finished_ns == 0 && h->tree && scan_children(h))
-            all_done = 0; /* a child still to read */
+        if (all_done && h->finished_ns == 0 && h->tree && (scan_children(h) || children_pending(h)))
+            all_done = 0; /* a child still to read, or one being created */
         if (all_done) {
             now = pt_monotonic_ns(); /* after the flushes (progress_ns) */
             if (h->finished_ns == 0)
@@ -1148,6 +1219,8 @@ int main(int argc, char **argv)
     for (size_t i = h->nreaders; i-- > 0;)
         reader_drop(h, i, NULL);
     close(h->listen_fd);
+    if (h->shm_watch >= 0)
+        close(h->shm_watch);
     unlink(h->sock);
     for (size_t si = 0; si < h->nsegs; si++) {
         hseg_t *s = &h->segs[si];
@@ -1158,6 +1231,11 @@ int main(int argc, char **argv)
     }
     say(h, "served %llu readers, %llu events, %zu process%s", (unsigned long long)h->readers_served,
         (unsigned long long)h->events_drained, h->nsegs, h->nsegs == 1 ? "" : "es");
+    for (size_t i = 0; i < h->nfailed; i++)
+        if (!h->failed[i].said) {
+            h->children_failed++;
+            fprintf(stderr, "pytrace-hub: the job's segment %s never became readable\n", h->failed[i].name);
+        }
     if (h->children_failed)
         fprintf(stderr, "pytrace-hub: %llu child%s of the job could not be read\n",
                 (unsigned long long)h->children_failed, h->children_failed == 1 ? "" : "ren");
