@@ -71,7 +71,7 @@ typedef struct App {
     uint32_t zoom_path[APP_PATH_MAX];
     int zoom_len;
 
-    char error[256];         /* the view's own error (aggregating), shown on screen after the source's */
+    char error[256];         /* the view's own error (aggregating), shown when the source has none */
 } App;
 
 /* The error line to show: the source's, else the view's own ("" if none). */
