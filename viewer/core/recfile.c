@@ -275,6 +275,7 @@ static int inflate_chunk(pt_recfile_t *rf, const pt_fb_compressed_chunk_t *chunk
                          size_t *total, pt_fb_msg_t *m)
 {
     const pt_fb_compressed_chunk_t copy = *chunk, *c = &copy; /* *chunk lives in *m */
+    const uint32_t process = m->process; /* Message.process: the EventChunk keeps the tag */
     const uint64_t max_events = (PT_RECFILE_MAX_MESSAGE_BYTES - PT_CHUNK_HEADER_BYTES) / sizeof(pt_event_t);
     if (c->codec != PT_CODEC_ZSTD_DELTA_SHUFFLE)
         return damage(rf, rf->off, "compressed chunk with unknown codec %u", c->codec);
@@ -300,8 +301,8 @@ static int inflate_chunk(pt_recfile_t *rf, const pt_fb_compressed_chunk_t *chunk
                       ZSTD_getErrorName(frame));
     if (frame != c->data_len)
         return damage(rf, rf->off, "compressed chunk has %zu bytes after its zstd frame", c->data_len - frame);
-    const size_t out_total = PT_CHUNK_HEADER_BYTES + (size_t)c->raw_bytes;
-    if (grow(&rf->plain, &rf->plain_cap, out_total) < 0 || grow(&rf->scratch, &rf->scratch_cap, c->raw_bytes + 1) < 0)
+    size_t out_total = PT_CHUNK_HEADER_BYTES + (size_t)c->raw_bytes;
+    if (grow(&rf->plain, &rf->plain_cap, out_total + 8) < 0 || grow(&rf->scratch, &rf->scratch_cap, c->raw_bytes + 1) < 0)
         return io_error(rf, -ENOMEM);
     if (!rf->dctx && !(rf->dctx = ZSTD_createDCtx()))
         return io_error(rf, -ENOMEM);
@@ -314,6 +315,13 @@ static int inflate_chunk(pt_recfile_t *rf, const pt_fb_compressed_chunk_t *chunk
                       c->raw_bytes);
     pt_fb_chunk_header(rf->plain, c->thread, c->first_event, c->count, (uint32_t)(out_total - 4));
     unshuffle(rf->scratch, rf->plain + PT_CHUNK_OFF_EVENTS, c->count);
+    if (process) {
+        /* the tagged EventChunk the writer was given (pt_wire.h, "Tagged messages") */
+        const size_t tagged = pt_fb_tag(rf->plain, rf->plain_cap, rf->plain, out_total, process);
+        if (!tagged)
+            return damage(rf, rf->off, "compressed chunk of process %u cannot be tagged", process);
+        out_total = tagged;
+    }
     char why[192] = "";
     if (pt_fb_parse(rf->plain, out_total, m, why, sizeof why)) /* cannot fail: we built it */
         return damage(rf, rf->off, "decompressed chunk fails verification: %s", why);
@@ -585,13 +593,27 @@ static void shuffle(const uint8_t *records, uint8_t *planes, uint32_t count)
  * is compressed: the reader rebuilds that layout, so what it hands out is byte
  * for byte what was appended. 1: appended; 0: append it plain; <0: -ENOMEM. */
 static int put_compressed(pt_recwriter_t *w, const uint8_t *msg, size_t len, const pt_fb_event_chunk_t *c,
-                          size_t plain_len)
+                          uint32_t process, size_t plain_len)
 {
-    uint8_t canonical[PT_CHUNK_HEADER_BYTES];
-    if (len != PT_CHUNK_HEADER_BYTES + (size_t)c->count * sizeof(pt_event_t))
+    uint8_t canonical[PT_CHUNK_HEADER_BYTES + 8];
+    const size_t tag_bytes = process ? 8 : 0; /* Message.process moves the body 8 bytes on */
+    if (len != PT_CHUNK_HEADER_BYTES + tag_bytes + (size_t)c->count * sizeof(pt_event_t))
         return 0;
-    pt_fb_chunk_header(canonical, c->thread, c->first_event, c->count, (uint32_t)(len - 4));
-    if (memcmp(canonical, msg, sizeof canonical) != 0)
+    if (process) {
+        /* the header as pt_fb_tag writes it for this chunk: tag a 0-event header,
+         * then set the size prefix (the vector length is in the body, unmoved) */
+        uint8_t untagged[PT_CHUNK_HEADER_BYTES];
+        pt_fb_chunk_header(untagged, c->thread, c->first_event, c->count, PT_CHUNK_HEADER_BYTES - 4);
+        if (pt_fb_tag(canonical, sizeof canonical, untagged, sizeof untagged, process) != sizeof canonical)
+            return 0;
+        canonical[0] = (uint8_t)(len - 4);
+        canonical[1] = (uint8_t)((len - 4) >> 8);
+        canonical[2] = (uint8_t)((len - 4) >> 16);
+        canonical[3] = (uint8_t)((len - 4) >> 24);
+    } else {
+        pt_fb_chunk_header(canonical, c->thread, c->first_event, c->count, (uint32_t)(len - 4));
+    }
+    if (memcmp(canonical, msg, PT_CHUNK_HEADER_BYTES + tag_bytes) != 0)
         return 0;
     const size_t raw = (size_t)c->count * sizeof(pt_event_t);
     const size_t bound = ZSTD_compressBound(raw);
@@ -604,9 +626,11 @@ static int put_compressed(pt_recwriter_t *w, const uint8_t *msg, size_t len, con
     const pt_fb_compressed_chunk_t cc = {c->thread, c->first_event, c->count, PT_CODEC_ZSTD_DELTA_SHUFFLE,
                                          (uint32_t)raw, w->frame, (uint32_t)n};
     /* the message is about 100 bytes of FlatBuffer around the frame */
-    if (wgrow(&w->buf, &w->cap, w->have + 128 + n) < 0)
+    if (wgrow(&w->buf, &w->cap, w->have + 136 + n) < 0)
         return -ENOMEM;
-    const size_t out_len = pt_fb_build_compressed_chunk(w->buf + w->have, w->cap - w->have, &cc);
+    size_t out_len = pt_fb_build_compressed_chunk(w->buf + w->have, w->cap - w->have, &cc);
+    if (out_len && process) /* the tag survives compression; the reader gives it back */
+        out_len = pt_fb_tag(w->buf + w->have, w->cap - w->have, w->buf + w->have, out_len, process);
     if (!out_len || out_len >= plain_len)
         return 0;
     /* build_message pads to 8 with zeros already */
@@ -654,7 +678,7 @@ int pt_recwriter_append(pt_recwriter_t *w, const uint8_t *msg, size_t len, char 
                 w->st.lost_events += (uint64_t)le32(ev + 8) | (uint64_t)le16(ev + 12) << 32;
         w->st.events += c->count;
         if (w->compress && c->count >= PT_RECFILE_COMPRESS_MIN_EVENTS)
-            r = put_compressed(w, msg, len, c, padded);
+            r = put_compressed(w, msg, len, c, m.process, padded);
     }
     if (r == 0)
         r = put(w, msg, len);
