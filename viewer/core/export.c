@@ -307,7 +307,7 @@ typedef struct thr {
 /* One process of the stream (Message.process = tag). */
 typedef struct proc {
     uint32_t tag;
-    int have_pinfo, selected, described;
+    int seen, have_pinfo, selected, described;
     pt_fb_process_info_t pinfo;
     char *command_line, *python_version;
     double ns_per_tick;
@@ -326,10 +326,10 @@ typedef struct ex {
     obuf_t out;
     pt_walk_t *walk;
     int started;
+    uint32_t first;       /* the process whose message started the output */
     proc_t *procs;
     uint32_t nprocs, cap_procs;
     pt_u64map_t proc_map; /* tag -> index */
-    uint32_t selected_procs;
 
     sym_t *syms;
     uint32_t nsyms, cap_syms;
@@ -421,7 +421,7 @@ static proc_t *proc_for(ex_t *e, uint32_t tag)
     p->pinfo.ticks_per_second = 1000000000ull;
     p->ns_per_tick = 1.0;
     p->scale = 1.0;
-    p->selected = pid_selected(e, 0) && !e->o.npids;
+    p->selected = !e->o.npids;
     p->root = 0;
     if (i && e->nnodes) { /* cct: the first process's tree is node 0's, others hang below it */
         uint32_t r = node_new_proc(e, i);
@@ -432,8 +432,6 @@ static proc_t *proc_for(ex_t *e, uint32_t tag)
     }
     *pt_u64map_slot(&e->proc_map, tag, NONE) = i;
     e->nprocs++;
-    if (p->selected)
-        e->selected_procs++;
     return p;
 }
 
@@ -966,15 +964,15 @@ static uint64_t pf_uuid(const ex_t *e, uint32_t thread_index)
 {
     /* unique within the trace; derived from the (first) pid so two exports of
      * different jobs opened together rarely collide */
-    uint64_t base = pt_u64map_mix(e->procs[0].pinfo.pid + 0x7079747261636500ull) & ~0xffffffffull;
+    uint64_t base = pt_u64map_mix(e->procs[e->first].pinfo.pid + 0x7079747261636500ull) & ~0xffffffffull;
     return base | ((uint64_t)thread_index + 1);
 }
 
-/* A process's track: the first process's is pf_uuid(UINT32_MAX) (as before
+/* A process's track: the first process's (e->first) is pf_uuid(UINT32_MAX) (as before
  * processes existed); thread indexes stay below 2^30, so these never meet. */
 static uint64_t pf_proc_uuid(const ex_t *e, uint32_t proc)
 {
-    return proc ? (pf_uuid(e, 0) & ~0xffffffffull) | (0x80000000ull + proc) : pf_uuid(e, UINT32_MAX);
+    return proc != e->first ? (pf_uuid(e, 0) & ~0xffffffffull) | (0x80000000ull + proc) : pf_uuid(e, UINT32_MAX);
 }
 
 static int64_t pf_pid(const proc_t *p) { return (int32_t)(uint32_t)p->shown_pid; }
@@ -983,7 +981,7 @@ static int pf_process(ex_t *e, proc_t *p);
 
 static int pf_begin(ex_t *e)
 {
-    const proc_t *p0 = &e->procs[0];
+    const proc_t *p0 = &e->procs[e->first];
     pb_t clk = {0}, c1 = {0}, c2 = {0}, pkt = {0};
     pb_uint(&c1, 1, PF_CLOCK_MONOTONIC);
     pb_uint(&c1, 2, p0->pinfo.base_monotonic_ns);
@@ -1008,7 +1006,8 @@ static int pf_begin(ex_t *e)
     if (rc)
         return rc;
     for (uint32_t i = 0; i < e->nprocs; i++)
-        if (e->procs[i].selected && (i == 0 || e->procs[i].have_pinfo) && (rc = pf_process(e, &e->procs[i])) != 0)
+        if (e->procs[i].selected && e->procs[i].seen && (i == e->first || e->procs[i].have_pinfo) &&
+            (rc = pf_process(e, &e->procs[i])) != 0)
             return rc;
     return 0;
 }
@@ -1374,15 +1373,17 @@ static void note_latest(proc_t *p, uint64_t t)
     }
 }
 
-static void start(ex_t *e)
+/* The output's beginning, at the first message that counts (p's). */
+static void start(ex_t *e, proc_t *p)
 {
     if (e->started)
         return;
     e->started = 1;
+    e->first = proc_index(e, p);
     if (e->o.format == PT_EXPORT_CHROME) {
-        chrome_process(e, &e->procs[0], 1); /* opens the array, also when not selected */
-        for (uint32_t i = 1; i < e->nprocs; i++)
-            if (e->procs[i].selected && e->procs[i].have_pinfo)
+        chrome_process(e, p, 1); /* opens the array */
+        for (uint32_t i = 0; i < e->nprocs; i++)
+            if (&e->procs[i] != p && e->procs[i].selected && e->procs[i].seen && e->procs[i].have_pinfo)
                 chrome_process(e, &e->procs[i], 0);
     }
     if (e->o.format == PT_EXPORT_PERFETTO)
@@ -1421,10 +1422,6 @@ static int feed_process_info(ex_t *e, proc_t *p, const pt_fb_process_info_t *in)
             break;
         }
     int sel = pid_selected(e, in->pid);
-    if (sel && !p->selected)
-        e->selected_procs++;
-    else if (!sel && p->selected)
-        e->selected_procs--;
     p->selected = sel;
     if (!e->started || !sel || p->described)
         return 0;
@@ -1441,22 +1438,23 @@ static int feed(ex_t *e, const pt_fb_msg_t *m, pt_export_result_t *res)
     proc_t *p = proc_for(e, m->process);
     if (!p)
         return -ENOMEM;
+    p->seen = 1;
     if (m->type == PT_MSG_PROCESS_INFO) {
         rc = feed_process_info(e, p, &m->u.process_info);
         if (rc)
             return rc;
         if (p->selected || !e->o.npids)
-            start(e);
+            start(e, p);
         return 0;
     }
     if (!p->selected) /* --pid: another process */
         return 0;
     switch (m->type) {
     case PT_MSG_SYMBOL:
-        start(e);
+        start(e, p);
         return feed_symbol(e, proc_index(e, p), &m->u.symbol);
     case PT_MSG_THREAD_START: {
-        start(e);
+        start(e, p);
         const pt_fb_thread_start_t *in = &m->u.thread_start;
         thr_t *t = thread_for(e, p, in->thread, &rc);
         if (!t)
@@ -1484,7 +1482,7 @@ static int feed(ex_t *e, const pt_fb_msg_t *m, pt_export_result_t *res)
         return 0;
     }
     case PT_MSG_THREAD_END: {
-        start(e);
+        start(e, p);
         const pt_fb_thread_end_t *in = &m->u.thread_end;
         thr_t *t = thread_for(e, p, in->thread, &rc);
         if (!t)
@@ -1503,7 +1501,7 @@ static int feed(ex_t *e, const pt_fb_msg_t *m, pt_export_result_t *res)
         return rc;
     }
     case PT_MSG_EVENT_CHUNK: {
-        start(e);
+        start(e, p);
         const pt_fb_event_chunk_t *c = &m->u.event_chunk;
         for (uint32_t i = 0; i < c->count; i++)
             note_latest(p, c->events[i].ticks);
@@ -1588,7 +1586,7 @@ static int write_collapsed(ex_t *e)
             }
         }
         size_t ll = strlen(label);
-        int heap_label = nd->sym == NONE && label != tb;
+        int heap_label = nd->sym == NONE && nd->thread != NONE && label != tb;
         /* enter n: path += (";" if nonempty) + label */
         if (grow((void **)&lens, &cap_l, sizeof *lens, nl + 1))
             rc = -ENOMEM;
@@ -2029,6 +2027,14 @@ out:
 
 /* ---- speedscope ------------------------------------------------------------- */
 
+static uint32_t shown_procs(const ex_t *e)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < e->nprocs; i++)
+        n += e->procs[i].seen && e->procs[i].selected;
+    return n;
+}
+
 /* The first selected process that has its ProcessInfo (NULL if none). */
 static const proc_t *first_selected(const ex_t *e)
 {
@@ -2054,7 +2060,7 @@ static int write_speedscope(ex_t *e)
         const char *tn = thread_name(t, nb, sizeof nb);
         char *heap = NULL;
         const char *name = tn;
-        if (e->selected_procs > 1) /* a profile per (process, thread) */
+        if (shown_procs(e) > 1) /* a profile per (process, thread) */
             snprintf(prefix, sizeof prefix, "pid %llu: ", (unsigned long long)e->procs[t->proc].pinfo.pid);
         if (t->os_tid || prefix[0]) {
             size_t need = strlen(tn) + 88;
@@ -2121,7 +2127,7 @@ static int write_chrome_end(ex_t *e, const pt_walk_counters_t *wc)
 {
     obuf_t *o = &e->out;
     for (uint32_t i = 0; i < e->nprocs; i++) /* processes without a ProcessInfo */
-        if (e->procs[i].selected && !e->procs[i].described)
+        if (e->procs[i].selected && e->procs[i].seen && !e->procs[i].described)
             chrome_process(e, &e->procs[i], 0);
     for (uint32_t i = 0; i < e->nthr; i++) {
         thr_t *t = &e->thr[i];
@@ -2318,7 +2324,7 @@ int pt_export_file(const char *recording, int out_fd, const pt_export_opts_t *op
         res->error_offset = pt_recfile_error_offset(rf);
         snprintf(res->error, sizeof res->error, "%s", colon && !strncmp(why, "damaged at", 10) ? colon + 2 : why);
     }
-    start(e);
+    start(e, &e->procs[0]);
     if ((rc = e->pf_start_rc) != 0)
         goto out;
     /* threads with no ThreadEnd: their open entries count up to the latest
@@ -2353,8 +2359,11 @@ int pt_export_file(const char *recording, int out_fd, const pt_export_opts_t *op
         st->events_untraced += p->status.events_untraced;
     }
     res->have_status = with_status > 0;
-    res->processes = e->nprocs;
-    res->selected_processes = e->selected_procs;
+    res->processes = 0;
+    for (uint32_t i = 0; i < e->nprocs; i++) {
+        res->processes += e->procs[i].seen;
+        res->selected_processes += e->procs[i].seen && e->procs[i].selected;
+    }
     for (uint32_t i = 0; i < e->nprocs && res->npids < PT_EXPORT_MAX_PIDS; i++)
         if (e->procs[i].have_pinfo)
             res->pids[res->npids++] = e->procs[i].pinfo.pid;
