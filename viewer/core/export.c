@@ -53,6 +53,7 @@
 #include <zlib.h>
 
 #include "recfile.h"
+#include "grow_internal.h"
 #include "u64map_internal.h"
 #include "walk.h"
 
@@ -72,10 +73,12 @@ typedef struct obuf {
     uint64_t written;
 } obuf_t;
 
-static int write_all(int fd, const char *p, size_t n)
+/* Write all n bytes at offset off, or at the file position (a pipe too)
+ * when off < 0. 0 or -errno. */
+static int write_all(int fd, const char *p, size_t n, int64_t off)
 {
     while (n) {
-        ssize_t w = write(fd, p, n);
+        ssize_t w = off < 0 ? write(fd, p, n) : pwrite(fd, p, n, (off_t)off);
         if (w < 0) {
             if (errno == EINTR)
                 continue;
@@ -83,6 +86,8 @@ static int write_all(int fd, const char *p, size_t n)
         }
         p += w;
         n -= (size_t)w;
+        if (off >= 0)
+            off += w;
     }
     return 0;
 }
@@ -91,7 +96,7 @@ static void ob_flush(obuf_t *o)
 {
     if (o->err || !o->len)
         return;
-    o->err = write_all(o->fd, o->buf, o->len);
+    o->err = write_all(o->fd, o->buf, o->len, -1);
     o->written += o->len;
     o->len = 0;
 }
@@ -102,7 +107,7 @@ static inline void ob_put(obuf_t *o, const void *p, size_t n)
         ob_flush(o);
         if (n > o->cap) {
             if (!o->err)
-                o->err = write_all(o->fd, p, n);
+                o->err = write_all(o->fd, p, n, -1);
             o->written += n;
             return;
         }
@@ -357,23 +362,6 @@ typedef struct ex {
     int pf_start_rc;
 } ex_t;
 
-static int grow(void **arr, uint32_t *cap, size_t elem, uint32_t need)
-{
-    if (need <= *cap)
-        return 0;
-    size_t ncap = *cap ? *cap : 16;
-    while (ncap < need)
-        ncap *= 2;
-    if (ncap > UINT32_MAX / 2)
-        return -ENOMEM;
-    void *p = realloc(*arr, ncap * elem);
-    if (!p)
-        return -ENOMEM;
-    *arr = p;
-    *cap = (uint32_t)ncap;
-    return 0;
-}
-
 static char *dup_str(pt_fb_str_t s)
 {
     size_t n = s.ptr ? s.len : 0;
@@ -412,7 +400,7 @@ static proc_t *proc_for(ex_t *e, uint32_t tag)
         return NULL;
     if (*slot != NONE)
         return &e->procs[*slot];
-    if (grow((void **)&e->procs, &e->cap_procs, sizeof *e->procs, e->nprocs + 1))
+    if (pt_grow((void **)&e->procs, &e->cap_procs, sizeof *e->procs, e->nprocs + 1))
         return NULL;
     uint32_t i = e->nprocs;
     proc_t *p = &e->procs[i];
@@ -457,7 +445,7 @@ static uint32_t sym_index(ex_t *e, uint32_t proc, uint32_t id)
         return NONE;
     if (*slot != NONE)
         return *slot;
-    if (grow((void **)&e->syms, &e->cap_syms, sizeof *e->syms, e->nsyms + 1))
+    if (pt_grow((void **)&e->syms, &e->cap_syms, sizeof *e->syms, e->nsyms + 1))
         return NONE;
     sym_t *s = &e->syms[e->nsyms];
     memset(s, 0, sizeof *s);
@@ -511,7 +499,7 @@ static thr_t *thr_of(ex_t *e, pt_walk_thread_t *wt) { return &e->thr[wt->index];
 
 static uint32_t node_new(ex_t *e, uint32_t parent, uint32_t sym, uint32_t thread)
 {
-    if (grow((void **)&e->nodes, &e->cap_nodes, sizeof *e->nodes, e->nnodes + 1))
+    if (pt_grow((void **)&e->nodes, &e->cap_nodes, sizeof *e->nodes, e->nnodes + 1))
         return NONE;
     uint32_t i = e->nnodes++;
     node_t *n = &e->nodes[i];
@@ -539,7 +527,7 @@ static int cct(const ex_t *e) { return e->o.format == PT_EXPORT_COLLAPSED || e->
 static int on_thread_new(void *ctx, pt_walk_thread_t *wt)
 {
     ex_t *e = ctx;
-    if (grow((void **)&e->thr, &e->cap_thr, sizeof *e->thr, wt->index + 1))
+    if (pt_grow((void **)&e->thr, &e->cap_thr, sizeof *e->thr, wt->index + 1))
         return -ENOMEM;
     thr_t *t = &e->thr[wt->index];
     memset(t, 0, sizeof *t);
@@ -604,10 +592,10 @@ static int push(thr_t *t, uint32_t v, uint64_t start)
 {
     if (t->depth == t->cap) {
         uint32_t cap = t->cap;
-        if (grow((void **)&t->stack, &cap, sizeof *t->stack, t->depth + 1))
+        if (pt_grow((void **)&t->stack, &cap, sizeof *t->stack, t->depth + 1))
             return -ENOMEM;
         uint32_t cap2 = t->cap;
-        if (grow((void **)&t->starts, &cap2, sizeof *t->starts, t->depth + 1))
+        if (pt_grow((void **)&t->starts, &cap2, sizeof *t->starts, t->depth + 1))
             return -ENOMEM;
         t->cap = cap;
     }
@@ -622,22 +610,11 @@ static int ss_spill(ex_t *e, thr_t *t)
 {
     if (!t->slen)
         return 0;
-    if (grow((void **)&t->blocks, &t->cap_blocks, sizeof *t->blocks, t->nblocks + 1))
+    if (pt_grow((void **)&t->blocks, &t->cap_blocks, sizeof *t->blocks, t->nblocks + 1))
         return -ENOMEM;
-    const char *p = t->sbuf;
-    size_t n = t->slen;
-    uint64_t off = e->spill_end;
-    while (n) {
-        ssize_t w = pwrite(e->spill_fd, p, n, (off_t)off);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        p += w;
-        n -= (size_t)w;
-        off += (uint64_t)w;
-    }
+    int rc = write_all(e->spill_fd, t->sbuf, t->slen, (int64_t)e->spill_end);
+    if (rc)
+        return rc;
     t->blocks[t->nblocks++] = (block_t){.off = e->spill_end, .len = (uint32_t)t->slen};
     e->spill_end += t->slen;
     e->ss_buffered -= t->slen;
@@ -960,6 +937,29 @@ static int pf_pb_packet(ex_t *e, pb_t *b)
     return rc;
 }
 
+/* Free nested messages whose bytes were copied into their parent; returns
+ * the first error among them (0 if none). */
+static int pb_done_all(pb_t *const *parts, size_t nparts)
+{
+    int err = 0;
+    for (size_t i = 0; i < nparts; i++) {
+        if (!err)
+            err = parts[i]->err;
+        pb_done(parts[i]);
+    }
+    return err;
+}
+
+/* Write the packet unless building its parts failed (err); freed either way. */
+static int pf_pb_send(ex_t *e, pb_t *pkt, int err)
+{
+    if (err) {
+        pb_done(pkt);
+        return err;
+    }
+    return pf_pb_packet(e, pkt);
+}
+
 static uint64_t pf_uuid(const ex_t *e, uint32_t thread_index)
 {
     /* unique within the trace; derived from the (first) pid so two exports of
@@ -994,15 +994,7 @@ static int pf_begin(ex_t *e)
     pb_uint(&clk, 2, PF_CLOCK_MONOTONIC); /* primary_trace_clock */
     pb_uint(&pkt, 10, PF_SEQ_PROCESS);
     pb_msg(&pkt, 6, &clk);
-    int err = clk.err ? clk.err : c1.err ? c1.err : c2.err;
-    pb_done(&clk);
-    pb_done(&c1);
-    pb_done(&c2);
-    if (err) {
-        pb_done(&pkt);
-        return err;
-    }
-    int rc = pf_pb_packet(e, &pkt);
+    int rc = pf_pb_send(e, &pkt, pb_done_all((pb_t *const[]){&clk, &c1, &c2}, 3));
     if (rc)
         return rc;
     for (uint32_t i = 0; i < e->nprocs; i++)
@@ -1016,7 +1008,6 @@ static int pf_begin(ex_t *e)
 static int pf_process(ex_t *e, proc_t *p)
 {
     pb_t pd = {0}, td = {0}, pkt = {0};
-    int err;
     p->described = 1;
     const char *cl = p->command_line && p->command_line[0] ? p->command_line : "python";
     pb_uint(&pd, 1, (uint64_t)pf_pid(p));
@@ -1026,14 +1017,7 @@ static int pf_process(ex_t *e, proc_t *p)
     pb_msg(&td, 3, &pd);
     pb_uint(&pkt, 10, PF_SEQ_PROCESS);
     pb_msg(&pkt, 60, &td);
-    err = pd.err ? pd.err : td.err;
-    pb_done(&pd);
-    pb_done(&td);
-    if (err) {
-        pb_done(&pkt);
-        return err;
-    }
-    return pf_pb_packet(e, &pkt);
+    return pf_pb_send(e, &pkt, pb_done_all((pb_t *const[]){&pd, &td}, 2));
 }
 
 /* The thread's TrackDescriptor, on its own sequence (again when its name changes). */
@@ -1049,15 +1033,10 @@ static int pf_thread_descriptor(ex_t *e, thr_t *t, uint32_t index)
     pb_msg(&td, 4, &th);
     pb_uint(&pkt, 10, t->pf_seq);
     pb_msg(&pkt, 60, &td);
-    int err = th.err ? th.err : td.err;
-    pb_done(&th);
-    pb_done(&td);
-    if (err) {
-        pb_done(&pkt);
-        return err;
-    }
-    t->pf_named = 1;
-    return pf_pb_packet(e, &pkt);
+    int rc = pf_pb_send(e, &pkt, pb_done_all((pb_t *const[]){&th, &td}, 2));
+    if (!rc)
+        t->pf_named = 1;
+    return rc;
 }
 
 /* The thread's sequence: cleared state, defaults, its incremental clock, its track. */
@@ -1082,17 +1061,7 @@ static int pf_open_sequence(ex_t *e, thr_t *t, uint32_t index, uint64_t ns)
     pb_uint(&pkt, 13, PF_SEQ_CLEARED);
     pb_msg(&pkt, 59, &def);
     pb_msg(&pkt, 6, &clk);
-    int err = ted.err ? ted.err : def.err ? def.err : c1.err ? c1.err : c2.err ? c2.err : clk.err;
-    pb_done(&ted);
-    pb_done(&def);
-    pb_done(&c1);
-    pb_done(&c2);
-    pb_done(&clk);
-    if (err) {
-        pb_done(&pkt);
-        return err;
-    }
-    int rc = pf_pb_packet(e, &pkt);
+    int rc = pf_pb_send(e, &pkt, pb_done_all((pb_t *const[]){&ted, &def, &c1, &c2, &clk}, 5));
     return rc ? rc : pf_thread_descriptor(e, t, index);
 }
 
@@ -1127,11 +1096,7 @@ static int pf_intern(ex_t *e, thr_t *t, uint32_t s, pb_t *pkt)
         pb_msg(&idata, 4, &sl);
     }
     pb_msg(pkt, 12, &idata);
-    int err = en.err ? en.err : sl.err ? sl.err : idata.err;
-    pb_done(&idata);
-    pb_done(&en);
-    pb_done(&sl);
-    return err;
+    return pb_done_all((pb_t *const[]){&en, &sl, &idata}, 3);
 }
 
 /* A TrackEvent on the thread's track at `now` (clamped ticks). sym: a symbol
@@ -1209,11 +1174,7 @@ static int pf_event(ex_t *e, pt_walk_thread_t *wt, unsigned type, uint32_t sym, 
         err = pf_intern(e, t, sym, &pkt);
     pb_done(&te);
     pb_done(&da);
-    if (err) {
-        pb_done(&pkt);
-        return err;
-    }
-    return pf_pb_packet(e, &pkt);
+    return pf_pb_send(e, &pkt, err);
 }
 
 static int pf_end(ex_t *e)
@@ -1268,7 +1229,7 @@ static int on_enter(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t ticks
     if (e->o.format == PT_EXPORT_SPEEDSCOPE) {
         sym_t *sy = &e->syms[s];
         if (sy->ss_frame == NONE) {
-            if (grow((void **)&e->ss_frame_sym, &e->cap_ss, sizeof *e->ss_frame_sym, e->ss_frames + 1))
+            if (pt_grow((void **)&e->ss_frame_sym, &e->cap_ss, sizeof *e->ss_frame_sym, e->ss_frames + 1))
                 return -ENOMEM;
             e->ss_frame_sym[e->ss_frames] = s;
             sy->ss_frame = e->ss_frames++;
@@ -1588,7 +1549,7 @@ static int write_collapsed(ex_t *e)
         size_t ll = strlen(label);
         int heap_label = nd->sym == NONE && nd->thread != NONE && label != tb;
         /* enter n: path += (";" if nonempty) + label */
-        if (grow((void **)&lens, &cap_l, sizeof *lens, nl + 1))
+        if (pt_grow((void **)&lens, &cap_l, sizeof *lens, nl + 1))
             rc = -ENOMEM;
         if (!rc && plen + ll + 2 > pcap) {
             size_t nc = pcap ? pcap : 4096;
@@ -1711,6 +1672,22 @@ typedef struct pkey {
     uint32_t first_edge; /* into the sorted edge array */
     uint32_t nedges;
 } pkey_t;
+
+/* A pstats function key, the tuple (file, line, name), then the opening of
+ * the value tuple of `fields` items that follows it. 0 or -ENOMEM. */
+static int m_key(obuf_t *o, const pkey_t *k, int32_t fields)
+{
+    ob_putc(o, '(');
+    m_i32(o, 3);
+    if (m_str(o, k->file))
+        return -ENOMEM;
+    m_int(o, k->line);
+    if (m_str(o, k->name))
+        return -ENOMEM;
+    ob_putc(o, '(');
+    m_i32(o, fields);
+    return 0;
+}
 
 typedef struct pedge {
     uint32_t caller, callee; /* symbol indexes, then key indexes */
@@ -1836,7 +1813,7 @@ static int write_pstats(ex_t *e)
                 if (!slot)
                     goto out;
                 if (*slot == NONE) {
-                    if (grow((void **)&edges, &cap_edges, sizeof *edges, nedges + 1))
+                    if (pt_grow((void **)&edges, &cap_edges, sizeof *edges, nedges + 1))
                         goto out;
                     edges[nedges] = (pedge_t){.caller = ps, .callee = s};
                     *pt_u64map_slot(&edge_map, ek, NONE) = nedges++;
@@ -1922,7 +1899,7 @@ static int write_pstats(ex_t *e)
                 goto out;
             }
             if (*slot == NONE) {
-                if (grow((void **)&keys, &cap_keys, sizeof *keys, nkeys + 1)) {
+                if (pt_grow((void **)&keys, &cap_keys, sizeof *keys, nkeys + 1)) {
                     free(file);
                     free(name);
                     goto out;
@@ -1975,31 +1952,16 @@ static int write_pstats(ex_t *e)
     ob_putc(o, '{');
     for (uint32_t i = 0; i < nkeys; i++) {
         pkey_t *k = &keys[i];
-        ob_putc(o, '(');
-        m_i32(o, 3);
-        if (m_str(o, k->file))
+        if (m_key(o, k, 5))
             goto out;
-        m_int(o, k->line);
-        if (m_str(o, k->name))
-            goto out;
-        ob_putc(o, '(');
-        m_i32(o, 5);
         m_int(o, k->cc);
         m_int(o, k->nc);
         m_float(o, (double)k->tt * spt);
         m_float(o, (double)k->ct * spt);
         ob_putc(o, '{');
         for (uint32_t j = k->first_edge; j < k->first_edge + k->nedges; j++) {
-            pkey_t *c = &keys[edges[j].caller];
-            ob_putc(o, '(');
-            m_i32(o, 3);
-            if (m_str(o, c->file))
+            if (m_key(o, &keys[edges[j].caller], 4))
                 goto out;
-            m_int(o, c->line);
-            if (m_str(o, c->name))
-                goto out;
-            ob_putc(o, '(');
-            m_i32(o, 4);
             m_int(o, edges[j].nc);
             m_int(o, edges[j].cc);
             m_float(o, (double)edges[j].tt * spt);

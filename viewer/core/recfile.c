@@ -224,17 +224,18 @@ static int read_header(pt_recfile_t *rf)
     return 1;
 }
 
-static int grow(uint8_t **buf, size_t *cap, size_t need)
+/* Room for need bytes in *buf (kept), from 64 KiB doubling; 0 or -ENOMEM.
+ * realloc, like malloc, is 8-aligned, as the Event vector needs. */
+static int reserve(uint8_t **buf, size_t *cap, size_t need)
 {
     if (need <= *cap)
         return 0;
     size_t cap2 = *cap ? *cap : 64u << 10;
     while (cap2 < need)
         cap2 *= 2;
-    uint8_t *nb = malloc(cap2); /* malloc: 8-aligned, as the Event vector needs */
+    uint8_t *nb = realloc(*buf, cap2);
     if (!nb)
         return -ENOMEM;
-    free(*buf);
     *buf = nb;
     *cap = cap2;
     return 0;
@@ -302,7 +303,8 @@ static int inflate_chunk(pt_recfile_t *rf, const pt_fb_compressed_chunk_t *chunk
     if (frame != c->data_len)
         return damage(rf, rf->off, "compressed chunk has %zu bytes after its zstd frame", c->data_len - frame);
     size_t out_total = PT_CHUNK_HEADER_BYTES + (size_t)c->raw_bytes;
-    if (grow(&rf->plain, &rf->plain_cap, out_total + 8) < 0 || grow(&rf->scratch, &rf->scratch_cap, c->raw_bytes + 1) < 0)
+    if (reserve(&rf->plain, &rf->plain_cap, out_total + 8) < 0 ||
+        reserve(&rf->scratch, &rf->scratch_cap, c->raw_bytes + 1) < 0)
         return io_error(rf, -ENOMEM);
     if (!rf->dctx && !(rf->dctx = ZSTD_createDCtx()))
         return io_error(rf, -ENOMEM);
@@ -486,25 +488,10 @@ struct pt_recwriter {
     size_t planes_cap, frame_cap;
 };
 
-static int wgrow(uint8_t **buf, size_t *cap, size_t need)
-{
-    if (need <= *cap)
-        return 0;
-    size_t cap2 = *cap ? *cap : 64u << 10;
-    while (cap2 < need)
-        cap2 *= 2;
-    uint8_t *nb = realloc(*buf, cap2);
-    if (!nb)
-        return -ENOMEM;
-    *buf = nb;
-    *cap = cap2;
-    return 0;
-}
-
 static int put(pt_recwriter_t *w, const uint8_t *bytes, size_t n)
 {
     const size_t padded = (n + 7) & ~(size_t)7;
-    if (wgrow(&w->buf, &w->cap, w->have + padded) < 0)
+    if (reserve(&w->buf, &w->cap, w->have + padded) < 0)
         return -ENOMEM;
     memcpy(w->buf + w->have, bytes, n);
     memset(w->buf + w->have + n, 0, padded - n);
@@ -618,7 +605,7 @@ static int put_compressed(pt_recwriter_t *w, const uint8_t *msg, size_t len, con
         return 0;
     const size_t raw = (size_t)c->count * sizeof(pt_event_t);
     const size_t bound = ZSTD_compressBound(raw);
-    if (wgrow(&w->planes, &w->planes_cap, raw) < 0 || wgrow(&w->frame, &w->frame_cap, bound) < 0)
+    if (reserve(&w->planes, &w->planes_cap, raw) < 0 || reserve(&w->frame, &w->frame_cap, bound) < 0)
         return -ENOMEM;
     shuffle((const uint8_t *)c->events, w->planes, c->count);
     const size_t n = ZSTD_compress2(w->cctx, w->frame, bound, w->planes, raw);
@@ -627,7 +614,7 @@ static int put_compressed(pt_recwriter_t *w, const uint8_t *msg, size_t len, con
     const pt_fb_compressed_chunk_t cc = {c->thread, c->first_event, c->count, PT_CODEC_ZSTD_DELTA_SHUFFLE,
                                          (uint32_t)raw, w->frame, (uint32_t)n};
     /* the message is about 100 bytes of FlatBuffer around the frame */
-    if (wgrow(&w->buf, &w->cap, w->have + 136 + n) < 0)
+    if (reserve(&w->buf, &w->cap, w->have + 136 + n) < 0)
         return -ENOMEM;
     size_t out_len = pt_fb_build_compressed_chunk(w->buf + w->have, w->cap - w->have, &cc);
     if (out_len && process) /* the tag survives compression; the reader gives it back */
@@ -888,7 +875,7 @@ int pt_recfile_merge(const char *const *inputs, size_t n, int out_fd, pt_recmerg
                 m.u.process_info.base_monotonic_ns = (uint64_t)mono;
             }
             m.process = procs[k].new_tag;
-            if (buf_cap < len + 64 + 4096 && grow(&buf, &buf_cap, len + 64 + 4096) < 0) {
+            if (reserve(&buf, &buf_cap, len + 64 + 4096) < 0) {
                 rc = -ENOMEM;
                 goto out;
             }

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grow_internal.h"
 #include "u64map_internal.h"
 
 #define MAX_STACK_DEPTH (1u << 20)
@@ -51,23 +52,6 @@ struct pt_walk {
     uint32_t scratch_cap;
     pt_walk_counters_t c;
 };
-
-static int grow(void **arr, uint32_t *cap, size_t elem, uint32_t need)
-{
-    if (need <= *cap)
-        return 0;
-    size_t ncap = *cap ? *cap : 16;
-    while (ncap < need)
-        ncap *= 2;
-    if (ncap > UINT32_MAX / 2)
-        return -ENOMEM;
-    void *p = realloc(*arr, ncap * elem);
-    if (!p)
-        return -ENOMEM;
-    *arr = p;
-    *cap = (uint32_t)ncap;
-    return 0;
-}
 
 int pt_walk_create(const pt_walk_ops_t *ops, void *ctx, pt_walk_t **out)
 {
@@ -119,7 +103,7 @@ pt_walk_thread_t *pt_walk_proc_thread(pt_walk_t *w, uint32_t process, uint64_t n
         idx = w->threads[idx]->chain;
     if (idx == PT_U64MAP_EMPTY) {
         if (w->thread_count >= (UINT32_MAX >> 2) ||
-            grow((void **)&w->threads, &w->thread_cap, sizeof *w->threads, w->thread_count + 1)) {
+            pt_grow((void **)&w->threads, &w->thread_cap, sizeof *w->threads, w->thread_count + 1)) {
             *rc = -ENOMEM;
             return NULL;
         }
@@ -167,7 +151,7 @@ static inline int do_enter(pt_walk_t *w, wthread_t *t, uint32_t id, uint32_t spa
 {
     if (t->pub.depth >= MAX_STACK_DEPTH)
         return -ENOMEM;
-    if (t->pub.depth == t->cap && grow((void **)&t->stack, &t->cap, sizeof *t->stack, t->pub.depth + 1))
+    if (t->pub.depth == t->cap && pt_grow((void **)&t->stack, &t->cap, sizeof *t->stack, t->pub.depth + 1))
         return -ENOMEM;
     uint32_t *open = pt_u64map_slot(&w->open, open_key(t, span, id), 0);
     if (!open)
@@ -195,7 +179,7 @@ static int truncate_to(pt_walk_t *w, wthread_t *t, uint32_t depth, uint64_t tick
     if (lift) {
         for (uint32_t i = depth; i < t->pub.depth; i++)
             nspans += t->stack[i].span;
-        if (nspans && grow((void **)&w->scratch, &w->scratch_cap, sizeof *w->scratch, nspans))
+        if (nspans && pt_grow((void **)&w->scratch, &w->scratch_cap, sizeof *w->scratch, nspans))
             return -ENOMEM;
         nspans = 0;
         for (uint32_t i = depth; i < t->pub.depth; i++)
@@ -257,7 +241,7 @@ static int close_span(pt_walk_t *w, wthread_t *t, uint32_t id, uint64_t ticks)
         return 0;
     }
     uint32_t above = d - pos - 1;
-    if (above && grow((void **)&w->scratch, &w->scratch_cap, sizeof *w->scratch, above))
+    if (above && pt_grow((void **)&w->scratch, &w->scratch_cap, sizeof *w->scratch, above))
         return -ENOMEM;
     if (above)
         memcpy(w->scratch, t->stack + pos + 1, above * sizeof *w->scratch);

@@ -10,8 +10,9 @@
  *                                    followed while it grows (or, with
  *                                    --follow, until the recording ends)
  *
- * The main loop drains the reader every ~10 ms (getch timeout) so the job's
- * rings never fill, and re-queries the aggregation / redraws at ~3 Hz. The
+ * The stream comes from a Source (source.h: a live segment or a recording).
+ * The main loop reads it every ~10 ms (getch timeout) so the job's rings
+ * never fill, and re-queries the aggregation / redraws at ~3 Hz. The
  * picture can be paused (space) while reading goes on.
  */
 #include <curses.h>
@@ -38,10 +39,6 @@
 #define CPU_READ_NS 300000000ull
 #define DRAW_NS 333000000ull
 #define POLL_MAX_EVENTS 4000000u
-#define FILE_POLL_MAX_MESSAGES 4096u
-/* A recording that has not ended and did not grow for this long is taken as
- * complete (without --follow): its writer stopped or is idle. */
-#define FILE_STALL_NS 1000000000ull
 
 static const double App_windows[] = {1, 2, 5, 10, 30, 60, 120, 300, 600};
 #define N_WINDOWS (int)(sizeof App_windows / sizeof App_windows[0])
@@ -77,158 +74,26 @@ static void usage(FILE *f)
 
 /* ---- reading ------------------------------------------------------------ */
 
-static int App_onMessage(void *ctx, uint32_t type, const uint8_t *msg, size_t len)
+static void App_onMessage(void *ctx, const pt_fb_msg_t *m)
 {
     App *app = ctx;
-    pt_fb_msg_t m;
-    char why[128] = "";
-    (void)type;
-    if (pt_fb_parse(msg, len, &m, why, sizeof why)) {
-        app->parse_errors++;
-        snprintf(app->error, sizeof app->error, "bad message from the reader (%s); the picture may be incomplete",
-                 why);
-        return 0; /* skip it, keep reading */
-    }
-    int rc = pt_agg_feed_msg(app->agg, &m);
-    if (rc == -ENOMEM)
+    if (pt_agg_feed_msg(app->agg, m) == -ENOMEM)
         snprintf(app->error, sizeof app->error, "out of memory while aggregating; the picture is incomplete");
-    return 0;
 }
 
-/* ---- recordings ---------------------------------------------------------- */
-
-static void App_fileDamage(App *app)
-{
-    app->file_damaged = 1;
-    snprintf(app->error, sizeof app->error, "%s: %s (everything before it is shown)", app->file_path,
-             pt_recfile_error(app->recfile));
-}
-
-/* Keep the reader-stats view of a recording up to date from one message. */
-static void App_fileNote(App *app, const pt_fb_msg_t *m)
-{
-    pt_reader_stats_t *st = &app->file_stats;
-    st->messages++;
-    switch (m->type) {
-    case PT_MSG_PROCESS_INFO: st->pid = m->u.process_info.pid; break;
-    case PT_MSG_SYMBOL: st->symbols_read++; break;
-    case PT_MSG_THREAD_START: st->threads_seen++; st->threads_active++; break;
-    case PT_MSG_THREAD_END: if (st->threads_active) st->threads_active--; break;
-    case PT_MSG_EVENT_CHUNK:
-        st->chunks_read++;
-        st->events_read += m->u.event_chunk.count;
-        break;
-    case PT_MSG_PRODUCER_STATUS:
-        st->producer_state = m->u.producer_status.state;
-        st->producer_events_written = m->u.producer_status.events_written;
-        st->producer_events_dropped = m->u.producer_status.events_dropped;
-        st->hook_errors = m->u.producer_status.hook_errors;
-        st->symbols_dropped = m->u.producer_status.symbols_dropped;
-        st->threads_untraced = m->u.producer_status.threads_untraced;
-        st->tracing_displaced = m->u.producer_status.tracing_displaced;
-        st->events_untraced = m->u.producer_status.events_untraced;
-        break;
-    default: break;
-    }
-}
-
-/* At the end of what is written: has the recording ended, stalled, or is it
- * still growing? */
-static void App_fileAtEnd(App *app)
-{
-    uint64_t now = pt_monotonic_ns();
-    if (pt_recfile_ended(app->recfile)) {
-        if (pt_recfile_finish(app->recfile) == -EBADMSG) {
-            App_fileDamage(app); /* the writer finished, yet the file is torn: truncated */
-            if (pt_recfile_last_state(app->recfile) < PT_STATE_EXITED)
-                return; /* its end is lost: DAMAGED, not ENDED */
-        }
-        if (pt_recfile_last_state(app->recfile) == PT_STATE_DEAD)
-            app->died = 1;
-        else
-            app->ended = 1;
-        app->file_stalled = 0;
-        return;
-    }
-    uint64_t size = pt_recfile_file_size(app->recfile);
-    if (size != app->file_size_seen) {
-        app->file_size_seen = size;
-        app->file_grew_ns = now;
-        app->file_stalled = 0;
-        return;
-    }
-    if (app->follow || now - app->file_grew_ns < FILE_STALL_NS)
-        return;
-    /* Not following and nothing new for a while: a torn tail is truncation.
-     * A clean end is not damage; keep watching in case the writer resumes. */
-    app->file_stalled = 1;
-    if (pt_recfile_finish(app->recfile) == -EBADMSG)
-        App_fileDamage(app);
-}
-
-/* Read what the recording holds now (bounded per call so keys stay live).
- * Returns events read or a negative errno (recorded in app). */
-static long App_pollFile(App *app)
-{
-    if (app->ended || app->died || app->file_damaged)
-        return 0;
-    long events = 0;
-    for (unsigned i = 0; i < FILE_POLL_MAX_MESSAGES && events < (long)POLL_MAX_EVENTS; i++) {
-        const uint8_t *msg;
-        size_t len;
-        pt_fb_msg_t m;
-        int rc = pt_recfile_next(app->recfile, &msg, &len, &m);
-        if (rc == 1) {
-            App_fileNote(app, &m);
-            if (m.type == PT_MSG_EVENT_CHUNK)
-                events += (long)m.u.event_chunk.count;
-            if (pt_agg_feed_msg(app->agg, &m) == -ENOMEM)
-                snprintf(app->error, sizeof app->error, "out of memory while aggregating; the picture is incomplete");
-            app->file_stalled = 0;
-            continue;
-        }
-        if (rc == -EBADMSG) {
-            App_fileDamage(app);
-        } else if (rc < 0) {
-            snprintf(app->error, sizeof app->error, "%s: %s", app->file_path, pt_recfile_error(app->recfile));
-            return rc;
-        } else {
-            if (app->error[0] && !app->file_damaged)
-                app->error[0] = 0; /* an I/O error went away */
-            App_fileAtEnd(app);
-        }
-        break;
-    }
-    return events;
-}
-
-/* Drain once. Returns events read or a negative errno (recorded in app). */
+/* Read once (bounded, so keys stay live). Returns events read or a negative
+ * errno (the source's error line says what). */
 static long App_poll(App *app)
 {
-    if (app->recfile)
-        return App_pollFile(app);
-    if (app->ended || app->died)
-        return 0;
-    long n = pt_reader_poll(app->reader, App_onMessage, app, POLL_MAX_EVENTS);
-    if (n == -EPIPE) {
-        app->died = 1;
-    } else if (n < 0) {
-        const char *e = pt_reader_error(app->reader);
-        snprintf(app->error, sizeof app->error, "%s", e && *e ? e : strerror((int)-n));
-    } else {
-        const char *e = pt_reader_error(app->reader);
-        if (e && *e)
-            snprintf(app->error, sizeof app->error, "%s", e);
-    }
-    if (pt_reader_finished(app->reader)) {
-        pt_reader_stats_t st;
-        pt_reader_stats(app->reader, &st);
-        if (st.producer_state == PT_STATE_DEAD)
-            app->died = 1;
-        else
-            app->ended = 1;
-    }
+    long n = Source_poll(app->source, App_onMessage, app, POLL_MAX_EVENTS);
+    Source_status(app->source, &app->status);
     return n;
+}
+
+const char *App_error(const App *app)
+{
+    const char *e = Source_error(app->source);
+    return e[0] ? e : app->error;
 }
 
 const char *App_symbolName(App *app, uint32_t id) { return pt_agg_symbol(app->agg, id).name; }
@@ -264,7 +129,7 @@ void App_threadLabel(App *app, char *out, size_t cap)
  * (its pid may belong to another process by then) or for a recording. */
 static void App_sampleCpu(App *app, int force)
 {
-    if (!app->cpu.pid || app->ended || app->died)
+    if (!app->cpu.pid || app->status.ended || app->status.died)
         return;
     uint64_t now = pt_monotonic_ns();
     if (!force && app->cpu.last_sample_ns && now - app->cpu.last_sample_ns < CPU_READ_NS)
@@ -298,14 +163,6 @@ static void App_cpuText(const App *app, const CpuMeter *m, char *out, size_t cap
         snprintf(out, cap, "%.1f%%", pct);
 }
 
-static void App_readStats(const App *app, pt_reader_stats_t *out)
-{
-    if (app->recfile)
-        *out = app->file_stats;
-    else
-        pt_reader_stats(app->reader, out);
-}
-
 void App_refresh(App *app)
 {
     pt_agg_query_t tq = {.thread = app->thread, .window_seconds = app->table_window ? app->window_seconds : 0};
@@ -316,19 +173,19 @@ void App_refresh(App *app)
     if (app->panel == &FlamePanel_class)
         pt_agg_tree(app->agg, &fq, &app->tree);
     pt_agg_counters(app->agg, &app->counters);
-    App_readStats(app, &app->stats);
+    Source_stats(app->source, &app->stats);
     App_sampleCpu(app, 0);
 }
 
 static const char *App_stateName(const App *app)
 {
-    if (app->died)
+    if (app->status.died)
         return "DIED";
-    if (app->ended)
+    if (app->status.ended)
         return "ENDED";
-    if (app->file_damaged)
+    if (app->status.damaged)
         return "DAMAGED";
-    if (app->file_stalled)
+    if (app->status.stalled)
         return "INCOMPLETE";
     switch (app->stats.producer_state) {
     case PT_STATE_RUNNING: return "RUNNING";
@@ -473,11 +330,9 @@ static void App_draw(App *app)
     App_cpuText(app, &app->cpu.process, cpu, sizeof cpu);
     const char *state = App_stateName(app);
     char source[300] = "", speed[64];
-    if (app->recfile) {
-        char esc[260];
-        const char *base = strrchr(app->file_path, '/'); /* the whole path is in the error lines */
-        Text_escape(base && base[1] ? base + 1 : app->file_path, esc, sizeof esc);
-        snprintf(source, sizeof source, "file %s  ", esc);
+    int replay = app->source->cls->replay;
+    Source_describe(app->source, source, sizeof source);
+    if (replay) {
         Text_count((double)app->stats.events_read, rate, sizeof rate);
         snprintf(speed, sizeof speed, "%s events", rate);
     } else {
@@ -488,7 +343,7 @@ static void App_draw(App *app)
              source, (unsigned long long)app->stats.pid, state, app->paused ? " PAUSED" : "", cpu, speed,
              (unsigned long long)dropped, other_losses ? "  " : "", losses, threads, app->window_seconds, win, app->panel->name,
              app->panel == &TablePanel_class ? (app->table_window ? "window" : "whole run") : "window", cmd);
-    App_drawLine(0, CRT_attr(app->ended || app->died ? CRT_C_ENDED : CRT_C_HEADER) | A_BOLD, line);
+    App_drawLine(0, CRT_attr(app->status.ended || app->status.died ? CRT_C_ENDED : CRT_C_HEADER) | A_BOLD, line);
     int top = 1;
     if (dropped) {
         snprintf(line, sizeof line,
@@ -505,21 +360,21 @@ static void App_draw(App *app)
                  "pytrace.stop() and the job's stderr say why", list);
         App_drawLine(top++, CRT_attr(CRT_C_WARNING) | A_BOLD, line);
     }
-    if (app->error[0]) {
+    if (App_error(app)[0]) {
         char esc[600];
-        Text_escape(app->error, esc, sizeof esc);
+        Text_escape(App_error(app), esc, sizeof esc);
         snprintf(line, sizeof line, " error: %s", esc);
         App_drawLine(top++, CRT_attr(CRT_C_WARNING), line);
     }
-    if (app->ended || app->died) {
-        const char *how = app->died ? "died without a clean exit" : "exited";
-        if (app->recfile && !app->died && pt_recfile_last_state(app->recfile) != PT_STATE_EXITED)
+    if (app->status.ended || app->status.died) {
+        const char *how = app->status.died ? "died without a clean exit" : "exited";
+        if (app->status.cut_short && !app->status.died)
             how = "was still running when the recording stopped";
         snprintf(line, sizeof line, " %s: %s %s; this is its last picture%s (q to quit)", state,
-                 app->recfile ? "the recording ended: the job" : "the job", how,
-                 app->recfile ? ", the window is its last seconds" : "");
+                 replay ? "the recording ended: the job" : "the job", how,
+                 replay ? ", the window is its last seconds" : "");
         App_drawLine(top++, CRT_attr(CRT_C_ENDED) | A_BOLD, line);
-    } else if (app->recfile && app->file_stalled && !app->file_damaged) {
+    } else if (app->status.stalled && !app->status.damaged) {
         App_drawLine(top++, CRT_attr(CRT_C_WARNING),
                      " INCOMPLETE: the recording has no end mark and is not growing (its writer stopped or is idle); "
                      "watching the file");
@@ -634,7 +489,7 @@ static int App_run(App *app)
     timeout(POLL_MS);
     while (!CRT_quit) {
         uint64_t now = pt_monotonic_ns();
-        if (!app->error[0] || now >= next_retry) {
+        if (!App_error(app)[0] || now >= next_retry) {
             long n = App_poll(app);
             if (n < 0 && n != -EPIPE)
                 next_retry = now + 1000000000ull; /* keep trying, slowly */
@@ -643,7 +498,7 @@ static int App_run(App *app)
         }
         if (now - rate_t0 >= 1000000000ull) {
             pt_reader_stats_t st;
-            App_readStats(app, &st);
+            Source_stats(app->source, &st);
             app->read_rate = (double)(st.events_read - rate_events0) * 1e9 / (double)(now - rate_t0);
             rate_events0 = st.events_read;
             rate_t0 = now;
@@ -654,7 +509,7 @@ static int App_run(App *app)
             if (!app->paused || need_refresh)
                 App_refresh(app);
             else
-                App_readStats(app, &app->stats);
+                Source_stats(app->source, &app->stats);
             need_refresh = 0;
             App_draw(app);
             last_draw = now;
@@ -822,7 +677,9 @@ typedef struct Options {
     int all;
 } Options;
 
-static void Headless_drain(App *app, double duration)
+/* A live stream: what is there now, then --duration seconds more (or until
+ * the job ends), sampling the job's CPU meanwhile. */
+static void Headless_drainLive(App *app, double duration)
 {
     uint64_t end = pt_monotonic_ns() + (uint64_t)(duration * 1e9);
     for (int i = 0; i < 1000000; i++) { /* drain what is there */
@@ -831,7 +688,7 @@ static void Headless_drain(App *app, double duration)
             break;
     }
     App_sampleCpu(app, 1); /* the threads are known now: the start of the CPU measure */
-    while (duration > 0 && pt_monotonic_ns() < end && !CRT_quit && !app->ended && !app->died) {
+    while (duration > 0 && pt_monotonic_ns() < end && !CRT_quit && !app->status.ended && !app->status.died) {
         App_poll(app);
         App_sampleCpu(app, 0); /* every CPU_READ_NS, so a thread that ends keeps its figures */
         struct timespec ts = {0, POLL_MS * 1000000L};
@@ -878,18 +735,18 @@ static void Headless_jsonNumber(double v, char *out, size_t cap)
 }
 
 /* A recording: read it to its end. Without --follow, stop when it has not
- * ended but has not grown for FILE_STALL_NS (what is there is shown, a torn
- * tail is truncation); with --follow, wait for its end (or --duration). */
-static void Headless_drainFile(App *app, double duration)
+ * ended but has stalled (what is there is shown, a torn tail is truncation);
+ * with --follow, wait for its end (or --duration). */
+static void Headless_drainReplay(App *app, double duration, int follow)
 {
     uint64_t start = pt_monotonic_ns();
-    while (!CRT_quit && !app->ended && !app->died && !app->file_damaged) {
-        long n = App_pollFile(app);
-        if (n < 0 && !app->follow)
+    while (!CRT_quit && !SourceStatus_finished(&app->status)) {
+        long n = App_poll(app);
+        if (n < 0 && !follow)
             break; /* an I/O error: report it rather than spin */
-        if (app->ended || app->died || app->file_damaged || app->file_stalled)
+        if (SourceStatus_finished(&app->status) || app->status.stalled)
             break;
-        if (pt_recfile_pending(app->recfile) == 0 && n > 0)
+        if (Source_pending(app->source) == 0 && n > 0)
             continue; /* more may be there at once */
         if (duration > 0 && pt_monotonic_ns() - start >= (uint64_t)(duration * 1e9))
             break;
@@ -925,20 +782,11 @@ static void Headless_json(App *app, const Options *o)
                basis == CPU_MEASURED ? "\"measured\"" : basis == CPU_SINCE_START ? "\"since_start\"" : "null",
                measured);
     }
-    if (app->error[0]) {
-        Text_json(app->error, a, sizeof a);
+    if (App_error(app)[0]) {
+        Text_json(App_error(app), a, sizeof a);
         printf("  \"error\": \"%s\",\n", a);
     }
-    if (app->recfile) {
-        Text_json(app->file_path, a, sizeof a);
-        printf("  \"file\": \"%s\",\n  \"recording_ended\": %s,\n  \"lossless\": %s,\n  \"messages_read\": %llu,\n"
-               "  \"bytes_read\": %llu,\n  \"error_offset\": %lld,\n",
-               a, app->ended || app->died ? "true" : "false",
-               pt_recfile_flags(app->recfile) & PT_RECFILE_FLAG_LOSSLESS ? "true" : "false",
-               (unsigned long long)pt_recfile_messages(app->recfile),
-               (unsigned long long)pt_recfile_offset(app->recfile),
-               app->file_damaged ? (long long)pt_recfile_error_offset(app->recfile) : -1LL);
-    }
+    Source_json(app->source, stdout);
     printf("  \"threads\": [");
     for (size_t i = 0; i < pt_agg_thread_count(app->agg); i++) {
         pt_agg_thread_info_t ti;
@@ -977,7 +825,7 @@ static void Headless_cpuLine(const App *app, char *out, size_t cap)
         break;
     case CPU_SINCE_START: snprintf(out, cap, "cpu %.1f%% since it started (--duration S measures)", pct); break;
     default:
-        snprintf(out, cap, "cpu n/a%s", app->recfile ? " (a recording has no CPU figures)" : "");
+        snprintf(out, cap, "cpu n/a%s", app->source->cls->replay ? " (a recording has no CPU figures)" : "");
         break;
     }
 }
@@ -995,9 +843,9 @@ static void Headless_text(App *app, const Options *o)
     char losses[256];
     if (App_lossText(app, ", ", losses, sizeof losses))
         printf("lost: %s\n", losses);
-    if (app->error[0]) {
+    if (App_error(app)[0]) {
         char esc[600];
-        Text_escape(app->error, esc, sizeof esc);
+        Text_escape(App_error(app), esc, sizeof esc);
         printf("error: %s\n", esc);
     }
     printf("%7s %8s %6s %9s %10s  %s\n", "THREAD", "OS_TID", "CPU%", "CPU TIME", "EVENTS", "NAME");
@@ -1158,59 +1006,50 @@ int main(int argc, char **argv)
         app.table_window = 1;
     }
     app.thread = o.thread;
-    snprintf(app.target, sizeof app.target, "%s", o.file ? o.file : o.target);
     char err[512] = "";
-    int rc;
-    if (o.file) {
-        app.file_path = o.file;
-        app.follow = o.follow;
-        app.file_grew_ns = pt_monotonic_ns();
-        rc = pt_recfile_open(o.file, &app.recfile, err, sizeof err);
-    } else {
-        rc = pt_reader_attach(o.target, 0, &app.reader, err, sizeof err);
-    }
+    int rc = o.file ? FileSource_open(o.file, o.follow, &app.source, err, sizeof err)
+                    : LiveSource_open(o.target, &app.source, err, sizeof err);
     if (rc) {
         if (interactive_started)
             CRT_done();
         fprintf(stderr, "pytrace-top: %s\n", err[0] ? err : strerror(-rc));
         return 1;
     }
-    if (app.reader) { /* the CPU figures of a live job; a recording has none */
+    int replay = app.source->cls->replay;
+    if (!replay) { /* the CPU figures of a live job; a recording has none */
         pt_reader_stats_t st;
-        pt_reader_stats(app.reader, &st);
+        Source_stats(app.source, &st);
         Cpu_init(&app.cpu, st.pid, CPU_PERIOD_NS);
     }
     if (pt_agg_create(NULL, &app.agg)) {
         if (interactive_started)
             CRT_done();
         fprintf(stderr, "pytrace-top: out of memory\n");
-        if (app.reader)
-            pt_reader_detach(app.reader, 0);
-        pt_recfile_close(app.recfile);
+        Source_close(app.source);
         return 1;
     }
     int status = 0;
     if (o.once) {
-        if (app.recfile)
-            Headless_drainFile(&app, o.duration);
+        if (replay)
+            Headless_drainReplay(&app, o.duration, o.follow);
         else
-            Headless_drain(&app, o.duration);
+            Headless_drainLive(&app, o.duration);
         App_refresh(&app);
         if (o.json)
             Headless_json(&app, &o);
         else
             Headless_text(&app, &o);
         fflush(stdout);
-        if (app.recfile) {
+        if (replay) {
             /* the table of what was read first, then the damage as one line */
-            if (app.error[0]) {
+            if (App_error(&app)[0]) {
                 char esc[600];
-                Text_escape(app.error, esc, sizeof esc);
+                Text_escape(App_error(&app), esc, sizeof esc);
                 fprintf(stderr, "pytrace-top: %s\n", esc);
                 status = 1;
             }
         } else {
-            status = app.error[0] && !app.counters.events_seen ? 1 : 0;
+            status = App_error(&app)[0] && !app.counters.events_seen ? 1 : 0;
         }
     } else {
         if (!interactive_started && CRT_init()) {
@@ -1223,9 +1062,7 @@ int main(int argc, char **argv)
     }
     pt_agg_table_free(&app.table);
     pt_agg_tree_free(&app.tree);
-    if (app.reader) /* a finished job's segment is spent once read: remove it */
-        pt_reader_detach(app.reader, 1);
-    pt_recfile_close(app.recfile);
+    Source_close(app.source);
     pt_agg_destroy(app.agg);
     Cpu_done(&app.cpu);
     return status;
