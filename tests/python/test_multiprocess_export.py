@@ -31,12 +31,15 @@ def _key(name, file, line):
     return (name, file, line) if line > 0 else name
 
 
-def _top(path):
-    r = subprocess.run([TOP, "--file", str(path), "--once", "--json"], capture_output=True, text=True,
+def _top(path, *extra, doc=None):
+    r = subprocess.run([TOP, "--file", str(path), "--once", "--json", *extra], capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    if doc is not None:
+        doc.update(d)
     rows = collections.defaultdict(lambda: [0, 0, 0, 0])
-    for f in json.loads(r.stdout)["functions"]:
+    for f in d["functions"]:
         if f["calls"] or f["self_ns"] or f["total_ns"]:
             row = rows[_key(f["name"], f["file"], f["line"])]
             for i, field in enumerate(("calls", "prim_calls", "self_ns", "total_ns")):
@@ -105,8 +108,9 @@ def test_each_process_exports_as_it_would_alone_and_all_add_up(seed, tmp_path):
     alone = multi_recording(str(path), seed)
     per_process = {}
     for pid in PIDS:
-        top = _top(alone[pid])                       # the process recorded alone, untagged
+        top = _top(path, "--pid", str(pid))          # pytrace-top on that process of the stream
         assert top
+        assert _top(alone[pid]) == top, pid          # = the process recorded alone, untagged
         ps = _pstats(path, tmp_path / "p.pstats", "--pid", str(pid))
         co = _collapsed(path, tmp_path, "--pid", str(pid))
         assert ps == top, pid
@@ -116,6 +120,11 @@ def test_each_process_exports_as_it_would_alone_and_all_add_up(seed, tmp_path):
     assert any(isinstance(k, tuple) and k[1] == "worker.py" for k in per_process[4102])
     assert not any(isinstance(k, tuple) and k[1] == "worker.py" for k in per_process[4101])
     everything = _add(per_process.values())
+    doc = {}
+    assert _top(path, doc=doc) == everything     # pytrace-top without --pid adds them up
+    assert doc["process"] is None
+    assert sorted((p["process"], p["pid"]) for p in doc["processes"]) == \
+        sorted((tag, pid) for tag, pid, _f, _c in PROCESSES)
     assert _pstats(path, tmp_path / "all.pstats") == everything
     assert _collapsed(path, tmp_path) == everything
     two = _add([per_process[4101], per_process[4103]])
@@ -183,3 +192,32 @@ def test_speedscope_has_a_profile_per_process_and_thread(tmp_path):
     doc = json.load(open(_export(path, "speedscope", tmp_path / "s.speedscope.json")))
     names = sorted(p["name"] for p in doc["profiles"])
     assert names == sorted("pid %d: T%d (tid %d)" % (pid, n, 5000 + n) for pid in PIDS for n in (1, 2, 3))
+
+
+def test_top_cycles_processes_with_P_and_shows_each_ones_state(tmp_path):
+    """pytrace-top on a stream of several processes: a processes line with each one's pid
+    and state (exited: each sent its final status), the shown one [marked]; P moves to the
+    next, whose functions (worker.py's for pid 4102) replace the table."""
+    from topkit import Tmux
+    path = tmp_path / "job.pytrace"
+    multi_recording(str(path), 2)
+    t = Tmux("--file %s" % path, width=220)
+    try:
+        s = t.wait_for(lambda s: "processes (P):" in s and "ENDED" in s, what="the processes line")
+        line = next(ln for ln in s.splitlines() if "processes (P):" in ln)
+        for pid in PIDS:
+            assert "%d exited n/a" % pid in line, line
+        first = line.split("[", 1)[1].split()[0]
+        assert "P:process" in s.splitlines()[-1]
+        shown = [first]
+        for _ in range(len(PIDS) - 1):
+            t.keys("P")
+            s = t.wait_for(lambda s, prev=shown[-1]: "[%s " % prev not in s and "processes (P):" in s,
+                           what="the next process")
+            line = next(ln for ln in s.splitlines() if "processes (P):" in ln)
+            shown.append(line.split("[", 1)[1].split()[0])
+            assert ("pid %s" % shown[-1]) in s.splitlines()[0]
+            assert ("worker.py" in s) == (shown[-1] == "4102"), s
+        assert sorted(int(p) for p in shown) == sorted(PIDS)
+    finally:
+        t.close()
