@@ -6,6 +6,7 @@
     pytrace export out.pytrace --format collapsed  -o stacks.folded    # flamegraph.pl, inferno
     pytrace export out.pytrace --format pstats     -o profile.pstats   # pstats, snakeviz, gprof2dot
     pytrace export out.pytrace -f pstats --qualnames -o profile.pstats # keyed by qualified names
+    pytrace export all.pytrace -f pstats --pid 4242 -o rank0.pstats   # one process of several
 
 The exporters are C (viewer/core/export.c, through _pytrace.export): the recording is
 read message by message and turned into stacks by the walk every reader shares
@@ -14,6 +15,9 @@ stacks, the symbol table and the format's own aggregates, never the event list. 
 damaged recording is exported up to the damage, which is reported with its byte offset
 (exit status 1). `perfetto-json` is the old name of `chrome` (kept for a release);
 `perfetto` is Perfetto's own protobuf trace (it named the Chrome JSON before).
+A recording of several processes (a process tree, `pytrace merge`) puts each process on
+its own track (chrome, perfetto: its pid) or profile (speedscope); pstats and collapsed
+add them up, or take only the processes of `--pid PID` (repeatable).
 """
 
 import os
