@@ -106,11 +106,13 @@ def _add(tables):
 def test_each_process_exports_as_it_would_alone_and_all_add_up(seed, tmp_path):
     path = tmp_path / "job.pytrace"
     alone = multi_recording(str(path), seed)
-    per_process = {}
+    per_process, seen = {}, {}
     for pid in PIDS:
         top = _top(path, "--pid", str(pid))          # pytrace-top on that process of the stream
         assert top
-        assert _top(alone[pid]) == top, pid          # = the process recorded alone, untagged
+        one = {}
+        assert _top(alone[pid], doc=one) == top, pid  # = the process recorded alone, untagged
+        seen[pid] = (one["events_seen"], one["events_dropped"], len(one["threads"]))
         ps = _pstats(path, tmp_path / "p.pstats", "--pid", str(pid))
         co = _collapsed(path, tmp_path, "--pid", str(pid))
         assert ps == top, pid
@@ -123,6 +125,11 @@ def test_each_process_exports_as_it_would_alone_and_all_add_up(seed, tmp_path):
     doc = {}
     assert _top(path, doc=doc) == everything     # pytrace-top without --pid adds them up
     assert doc["process"] is None
+    # its counts are every process's, added up; its threads, every process's
+    assert doc["events_seen"] == sum(v[0] for v in seen.values())
+    assert doc["events_dropped"] == sum(v[1] for v in seen.values())
+    assert len(doc["threads"]) == sum(v[2] for v in seen.values())
+    assert {t["process"] for t in doc["threads"]} == {tag for tag, *_ in PROCESSES}
     assert sorted((p["process"], p["pid"]) for p in doc["processes"]) == \
         sorted((tag, pid) for tag, pid, _f, _c in PROCESSES)
     assert _pstats(path, tmp_path / "all.pstats") == everything

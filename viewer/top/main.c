@@ -350,6 +350,29 @@ void App_refresh(App *app)
     if (app->panel == &FlamePanel_class)
         pt_agg_tree(app->agg, &fq, &app->tree);
     pt_agg_counters(app->agg, &app->counters);
+    if (app->merged && app->agg_count > 1) { /* the counts of every process, added up */
+        pt_agg_counters_t *t = &app->counters;
+        for (size_t i = 0; i < app->agg_count; i++) {
+            if (i == app->proc)
+                continue;
+            pt_agg_counters_t c;
+            pt_agg_counters(app->aggs[i], &c);
+            t->events_seen += c.events_seen;
+            t->events_per_second += c.events_per_second;
+            t->dropped += c.dropped;
+            t->dropped_lost_records += c.dropped_lost_records;
+            t->dropped_lost_counts += c.dropped_lost_counts;
+            t->dropped_producer += c.dropped_producer;
+            t->unmatched_closes += c.unmatched_closes;
+            t->threads_seen += c.threads_seen;
+            t->threads_active += c.threads_active;
+            t->hook_errors += c.hook_errors;
+            t->symbols += c.symbols;
+            t->nodes += c.nodes;
+            if (c.span_ns > t->span_ns)
+                t->span_ns = c.span_ns;
+        }
+    }
     Source_stats(app->source, &app->stats);
     App_sampleCpu(app, 0);
 }
@@ -1026,18 +1049,27 @@ static void Headless_json(App *app, const Options *o)
     }
     printf("\n  ],\n");
     printf("  \"threads\": [");
-    for (size_t i = 0; i < pt_agg_thread_count(app->agg); i++) {
-        pt_agg_thread_info_t ti;
-        pt_agg_thread_at(app->agg, i, &ti);
-        Text_json(ti.name, a, sizeof a);
-        const CpuMeter *m = Cpu_thread(&app->cpu, ti.thread);
-        char pct[32], secs[32];
-        Headless_jsonNumber(m ? Headless_cpuPct(app, m) : -1, pct, sizeof pct);
-        Headless_jsonNumber(m ? CpuMeter_seconds(m) : -1, secs, sizeof secs);
-        printf("%s\n    {\"thread\": %llu, \"os_tid\": %llu, \"name\": \"%s\", \"ended\": %s, \"events\": %llu, "
-               "\"cpu_pct\": %s, \"cpu_seconds\": %s}",
-               i ? "," : "", (unsigned long long)ti.thread, (unsigned long long)ti.os_tid, a,
-               ti.ended ? "true" : "false", (unsigned long long)ti.events, pct, secs);
+    /* the shown process's threads; every process's when the table adds them up */
+    int first = 1;
+    for (size_t p = 0; p < app->agg_count; p++) {
+        if (p != app->proc && !(app->merged && app->agg_count > 1))
+            continue;
+        pt_agg_t *agg = app->aggs[p];
+        const Cpu *cpu = p == app->proc ? &app->cpu : &app->cpus[p];
+        for (size_t i = 0; i < pt_agg_thread_count(agg); i++) {
+            pt_agg_thread_info_t ti;
+            pt_agg_thread_at(agg, i, &ti);
+            Text_json(ti.name, a, sizeof a);
+            const CpuMeter *m = Cpu_thread(cpu, ti.thread);
+            char pct[32], secs[32];
+            Headless_jsonNumber(m ? Headless_cpuPct(app, m) : -1, pct, sizeof pct);
+            Headless_jsonNumber(m ? CpuMeter_seconds(m) : -1, secs, sizeof secs);
+            printf("%s\n    {\"thread\": %llu, \"os_tid\": %llu, \"name\": \"%s\", \"ended\": %s, \"events\": %llu, "
+                   "\"cpu_pct\": %s, \"cpu_seconds\": %s, \"process\": %u}",
+                   first ? "" : ",", (unsigned long long)ti.thread, (unsigned long long)ti.os_tid, a,
+                   ti.ended ? "true" : "false", (unsigned long long)ti.events, pct, secs, app->agg_tags[p]);
+            first = 0;
+        }
     }
     printf("\n  ],\n  \"functions\": [");
     for (size_t i = 0; i < app->table.count && (o->limit <= 0 || (int)i < o->limit); i++) {
