@@ -206,9 +206,10 @@ def process_messages(rng, threads=3, steps=400, process=0, pid=77, file="gen.py"
     return msgs, total
 
 
-# Processes of multi_recording: (Message.process, pid, Python file of its functions, clock)
+# Processes of multi_recording: (Message.process, pid, Python file of its functions, clock).
+# The first is untagged, as the hub gives a job's own process (its children are 1, 2, ...).
 PROCESSES = (
-    (1, 4101, "gen.py", dict(base_ticks=1000, base_monotonic_ns=5 * 10**9)),
+    (0, 4101, "gen.py", dict(base_ticks=1000, base_monotonic_ns=5 * 10**9)),
     (2, 4102, "worker.py", dict(base_ticks=7 * 10**6, base_monotonic_ns=6 * 10**9)),
     (5, 4103, "gen.py", dict(base_ticks=0, base_monotonic_ns=7 * 10**9)),
 )
