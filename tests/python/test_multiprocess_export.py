@@ -228,3 +228,26 @@ def test_top_cycles_processes_with_P_and_shows_each_ones_state(tmp_path):
         assert sorted(int(p) for p in shown) == sorted(PIDS)
     finally:
         t.close()
+
+
+def test_top_once_text_of_several_processes(tmp_path):
+    path = tmp_path / "job.pytrace"
+    multi_recording(str(path), 6)
+    r = subprocess.run([TOP, "--file", str(path), "--once"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("processes 3  [ENDED]") and "threads 9" in lines[0], lines[0]
+    assert lines[1].startswith("processes 3:") and "the table adds them up" in lines[1]
+    for pid in PIDS:
+        assert "pid %d exited" % pid in lines[1]
+        assert sum("(pid %d)" % pid in ln for ln in lines) == 3      # its threads, marked with it
+    r = subprocess.run([TOP, "--file", str(path), "--once", "--pid", "4102"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("pid 4102  [ENDED]") and "threads 3" in r.stdout.splitlines()[0]
+    assert "shown: pid 4102" in r.stdout and "worker.py" in r.stdout
+    r = subprocess.run([TOP, "--file", str(path), "--once", "--pid", "1"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr.strip() == "pytrace-top: no process with pid 1 in the stream (its processes: pid 4101, " \
+                               "pid 4102, pid 4103)" or "no process with pid 1" in r.stderr

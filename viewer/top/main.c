@@ -1107,9 +1107,16 @@ static void Headless_text(App *app, const Options *o)
     char rate[32], cpu[96];
     Text_count(app->counters.events_per_second, rate, sizeof rate);
     Headless_cpuLine(app, cpu, sizeof cpu);
-    printf("pid %llu  [%s]  events read %llu  %s ev/s  dropped %llu  threads %u  %s\n",
-           (unsigned long long)app->stats.pid, App_stateName(app), (unsigned long long)app->stats.events_read, rate,
-           (unsigned long long)App_dropped(app), app->counters.threads_seen, cpu);
+    const int all = app->merged && app->agg_count > 1;
+    char who[48];
+    if (all)
+        snprintf(who, sizeof who, "processes %zu", app->agg_count);
+    else
+        snprintf(who, sizeof who, "pid %llu",
+                 (unsigned long long)(app->agg_count > 1 ? pt_agg_process_info(app->agg)->pid : app->stats.pid));
+    printf("%s  [%s]  events read %llu  %s ev/s  dropped %llu  threads %u  %s\n", who, App_stateName(app),
+           (unsigned long long)app->stats.events_read, rate, (unsigned long long)App_dropped(app),
+           app->counters.threads_seen, cpu);
     if (app->agg_count > 1) { /* a stream of several processes */
         printf("processes %zu:", app->agg_count);
         for (size_t i = 0; i < app->agg_count; i++)
@@ -1131,26 +1138,36 @@ static void Headless_text(App *app, const Options *o)
     printf("%7s %8s %6s %9s %10s  %s\n", "THREAD", "OS_TID", "CPU%", "CPU TIME", "EVENTS", "NAME");
     /* The function table is what the user came for: a job of many short-lived threads
      * lists the running ones and at most a few ended ones; --json lists every thread. */
-    size_t threads = pt_agg_thread_count(app->agg), shown = 0, skipped = 0;
-    for (size_t i = 0; i < threads; i++) {
-        pt_agg_thread_info_t ti;
-        if (pt_agg_thread_at(app->agg, i, &ti))
-            continue;
-        if (ti.ended && shown >= HEADLESS_THREAD_ROWS) {
-            skipped++;
-            continue;
+    size_t shown = 0, skipped = 0;
+    for (size_t p = 0; p < app->agg_count; p++) {
+        if (p != app->proc && !all)
+            continue; /* the shown process's threads; every process's when the table adds them up */
+        pt_agg_t *agg = app->aggs[p];
+        const Cpu *cpu_of = p == app->proc ? &app->cpu : &app->cpus[p];
+        size_t threads = pt_agg_thread_count(agg);
+        for (size_t i = 0; i < threads; i++) {
+            pt_agg_thread_info_t ti;
+            if (pt_agg_thread_at(agg, i, &ti))
+                continue;
+            if (ti.ended && shown >= HEADLESS_THREAD_ROWS) {
+                skipped++;
+                continue;
+            }
+            shown++;
+            const CpuMeter *m = Cpu_thread(cpu_of, ti.thread);
+            double pct = m ? Headless_cpuPct(app, m) : -1, secs = m ? CpuMeter_seconds(m) : -1;
+            char pct_s[32] = "n/a", secs_s[32] = "n/a", name[300];
+            if (pct >= 0)
+                snprintf(pct_s, sizeof pct_s, "%.1f", pct);
+            if (secs >= 0)
+                snprintf(secs_s, sizeof secs_s, "%.2fs", secs);
+            Text_escape(ti.name, name, sizeof name);
+            char of[40] = "";
+            if (all)
+                snprintf(of, sizeof of, " (pid %llu)", (unsigned long long)pt_agg_process_info(agg)->pid);
+            printf("%7llu %8llu %6s %9s %10llu  %s%s%s\n", (unsigned long long)ti.thread, (unsigned long long)ti.os_tid,
+                   pct_s, secs_s, (unsigned long long)ti.events, name, of, ti.ended ? " (ended)" : "");
         }
-        shown++;
-        const CpuMeter *m = Cpu_thread(&app->cpu, ti.thread);
-        double pct = m ? Headless_cpuPct(app, m) : -1, secs = m ? CpuMeter_seconds(m) : -1;
-        char pct_s[32] = "n/a", secs_s[32] = "n/a", name[300];
-        if (pct >= 0)
-            snprintf(pct_s, sizeof pct_s, "%.1f", pct);
-        if (secs >= 0)
-            snprintf(secs_s, sizeof secs_s, "%.2fs", secs);
-        Text_escape(ti.name, name, sizeof name);
-        printf("%7llu %8llu %6s %9s %10llu  %s%s\n", (unsigned long long)ti.thread, (unsigned long long)ti.os_tid,
-               pct_s, secs_s, (unsigned long long)ti.events, name, ti.ended ? " (ended)" : "");
     }
     if (skipped)
         printf("%7s  and %zu more ended threads (--json lists every thread)\n", "", skipped);
