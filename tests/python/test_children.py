@@ -39,6 +39,10 @@ POOL_JOB = textwrap.dedent("""
         wait_for_reader()
         ctx = mp.get_context(sys.argv[1])
         with ctx.Pool(3, initializer=wait_for_reader) as pool:
+            # every worker is read before the tasks go (else a worker that starts late finds
+            # the work done and is terminated before a reader saw its segment)
+            while not all(os.path.exists(os.path.join(GO, str(w.pid))) for w in pool._pool):
+                time.sleep(0.005)
             assert sum(pool.map(work, range(%d), chunksize=1)) == sum(i * i for i in range(%d))
         # a Python child through subprocess: its own segment too
         subprocess.run([sys.executable, "-c",
@@ -87,7 +91,8 @@ def _run_tree(tmp_path, method):
     (tmp_path / "job.py").write_text(POOL_JOB)
     go = tmp_path / "go"
     go.mkdir()
-    job = subprocess.Popen([PY, "-m", "pytrace", "run", "--subprocesses", "--no-c-calls", "--ring-size", "8",
+    job = subprocess.Popen([PY, "-m", "pytrace", "run", "--subprocesses", "--no-c-calls", "--rings", "8",
+                            "--ring-size", "8",
                             str(tmp_path / "job.py"), method, str(go)], stderr=subprocess.PIPE, text=True,
                            cwd=str(tmp_path))
     err = []
@@ -111,6 +116,12 @@ def _run_tree(tmp_path, method):
     if job.poll() is None:
         job.kill()
         pytest.fail("the job did not end")
+    for s in native.list_segments():   # the segments of workers the pool terminated (SIGTERM)
+        if s["pid"] in tree and not s.get("alive") and s["name"].startswith("/pytrace-"):
+            try:
+                os.unlink("/dev/shm" + s["name"])
+            except OSError:
+                pass
     drain.join(30)
     for r in readers.values():
         r.join(60)
