@@ -209,23 +209,29 @@ def test_top_cycles_processes_with_P_and_shows_each_ones_state(tmp_path):
     path = tmp_path / "job.pytrace"
     multi_recording(str(path), 2)
     t = Tmux("--file %s" % path, width=220)
+
+    def shown(screen):
+        """The [marked] pid, once the whole screen is drawn for it (status line, key line)."""
+        lines = screen.splitlines()
+        line = next((ln for ln in lines if "processes (P):" in ln), None)
+        if line is None or "[" not in line or not lines or "P:process" not in lines[-1]:
+            return None
+        pid = line.split("[", 1)[1].split()[0]
+        return pid if ("pid %s " % pid) in lines[0] and "ENDED" in lines[0] else None
+
     try:
-        s = t.wait_for(lambda s: "processes (P):" in s and "ENDED" in s, what="the processes line")
+        s = t.wait_for(lambda s: shown(s) is not None, what="the processes line")
         line = next(ln for ln in s.splitlines() if "processes (P):" in ln)
         for pid in PIDS:
             assert "%d exited n/a" % pid in line, line
-        first = line.split("[", 1)[1].split()[0]
-        assert "P:process" in s.splitlines()[-1]
-        shown = [first]
+        seen = [shown(s)]
         for _ in range(len(PIDS) - 1):
             t.keys("P")
-            s = t.wait_for(lambda s, prev=shown[-1]: "[%s " % prev not in s and "processes (P):" in s,
-                           what="the next process")
-            line = next(ln for ln in s.splitlines() if "processes (P):" in ln)
-            shown.append(line.split("[", 1)[1].split()[0])
-            assert ("pid %s" % shown[-1]) in s.splitlines()[0]
-            assert ("worker.py" in s) == (shown[-1] == "4102"), s
-        assert sorted(int(p) for p in shown) == sorted(PIDS)
+            s = t.wait_for(lambda s, prev=seen[-1]: shown(s) not in (None, prev), what="the next process")
+            seen.append(shown(s))
+            s = t.wait_for(lambda s, pid=seen[-1]: shown(s) == pid and (("worker.py" in s) == (pid == "4102")),
+                           what="its table")
+        assert sorted(int(p) for p in seen) == sorted(PIDS)
     finally:
         t.close()
 
