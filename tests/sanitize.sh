@@ -40,8 +40,11 @@ fi
 
 ext=$("$venv/bin/python" -c 'import glob, os, sysconfig
 print(glob.glob(os.path.join(sysconfig.get_path("platlib"), "pytrace", "_pytrace*.so"))[0])')
-libasan=$(ldd "$ext" | awk '/libasan/ {print $3; exit}')
-if [ -z "$libasan" ] || ! ldd "$venv/bin/pytrace-top" | grep -q libasan; then
+# (ldd's output is taken whole: an early exit of grep -q or awk would fail the pipe under pipefail)
+ext_libs=$(ldd "$ext")
+top_libs=$(ldd "$venv/bin/pytrace-top")
+libasan=$(awk '/libasan/ {print $3}' <<<"$ext_libs" | head -1)
+if [ -z "$libasan" ] || [[ "$top_libs" != *libasan* ]]; then
     echo "sanitize: the extension or pytrace-top is not linked with ASan ($ext); is the compiler gcc?" >&2
     exit 1
 fi

@@ -7,6 +7,7 @@
     pytrace top [PID | SEGMENT | -- python script.py args]   live view (pytrace.top)
     pytrace record -o OUT (-- python script.py args | PID)  record to a file (pytrace.record)
     pytrace export FILE --format F -o OUT         export a recording (pytrace.export)
+    pytrace merge A B ... -o OUT                   merge recordings (pytrace.merge)
     pytrace attach [options] PID | detach PID      trace a running process (pytrace.attach)
     pytrace dump PID                               print every thread's stack (pytrace.dump)
     pytrace hub PID | SEGMENT                      serve a job to many readers (pytrace-hub)
@@ -26,6 +27,7 @@ USAGE = """usage: pytrace run [options] (script.py | -m module | -c code) [args.
        pytrace top [PID | SEGMENT | [options] -- python script.py [args...]]
        pytrace record -o OUT [options] (-- python script.py [args...] | PID)
        pytrace export FILE --format perfetto|chrome|speedscope|collapsed|pstats -o OUT
+       pytrace merge A.pytrace B.pytrace ... -o OUT
        pytrace attach [options] PID | pytrace detach PID
        pytrace dump PID
        pytrace hub PID | SEGMENT
@@ -37,13 +39,14 @@ commands:
   top      the live view of a traced job: pick one, attach to PID, or start a program
   record   write a recording of a job (lossless by default) for export or pytrace top --file
   export   turn a recording into a Perfetto trace, Chrome JSON, speedscope, collapsed stacks or pstats
+  merge    one recording of several (a job's ranks recorded on several machines), aligned by wall clock
   attach   start tracing inside a running Python 3.14+ process (PEP 768); detach stops it
   dump     print every thread's current Python stack of a process
   hub      serve a running job to any number of readers (top, record, pytrace.Reader) at once
 
 `pytrace COMMAND --help` gives each command's options. pytrace -V: the version."""
 
-RESERVED = ("top", "record", "export")
+RESERVED = ("top", "record", "export", "merge")
 
 
 def _subprocess_hook():
@@ -252,7 +255,7 @@ def main(argv=None):
             from . import dump
             code = dump.main(rest)
         else:
-            raise UsageError("unknown command %r (try: run, ls, top, record, export, attach, detach, "
+            raise UsageError("unknown command %r (try: run, ls, top, record, export, merge, attach, detach, "
                              "dump)" % command)
     except UsageError as e:
         sys.stderr.write("pytrace%s: %s\n" % (" " + e.command if e.command else "", e))

@@ -30,6 +30,7 @@ typedef struct entry {
 
 typedef struct wthread {
     pt_walk_thread_t pub;
+    uint32_t chain;       /* next thread index with the same (process, number) hash, or EMPTY */
     entry_t *stack;
     uint32_t cap;
     int recovering;       /* inside a Frame run, or after a Lost record */
@@ -44,7 +45,7 @@ struct pt_walk {
     void *ctx;
     wthread_t **threads;  /* pointers: pt_walk_thread_t handed out stays put */
     uint32_t thread_count, thread_cap;
-    pt_u64map_t thread_map;
+    pt_u64map_t thread_map; /* hash of (process, number) -> first thread index of its chain */
     uint32_t last_thread;
     pt_u64map_t open;     /* (thread index << 33 | span << 32 | id) -> open entries */
     entry_t *scratch;
@@ -82,12 +83,24 @@ void pt_walk_destroy(pt_walk_t *w)
     free(w);
 }
 
-pt_walk_thread_t *pt_walk_thread(pt_walk_t *w, uint64_t number, int *rc)
+/* Threads are keyed by (process, number), both untrusted: the map holds a hash
+ * of the pair and each thread the next index with the same hash, so a
+ * collision costs a step, never a wrong thread. */
+static inline uint64_t thread_key(uint32_t process, uint64_t number)
+{
+    return process ? number ^ pt_u64map_mix((uint64_t)process | 1ull << 63) : number;
+}
+
+pt_walk_thread_t *pt_walk_proc_thread(pt_walk_t *w, uint32_t process, uint64_t number, int *rc)
 {
     *rc = 0;
-    if (w->last_thread < w->thread_count && w->threads[w->last_thread]->pub.number == number)
+    if (w->last_thread < w->thread_count && w->threads[w->last_thread]->pub.number == number &&
+        w->threads[w->last_thread]->pub.process == process)
         return &w->threads[w->last_thread]->pub;
-    uint32_t idx = pt_u64map_get(&w->thread_map, number);
+    const uint64_t key = thread_key(process, number);
+    uint32_t head = pt_u64map_get(&w->thread_map, key), idx = head;
+    while (idx != PT_U64MAP_EMPTY && (w->threads[idx]->pub.number != number || w->threads[idx]->pub.process != process))
+        idx = w->threads[idx]->chain;
     if (idx == PT_U64MAP_EMPTY) {
         if (w->thread_count >= (UINT32_MAX >> 2) ||
             pt_grow((void **)&w->threads, &w->thread_cap, sizeof *w->threads, w->thread_count + 1)) {
@@ -95,15 +108,18 @@ pt_walk_thread_t *pt_walk_thread(pt_walk_t *w, uint64_t number, int *rc)
             return NULL;
         }
         wthread_t *t = calloc(1, sizeof *t);
-        uint32_t *slot = t ? pt_u64map_slot(&w->thread_map, number, w->thread_count) : NULL;
+        uint32_t *slot = t ? pt_u64map_slot(&w->thread_map, key, w->thread_count) : NULL;
         if (!slot) {
             free(t);
             *rc = -ENOMEM;
             return NULL;
         }
         idx = w->thread_count++;
+        t->chain = head; /* PT_U64MAP_EMPTY, or the chain so far */
+        *slot = idx;
         w->threads[idx] = t;
         t->pub.number = number;
+        t->pub.process = process;
         t->pub.index = idx;
         w->c.threads = w->thread_count;
         if (w->ops.thread_new && (*rc = w->ops.thread_new(w->ctx, &t->pub)) != 0)
@@ -111,6 +127,11 @@ pt_walk_thread_t *pt_walk_thread(pt_walk_t *w, uint64_t number, int *rc)
     }
     w->last_thread = idx;
     return &w->threads[idx]->pub;
+}
+
+pt_walk_thread_t *pt_walk_thread(pt_walk_t *w, uint64_t number, int *rc)
+{
+    return pt_walk_proc_thread(w, 0, number, rc);
 }
 
 size_t pt_walk_thread_count(const pt_walk_t *w) { return w->thread_count; }
@@ -336,8 +357,13 @@ static int feed_event(pt_walk_t *w, wthread_t *t, const pt_event_t *ev)
 
 int pt_walk_events(pt_walk_t *w, uint64_t thread, const pt_event_t *events, size_t count)
 {
+    return pt_walk_proc_events(w, 0, thread, events, count);
+}
+
+int pt_walk_proc_events(pt_walk_t *w, uint32_t process, uint64_t thread, const pt_event_t *events, size_t count)
+{
     int rc;
-    pt_walk_thread_t *pub = pt_walk_thread(w, thread, &rc);
+    pt_walk_thread_t *pub = pt_walk_proc_thread(w, process, thread, &rc);
     if (!pub)
         return rc ? rc : -ENOMEM;
     wthread_t *t = (wthread_t *)pub;
@@ -352,8 +378,13 @@ int pt_walk_events(pt_walk_t *w, uint64_t thread, const pt_event_t *events, size
 
 int pt_walk_thread_end(pt_walk_t *w, uint64_t thread, uint64_t ticks)
 {
+    return pt_walk_proc_thread_end(w, 0, thread, ticks);
+}
+
+int pt_walk_proc_thread_end(pt_walk_t *w, uint32_t process, uint64_t thread, uint64_t ticks)
+{
     int rc;
-    pt_walk_thread_t *pub = pt_walk_thread(w, thread, &rc);
+    pt_walk_thread_t *pub = pt_walk_proc_thread(w, process, thread, &rc);
     if (!pub)
         return rc ? rc : -ENOMEM;
     wthread_t *t = (wthread_t *)pub;

@@ -40,7 +40,16 @@ extern const PanelClass FlamePanel_class;
 
 typedef struct App {
     Source *source;          /* where the stream comes from (source.h) */
-    pt_agg_t *agg;
+    pt_agg_t *agg;           /* the shown process's aggregation (aggs[proc]) */
+    /* A stream of several processes (Message.process: a job's process tree, a
+     * merged recording) has one aggregation per process; an untagged stream one. */
+    pt_agg_t **aggs;
+    uint32_t *agg_tags;      /* Message.process of each */
+    Cpu *cpus;               /* each one's CPU meters while not shown (the shown one's are in cpu) */
+    size_t agg_count, agg_cap, proc;
+    uint64_t fed;            /* messages aggregated */
+    int merged;              /* the table adds up every process (--once without --pid) */
+    uint64_t want_pid;       /* --pid: show this process once it is seen */
     const PanelClass *panel;
 
     /* what is shown */
@@ -71,7 +80,7 @@ typedef struct App {
     uint32_t zoom_path[APP_PATH_MAX];
     int zoom_len;
 
-    char error[256];         /* the view's own error (aggregating), shown on screen after the source's */
+    char error[256];         /* the view's own error (aggregating), shown when the source has none */
 } App;
 
 /* The error line to show: the source's, else the view's own ("" if none). */
