@@ -101,17 +101,6 @@ static PyObject *mon_py_unwind(PT_VC_ARGS)
     Py_RETURN_NONE;
 }
 
-/* pt_c_event for args = (code, offset, callable, arg0): arg0, which names a
- * method descriptor on first sight, is read on the slow path only (read up
- * front, it cost the fast path about 5 instructions an event). */
-static inline int c_event(PyCodeObject *code, PyObject *const *args, size_t nargsf, const PyMethodDef *def,
-                          uint8_t kind)
-{
-    if (PT_LIKELY(pt_c_event_fast(code, def, kind) == 0))
-        return 0;
-    return pt_c_event_slow(code, args[2], PyVectorcall_NARGS(nargsf) > 3 ? args[3] : NULL, def, kind);
-}
-
 /* C events: args = (code, offset, callable, arg0). CALL comes for every call,
  * C_RETURN / C_RAISE only for callables that are not Python functions; both
  * sides record only PyCFunctions and method descriptors called from code that
@@ -124,7 +113,8 @@ static PyObject *mon_call(PT_VC_ARGS)
         Py_RETURN_NONE;
     const PyMethodDef *def = pt_cfunc_def(args[2]);
     if (def != NULL)
-        return ret_disable(c_event(code, args, nargsf, def, PT_EV_CCALL));
+        return ret_disable(pt_c_event(code, args[2], PyVectorcall_NARGS(nargsf) > 3 ? args[3] : NULL, def,
+                                      PT_EV_CCALL));
     /* Not a C function. A call site in filtered code is silenced for good:
      * DISABLE turns off CALL there, and with it C_RETURN and C_RAISE, none of
      * which we would record from that code. Elsewhere CALL must stay on: the
@@ -143,7 +133,7 @@ static inline void c_close(PyObject *const *args, size_t nargsf, uint8_t kind)
         return;
     const PyMethodDef *def = pt_cfunc_def(args[2]);
     if (def != NULL)
-        (void)c_event(code, args, nargsf, def, kind);
+        (void)pt_c_event(code, args[2], PyVectorcall_NARGS(nargsf) > 3 ? args[3] : NULL, def, kind);
 }
 
 static PyObject *mon_c_return(PT_VC_ARGS)

@@ -221,11 +221,13 @@ static inline uint32_t pt_ccache_slot(const PyMethodDef *def)
     return (uint32_t)((p >> 5) ^ (p >> 13)) & (PT_CCACHE_SIZE - 1u);
 }
 
-/* The fast path of pt_c_event (below): 0 if it recorded the event, -1 if the
- * slow path must run (pt_c_event_slow, with the same arguments as pt_c_event).
- * An adapter whose `self_arg` costs something to find (sys.monitoring: the
- * call's arg0) calls this and finds it only when -1 says it is needed. */
-static inline int pt_c_event_fast(PyCodeObject *caller, const PyMethodDef *def, uint8_t kind)
+/* A C function `callable` (with PyMethodDef `def`) was called (CCall) or left
+ * (CReturn, CUnwind) from Python code `caller`. `self_arg`: the call's first
+ * argument when `callable` is a method descriptor (sys.monitoring's arg0), else
+ * NULL; used only to name the function on first sight. Returns 1 if the caller
+ * is filtered out (its C calls are not recorded), else 0. */
+static inline int pt_c_event(PyCodeObject *caller, PyObject *callable, PyObject *self_arg,
+                             const PyMethodDef *def, uint8_t kind)
 {
     uint32_t epoch = pt_epoch_now();
     uint64_t extra = pt_code_extra(caller);
@@ -241,19 +243,6 @@ static inline int pt_c_event_fast(PyCodeObject *caller, const PyMethodDef *def, 
             return 0;
         }
     }
-    return -1;
-}
-
-/* A C function `callable` (with PyMethodDef `def`) was called (CCall) or left
- * (CReturn, CUnwind) from Python code `caller`. `self_arg`: the call's first
- * argument when `callable` is a method descriptor (sys.monitoring's arg0), else
- * NULL; used only to name the function on first sight. Returns 1 if the caller
- * is filtered out (its C calls are not recorded), else 0. */
-static inline int pt_c_event(PyCodeObject *caller, PyObject *callable, PyObject *self_arg,
-                             const PyMethodDef *def, uint8_t kind)
-{
-    if (PT_LIKELY(pt_c_event_fast(caller, def, kind) == 0))
-        return 0;
     return pt_c_event_slow(caller, callable, self_arg, def, kind);
 }
 
