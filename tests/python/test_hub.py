@@ -13,6 +13,7 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 
@@ -291,6 +292,12 @@ def test_another_users_connection_is_refused(tmp_path):
         subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/sh", other], check=True)
     import pwd
     pw = pwd.getpwnam(other)
+    # the other user cannot reach an install under root's 0700 home (CI's pyenv): it
+    # runs a copy of the hub (a static binary) from a directory it may enter
+    bindir = tempfile.mkdtemp(prefix="pytrace-hub-bin-", dir="/tmp")
+    os.chmod(bindir, 0o755)
+    hub_bin = shutil.copy2(_bin("pytrace-hub"), os.path.join(bindir, "pytrace-hub"))
+    os.chmod(hub_bin, 0o755)
     # a traced job and its hub, both as the other user
     code = textwrap.dedent("""
         import os, pwd, subprocess, sys, time
@@ -305,7 +312,7 @@ def test_another_users_connection_is_refused(tmp_path):
         print(hub.stdout.readline().strip(), flush=True)
         sys.stdin.readline()
         pytrace.stop()
-    """) % (other, _bin("pytrace-hub"))
+    """) % (other, hub_bin)
     proc = subprocess.Popen([PY, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
@@ -338,6 +345,7 @@ def test_another_users_connection_is_refused(tmp_path):
         except BrokenPipeError:
             pass                # it failed: its stderr is in the assertion above
         proc.wait(timeout=60)
+        shutil.rmtree(bindir, ignore_errors=True)
 
 
 POOL = textwrap.dedent("""
