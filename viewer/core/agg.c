@@ -1245,3 +1245,158 @@ void pt_agg_tree_free(pt_agg_tree_t *t)
     free(t->nodes);
     memset(t, 0, sizeof *t);
 }
+
+/* ---- timeline (web viewer) -------------------------------------------------
+ * Kept apart from the queries above: it reads the slice ring and the thread
+ * stacks, nothing else. Per slice, the entries are bucketed by thread
+ * (counting sort), then each thread's bucket is summed per symbol in a dense
+ * array that is cleared through its list of touched symbols. */
+
+uint64_t pt_agg_ticks_per_second(const pt_agg_t *a) { return a->tps; }
+
+typedef struct tl_acc {
+    uint64_t *self;     /* per dense symbol */
+    uint32_t *touched;
+    uint32_t touched_count;
+} tl_acc_t;
+
+static inline void tl_add(tl_acc_t *acc, uint32_t sym, uint64_t self)
+{
+    if (!acc->self[sym])
+        acc->touched[acc->touched_count++] = sym;
+    acc->self[sym] += self;
+    if (!acc->self[sym]) /* saturate rather than look untouched */
+        acc->self[sym] = 1;
+}
+
+static int tl_push(pt_agg_timeline_t *out, size_t *cap, const pt_agg_tl_cell_t *cell)
+{
+    if (out->count == *cap) {
+        size_t ncap = *cap ? *cap * 2 : 64;
+        pt_agg_tl_cell_t *p = realloc(out->cells, ncap * sizeof *p);
+        if (!p)
+            return -ENOMEM;
+        out->cells = p;
+        *cap = ncap;
+    }
+    out->cells[out->count++] = *cell;
+    return 0;
+}
+
+int pt_agg_timeline(pt_agg_t *a, const pt_agg_query_t *q, uint64_t since_slice, pt_agg_timeline_t *out)
+{
+    memset(out, 0, sizeof *out);
+    out->slice_ns = a->slice_ns;
+    out->origin_ns = pt_agg_ticks_to_ns(a, a->origin);
+    if (a->max_slice == NO_SLICE)
+        return 0;
+    uint64_t want = a->slice_count;
+    if (q && q->window_seconds > 0) {
+        double w = q->window_seconds * 1e9 / (double)a->slice_ns;
+        want = w < 1 ? 1 : u64_of_double(w + 0.999999);
+        if (want > a->slice_count)
+            want = a->slice_count;
+    }
+    uint64_t first = a->max_slice + 1 >= want ? a->max_slice + 1 - want : 0;
+    out->first_slice = first;
+    out->last_slice = a->max_slice;
+    if (since_slice > first)
+        first = since_slice;
+    if (first > a->max_slice)
+        return 0;
+
+    int rc = -ENOMEM;
+    size_t cap = 0;
+    uint32_t nthreads = a->thread_count;
+    tl_acc_t acc = {0};
+    uint32_t *bucket_start = calloc((size_t)nthreads + 1, sizeof *bucket_start);
+    uint32_t *bucket_fill = calloc((size_t)nthreads + 1, sizeof *bucket_fill);
+    uint32_t *order = NULL;
+    uint32_t order_cap = 0;
+    acc.self = calloc(a->sym_count ? a->sym_count : 1, sizeof *acc.self);
+    acc.touched = malloc((a->sym_count ? a->sym_count : 1) * sizeof *acc.touched);
+    if (!bucket_start || !bucket_fill || !acc.self || !acc.touched)
+        goto out;
+    for (uint64_t s = first; s <= a->max_slice; s++) {
+        const slice_t *sl = &a->slices[s % a->slice_count];
+        if (sl->no != s)
+            continue;
+        /* bucket this slice's entries by thread */
+        memset(bucket_start, 0, ((size_t)nthreads + 1) * sizeof *bucket_start);
+        for (uint32_t i = 0; i < sl->count; i++)
+            bucket_start[a->nodes[sl->entries[i].node].thread + 1]++;
+        for (uint32_t t = 0; t < nthreads; t++)
+            bucket_start[t + 1] += bucket_start[t];
+        if (grow((void **)&order, &order_cap, sizeof *order, sl->count ? sl->count : 1))
+            goto out;
+        memcpy(bucket_fill, bucket_start, (size_t)nthreads * sizeof *bucket_fill);
+        for (uint32_t i = 0; i < sl->count; i++)
+            order[bucket_fill[a->nodes[sl->entries[i].node].thread]++] = i;
+        uint64_t s_start = sat_add(a->origin, sat_mul(s, a->slice_ticks));
+        uint64_t s_end = sat_add(a->origin, sat_mul(s + 1, a->slice_ticks));
+        for (uint32_t t = 0; t < nthreads; t++) {
+            const thread_t *th = &a->threads[t];
+            if (!thread_selected(a, q, t))
+                continue;
+            uint64_t busy = 0, ncalls = 0;
+            acc.touched_count = 0;
+            for (uint32_t k = bucket_start[t]; k < bucket_start[t + 1]; k++) {
+                const slice_entry_t *e = &sl->entries[order[k]];
+                uint32_t sym = a->nodes[e->node].sym;
+                ncalls += e->calls;
+                if (sym == PT_AGG_NONE || !e->self)
+                    continue;
+                busy = sat_add(busy, e->self);
+                tl_add(&acc, sym, e->self);
+            }
+            /* a frame still open runs up to the latest tick (as view_build counts it) */
+            if (!th->ended && th->have_last && a->latest > th->last && th->depth) {
+                uint64_t from = th->last > s_start ? th->last : s_start;
+                uint64_t to = a->latest < s_end ? a->latest : s_end;
+                if (to > from) {
+                    busy = sat_add(busy, to - from);
+                    tl_add(&acc, a->nodes[th->stack[th->depth - 1]].sym, to - from);
+                }
+            }
+            if (!busy && !ncalls)
+                continue;
+            pt_agg_tl_cell_t cell = {.slice = s, .thread = th->number, .symbol = PT_AGG_NONE,
+                                     .busy_ns = ticks_ns(a, busy), .calls = ncalls};
+            uint64_t best = 0;
+            uint32_t best_sym = PT_AGG_NONE;
+            for (uint32_t k = 0; k < acc.touched_count; k++) {
+                uint32_t sym = acc.touched[k];
+                /* ties go to the lower symbol id, so the answer does not depend on order */
+                if (acc.self[sym] > best ||
+                    (acc.self[sym] == best && best_sym != PT_AGG_NONE && a->syms[sym].id < a->syms[best_sym].id)) {
+                    best = acc.self[sym];
+                    best_sym = sym;
+                }
+                acc.self[sym] = 0;
+            }
+            if (best_sym != PT_AGG_NONE) {
+                cell.symbol = a->syms[best_sym].id;
+                cell.top_ns = ticks_ns(a, best);
+            }
+            if (tl_push(out, &cap, &cell))
+                goto out;
+        }
+    }
+    rc = 0;
+out:
+    if (rc)
+        pt_agg_timeline_free(out);
+    free(bucket_start);
+    free(bucket_fill);
+    free(order);
+    free(acc.self);
+    free(acc.touched);
+    return rc;
+}
+
+void pt_agg_timeline_free(pt_agg_timeline_t *t)
+{
+    free(t->cells);
+    t->cells = NULL;
+    t->count = 0;
+}

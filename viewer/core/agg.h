@@ -192,6 +192,41 @@ typedef struct pt_agg_tree {
 int pt_agg_tree(pt_agg_t *agg, const pt_agg_query_t *q, pt_agg_tree_t *out);
 void pt_agg_tree_free(pt_agg_tree_t *t);
 
+/* ---- timeline (web viewer) -------------------------------------------------
+ * Per thread and per window slice, what ran: the symbol with the most self
+ * time in that slice (summed over every node of the symbol) and how much of
+ * the slice the thread spent in any frame. Slices come from the window ring,
+ * so only the last pt_agg_counters().window_max_seconds are there. */
+
+typedef struct pt_agg_tl_cell {
+    uint64_t slice;        /* absolute slice number (slice 0 starts at the origin) */
+    uint64_t thread;       /* thread number */
+    uint32_t symbol;       /* the top symbol's id; PT_AGG_NONE when no frame had time */
+    uint32_t reserved;
+    uint64_t top_ns;       /* self time of that symbol in the slice */
+    uint64_t busy_ns;      /* self time of every frame (not the idle root) in the slice */
+    uint64_t calls;        /* calls started in the slice */
+} pt_agg_tl_cell_t;
+
+typedef struct pt_agg_timeline {
+    pt_agg_tl_cell_t *cells;  /* by slice, then by thread in order of first sight */
+    size_t count;
+    uint64_t slice_ns;        /* length of a slice */
+    uint64_t first_slice;     /* the oldest slice asked for */
+    uint64_t last_slice;      /* the newest (current, partial) slice */
+    uint64_t origin_ns;       /* ns since the first tick at which slice 0 starts (may be 0) */
+} pt_agg_timeline_t;
+
+/* The cells of the slices in the last q->window_seconds (0 = all the ring
+ * holds) that are >= since_slice, for q->thread (0 = every thread). Threads
+ * with nothing in a slice give no cell. Free with pt_agg_timeline_free.
+ * Returns 0 or -ENOMEM. */
+int pt_agg_timeline(pt_agg_t *agg, const pt_agg_query_t *q, uint64_t since_slice, pt_agg_timeline_t *out);
+void pt_agg_timeline_free(pt_agg_timeline_t *t);
+
+/* Ticks per second in use (ProcessInfo's, else 1e9). */
+uint64_t pt_agg_ticks_per_second(const pt_agg_t *agg);
+
 #ifdef __cplusplus
 }
 #endif
