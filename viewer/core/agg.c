@@ -1254,6 +1254,23 @@ void pt_agg_tree_free(pt_agg_tree_t *t)
 
 uint64_t pt_agg_ticks_per_second(const pt_agg_t *a) { return a->tps; }
 
+size_t pt_agg_symbol_count(const pt_agg_t *a) { return a->sym_count; }
+
+pt_agg_symbol_t pt_agg_symbol_at(const pt_agg_t *a, size_t index)
+{
+    pt_agg_symbol_t out = {.id = PT_AGG_NONE, .name = "", .file = ""};
+    if (index >= a->sym_count)
+        return out;
+    const sym_t *s = &a->syms[index];
+    out.id = s->id;
+    out.kind = s->kind;
+    out.known = s->known;
+    out.name = s->name;
+    out.file = s->file;
+    out.line = s->line;
+    return out;
+}
+
 typedef struct tl_acc {
     uint64_t *self;     /* per dense symbol */
     uint32_t *touched;

@@ -224,6 +224,11 @@ typedef struct pt_agg_timeline {
 int pt_agg_timeline(pt_agg_t *agg, const pt_agg_query_t *q, uint64_t since_slice, pt_agg_timeline_t *out);
 void pt_agg_timeline_free(pt_agg_timeline_t *t);
 
+/* Symbols in order of first sight (ids announced or only used): index <
+ * pt_agg_symbol_count. The strings stay valid until pt_agg_destroy. */
+size_t pt_agg_symbol_count(const pt_agg_t *agg);
+pt_agg_symbol_t pt_agg_symbol_at(const pt_agg_t *agg, size_t index);
+
 /* Ticks per second in use (ProcessInfo's, else 1e9). */
 uint64_t pt_agg_ticks_per_second(const pt_agg_t *agg);
 
