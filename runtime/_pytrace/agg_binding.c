@@ -481,22 +481,23 @@ static PyObject *agg_tree(agg_obj_t *self, PyObject *args, PyObject *kw)
 }
 
 PyDoc_STRVAR(timeline_doc,
-             "timeline(thread=0, window=0.0, since=0) -> dict(slice_ns, first_slice, last_slice, origin_ns, "
-             "cells): per slice and thread, cells (slice, thread, top symbol id or -1, top_ns, busy_ns, calls) "
-             "of the slices >= since in the window (0: every slice the ring holds).");
+             "timeline(thread=0, window=0.0, since=0, group=1) -> dict(slice_ns, group, first_slice, last_slice, "
+             "origin_ns, cells): per cell of `group` slices and thread, (first slice, thread, top symbol id or "
+             "-1, top_ns, busy_ns, calls), for the slices >= since in the window (0: all the ring holds).");
 
 static PyObject *agg_timeline(agg_obj_t *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"thread", "window", "since", NULL};
+    static char *kwlist[] = {"thread", "window", "since", "group", NULL};
     pt_agg_query_t q;
     unsigned long long since = 0;
-    if (parse_query(args, kw, "|KdK:timeline", kwlist, &q, &since, NULL, NULL) < 0)
+    unsigned int group = 1;
+    if (parse_query(args, kw, "|KdKI:timeline", kwlist, &q, &since, &group, NULL) < 0)
         return NULL;
     pt_agg_timeline_t t;
     int rc;
     Py_BEGIN_ALLOW_THREADS
     PyThread_acquire_lock(self->lock, WAIT_LOCK);
-    rc = pt_agg_timeline(self->agg, &q, since, &t);
+    rc = pt_agg_timeline(self->agg, &q, since, group, &t);
     PyThread_release_lock(self->lock);
     Py_END_ALLOW_THREADS
     if (rc)
@@ -515,7 +516,8 @@ static PyObject *agg_timeline(agg_obj_t *self, PyObject *args, PyObject *kw)
         PyList_SET_ITEM(cells, (Py_ssize_t)i, cell);
     }
     if (cells)
-        d = Py_BuildValue("{sKsKsKsKsN}", "slice_ns", (unsigned long long)t.slice_ns, "first_slice",
+        d = Py_BuildValue("{sKsIsKsKsKsN}", "slice_ns", (unsigned long long)t.slice_ns, "group", t.group,
+                          "first_slice",
                           (unsigned long long)t.first_slice, "last_slice", (unsigned long long)t.last_slice,
                           "origin_ns", (unsigned long long)t.origin_ns, "cells", cells);
     pt_agg_timeline_free(&t);

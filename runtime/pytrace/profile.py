@@ -39,10 +39,11 @@ Node.__doc__ = ("A node of the calling-context tree: a call path. index 0 is the
 ThreadInfo = namedtuple("ThreadInfo", "thread os_tid name ended events depth")
 SymbolInfo = namedtuple("SymbolInfo", "id kind known name file line")
 TimelineCell = namedtuple("TimelineCell", "slice thread id name top_ns busy_ns calls")
-Timeline = namedtuple("Timeline", "slice_ns first_slice last_slice origin_ns cells")
-Timeline.__doc__ = ("Per slice (slice_ns long, slice k starting origin_ns + k * slice_ns after the first "
-                    "event) and thread: the function with the most self time in it (id -1: none), its "
-                    "self time, the time in any frame (busy_ns) and the calls started.")
+Timeline = namedtuple("Timeline", "slice_ns group first_slice last_slice origin_ns cells")
+Timeline.__doc__ = ("Per cell of `group` slices (slice_ns long, slice k starting origin_ns + k * slice_ns "
+                    "after the first event; a cell is named by its first slice) and thread: the function "
+                    "with the most self time in it (id -1: none), its self time, the time in any frame "
+                    "(busy_ns) and the calls started.")
 
 _SORTS = ("self", "total", "calls", "prim_calls", "name", "file")
 
@@ -185,16 +186,17 @@ class Profile:
             out[path[n.index]] = (calls + n.calls, self_ns + n.self_ns, total_ns + n.total_ns)
         return out
 
-    def timeline(self, thread=None, window=None, since=0):
-        """Timeline of the slices >= since in the window (None: all the window holds)."""
+    def timeline(self, thread=None, window=None, since=0, group=1):
+        """Timeline of the slices >= since in the window (None: all the window holds),
+        `group` slices per cell."""
         thread, window = self._query(thread, window)
-        d = self._agg.timeline(thread, window, int(since))
+        d = self._agg.timeline(thread, window, int(since), max(1, int(group)))
         symbols = self.symbols()
         cells = []
         for slice_no, th, sym, top_ns, busy_ns, calls in d["cells"]:
             s = self._symbol(sym, symbols) if sym >= 0 else None
             cells.append(TimelineCell(slice_no, th, sym, s.name if s else "", top_ns, busy_ns, calls))
-        return Timeline(d["slice_ns"], d["first_slice"], d["last_slice"], d["origin_ns"], cells)
+        return Timeline(d["slice_ns"], d["group"], d["first_slice"], d["last_slice"], d["origin_ns"], cells)
 
     @property
     def aggregator(self):

@@ -137,7 +137,10 @@ def test_profile_window_and_timeline_follow_phases(tmp_path):
     assert "beta" not in tops[:first_beta] and tops[first_beta:].count("alpha") <= 1
     assert tops[-1] == "beta"
     later = prof.timeline(since=tl.last_slice)
-    assert [c.slice for c in later.cells] == [tl.last_slice] * len(later.cells)
+    assert later.cells and [c.slice for c in later.cells] == [tl.last_slice] * len(later.cells)
+    coarse = prof.timeline(group=5)
+    assert coarse.group == 5 and all(c.slice % 5 == 0 for c in coarse.cells)
+    assert sum(c.busy_ns for c in coarse.cells) == sum(c.busy_ns for c in tl.cells)
 
 
 def test_profile_refuses_bad_input_with_one_clear_error():

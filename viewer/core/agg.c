@@ -1248,9 +1248,9 @@ void pt_agg_tree_free(pt_agg_tree_t *t)
 
 /* ---- timeline (web viewer) -------------------------------------------------
  * Kept apart from the queries above: it reads the slice ring and the thread
- * stacks, nothing else. Per slice, the entries are bucketed by thread
- * (counting sort), then each thread's bucket is summed per symbol in a dense
- * array that is cleared through its list of touched symbols. */
+ * stacks, nothing else. Per cell, (thread index, symbol) -> self ticks is
+ * summed in a small open-addressing table cleared through its list of used
+ * slots, so a cell costs time linear in its slice entries. */
 
 uint64_t pt_agg_ticks_per_second(const pt_agg_t *a) { return a->tps; }
 
@@ -1271,19 +1271,72 @@ pt_agg_symbol_t pt_agg_symbol_at(const pt_agg_t *a, size_t index)
     return out;
 }
 
-typedef struct tl_acc {
-    uint64_t *self;     /* per dense symbol */
-    uint32_t *touched;
-    uint32_t touched_count;
-} tl_acc_t;
+typedef struct tl_sum {
+    uint64_t *keys;     /* thread index << 32 | dense symbol; UINT64_MAX = empty */
+    uint64_t *self;
+    uint32_t *used;     /* slots in use, for clearing */
+    uint32_t used_count;
+    uint32_t cap;       /* power of two */
+} tl_sum_t;
 
-static inline void tl_add(tl_acc_t *acc, uint32_t sym, uint64_t self)
+static void tl_sum_free(tl_sum_t *m)
 {
-    if (!acc->self[sym])
-        acc->touched[acc->touched_count++] = sym;
-    acc->self[sym] += self;
-    if (!acc->self[sym]) /* saturate rather than look untouched */
-        acc->self[sym] = 1;
+    free(m->keys);
+    free(m->self);
+    free(m->used);
+    memset(m, 0, sizeof *m);
+}
+
+static int tl_sum_init(tl_sum_t *m, uint32_t cap)
+{
+    m->keys = malloc((size_t)cap * sizeof *m->keys);
+    m->self = calloc(cap, sizeof *m->self);
+    m->used = malloc((size_t)cap * sizeof *m->used);
+    m->cap = cap;
+    m->used_count = 0;
+    if (!m->keys || !m->self || !m->used) {
+        tl_sum_free(m);
+        return -ENOMEM;
+    }
+    memset(m->keys, 0xff, (size_t)cap * sizeof *m->keys);
+    return 0;
+}
+
+static int tl_sum_add(tl_sum_t *m, uint64_t key, uint64_t self)
+{
+    if ((m->used_count + 1) * 2 > m->cap) { /* keep the load <= 1/2 */
+        if (m->cap > UINT32_MAX / 4)
+            return -ENOMEM;
+        tl_sum_t big;
+        if (tl_sum_init(&big, m->cap * 2))
+            return -ENOMEM;
+        for (uint32_t i = 0; i < m->used_count; i++)
+            tl_sum_add(&big, m->keys[m->used[i]], m->self[m->used[i]]);
+        tl_sum_free(m);
+        *m = big;
+    }
+    uint32_t mask = m->cap - 1;
+    for (uint32_t i = (uint32_t)mix64(key) & mask;; i = (i + 1) & mask) {
+        if (m->keys[i] == key) {
+            m->self[i] = sat_add(m->self[i], self);
+            return 0;
+        }
+        if (m->keys[i] == UINT64_MAX) {
+            m->keys[i] = key;
+            m->self[i] = self;
+            m->used[m->used_count++] = i;
+            return 0;
+        }
+    }
+}
+
+static void tl_sum_clear(tl_sum_t *m)
+{
+    for (uint32_t i = 0; i < m->used_count; i++) {
+        m->keys[m->used[i]] = UINT64_MAX;
+        m->self[m->used[i]] = 0;
+    }
+    m->used_count = 0;
 }
 
 static int tl_push(pt_agg_timeline_t *out, size_t *cap, const pt_agg_tl_cell_t *cell)
@@ -1300,10 +1353,14 @@ static int tl_push(pt_agg_timeline_t *out, size_t *cap, const pt_agg_tl_cell_t *
     return 0;
 }
 
-int pt_agg_timeline(pt_agg_t *a, const pt_agg_query_t *q, uint64_t since_slice, pt_agg_timeline_t *out)
+int pt_agg_timeline(pt_agg_t *a, const pt_agg_query_t *q, uint64_t since_slice, uint32_t group,
+                    pt_agg_timeline_t *out)
 {
     memset(out, 0, sizeof *out);
+    if (!group)
+        group = 1;
     out->slice_ns = a->slice_ns;
+    out->group = group;
     out->origin_ns = pt_agg_ticks_to_ns(a, a->origin);
     if (a->max_slice == NO_SLICE)
         return 0;
@@ -1319,95 +1376,92 @@ int pt_agg_timeline(pt_agg_t *a, const pt_agg_query_t *q, uint64_t since_slice, 
     out->last_slice = a->max_slice;
     if (since_slice > first)
         first = since_slice;
+    first -= first % group;
     if (first > a->max_slice)
         return 0;
 
     int rc = -ENOMEM;
     size_t cap = 0;
     uint32_t nthreads = a->thread_count;
-    tl_acc_t acc = {0};
-    uint32_t *bucket_start = calloc((size_t)nthreads + 1, sizeof *bucket_start);
-    uint32_t *bucket_fill = calloc((size_t)nthreads + 1, sizeof *bucket_fill);
-    uint32_t *order = NULL;
-    uint32_t order_cap = 0;
-    acc.self = calloc(a->sym_count ? a->sym_count : 1, sizeof *acc.self);
-    acc.touched = malloc((a->sym_count ? a->sym_count : 1) * sizeof *acc.touched);
-    if (!bucket_start || !bucket_fill || !acc.self || !acc.touched)
+    tl_sum_t sum = {0};
+    uint64_t *busy = calloc((size_t)nthreads + 1, sizeof *busy);
+    uint64_t *calls = calloc((size_t)nthreads + 1, sizeof *calls);
+    uint64_t *best = calloc((size_t)nthreads + 1, sizeof *best);
+    uint32_t *best_sym = malloc(((size_t)nthreads + 1) * sizeof *best_sym);
+    if (!busy || !calls || !best || !best_sym || tl_sum_init(&sum, 1024))
         goto out;
-    for (uint64_t s = first; s <= a->max_slice; s++) {
-        const slice_t *sl = &a->slices[s % a->slice_count];
-        if (sl->no != s)
-            continue;
-        /* bucket this slice's entries by thread */
-        memset(bucket_start, 0, ((size_t)nthreads + 1) * sizeof *bucket_start);
-        for (uint32_t i = 0; i < sl->count; i++)
-            bucket_start[a->nodes[sl->entries[i].node].thread + 1]++;
-        for (uint32_t t = 0; t < nthreads; t++)
-            bucket_start[t + 1] += bucket_start[t];
-        if (grow((void **)&order, &order_cap, sizeof *order, sl->count ? sl->count : 1))
-            goto out;
-        memcpy(bucket_fill, bucket_start, (size_t)nthreads * sizeof *bucket_fill);
-        for (uint32_t i = 0; i < sl->count; i++)
-            order[bucket_fill[a->nodes[sl->entries[i].node].thread]++] = i;
-        uint64_t s_start = sat_add(a->origin, sat_mul(s, a->slice_ticks));
-        uint64_t s_end = sat_add(a->origin, sat_mul(s + 1, a->slice_ticks));
+    for (uint64_t g = first; g <= a->max_slice; g += group) {
+        uint64_t g_end = g + group - 1 < a->max_slice ? g + group - 1 : a->max_slice;
+        for (uint64_t s = g; s <= g_end; s++) {
+            const slice_t *sl = &a->slices[s % a->slice_count];
+            if (sl->no != s)
+                continue;
+            for (uint32_t i = 0; i < sl->count; i++) {
+                const slice_entry_t *e = &sl->entries[i];
+                const node_t *n = &a->nodes[e->node];
+                if (!thread_selected(a, q, n->thread))
+                    continue;
+                calls[n->thread] += e->calls;
+                if (n->sym == PT_AGG_NONE || !e->self)
+                    continue;
+                busy[n->thread] = sat_add(busy[n->thread], e->self);
+                if (tl_sum_add(&sum, (uint64_t)n->thread << 32 | n->sym, e->self))
+                    goto out;
+            }
+        }
+        /* a frame still open runs up to the latest tick (as view_build counts it) */
+        uint64_t c_start = sat_add(a->origin, sat_mul(g, a->slice_ticks));
+        uint64_t c_end = sat_add(a->origin, sat_mul(g_end + 1, a->slice_ticks));
         for (uint32_t t = 0; t < nthreads; t++) {
             const thread_t *th = &a->threads[t];
-            if (!thread_selected(a, q, t))
+            if (!thread_selected(a, q, t) || th->ended || !th->have_last || a->latest <= th->last || !th->depth)
                 continue;
-            uint64_t busy = 0, ncalls = 0;
-            acc.touched_count = 0;
-            for (uint32_t k = bucket_start[t]; k < bucket_start[t + 1]; k++) {
-                const slice_entry_t *e = &sl->entries[order[k]];
-                uint32_t sym = a->nodes[e->node].sym;
-                ncalls += e->calls;
-                if (sym == PT_AGG_NONE || !e->self)
-                    continue;
-                busy = sat_add(busy, e->self);
-                tl_add(&acc, sym, e->self);
+            uint64_t from = th->last > c_start ? th->last : c_start;
+            uint64_t to = a->latest < c_end ? a->latest : c_end;
+            if (to > from) {
+                busy[t] = sat_add(busy[t], to - from);
+                if (tl_sum_add(&sum, (uint64_t)t << 32 | a->nodes[th->stack[th->depth - 1]].sym, to - from))
+                    goto out;
             }
-            /* a frame still open runs up to the latest tick (as view_build counts it) */
-            if (!th->ended && th->have_last && a->latest > th->last && th->depth) {
-                uint64_t from = th->last > s_start ? th->last : s_start;
-                uint64_t to = a->latest < s_end ? a->latest : s_end;
-                if (to > from) {
-                    busy = sat_add(busy, to - from);
-                    tl_add(&acc, a->nodes[th->stack[th->depth - 1]].sym, to - from);
+        }
+        for (uint32_t t = 0; t < nthreads; t++) {
+            best[t] = 0;
+            best_sym[t] = PT_AGG_NONE;
+        }
+        for (uint32_t i = 0; i < sum.used_count; i++) {
+            uint32_t slot = sum.used[i];
+            uint32_t t = (uint32_t)(sum.keys[slot] >> 32), sym = (uint32_t)sum.keys[slot];
+            uint64_t v = sum.self[slot];
+            /* ties go to the lower symbol id, so the answer does not depend on order */
+            if (v > best[t] || (v == best[t] && best_sym[t] != PT_AGG_NONE && a->syms[sym].id < a->syms[best_sym[t]].id)) {
+                best[t] = v;
+                best_sym[t] = sym;
+            }
+        }
+        tl_sum_clear(&sum);
+        for (uint32_t t = 0; t < nthreads; t++) {
+            if (busy[t] || calls[t]) {
+                pt_agg_tl_cell_t cell = {.slice = g, .thread = a->threads[t].number, .symbol = PT_AGG_NONE,
+                                         .busy_ns = ticks_ns(a, busy[t]), .calls = calls[t]};
+                if (best_sym[t] != PT_AGG_NONE) {
+                    cell.symbol = a->syms[best_sym[t]].id;
+                    cell.top_ns = ticks_ns(a, best[t]);
                 }
+                if (tl_push(out, &cap, &cell))
+                    goto out;
             }
-            if (!busy && !ncalls)
-                continue;
-            pt_agg_tl_cell_t cell = {.slice = s, .thread = th->number, .symbol = PT_AGG_NONE,
-                                     .busy_ns = ticks_ns(a, busy), .calls = ncalls};
-            uint64_t best = 0;
-            uint32_t best_sym = PT_AGG_NONE;
-            for (uint32_t k = 0; k < acc.touched_count; k++) {
-                uint32_t sym = acc.touched[k];
-                /* ties go to the lower symbol id, so the answer does not depend on order */
-                if (acc.self[sym] > best ||
-                    (acc.self[sym] == best && best_sym != PT_AGG_NONE && a->syms[sym].id < a->syms[best_sym].id)) {
-                    best = acc.self[sym];
-                    best_sym = sym;
-                }
-                acc.self[sym] = 0;
-            }
-            if (best_sym != PT_AGG_NONE) {
-                cell.symbol = a->syms[best_sym].id;
-                cell.top_ns = ticks_ns(a, best);
-            }
-            if (tl_push(out, &cap, &cell))
-                goto out;
+            busy[t] = calls[t] = 0;
         }
     }
     rc = 0;
 out:
     if (rc)
         pt_agg_timeline_free(out);
-    free(bucket_start);
-    free(bucket_fill);
-    free(order);
-    free(acc.self);
-    free(acc.touched);
+    tl_sum_free(&sum);
+    free(busy);
+    free(calls);
+    free(best);
+    free(best_sym);
     return rc;
 }
 

@@ -691,7 +691,7 @@ static void test_timeline(void)
     flush(&s2);
 
     pt_agg_timeline_t tl;
-    CHECK_EQ(pt_agg_timeline(agg, NULL, 0, &tl), 0);
+    CHECK_EQ(pt_agg_timeline(agg, NULL, 0, 1, &tl), 0);
     CHECK_EQ(tl.slice_ns, 100 * ms);
     CHECK_EQ(tl.first_slice, 0);
     CHECK_EQ(tl.last_slice, 3);
@@ -718,22 +718,37 @@ static void test_timeline(void)
 
     /* the last 0.2 s = slices 2 and 3; since_slice 3 leaves slice 3; thread 2 only */
     pt_agg_query_t q = {.window_seconds = 0.2};
-    CHECK_EQ(pt_agg_timeline(agg, &q, 0, &tl), 0);
+    CHECK_EQ(pt_agg_timeline(agg, &q, 0, 1, &tl), 0);
     CHECK_EQ(tl.first_slice, 2);
     CHECK_EQ(tl.count, 4);
     pt_agg_timeline_free(&tl);
-    CHECK_EQ(pt_agg_timeline(agg, &q, 3, &tl), 0);
+    CHECK_EQ(pt_agg_timeline(agg, &q, 3, 1, &tl), 0);
     CHECK_EQ(tl.count, 2);
     CHECK(cell(&tl, 3, 1) && cell(&tl, 3, 2));
     pt_agg_timeline_free(&tl);
     q.thread = 2;
-    CHECK_EQ(pt_agg_timeline(agg, &q, 0, &tl), 0);
+    CHECK_EQ(pt_agg_timeline(agg, &q, 0, 1, &tl), 0);
     CHECK_EQ(tl.count, 2);
     CHECK(cell(&tl, 2, 2) && cell(&tl, 3, 2) && !cell(&tl, 3, 1));
     pt_agg_timeline_free(&tl);
+    /* two slices per cell: [0, 200 ms) and [200, 400 ms); since 3 starts at cell 2 */
+    CHECK_EQ(pt_agg_timeline(agg, NULL, 0, 2, &tl), 0);
+    CHECK_EQ(tl.group, 2);
+    CHECK_EQ(tl.count, 4);
+    c = cell(&tl, 0, 1);
+    CHECK(c && c->symbol == F && c->top_ns == 160 * ms && c->busy_ns == 200 * ms && c->calls == 3);
+    c = cell(&tl, 2, 1);
+    CHECK(c && c->symbol == G && c->top_ns == 110 * ms && c->busy_ns == 110 * ms);
+    c = cell(&tl, 2, 2);
+    CHECK(c && c->symbol == H && c->top_ns == 110 * ms);
+    pt_agg_timeline_free(&tl);
+    CHECK_EQ(pt_agg_timeline(agg, NULL, 3, 2, &tl), 0);
+    CHECK_EQ(tl.count, 2);
+    CHECK(cell(&tl, 2, 1) && cell(&tl, 2, 2));
+    pt_agg_timeline_free(&tl);
     /* an empty aggregator has no slices */
     pt_agg_t *empty = new_agg();
-    CHECK_EQ(pt_agg_timeline(empty, NULL, 0, &tl), 0);
+    CHECK_EQ(pt_agg_timeline(empty, NULL, 0, 1, &tl), 0);
     CHECK_EQ(tl.count, 0);
     pt_agg_timeline_free(&tl);
     pt_agg_destroy(empty);
