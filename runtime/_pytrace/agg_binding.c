@@ -412,16 +412,23 @@ static PyObject *agg_table(agg_obj_t *self, PyObject *args, PyObject *kw)
 }
 
 PyDoc_STRVAR(tree_doc,
-             "tree(thread=0, window=0.0) -> (span_ns, nodes): the calling-context tree in depth-first order, "
-             "children by name; a node is (symbol id, parent index, depth, calls, self_ns, total_ns); node 0 is "
-             "the root (symbol and parent -1), whose self time is time with nothing on the stack.");
+             "tree(thread=0, window=0.0, min_fraction=0.0) -> (span_ns, nodes): the calling-context tree in "
+             "depth-first order, children by name; a node is (symbol id, parent index, depth, calls, self_ns, "
+             "total_ns); node 0 is the root (symbol and parent -1), whose self time is time with nothing on the "
+             "stack. Subtrees whose total is below min_fraction of the root's are left out (a flame graph "
+             "could not show them).");
 
 static PyObject *agg_tree(agg_obj_t *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"thread", "window", NULL};
+    static char *kwlist[] = {"thread", "window", "min_fraction", NULL};
     pt_agg_query_t q;
-    if (parse_query(args, kw, "|Kd:tree", kwlist, &q, NULL, NULL, NULL) < 0)
+    double min_fraction = 0;
+    if (parse_query(args, kw, "|Kdd:tree", kwlist, &q, &min_fraction, NULL, NULL) < 0)
         return NULL;
+    if (!(min_fraction >= 0 && min_fraction <= 1)) {
+        PyErr_SetString(PyExc_ValueError, "min_fraction must be between 0 and 1");
+        return NULL;
+    }
     pt_agg_tree_t t;
     int rc;
     Py_BEGIN_ALLOW_THREADS
@@ -431,6 +438,7 @@ static PyObject *agg_tree(agg_obj_t *self, PyObject *args, PyObject *kw)
     Py_END_ALLOW_THREADS
     if (rc)
         return raise_rc(rc);
+    double min_ns = t.count ? min_fraction * (double)t.nodes[0].incl_ns : 0;
     /* preorder over first_child / next_sibling, parents renumbered */
     uint32_t *order = PyMem_Malloc((t.count ? t.count : 1) * sizeof *order);
     uint32_t *newidx = PyMem_Malloc((t.count ? t.count : 1) * sizeof *newidx);
@@ -444,9 +452,12 @@ static PyObject *agg_tree(agg_obj_t *self, PyObject *args, PyObject *kw)
     size_t k = 0;
     uint32_t n = t.count ? 0 : PT_AGG_NONE;
     while (n != PT_AGG_NONE) {
-        newidx[n] = (uint32_t)k;
-        order[k++] = n;
-        if (t.nodes[n].first_child != PT_AGG_NONE) {
+        int keep = n == 0 || min_ns <= 0 || (double)t.nodes[n].incl_ns >= min_ns;
+        if (keep) {
+            newidx[n] = (uint32_t)k;
+            order[k++] = n;
+        }
+        if (keep && t.nodes[n].first_child != PT_AGG_NONE) {
             n = t.nodes[n].first_child;
             continue;
         }

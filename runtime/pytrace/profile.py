@@ -157,10 +157,11 @@ class Profile:
         thread, window = self._query(thread, window)
         return self._agg.tree(thread, window)[0]
 
-    def tree(self, thread=None, window=None):
-        """[Node]: the calling-context tree of the view, depth-first; node 0 is the root."""
+    def tree(self, thread=None, window=None, min_fraction=0.0):
+        """[Node]: the calling-context tree of the view, depth-first; node 0 is the root.
+        min_fraction: leave out call paths whose total is below that fraction of the root's."""
         thread, window = self._query(thread, window)
-        _span, nodes = self._agg.tree(thread, window)
+        _span, nodes = self._agg.tree(thread, window, float(min_fraction))
         symbols = self.symbols()
         out = []
         for i, (sym, parent, depth, calls, self_ns, total_ns) in enumerate(nodes):

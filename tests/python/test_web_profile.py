@@ -154,3 +154,21 @@ def test_profile_refuses_bad_input_with_one_clear_error():
     with pytest.raises(ValueError, match="sort"):
         prof.functions(sort="nope")
     assert prof.functions() == [] and len(prof.tree()) == 1
+
+
+def test_tree_min_fraction_leaves_out_exactly_the_small_paths(tmp_path):
+    path = _record(tmp_path, "recursion.py")
+    prof = pytrace.Profile.from_recording(path)
+    full = prof.tree()
+    thr = full[0].total_ns * 1e-3
+    small = prof.tree(min_fraction=1e-3)
+
+    def paths(nodes):
+        out = [()] * len(nodes)
+        for n in nodes[1:]:
+            out[n.index] = out[n.parent] + ((n.id, n.total_ns, n.calls),)
+        return set(out[1:])
+    kept = {p for p in paths(full) if all(total >= thr for _id, total, _calls in p)}
+    assert len(small) < len(full)
+    assert paths(small) == kept
+    assert all(n.total_ns >= thr for n in small[1:])

@@ -75,16 +75,24 @@ def rows_of(table):
 
 # ---- the HTML report ------------------------------------------------------------
 
-def report_data(prof, title, timeline_cells=1500):
+# Call paths under this fraction of the view's time are left out of the flame graph: at
+# 1/100000 a path is a hundredth of a pixel wide, and a big import-heavy program (pip) has
+# ~100k paths, most of them single calls of microseconds. The table keeps every function.
+MIN_FRACTION = 1e-5
+
+
+def report_data(prof, title, timeline_cells=1500, min_fraction=MIN_FRACTION):
     """Everything the report shows, from a Profile that read a whole recording."""
     agg = prof.aggregator
     keys = PathKeys()
     threads = thread_list(agg)
     views = {}
     for thread in [0] + [t[0] for t in threads]:
-        span, raw = agg.tree(thread, 0.0)
+        span, raw = agg.tree(thread, 0.0, min_fraction)
         _span, table = agg.table(thread, 0.0, "self", True, None)
-        views[str(thread)] = {"span_ns": span, "nodes": keys.nodes(raw), "rows": rows_of(table)}
+        view = {"span_ns": span, "nodes": keys.nodes(raw), "rows": rows_of(table)}
+        # a thread that is the whole picture (one thread) is not written twice
+        views[str(thread)] = {"same_as": "0"} if thread and view == views["0"] else view
     tl = agg.timeline(0, 0.0, 0, 1)
     slices = tl["last_slice"] - tl["first_slice"] + 1
     group = max(1, -(-slices // timeline_cells))
@@ -117,8 +125,9 @@ class Live:
 
     MAX_SESSIONS = 64
 
-    def __init__(self, agg, extra_status=None):
+    def __init__(self, agg, extra_status=None, min_fraction=MIN_FRACTION):
         self.agg = agg
+        self.min_fraction = min_fraction
         self.keys = PathKeys()
         self.sessions = {}
         self.lock = threading.Lock()
@@ -158,7 +167,7 @@ class Live:
         if threads != s.threads:
             out["threads"] = threads
             s.threads = threads
-        span, raw = agg.tree(thread, window)
+        span, raw = agg.tree(thread, window, self.min_fraction)
         nodes = {n[0]: n for n in self.keys.nodes(raw)}
         out["nodes"] = [n for k, n in nodes.items() if s.nodes.get(k) != n]
         out["removed"] = [k for k in s.nodes if k not in nodes]

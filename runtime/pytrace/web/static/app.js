@@ -98,7 +98,8 @@
     state.updates++;
   }
   function applyReportView() {
-    const v = DATA.views[String(state.view.thread)] || DATA.views["0"];
+    let v = DATA.views[String(state.view.thread)] || DATA.views["0"];
+    if (v.same_as !== undefined) v = DATA.views[v.same_as];
     state.nodes.clear(); state.rows.clear();
     applyNodes(v.nodes, []);
     applyRows(v.rows, []);
