@@ -72,7 +72,7 @@ def main(argv=None):
     from .. import _launch, record
     from ..profile import Profile
     from ..top import _split_options, _stop_job
-    from .server import Feeder, WebApp
+    from .server import Feeder, WebApp, reader_batches
     argv = list(sys.argv[1:] if argv is None else argv)
     command = None
     if "--" in argv:
@@ -151,7 +151,7 @@ def main(argv=None):
         finally:
             if wait_w is not None:
                 os.close(wait_w)      # attached (or failed): the program goes on
-        source, batch = reader.raw(), 1
+        source, batch = reader_batches(reader), 0
 
     def extra():
         d = {}

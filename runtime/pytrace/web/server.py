@@ -21,10 +21,29 @@ import urllib.parse
 from . import data, page
 
 
+def reader_batches(reader, idle=0.002):
+    """Batches of (msg_type, bytes) from a live `pytrace.Reader`, as it drains them
+    (Reader.poll: one C call per batch, so the server keeps up with a job at millions of
+    events per second), until the job is finished and read. Sleeps `idle` after a poll
+    that found it caught up (reader.CAUGHT_UP_BYTES), as every follower does."""
+    from ..reader import CAUGHT_UP_BYTES
+    while True:
+        try:
+            batch = reader.poll()
+        except BrokenPipeError:         # the producer died; everything it published was read
+            return
+        if batch:
+            yield batch
+        if reader.finished:
+            return
+        if not batch or sum(len(d) for _t, d in batch) < CAUGHT_UP_BYTES:
+            time.sleep(idle)
+
+
 class Feeder(threading.Thread):
-    """Feeds the aggregator from an iterable of (msg_type, bytes) in the background:
-    `pytrace.Reader(...).raw()` for a live job (batch=1: every message as soon as it
-    comes), a RecordingReader for a file (batch=256)."""
+    """Feeds the aggregator in the background from an iterable of messages ((msg_type,
+    bytes), batch = how many to feed at once: a RecordingReader) or of lists of them
+    (batch=0: reader_batches of a live job)."""
 
     def __init__(self, agg, source, batch=1, on_end=None, name="pytrace-web-feeder"):
         super().__init__(name=name, daemon=True)
@@ -40,6 +59,11 @@ class Feeder(threading.Thread):
         try:
             pending = []
             for item in self.source:
+                if not self.batch:              # already a batch
+                    self.agg.feed_many(item)
+                    if self.stop.is_set():
+                        break
+                    continue
                 pending.append(item)
                 if len(pending) >= self.batch:
                     self.agg.feed_many(pending)     # C, without the GIL
