@@ -140,7 +140,9 @@ def test_profile_window_and_timeline_follow_phases(tmp_path):
     assert later.cells and [c.slice for c in later.cells] == [tl.last_slice] * len(later.cells)
     coarse = prof.timeline(group=5)
     assert coarse.group == 5 and all(c.slice % 5 == 0 for c in coarse.cells)
-    assert sum(c.busy_ns for c in coarse.cells) == sum(c.busy_ns for c in tl.cells)
+    # the same ticks; each cell rounds its own ticks to ns once
+    fine_busy = sum(c.busy_ns for c in tl.cells)
+    assert abs(sum(c.busy_ns for c in coarse.cells) - fine_busy) <= len(tl.cells)
 
 
 def test_profile_refuses_bad_input_with_one_clear_error():
