@@ -20,9 +20,9 @@ import sys
 import threading
 import time
 
-from ..cmdline import ArgumentParser, UsageError, run_parser, start_options
+from ..cmdline import JOB_OPTIONS, ArgumentParser, UsageError, run_parser, start_options
 
-_USAGE = """usage: pytrace web [options] PID | SEGMENT
+_USAGE = """pytrace web [options] PID | SEGMENT
        pytrace web [options] --file REC
        pytrace web [options] [job options] -- python script.py [args...]"""
 
@@ -33,7 +33,9 @@ def _say(text):
 
 
 def _parser():
-    p = ArgumentParser(prog="pytrace web", usage=_USAGE,
+    # the job options of `pytrace run` (for a program started with --), defined there once
+    job = run_parser(only=set(JOB_OPTIONS))
+    p = ArgumentParser(prog="pytrace web", usage=_USAGE, parents=[job],
                        description="Serve the live browser view of a traced job (or of a recording) on "
                                    "127.0.0.1, behind a URL with a random token.")
     p.add_argument("target", nargs="?", help="PID or segment of a traced job")
@@ -48,7 +50,21 @@ def _parser():
                    help="how often the page asks for updates (default 250 ms)")
     p.add_argument("--url-file", metavar="PATH", help="also write the URL to this file (mode 0600)")
     p.add_argument("--verbose", action="store_true", help="log every request")
+    p.set_defaults(rings=0)
     return p
+
+
+def _stop_job(job):
+    """Stop a program we started, as pytrace top does: SIGINT, then SIGTERM, then SIGKILL."""
+    for sig, grace in ((signal.SIGINT, 5.0), (signal.SIGTERM, 3.0), (signal.SIGKILL, 3.0)):
+        if job.poll() is not None:
+            return
+        job.send_signal(sig)
+        try:
+            job.wait(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _loopback(host):
@@ -71,7 +87,6 @@ def _write_url_file(path, url):
 def main(argv=None):
     from .. import _launch, record
     from ..profile import Profile
-    from ..top import _split_options, _stop_job
     from .server import Feeder, WebApp, reader_batches
     argv = list(sys.argv[1:] if argv is None else argv)
     command = None
@@ -81,14 +96,16 @@ def main(argv=None):
     else:
         before = argv
     try:
-        job_opts, ours = _split_options(before)
-    except ValueError as e:
+        ns = _parser().parse_args(before)
+    except UsageError as e:
         _say(str(e))
         return 2
-    ns = _parser().parse_args(ours)
-    if job_opts and command is None:
-        _say("job options (%s) are for a program started with --: pytrace web [options] -- python "
-             "script.py" % " ".join(job_opts))
+    defaults = _parser().parse_args([])
+    job_given = [o for o in ("c_calls", "include", "exclude", "policy", "ring_size")
+                 if getattr(ns, o) != getattr(defaults, o)]
+    if job_given and command is None:
+        _say("the job options (%s) are for a program started with --: pytrace web [options] -- "
+             "python script.py" % ", ".join("--" + o.replace("_", "-") for o in job_given))
         return 2
     sources = sum(x is not None and x != [] for x in (ns.target, ns.file, command))
     if sources != 1:
@@ -119,7 +136,7 @@ def main(argv=None):
         if command is not None:
             try:
                 interp, flags, target = record.split_command(command)
-                options = start_options(run_parser().parse_args(job_opts), "web")
+                options = start_options(ns, "web")
             except (ValueError, UsageError) as e:
                 _say(str(e))
                 return 2
