@@ -330,6 +330,9 @@ phase_two()
 '''
 
 
+TIMELINE_NAMES = ("new Set([...pytrace.state.cells.values()].map(c => (pytrace.state.symbols.get(c[2]) || {}).name))")
+
+
 @needs_browser
 def test_live_phases_search_zoom_thread_pause(tmp_path, browser, artifacts):
     src = tmp_path / "phases.py"
@@ -343,19 +346,17 @@ def test_live_phases_search_zoom_thread_pause(tmp_path, browser, artifacts):
         page.select_option("#window", "5")
         _wait(page, "pytrace.width('alpha') > 0 && pytrace.width('gamma') > 0")
         assert page.evaluate("pytrace.width('beta')") == 0
+        # the timeline: per thread and 100 ms, the function with the most own time
+        _wait(page, "timelineNames().has('alpha') && timelineNames().has('gamma')".replace(
+            "timelineNames()", TIMELINE_NAMES))
         page.screenshot(path=os.path.join(artifacts, "phases-1.png"))
         # phase two: the rolling flame graph of the last 5 s loses alpha and shows beta
         flag.write_text("go")
         _wait(page, "pytrace.width('beta') > 0")
         _wait(page, "pytrace.width('alpha') === 0 && pytrace.width('beta') > 0")
+        _wait(page, "!timelineNames().has('alpha') && timelineNames().has('beta')".replace(
+            "timelineNames()", TIMELINE_NAMES))
         page.screenshot(path=os.path.join(artifacts, "phases-2.png"))
-        # the timeline shows both phases of the main thread while they are in the window
-        # (the 30 s view), and the side thread's gamma
-        page.select_option("#window", "30")
-        _wait(page, """() => { const names = new Set([...pytrace.state.cells.values()]
-                         .map(c => (pytrace.state.symbols.get(c[2]) || {}).name));
-                         return names.has('alpha') && names.has('beta') && names.has('gamma'); }""")
-
         # search highlights the matching frames and counts them
         page.fill("#search", "bet")
         _wait(page, "document.querySelector('#matches').textContent.includes('matching')")
