@@ -432,6 +432,7 @@
     poll();
   } else {
     $("window-label").hidden = true;
+    $("pause").hidden = true;
     state.symbols.clear();
     applySymbols(DATA.symbols);
     state.threads = DATA.threads;
