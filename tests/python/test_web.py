@@ -447,3 +447,25 @@ def test_live_page_gets_deltas_not_whole_pictures(tmp_path, browser):
         context.close()
     finally:
         srv.stop()
+
+
+def test_html_export_of_bad_input_says_one_line(tmp_path):
+    """Not a recording: one line, no report. A damaged one: the report of everything before
+    the damage, and the damage said (exit status 1)."""
+    bad = tmp_path / "not.pytrace"
+    bad.write_bytes(b"hello, this is not a recording" * 10)
+    out = tmp_path / "bad.html"
+    r = subprocess.run([PY, "-m", "pytrace", "export", str(bad), "-o", str(out)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 1 and not out.exists()
+    assert len(r.stderr.strip().splitlines()) == 1 and "pytrace export:" in r.stderr
+    rec = _record(tmp_path, "threads.py")
+    data = rec.read_bytes()
+    cut = tmp_path / "cut.pytrace"
+    cut.write_bytes(data[:len(data) * 2 // 3])
+    r = subprocess.run([PY, "-m", "pytrace", "export", str(cut), "-o", str(out)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 1, r.stderr
+    assert "exported everything before it" in r.stderr
+    text = out.read_text()
+    assert text.startswith("<!doctype html>") and '"report":true' in text
