@@ -1390,8 +1390,9 @@ int pt_agg_timeline(pt_agg_t *a, const pt_agg_query_t *q, uint64_t since_slice, 
     uint32_t *best_sym = malloc(((size_t)nthreads + 1) * sizeof *best_sym);
     if (!busy || !calls || !best || !best_sym || tl_sum_init(&sum, 1024))
         goto out;
-    for (uint64_t g = first; g <= a->max_slice; g += group) {
-        uint64_t g_end = g + group - 1 < a->max_slice ? g + group - 1 : a->max_slice;
+    for (uint64_t g = first;; g += group) {
+        /* slice numbers may reach 2^64 - 3 (hostile ticks, a tick per slice): no sum wraps */
+        uint64_t g_end = a->max_slice - g > group - 1 ? g + group - 1 : a->max_slice;
         for (uint64_t s = g; s <= g_end; s++) {
             const slice_t *sl = &a->slices[s % a->slice_count];
             if (sl->no != s)
@@ -1452,6 +1453,8 @@ int pt_agg_timeline(pt_agg_t *a, const pt_agg_query_t *q, uint64_t since_slice, 
             }
             busy[t] = calls[t] = 0;
         }
+        if (g_end == a->max_slice)
+            break;
     }
     rc = 0;
 out:

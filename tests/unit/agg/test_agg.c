@@ -746,6 +746,29 @@ static void test_timeline(void)
     CHECK_EQ(tl.count, 2);
     CHECK(cell(&tl, 2, 1) && cell(&tl, 2, 2));
     pt_agg_timeline_free(&tl);
+    /* hostile clock: one tick a second, so a slice is one tick and slice numbers reach
+     * 2^64 - 3; any group size ends, with the window's cells only */
+    {
+        pt_agg_t *h = NULL;
+        CHECK_EQ(pt_agg_create(&(pt_agg_config_t){.slice_ns = 100000000ull, .slice_count = 50}, &h), 0);
+        pt_fb_msg_t m = {.type = PT_MSG_PROCESS_INFO};
+        m.u.process_info.ticks_per_second = 1;
+        CHECK_EQ(pt_agg_feed_msg(h, &m), 0);
+        symbol(h, F, "f");
+        pt_event_t evs[] = {{.ticks = 0, .id = F, .kind = PT_EV_CALL}, {.ticks = UINT64_MAX - 3, .id = F, .kind = PT_EV_RETURN},
+                            {.ticks = UINT64_MAX - 2, .id = F, .kind = PT_EV_CALL}};
+        CHECK_EQ(pt_agg_feed_events(h, 1, evs, 3), 0);
+        uint32_t groups[] = {1, 7, 50, UINT32_MAX};
+        for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) {
+            CHECK_EQ(pt_agg_timeline(h, NULL, 0, groups[i], &tl), 0);
+            CHECK(tl.count >= 1 && tl.count <= 50);
+            CHECK(tl.last_slice >= UINT64_MAX - 4);
+            pt_agg_timeline_free(&tl);
+            CHECK_EQ(pt_agg_timeline(h, NULL, UINT64_MAX - 1, groups[i], &tl), 0);
+            pt_agg_timeline_free(&tl);
+        }
+        pt_agg_destroy(h);
+    }
     /* an empty aggregator has no slices */
     pt_agg_t *empty = new_agg();
     CHECK_EQ(pt_agg_timeline(empty, NULL, 0, 1, &tl), 0);
