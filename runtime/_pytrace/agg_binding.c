@@ -61,8 +61,8 @@ static PyObject *agg_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     unsigned int slice_count = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|KI:Aggregator", kwlist, &slice_ns, &slice_count))
         return NULL;
-    if (slice_count > 10000000u) {
-        PyErr_SetString(PyExc_ValueError, "slice_count must be at most 10000000");
+    if (slice_count > 2000000u) { /* 64 MiB of slice headers */
+        PyErr_SetString(PyExc_ValueError, "slice_count must be at most 2000000");
         return NULL;
     }
     agg_obj_t *self = (agg_obj_t *)type->tp_alloc(type, 0);

@@ -68,6 +68,9 @@ class Profile:
         if not window > 0:
             raise ValueError("window must be > 0 seconds")
         count = max(1, int(round(window / slice_seconds)))
+        if count > 2_000_000:
+            raise ValueError("window / slice_seconds = %d slices; at most 2000000 (a shorter window or "
+                             "longer slices)" % count)
         self._agg = _ext().Aggregator(slice_ns=max(1, int(round(slice_seconds * 1e9))), slice_count=count)
         self._symbols = {}          # id -> SymbolInfo
         self._symbol_count = -1

@@ -118,7 +118,11 @@ def main(argv=None):
         _say("--window must be > 0 seconds and --interval-ms >= 20")
         return 2
 
-    prof = Profile(window=ns.window)
+    try:
+        prof = Profile(window=ns.window)
+    except ValueError as e:
+        _say("--window: %s" % e)
+        return 2
     agg = prof.aggregator
     job = reader = None
     job_state = {}
