@@ -469,3 +469,42 @@ def test_html_export_of_bad_input_says_one_line(tmp_path):
     assert "exported everything before it" in r.stderr
     text = out.read_text()
     assert text.startswith("<!doctype html>") and '"report":true' in text
+
+
+def test_web_reads_a_job_that_is_traced_already(tmp_path):
+    """pytrace web PID: the job started with `pytrace run` is read as it runs; stopping the
+    server leaves the job running."""
+    src = tmp_path / "phases.py"
+    src.write_text(PHASES)
+    job = subprocess.Popen([PY, "-m", "pytrace", "run", str(src), str(tmp_path / "never")],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        from pytrace import _pytrace
+        deadline = time.monotonic() + 60
+        while not any(s.get("pid") == job.pid for s in _pytrace.list_segments()):
+            assert job.poll() is None and time.monotonic() < deadline, "the job did not start tracing"
+            time.sleep(0.05)
+        srv = WebServer(tmp_path, [str(job.pid)])
+        try:
+            names = set()
+            deadline = time.monotonic() + 60
+            version = 0
+            syms = {}
+            while not {"alpha", "gamma"} <= names:
+                assert time.monotonic() < deadline, names
+                with urllib.request.urlopen(srv.base + "api/update?token=%s&session=s&version=%d&thread=0&window=5"
+                                            % (srv.token, version), timeout=10) as r:
+                    doc = json.loads(r.read())
+                version = doc["version"]
+                syms.update({s[0]: s[1] for s in doc["symbols"]})
+                names |= {syms.get(n[2]) for n in doc["nodes"]} if doc["full"] else set()
+                names |= {syms.get(row[0]) for row in doc["rows"]}
+                time.sleep(0.25)
+            assert doc["status"]["pid"] == job.pid and doc["status"]["state"] == "running"
+        finally:
+            out = srv.stop()
+        assert srv.proc.returncode == 0, out
+        assert job.poll() is None          # the server went; the job runs on
+    finally:
+        job.send_signal(signal.SIGINT)
+        job.wait(timeout=30)
