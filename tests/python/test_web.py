@@ -13,7 +13,6 @@ import pstats
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request

@@ -13,7 +13,6 @@ Shapes (numbers are ns unless said):
   thread   [thread, os_tid, name, ended, events]
 """
 
-import os
 import secrets
 import threading
 import time
@@ -190,7 +189,3 @@ class Live:
 
 def new_token():
     return secrets.token_urlsafe(24)
-
-
-def static_dir():
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
