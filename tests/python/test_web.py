@@ -507,3 +507,98 @@ def test_web_reads_a_job_that_is_traced_already(tmp_path):
     finally:
         job.send_signal(signal.SIGINT)
         job.wait(timeout=30)
+
+
+FAMILY = r'''
+import os, subprocess, sys, time
+
+CHILD = """
+import os, sys
+def child_work():
+    x = 0
+    for i in range(20000):
+        x += i
+while not os.path.exists(sys.argv[1]):
+    child_work()
+"""
+
+def parent_work():
+    x = 0
+    for i in range(20000):
+        x += i
+    time.sleep(0.001)
+
+child = subprocess.Popen([sys.executable, "-c", CHILD, sys.argv[1]])
+while not os.path.exists(sys.argv[1]):
+    parent_work()
+child.wait()
+'''
+
+
+def _api(srv, process, version=0, session="t"):
+    with urllib.request.urlopen(srv.base + "api/update?token=%s&session=%s&version=%d&thread=0&window=5&process=%d"
+                                % (srv.token, session, version, process), timeout=10) as r:
+        return json.loads(r.read())
+
+
+@needs_browser
+def test_web_children_one_page_per_process(tmp_path, browser, artifacts):
+    """pytrace web --children PID: the traced child of a `pytrace run --subprocesses` job
+    appears as a second process; the page's process chooser switches the picture."""
+    src = tmp_path / "family.py"
+    src.write_text(FAMILY)
+    flag = tmp_path / "stop"
+    job = subprocess.Popen([PY, "-m", "pytrace", "run", "--subprocesses", str(src), str(flag)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        from pytrace import _pytrace
+        deadline = time.monotonic() + 60
+        while not any(s.get("pid") == job.pid for s in _pytrace.list_segments()):
+            assert job.poll() is None and time.monotonic() < deadline, "the job did not start tracing"
+            time.sleep(0.05)
+        srv = WebServer(tmp_path, ["--children", str(job.pid)])
+        try:
+            deadline = time.monotonic() + 60
+            while len(_api(srv, 0)["processes"]) < 2:
+                assert time.monotonic() < deadline, "the child never appeared"
+                time.sleep(0.2)
+            procs = _api(srv, 0)["processes"]
+            assert procs[0][1] == job.pid and procs[1][1] != job.pid
+            child_key = procs[1][0]
+
+            def names(process):
+                doc = _api(srv, process, session="n%d" % process)
+                syms = {s[0]: s[1] for s in doc["symbols"]}
+                return {syms.get(r[0]) for r in doc["rows"]}, doc["status"]
+            deadline = time.monotonic() + 60
+            while True:
+                parent_names, parent_status = names(0)
+                child_names, child_status = names(child_key)
+                if "parent_work" in parent_names and "child_work" in child_names:
+                    break
+                assert time.monotonic() < deadline, (parent_names, child_names)
+                time.sleep(0.2)
+            assert "child_work" not in parent_names and "parent_work" not in child_names
+            assert parent_status["processes"] == child_status["processes"] == 2
+            assert child_status["pid"] == procs[1][1]
+
+            errors = []
+            context, page = _page(browser, errors)
+            page.goto(srv.url)
+            _wait(page, "pytrace.width('parent_work') > 0 && !document.querySelector('#process-label').hidden")
+            assert page.evaluate("document.querySelectorAll('#process option').length") == 2
+            page.select_option("#process", str(child_key))
+            _wait(page, "pytrace.width('child_work') > 0 && pytrace.width('parent_work') === 0")
+            assert "2 processes" in page.inner_text("#status")
+            page.screenshot(path=os.path.join(artifacts, "children.png"))
+            assert errors == [], errors
+            context.close()
+        finally:
+            srv.stop()
+    finally:
+        flag.write_text("stop")
+        try:
+            job.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            job.kill()
+            job.wait()

@@ -38,7 +38,11 @@ def _parser():
     p = ArgumentParser(prog="pytrace web", usage=_USAGE, parents=[job],
                        description="Serve the live browser view of a traced job (or of a recording) on "
                                    "127.0.0.1, behind a URL with a random token.")
-    p.add_argument("target", nargs="?", help="PID or segment of a traced job")
+    p.add_argument("targets", nargs="*", metavar="PID",
+                   help="PID or segment of a traced job; several: one page, a process chooser")
+    p.add_argument("--children", action="store_true",
+                   help="also show the traced descendants of the PIDs as they appear (a job run "
+                        "with `pytrace run --subprocesses`)")
     p.add_argument("--file", metavar="REC", help="show a recording (pytrace record -o REC)")
     p.add_argument("--port", type=int, default=0, help="port to listen on (default: a free one)")
     p.add_argument("--host", default="127.0.0.1",
@@ -84,6 +88,97 @@ def _write_url_file(path, url):
     os.replace(tmp, path)
 
 
+def _ppid(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def _descends(pid, roots):
+    for _ in range(64):
+        if pid in roots:
+            return True
+        if pid <= 1:
+            return False
+        pid = _ppid(pid)
+    return False
+
+
+def _pid_of(reader, target):
+    from .. import _pytrace
+    name = getattr(reader, "segment", None)
+    for s in _pytrace.list_segments():
+        if s.get("name") == name or str(s.get("pid")) == str(target):
+            return s.get("pid")
+    return int(target) if str(target).isdigit() else 0
+
+
+class _Others:
+    """The job's other processes: PIDs given after the first, and with --children the
+    traced descendants of the PIDs, each read by its own Reader into its own Profile."""
+
+    def __init__(self, app, window):
+        self.app = app
+        self.window = window
+        self.pids = set()
+        self.names = set()
+        self.readers = []
+        self.feeders = []
+        self.done = threading.Event()
+
+    def add(self, where, title):
+        from ..profile import Profile
+        from ..reader import Reader
+        from .server import Feeder, reader_batches
+        try:
+            reader = Reader(where, follow=True)
+        except OSError as e:
+            return e.strerror or str(e)
+        prof = Profile(window=self.window)
+        feeder = Feeder(prof.aggregator, reader_batches(reader), batch=0)
+        feeder.start()
+        pid = _pid_of(reader, where)
+        self.pids.add(pid)
+        self.names.add(getattr(reader, "segment", where))
+        self.readers.append(reader)
+        self.feeders.append(feeder)
+        self.app.add_process(pid, prof.aggregator, title)
+        return None
+
+    def watch(self, roots):
+        from .. import _pytrace
+
+        def scan():
+            while not self.done.wait(0.3):
+                try:
+                    segments = _pytrace.list_segments()
+                except OSError:
+                    continue
+                for s in segments:
+                    name, pid = s.get("name"), s.get("pid")
+                    if (not s.get("alive") or s.get("state") != 1 or name in self.names or pid in roots
+                            or pid in self.pids or not _descends(pid, roots)):
+                        continue
+                    self.names.add(name)
+                    err = self.add(name, s.get("cmdline") or name)
+                    if err:
+                        _say("cannot read %s (pid %d): %s" % (name, pid, err))
+        threading.Thread(target=scan, name="pytrace-web-children", daemon=True).start()
+
+    def stop(self):
+        self.done.set()
+        for f in self.feeders:
+            f.stop.set()
+        for f, r in zip(self.feeders, self.readers):
+            if f.done.wait(2.0):
+                try:
+                    r.close()
+                except Exception:  # noqa: BLE001 - best effort at exit
+                    pass
+
+
 def main(argv=None):
     from .. import _launch, record
     from ..profile import Profile
@@ -107,9 +202,12 @@ def main(argv=None):
         _say("the job options (%s) are for a program started with --: pytrace web [options] -- "
              "python script.py" % ", ".join("--" + o.replace("_", "-") for o in job_given))
         return 2
-    sources = sum(x is not None and x != [] for x in (ns.target, ns.file, command))
+    sources = sum(x is not None and x != [] for x in (ns.targets, ns.file, command))
     if sources != 1:
         _say("give one of: a PID or segment, --file REC, or -- python script.py [args]")
+        return 2
+    if ns.children and not ns.targets:
+        _say("--children follows the traced descendants of PIDs given: pytrace web --children PID")
         return 2
     if not 0 <= ns.port <= 65535:
         _say("--port must be 0..65535")
@@ -159,7 +257,7 @@ def main(argv=None):
                 return rc or 1
             where, title = segment, " ".join(command)
         else:
-            where, title = ns.target, ns.target
+            where, title = ns.targets[0], ns.targets[0]
         try:
             reader = Reader(where, follow=True)
         except OSError as e:
@@ -194,6 +292,14 @@ def main(argv=None):
     ended = threading.Event()
     feeder = Feeder(agg, source, batch=batch, on_end=lambda f: ended.set())
     feeder.start()
+    others = _Others(app, ns.window)
+    for target in ns.targets[1:]:
+        err = others.add(target, target)
+        if err:
+            _say("cannot read %s: %s" % (target, err))
+    if ns.children:
+        roots = {_pid_of(reader, ns.targets[0])} | {pid for pid in others.pids}
+        others.watch(roots)
     app.serve_in_background()
     if not _loopback(ns.host):
         _say("WARNING: listening on %s, not only on this machine: anyone who gets the URL sees the "
@@ -227,6 +333,7 @@ def main(argv=None):
     finally:
         signal.signal(signal.SIGTERM, old_term)
         feeder.stop.set()
+        others.stop()
         app.close()
         if job is not None and job.poll() is None:
             _stop_job(job)

@@ -127,13 +127,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 thread = int((query.get("thread") or ["0"])[0])
                 window = float((query.get("window") or ["10"])[0])
                 filt = (query.get("filter") or [""])[0][:200]
+                process = int((query.get("process") or ["0"])[0])
                 if thread < 0 or not (window >= 0) or window > 1e9:
                     raise ValueError
             except ValueError:
                 self._send(400, b'{"error": "bad query"}', "application/json")
                 return
             t0 = time.perf_counter()
-            out = app.live.update(sid, version, thread, window, filt)
+            out = app.live_of(process).update(sid, version, thread, window, filt)
+            out["processes"] = app.process_list()
             out["server_ms"] = round((time.perf_counter() - t0) * 1000, 2)
             body = json.dumps(out, separators=(",", ":"), allow_nan=False).encode()
             self._send(200, body, "application/json")
@@ -156,24 +158,50 @@ class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
 
 
 class WebApp:
-    """The server of one job (or recording): the aggregator, the feeder, the pages' sessions."""
+    """The server of one job (or recording): per process its aggregator and the pages'
+    sessions (data.Live); the first process added is the one a page starts on."""
 
     def __init__(self, agg, title, host="127.0.0.1", port=0, interval_ms=250, extra_status=None, verbose=False):
-        self.agg = agg
         self.title = title
         self.token = data.new_token()
         self.interval_ms = interval_ms
         self.verbose = verbose
         self.started = time.monotonic()
         self._extra = extra_status or (lambda: {})
-        self.live = data.Live(agg, self._status)
+        self._lock = threading.Lock()
+        self.processes = {}     # key (pid, or 0 for the first) -> (title, data.Live)
+        self.first = None
+        self.add_process(0, agg, title)
         self.httpd = _Server((host, port), _Handler, self)
         self.thread = None
+
+    def add_process(self, key, agg, title):
+        """Another process of the job (its own aggregator); key: its pid."""
+        with self._lock:
+            if self.first is None:
+                self.first = key
+            self.processes[key] = (title, data.Live(agg, self._status))
+
+    def live_of(self, key):
+        with self._lock:
+            entry = self.processes.get(key) or self.processes.get(self.first)
+            return entry[1]
+
+    def process_list(self):
+        """[[key, pid, title]] in the order they came."""
+        with self._lock:
+            items = list(self.processes.items())
+        return [[k, live.agg.counters()["pid"], title] for k, (title, live) in items]
+
+    @property
+    def live(self):
+        return self.live_of(self.first)
 
     def _status(self):
         cpu = os.times()
         d = {"server_cpu_s": round(cpu.user + cpu.system, 3),
-             "server_uptime_s": round(time.monotonic() - self.started, 3)}
+             "server_uptime_s": round(time.monotonic() - self.started, 3),
+             "processes": len(self.processes)}
         d.update(self._extra())
         return d
 

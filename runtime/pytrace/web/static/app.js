@@ -22,7 +22,8 @@
     span: 0,
     version: 0,
     updates: 0,
-    view: { thread: 0, window: 10, filter: "" },
+    view: { process: 0, thread: 0, window: 10, filter: "" },
+    processes: [],       // [key, pid, title] (live: one page, several processes)
     zoom: 0,
     search: "",
     paused: false,
@@ -94,6 +95,7 @@
     applyTimeline(u.timeline);
     state.span = u.span_ns;
     state.status = u.status;
+    if (u.processes) state.processes = u.processes;
     state.version = u.version;
     state.updates++;
   }
@@ -355,7 +357,23 @@
     }
     sel.value = want.includes(cur) ? cur : "0";
   }
+  function renderProcesses() {
+    const sel = $("process");
+    $("process-label").hidden = state.processes.length < 2;
+    const want = state.processes.map((p) => String(p[0]));
+    if (want.join(",") === [...sel.options].map((o) => o.value).join(",")) return;
+    const cur = String(state.view.process);
+    sel.replaceChildren();
+    for (const [key, pid, title] of state.processes) {
+      const o = document.createElement("option");
+      o.value = String(key);
+      o.textContent = "pid " + pid + "  " + String(title).replace(/\s+/g, " ").slice(0, 40);
+      sel.appendChild(o);
+    }
+    sel.value = want.includes(cur) ? cur : want[0] || "0";
+  }
   function render() {
+    renderProcesses();
     renderThreads();
     drawFlame();
     drawTimeline();
@@ -371,6 +389,7 @@
       inflight = true;
       const v = state.view;
       const q = new URLSearchParams({ token: DATA.token, session, version: String(state.version),
+                                      process: String(v.process),
                                       thread: String(v.thread), window: String(v.window), filter: v.filter });
       try {
         const r = await fetch("api/update?" + q.toString(), { cache: "no-store" });
@@ -392,6 +411,11 @@
   }
 
   $("window").addEventListener("change", (e) => { state.view.window = Number(e.target.value); viewChanged(); });
+  $("process").addEventListener("change", (e) => {
+    state.view.process = Number(e.target.value);
+    state.view.thread = 0;
+    viewChanged();
+  });
   $("thread").addEventListener("change", (e) => { state.view.thread = Number(e.target.value); viewChanged(); });
   $("filter").addEventListener("input", (e) => {
     state.view.filter = e.target.value;
