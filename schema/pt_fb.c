@@ -282,6 +282,76 @@ size_t pt_fb_message_size(const uint8_t *buf, size_t len)
     return (size_t)rd32(buf) + 4;
 }
 
+/* ---- Message.process: tagged messages (pt_wire.h) ---------------------- */
+
+static const uint8_t untagged_header[20] = {
+    16, 0, 0, 0, 'P', 'Y', 'T', 'R', 8, 0, 12, 0, 4, 0, 8, 0, 8, 0, 0, 0};
+static const uint8_t tagged_header[24] = {
+    20, 0, 0, 0, 'P', 'Y', 'T', 'R', 10, 0, 16, 0, 4, 0, 8, 0, 12, 0, 0, 0, 12, 0, 0, 0};
+
+size_t pt_fb_tag(uint8_t *out, size_t cap, const uint8_t *msg, size_t len, uint32_t process)
+{
+    size_t hdr, body_ref;
+    if (!out || !msg || len % 8 != 0 || len > FB_MAX_BUFFER || rd32(msg) != len - 4)
+        return 0;
+    if (len >= PT_MSG_HEADER_BYTES + 4 && !memcmp(msg + 4, untagged_header, sizeof untagged_header)) {
+        hdr = PT_MSG_HEADER_BYTES;
+        body_ref = 28 + (size_t)rd32(msg + 28);
+    } else if (len >= PT_MSG_TAGGED_HEADER_BYTES + 4 && !memcmp(msg + 4, tagged_header, sizeof tagged_header)) {
+        hdr = PT_MSG_TAGGED_HEADER_BYTES;
+        body_ref = 32 + (size_t)rd32(msg + 32);
+    } else {
+        return 0;
+    }
+    if (body_ref < hdr || body_ref >= len)
+        return 0; /* the body must lie after the header, or moving it breaks it */
+    const uint8_t type = msg[hdr == PT_MSG_HEADER_BYTES ? 24 : 28];
+    const size_t body_len = len - hdr;
+    const size_t new_hdr = process ? PT_MSG_TAGGED_HEADER_BYTES : PT_MSG_HEADER_BYTES;
+    const size_t total = new_hdr + body_len;
+    if (total > cap || total > FB_MAX_BUFFER)
+        return 0;
+    memmove(out + new_hdr, msg + hdr, body_len);
+    const size_t body_at = new_hdr + (body_ref - hdr);
+    memset(out, 0, new_hdr);
+    wr32(out, (uint32_t)(total - 4));
+    if (process) {
+        memcpy(out + 4, tagged_header, sizeof tagged_header);
+        out[28] = type;
+        wr32(out + 32, (uint32_t)(body_at - 32));
+        wr32(out + 36, process);
+    } else {
+        memcpy(out + 4, untagged_header, sizeof untagged_header);
+        out[24] = type;
+        wr32(out + 28, (uint32_t)(body_at - 28));
+    }
+    return total;
+}
+
+size_t pt_fb_build(uint8_t *out, size_t cap, const pt_fb_msg_t *m)
+{
+    size_t n = 0;
+    if (!m)
+        return 0;
+    switch (m->type) {
+    case PT_MSG_PROCESS_INFO: n = pt_fb_build_process_info(out, cap, &m->u.process_info); break;
+    case PT_MSG_THREAD_START: n = pt_fb_build_thread_start(out, cap, &m->u.thread_start); break;
+    case PT_MSG_THREAD_END: n = pt_fb_build_thread_end(out, cap, &m->u.thread_end); break;
+    case PT_MSG_SYMBOL: n = pt_fb_build_symbol(out, cap, &m->u.symbol); break;
+    case PT_MSG_EVENT_CHUNK:
+        n = pt_fb_build_event_chunk(out, cap, m->u.event_chunk.thread, m->u.event_chunk.first_event,
+                                    m->u.event_chunk.events, m->u.event_chunk.count);
+        break;
+    case PT_MSG_LOST_COUNT: n = pt_fb_build_lost_count(out, cap, &m->u.lost_count); break;
+    case PT_MSG_PRODUCER_STATUS: n = pt_fb_build_producer_status(out, cap, &m->u.producer_status); break;
+    case PT_MSG_COMPRESSED_CHUNK: n = pt_fb_build_compressed_chunk(out, cap, &m->u.compressed_chunk); break;
+    default: return 0;
+    }
+    if (!n || !m->process)
+        return n;
+    return pt_fb_tag(out, cap, out, n, m->process);
+}
+
 /* ---- verifying parser -------------------------------------------------- */
 
 typedef struct fb_in {
@@ -481,6 +551,7 @@ int pt_fb_parse(const uint8_t *buf, size_t len, pt_fb_msg_t *out, char *why, siz
         return bad(&in, "body type %u without a body", type);
     if ((r = follow(&in, at, &body_pos, "Message.body")) < 0)
         return r;
+    GET(&in, &msg, 2, out->process, "Message");
     if ((r = table_at(&in, body_pos, &body, "body")) < 0)
         return r;
 

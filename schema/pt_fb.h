@@ -77,7 +77,8 @@ typedef struct pt_fb_compressed_chunk {
 } pt_fb_compressed_chunk_t;
 
 typedef struct pt_fb_msg {
-    uint32_t type; /* enum pt_msg_type */
+    uint32_t type;    /* enum pt_msg_type */
+    uint32_t process; /* Message.process: 0 = untagged (the stream's only process) */
     union {
         pt_fb_process_info_t process_info;
         pt_fb_thread_start_t thread_start;
@@ -108,6 +109,20 @@ void pt_fb_chunk_header(uint8_t out[PT_CHUNK_HEADER_BYTES], uint64_t thread, uin
                         uint32_t count, uint32_t size_prefix);
 size_t pt_fb_build_event_chunk(uint8_t *out, size_t cap, uint64_t thread, uint64_t first_event,
                                const pt_event_t *events, uint32_t count);
+
+/* Message.process (pt_wire.h, "Tagged messages"): write into out the message
+ * `msg` (len bytes, as one of the builders above wrote it: untagged, header
+ * bytes 0..31 as they write them) tagged with process, or untagged again for
+ * process 0. Returns the new length (len + 8 tagged, len untagged), or 0 if
+ * msg is not a builder's untagged message or cap is too small. out and msg
+ * may be the same buffer (cap >= len + 8). Any message from elsewhere goes
+ * through pt_fb_parse and pt_fb_build first. */
+size_t pt_fb_tag(uint8_t *out, size_t cap, const uint8_t *msg, size_t len, uint32_t process);
+
+/* Build the message `m` describes (as pt_fb_parse fills it; pointers may point
+ * into the parsed buffer) with the builders above, tagged with m->process.
+ * Returns its length, or 0 if cap is too small. */
+size_t pt_fb_build(uint8_t *out, size_t cap, const pt_fb_msg_t *m);
 
 /* Verify and decode one size-prefixed Message of exactly `len` bytes.
  * `why` (may be NULL) receives a short reason on failure. */

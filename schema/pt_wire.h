@@ -138,6 +138,34 @@ enum pt_msg_type {
  *   72   Event[n], 16 bytes each, 8-aligned from byte 0
  */
 #define PT_CHUNK_HEADER_BYTES 72u
+
+/* ---- Tagged messages: Message.process (pt_fb_tag) ----------------------- *
+ *
+ * A message of a multi-process stream carries its process number in the
+ * Message table's third field. pt_fb builds it from the untagged message by
+ * replacing bytes 0..31 with this 40-byte header and moving the body (byte 32
+ * on) 8 bytes on, so every offset inside the body is unchanged and the body
+ * keeps its alignment:
+ *
+ *  off size  field
+ *    0   u32  size prefix            = untagged prefix + 8
+ *    4   u32  root uoffset           = 20      (-> Message table at 24)
+ *    8   4    file identifier "PYTR"
+ *   12   u16  Message vtable: size   = 10
+ *   14   u16                 table   = 16
+ *   16   u16                 body_type field at +4
+ *   18   u16                 body      field at +8
+ *   20   u16                 process   field at +12
+ *   22   u16  zero padding
+ *   24   i32  Message table -> vtable = 12    (24 - 12)
+ *   28   u8   body_type; 29..31 zero
+ *   32   u32  body uoffset           = untagged body uoffset + 4
+ *   36   u32  process (never 0: 0 is written as an untagged message)
+ *   40   the untagged message's bytes 32.. (body vtable, table, strings,
+ *        vectors)
+ */
+#define PT_MSG_HEADER_BYTES 32u        /* untagged: the body starts here */
+#define PT_MSG_TAGGED_HEADER_BYTES 40u /* tagged */
 #define PT_CHUNK_OFF_THREAD 48u
 #define PT_CHUNK_OFF_FIRST_EVENT 56u
 #define PT_CHUNK_OFF_LENGTH 68u

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs every test: the C unit tests (ctest, warnings as errors), the fuzz targets and the Python
-# end-to-end tests (pytest) on each installed Python (3.11 and 3.12 of this machine, 3.14 and
-# 3.15 inside the Debian unstable root, see tests/pythons.sh and tests/sidroot.sh).
+# Runs every test: the C unit tests (ctest, warnings as errors), the fuzz targets, the core
+# Python tests under ASan + UBSan (tests/sanitize.sh) and the Python end-to-end tests (pytest)
+# on each installed Python (3.11 and 3.12 of this machine, 3.14 and 3.15 inside the Debian
+# unstable root, see tests/pythons.sh and tests/sidroot.sh).
 # The package must be installed first (bash .ci/install.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +16,9 @@ ctest --test-dir "$build" --output-on-failure -j2
 # libFuzzer targets (ASan + UBSan) over every reader of untrusted bytes, bounded in time.
 echo "== fuzz (tests/fuzz, ${PYTRACE_FUZZ_SECONDS:-40} s per target)"
 bash tests/fuzz/run.sh
+
+# The Python suite's core tests against an ASan + UBSan build of the extension and pytrace-top.
+bash tests/sanitize.sh
 
 for py in $(bash tests/pythons.sh); do
     echo "== pytest on $($py --version) ($py)"

@@ -53,18 +53,44 @@ PyObject *pt_py_export(PyObject *module, PyObject *args, PyObject *kw)
 {
     (void)module;
     static char *kwlist[] = {"recording", "format", "fd", "weight_calls", "per_thread", "qualnames",
-                             "follow", "timeout", "tmp_dir", "uncompressed", NULL};
-    PyObject *path_obj = NULL;
+                             "follow", "timeout", "tmp_dir", "uncompressed", "pids", NULL};
+    PyObject *path_obj = NULL, *pids_obj = NULL;
+    uint64_t pids[PT_EXPORT_MAX_PIDS];
     const char *fmt = NULL, *tmp_dir = NULL;
     int fd = -1, weight_calls = 0, per_thread = 0, qualnames = 0, follow = 0, uncompressed = 0;
     double timeout = 30.0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&si|ppppdzp", kwlist, PyUnicode_FSConverter, &path_obj, &fmt, &fd,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&si|ppppdzpO", kwlist, PyUnicode_FSConverter, &path_obj, &fmt, &fd,
                                      &weight_calls, &per_thread, &qualnames, &follow, &timeout, &tmp_dir,
-                                     &uncompressed))
+                                     &uncompressed, &pids_obj))
         return NULL;
+    size_t npids = 0;
+    if (pids_obj && pids_obj != Py_None) { /* pids: a sequence of ints, the processes to export */
+        PyObject *seq = PySequence_Fast(pids_obj, "pids must be a sequence of process ids");
+        if (!seq) {
+            Py_DECREF(path_obj);
+            return NULL;
+        }
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+        if (n > PT_EXPORT_MAX_PIDS) {
+            Py_DECREF(seq);
+            Py_DECREF(path_obj);
+            PyErr_Format(PyExc_ValueError, "at most %d pids", PT_EXPORT_MAX_PIDS);
+            return NULL;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            unsigned long long v = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(seq, i));
+            if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+                Py_DECREF(seq);
+                Py_DECREF(path_obj);
+                return NULL;
+            }
+            pids[npids++] = v;
+        }
+        Py_DECREF(seq);
+    }
     pt_export_opts_t o = {.weight_calls = weight_calls, .per_thread = per_thread, .qualnames = qualnames,
                           .follow = follow, .timeout = timeout, .tmp_dir = tmp_dir,
-                          .pf_uncompressed = uncompressed};
+                          .pf_uncompressed = uncompressed, .pids = npids ? pids : NULL, .npids = npids};
     for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++)
         if (!strcmp(fmt, formats[i].name))
             o.format = formats[i].format;
@@ -103,6 +129,24 @@ PyObject *pt_py_export(PyObject *module, PyObject *args, PyObject *kw)
     SET_U64(d, "messages", res.messages);
     SET_U64(d, "bytes", res.bytes_written);
     SET_U64(d, "timed_out", res.timed_out);
+    SET_U64(d, "processes", res.processes);
+    SET_U64(d, "selected_processes", res.selected_processes);
+    {
+        PyObject *l = PyList_New(0);
+        if (!l || PyDict_SetItemString(d, "pids", l) < 0) {
+            Py_XDECREF(l);
+            goto err;
+        }
+        Py_DECREF(l);
+        for (uint32_t i = 0; i < res.npids; i++) {
+            PyObject *v = PyLong_FromUnsignedLongLong(res.pids[i]);
+            if (!v || PyList_Append(l, v) < 0) {
+                Py_XDECREF(v);
+                goto err;
+            }
+            Py_DECREF(v);
+        }
+    }
     if (res.damaged) {
         PyObject *t = Py_BuildValue("(Ls)", (long long)res.error_offset, res.error);
         if (!t || PyDict_SetItemString(d, "damage", t) < 0) {

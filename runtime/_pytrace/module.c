@@ -3,6 +3,7 @@
  * tracing API: start, stop, release, is_tracing, segment_name, counters, label,
  * span_begin, span_end, mark, list_segments, collect_stale, Reader.
  */
+#include "pt_adapters.h"
 #include "pt_tracer.h"
 #include "recfile_type.h"
 #include "shm/segment.h"
@@ -218,7 +219,7 @@ static PyObject *py_start(PyObject *module, PyObject *args, PyObject *kwargs)
         return pt_oserror(rc, err[0] ? err : strerror(-rc));
     pt_module_state_t *st = get_state(module);
     PyDict_Clear(st->labels);
-    if (pt_hooks_install(module, c_calls) < 0) {
+    if (pt_tracer_hooks_install(module, c_calls) < 0) {
         pt_counters_t c;
         pt_tracer_stop(&c);
         return NULL;
@@ -252,14 +253,15 @@ static PyObject *counters_dict(const pt_counters_t *c, const char *hook)
 
 static PyObject *py_stop(PyObject *module, PyObject *unused)
 {
+    (void)module;
     (void)unused;
     if (!pt_tracer_is_tracing()) {
         PyErr_SetString(PyExc_RuntimeError, "not tracing; call start() first");
         return NULL;
     }
-    const char *hook = pt_hooks_name();
+    const char *hook = pt_tracer_hook_name();
     pt_tracer_check_hook();
-    pt_hooks_uninstall(module);
+    pt_tracer_hooks_uninstall();
     pt_counters_t c;
     pt_tracer_stop(&c);
     return counters_dict(&c, hook);
@@ -285,7 +287,7 @@ static PyObject *py_counters(PyObject *module, PyObject *unused)
     (void)unused;
     pt_counters_t c;
     pt_tracer_counters(&c);
-    return counters_dict(&c, pt_hooks_name());
+    return counters_dict(&c, pt_tracer_hook_name());
 }
 
 static PyObject *py_is_tracing(PyObject *module, PyObject *unused)
@@ -378,12 +380,13 @@ static PyObject *py_mark(PyObject *module, PyObject *arg)
 
 static PyObject *py_after_fork_child(PyObject *module, PyObject *unused)
 {
+    (void)module;
     (void)unused;
     int was = pt_tracer_fork_pending();
     pt_tracer_after_fork_child();
     if (was && !pt_tracer_is_tracing()) {
         /* the child could not get a segment: remove the hooks */
-        pt_hooks_uninstall(module);
+        pt_tracer_hooks_uninstall();
     }
     Py_RETURN_NONE;
 }
@@ -451,6 +454,13 @@ static int pt_exec(PyObject *module)
     char err[256] = "";
     if (pt_tracer_global_init(err, sizeof err) < 0) {
         PyErr_SetString(PyExc_ImportError, err);
+        return -1;
+    }
+    /* The hook adapters, in the order start() tries them; each registers only
+     * where it works (sys.monitoring: 3.12+; frame evaluation: 3.11 without C
+     * calls; PyEval_SetProfile: 3.10/3.11). */
+    if (pt_monitoring_register() < 0 || pt_evalframe_register() < 0 || pt_profile_register() < 0) {
+        PyErr_SetString(PyExc_ImportError, "cannot register pytrace's hook adapters (table full)");
         return -1;
     }
     st->labels = PyDict_New();

@@ -35,16 +35,20 @@
  * pointer with a floor kept per thread (the stack's low end, from
  * pthread_getattr_np, plus a reserve of 1/8 of the stack, at least 256 KiB);
  * below it, the session moves to the PyEval_SetProfile adapter for good
- * (pt_hooks_fall_back_to_profile): calls are inlined again, the C stack stops
+ * (pt_tracer_hook_fall_back): calls are inlined again, the C stack stops
  * growing, and nothing is lost or doubled -- the profile hook reports the
  * return of every frame still open (this hook no longer closes them) and the
  * call of the frame being evaluated.
  *
  * Not installed when another tool already owns the frame-evaluation function
  * (the PyEval_SetProfile adapter is used then). A tool that replaces ours
- * while we trace stops our events; pt_evalframe_intact() says so and the
+ * while we trace stops our events; the table's intact() says so and the
  * tracer reports it as an error.
+ *
+ * Registered with the core as a pt_hook_ops_t (pt_evalframe_register), before
+ * the profile adapter; elsewhere than 3.11 it registers nothing.
  */
+#include "pt_adapters.h"
 #include "pt_tracer_inline.h"
 
 #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
@@ -104,12 +108,13 @@ static int stack_low(uintptr_t sp)
     return sp < tls_stack_floor;
 }
 
-/* Move the session to the profile hook (see the design summary). */
+/* Move the session to the profile hook (see the design summary): the core
+ * uninstalls this adapter and installs the next one. */
+static void evalframe_uninstall(void);
+
 static PyObject *fall_back(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag)
 {
-    g_active = 0;
-    pt_evalframe_uninstall();
-    if (pt_hooks_fall_back_to_profile() < 0)
+    if (pt_tracer_hook_fall_back("deep C stack") < 0)
         pt_tracer_fail("the C stack ran low under the frame-evaluation hook and the profile "
                        "hook could not take over: Python calls are no longer traced");
     return _PyEval_EvalFrameDefault(tstate, frame, throwflag);
@@ -117,7 +122,7 @@ static PyObject *fall_back(PyThreadState *tstate, _PyInterpreterFrame *frame, in
 
 #define PT_GEN_FLAGS (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)
 
-const void *pt_frame_key(PyFrameObject *frame)
+static const void *evalframe_frame_key(PyFrameObject *frame)
 {
     return frame->f_frame;
 }
@@ -232,8 +237,13 @@ static PyObject *eval_generator(PyThreadState *tstate, _PyInterpreterFrame *fram
     return result;
 }
 
-int pt_evalframe_install(void)
+/* 1 installed, 0 not possible (C calls asked for: this hook does not see them;
+ * or another tool owns the frame evaluation function). */
+static int evalframe_install(PyObject *module, int c_calls)
 {
+    (void)module;
+    if (c_calls)
+        return 0;
     PyInterpreterState *interp = PyThreadState_GetInterpreter(PyThreadState_Get());
     _PyFrameEvalFunction current = _PyInterpreterState_GetEvalFrameFunc(interp);
     if (current != _PyEval_EvalFrameDefault && current != pt_eval_frame)
@@ -244,7 +254,7 @@ int pt_evalframe_install(void)
     return 1;
 }
 
-void pt_evalframe_uninstall(void)
+static void evalframe_uninstall(void)
 {
     g_active = 0;
     if (g_interp == NULL)
@@ -254,32 +264,40 @@ void pt_evalframe_uninstall(void)
     g_interp = NULL;
 }
 
-int pt_evalframe_intact(void)
+static int evalframe_intact(void)
 {
     /* a plain read of a pointer another thread may be writing with the GIL;
      * a stale answer is corrected by the next check */
     return g_interp == NULL || _PyInterpreterState_GetEvalFrameFunc(g_interp) == pt_eval_frame;
 }
 
+static int evalframe_active(void)
+{
+    return g_interp != NULL;
+}
+
+static const pt_hook_ops_t evalframe_ops = {
+    .name = "frame evaluation (PEP 523)",
+    .install = evalframe_install,
+    .uninstall = evalframe_uninstall,
+    .active = evalframe_active,
+    .intact = evalframe_intact,
+    .replaced_error = "another tool replaced pytrace's frame-evaluation hook (PEP 523): "
+                      "Python calls after that are not traced; trace with C calls on "
+                      "(PyEval_SetProfile) alongside that tool",
+    .frame_key = evalframe_frame_key,
+};
+
+int pt_evalframe_register(void)
+{
+    return pt_tracer_hook_register(&evalframe_ops);
+}
+
 #else /* !PT_HAVE_EVALFRAME */
 
-const void *pt_frame_key(PyFrameObject *frame)
-{
-    return frame;
-}
-
-int pt_evalframe_install(void)
+int pt_evalframe_register(void)
 {
     return 0;
-}
-
-void pt_evalframe_uninstall(void)
-{
-}
-
-int pt_evalframe_intact(void)
-{
-    return 1;
 }
 
 #endif

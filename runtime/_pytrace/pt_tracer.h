@@ -1,6 +1,12 @@
 /*
- * _pytrace internal API: the process-wide tracer (pt_tracer.c) as seen by the
- * module glue (module.c) and the Reader type (reader_type.c).
+ * _pytrace internal API: the process-wide tracer (the core) as seen by the
+ * module glue (module.c), the hook adapters and the Reader type (reader_type.c).
+ *
+ * The core behind it is split by concern: pt_session.c (start/stop, options,
+ * counters, errors, heartbeat, fork, the hook adapters' registry), pt_threads.c
+ * (thread contexts, ring claim, shadow stack, the hot path's slow paths) and
+ * pt_symbols.c (code and C-function interning, co_extra, labels); what they share
+ * is in pt_tracer_internal.h, the hot path in pt_tracer_inline.h.
  *
  * Everything here is called with the GIL held unless a comment says otherwise.
  * Functions return 0 or a negative errno; on failure `err` holds one line a
@@ -25,7 +31,7 @@
 
 #define PT_HAVE_MONITORING (PY_VERSION_HEX >= 0x030C0000)
 
-/* The hot path, thread contexts, interning and stop() rely on the GIL (pt_tracer.c); the
+/* The hot path, thread contexts, interning and stop() rely on the GIL (pt_session.c); the
  * README's "Free-threaded Python" says what a free-threaded tracer needs. runtime/CMakeLists.txt
  * refuses such a build first, with the same words. */
 #ifdef Py_GIL_DISABLED
@@ -64,8 +70,8 @@ PT_HIDDEN int pt_tracer_global_init(char *err, size_t errlen);
 
 /* Start tracing into a new segment. Takes ownership of opts' strings (also on
  * failure). -EALREADY if tracing; segment errors as in shm/segment.h. The
- * hook installation (sys.monitoring / PyEval_SetProfile) is done by the caller
- * through pt_hooks_install after this returns 0. */
+ * hook is installed by the caller through pt_tracer_hooks_install after this
+ * returns 0. */
 PT_HIDDEN int pt_tracer_start(pt_options_t *opts, char *err, size_t errlen);
 
 /* Close every open frame on every thread (synthetic records), retire rings,
@@ -104,31 +110,58 @@ PT_HIDDEN void pt_tracer_fail(const char *what);
  * whose open frames are closed now (synthetic records), so none of them runs
  * on in the picture after its returns stopped being seen. GIL held. */
 PT_HIDDEN void pt_tracer_displaced(const char *how, int this_thread);
-/* If another tool took our hook over, report it (once per session). Called
- * by the heartbeat thread (no GIL) and by stop(). */
+/* If another tool took the session's hook over (pt_hook_ops_t.intact), report
+ * it (once per session). Called by the heartbeat thread (no GIL) and by stop(). */
 PT_HIDDEN void pt_tracer_check_hook(void);
 
-/* Hook adapters (pt_hooks.c). install/uninstall with the GIL held.
- * pt_hooks_name: the hook tracing runs on ("sys.monitoring",
- * "PyEval_SetProfile", "frame evaluation (PEP 523)"), or NULL if none.
- * pt_hooks_intact: 0 if another tool took the hook over while tracing (safe
- * without the GIL). */
-PT_HIDDEN int pt_hooks_install(PyObject *module, int c_calls);
-PT_HIDDEN void pt_hooks_uninstall(PyObject *module);
-PT_HIDDEN const char *pt_hooks_name(void);
-PT_HIDDEN int pt_hooks_intact(void);
-/* 3.10/3.11: move a session from the frame-evaluation adapter to the profile
- * hook (from inside the former, GIL held). 0 or -1 (not possible). */
-PT_HIDDEN int pt_hooks_fall_back_to_profile(void);
+/* ---- hook adapters ---------------------------------------------------------
+ *
+ * How the interpreter's events reach the core entries (pt_py_open, pt_py_close,
+ * pt_c_event in pt_tracer_inline.h). An adapter (pt_monitoring.c: sys.monitoring,
+ * 3.12+; pt_evalframe.c: frame evaluation, 3.11 without C calls; pt_profile.c:
+ * PyEval_SetProfile, 3.10/3.11) registers one table with the core; the core (this
+ * header, pt_session.c, pt_threads.c, pt_symbols.c) calls an adapter only through
+ * it and never names an adapter's function (tests/unit/layers checks that). */
+typedef struct pt_hook_ops {
+    /* What the hook is called in counters()["hook"] while it is in place. */
+    const char *name;
+    /* Take the interpreter's hook for the session that just started (GIL held).
+     * 1: done (also when it could trace nothing: it said so through pt_tracer_fail);
+     * 0: not possible here (another tool owns the hook, or c_calls asks for events this
+     * hook does not see): the next adapter is tried; -1: error, a Python exception is
+     * set and nothing of the adapter stays installed that uninstall would not remove. */
+    int (*install)(PyObject *module, int c_calls);
+    /* Remove what install set (GIL held); never raises, keeps a pending exception. */
+    void (*uninstall)(void);
+    /* 1 while the hook is in place (events flow), else 0. */
+    int (*active)(void);
+    /* NULL if the hook cannot be taken over; else 0 once another tool replaced it while
+     * tracing. Called without the GIL (heartbeat thread): a stale answer is fine. */
+    int (*intact)(void);
+    /* first_error when intact() says 0 (one line: what happened, what to do). */
+    const char *replaced_error;
+    /* NULL, or what identifies a running frame to this adapter (pt_prior_frame_t.frame);
+     * NULL: the frame object itself. */
+    const void *(*frame_key)(PyFrameObject *frame);
+} pt_hook_ops_t;
 
-/* The PEP 523 adapter (pt_evalframe.c; 3.11 only, elsewhere install returns
- * 0). install: 1 installed, 0 not possible (another tool owns the frame
- * evaluation function). */
-PT_HIDDEN int pt_evalframe_install(void);
-PT_HIDDEN void pt_evalframe_uninstall(void);
-PT_HIDDEN int pt_evalframe_intact(void);
-/* What identifies a running frame to the adapter (see pt_prior_frame_t). */
-PT_HIDDEN const void *pt_frame_key(PyFrameObject *frame);
+/* Add an adapter; start() tries them in the order they were registered. Called by
+ * the module's exec slot (GIL held); registering one table twice is a no-op.
+ * 0, or -ENOSPC (table full). */
+PT_HIDDEN int pt_tracer_hook_register(const pt_hook_ops_t *ops);
+/* After pt_tracer_start: install the first registered adapter that accepts. 0, or -1
+ * with a Python exception set (the caller stops the session). */
+PT_HIDDEN int pt_tracer_hooks_install(PyObject *module, int c_calls);
+/* Remove the session's adapter (GIL held). */
+PT_HIDDEN void pt_tracer_hooks_uninstall(void);
+/* The hook tracing runs on (an adapter's name; after a fall back, both and why), or
+ * NULL if none is in place. The string stays valid until the next install. */
+PT_HIDDEN const char *pt_tracer_hook_name(void);
+/* Called by the session's adapter from inside its hook (GIL held) when it cannot go
+ * on: it is uninstalled and the next registered adapter takes the session over (with
+ * the session's c_calls); `why` is shown in the hook's name. The pending exception is
+ * kept. 0, or -1 if no adapter could take over (the caller reports it). */
+PT_HIDDEN int pt_tracer_hook_fall_back(const char *why);
 
 /* co_extra slot of code objects that holds their symbol id (pt_tracer_inline.h). */
 PT_HIDDEN extern Py_ssize_t pt_code_extra_index;

@@ -1,13 +1,13 @@
 /*
  * Hot path of the tracer: what every hook callback runs, inlined into the
- * adapters (pt_hooks.c, pt_evalframe.c).
+ * adapters (pt_monitoring.c, pt_evalframe.c, pt_profile.c).
  *
  * Every entry has a fast path for the common case -- this thread holds a ring
  * in the current session and the code object (or C function) already has its
  * symbol id for this session -- made of a handful of loads, one timestamp, one
  * ring push and one shadow-stack update. Everything else (first sight of a
  * thread or a function, a filtered function, an out-of-order close) goes to an
- * out-of-line slow path in pt_tracer.c, so the fast path keeps no registers
+ * out-of-line slow path in pt_threads.c, so the fast path keeps no registers
  * saved and makes no call.
  *
  * Callers hold the GIL; the thread context they touch is their own.
@@ -66,7 +66,7 @@ typedef struct pt_thread {
     uint32_t shadow[PT_SHADOW_CAPACITY];
 } pt_thread_t;
 
-/* What the fast path reads of the tracer's state. Written by pt_tracer.c with
+/* What the fast path reads of the tracer's state. Written by pt_session.c with
  * the GIL held (or in a fork child / at exit, with one thread left). */
 typedef struct pt_hot {
     _Atomic uint32_t epoch;   /* current session; 0 = not tracing */
@@ -79,7 +79,7 @@ PT_HIDDEN extern pt_hot_t pt_hot;
  * which has static TLS surplus for a pointer). */
 PT_HIDDEN extern __thread pt_thread_t *pt_tls_thread __attribute__((tls_model("initial-exec")));
 
-/* Slow paths (pt_tracer.c). Same contracts as the fast entries below.
+/* Slow paths (pt_threads.c). Same contracts as the fast entries below.
  * pt_py_open_slow: `linked` = the frame being opened is already the innermost
  * frame of the thread (profile and monitoring hooks), not yet (frame
  * evaluation hook). */

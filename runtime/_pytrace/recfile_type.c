@@ -407,7 +407,85 @@ static PyObject *py_verify_message(PyObject *module, PyObject *arg)
     return result;
 }
 
+/* ---- merge_recordings ---------------------------------------------------------------- */
+
+static PyObject *py_merge_recordings(PyObject *module, PyObject *args)
+{
+    (void)module;
+    PyObject *paths_obj;
+    int fd;
+    if (!PyArg_ParseTuple(args, "Oi", &paths_obj, &fd))
+        return NULL;
+    PyObject *seq = PySequence_Fast(paths_obj, "inputs must be a sequence of paths");
+    if (!seq)
+        return NULL;
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **bytes = calloc((size_t)(n ? n : 1), sizeof *bytes);
+    const char **paths = calloc((size_t)(n ? n : 1), sizeof *paths);
+    pt_recmerge_input_t *res = calloc((size_t)(n ? n : 1), sizeof *res);
+    PyObject *result = NULL;
+    if (!bytes || !paths || !res) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!PyUnicode_FSConverter(PySequence_Fast_GET_ITEM(seq, i), &bytes[i]))
+            goto done;
+        paths[i] = PyBytes_AS_STRING(bytes[i]);
+    }
+    if (!n) {
+        PyErr_SetString(PyExc_ValueError, "nothing to merge");
+        goto done;
+    }
+    char err[640] = "";
+    pt_recwriter_stats_t st = {0};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = pt_recfile_merge(paths, (size_t)n, fd, res, &st, err, sizeof err);
+    Py_END_ALLOW_THREADS
+    if (rc) {
+        errno = -rc;
+        if (err[0])
+            PyErr_SetString(rc == -ENOMEM ? PyExc_MemoryError : PyExc_OSError, err);
+        else
+            PyErr_SetFromErrno(rc == -ENOMEM ? PyExc_MemoryError : PyExc_OSError);
+        goto done;
+    }
+    PyObject *list = PyList_New(n);
+    if (!list)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const pt_recmerge_input_t *r = &res[i];
+        PyObject *d = Py_BuildValue(
+            "{s:I,s:K,s:K,s:K,s:K,s:O,s:K,s:L,s:L,s:O,s:L,s:s}", "processes", r->processes, "messages",
+            (unsigned long long)r->messages, "events", (unsigned long long)r->events, "orphans",
+            (unsigned long long)r->orphans, "clamped", (unsigned long long)r->clamped, "have_realtime",
+            r->have_realtime ? Py_True : Py_False, "realtime_ns", (unsigned long long)r->realtime_ns,
+            "clock_diff_ns", (long long)r->clock_diff_ns, "shift_ns", (long long)r->shift_ns, "damaged",
+            r->damaged ? Py_True : Py_False, "error_offset", (long long)r->error_offset, "error", r->error);
+        if (!d) {
+            Py_DECREF(list);
+            goto done;
+        }
+        PyList_SET_ITEM(list, i, d);
+    }
+    result = Py_BuildValue("(N{s:K,s:K,s:K})", list, "bytes", (unsigned long long)st.bytes_written, "messages",
+                           (unsigned long long)st.messages, "events", (unsigned long long)st.events);
+done:
+    if (bytes)
+        for (Py_ssize_t i = 0; i < n; i++)
+            Py_XDECREF(bytes[i]);
+    free(bytes);
+    free(paths);
+    free(res);
+    Py_DECREF(seq);
+    return result;
+}
+
 static PyMethodDef recfile_functions[] = {
+    {"merge_recordings", py_merge_recordings, METH_VARARGS,
+     "merge_recordings(paths, fd) -> ([per input dict], totals): write one recording of every "
+     "process of the recordings `paths` to the empty file fd (viewer/core/recfile.h, merge)."},
     {"verify_message", py_verify_message, METH_O,
      "verify_message(data) -> int: verify one size-prefixed message (the verifier every reader of "
      "pytrace uses); returns its MessageBody type, raises ValueError saying what is wrong."},

@@ -391,6 +391,107 @@ def _env_decode(text):
     return out
 
 
+# ---- the children of a job (pytrace run --subprocesses) -----------------------------
+#
+# Every child that should be traced -- a Python child started with the hook on its
+# PYTHONPATH (subprocess, multiprocessing spawn and forkserver), and a fork() child of a
+# traced process -- leaves one file in HOOK_DIR/children: traced-PID holding
+# "SEGMENT<TAB>PPID", or untraced-PID holding why not (no room in /dev/shm, an
+# interpreter without pytrace, ...). The launcher counts them at exit, so a child that
+# could not be traced is reported with a count, never silently; a reader of the job
+# (the hub) finds the children's segments there. A Python child that never runs site
+# (python -S, -I) cannot be seen here.
+
+LEDGER = "children"
+
+
+def _ledger_note(hook_dir, kind, text):
+    try:
+        d = os.path.join(hook_dir, LEDGER)
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            pass
+        fd = os.open(os.path.join(d, "%s-%d" % (kind, os.getpid())), os.O_WRONLY | os.O_CREAT | os.O_EXCL,
+                     0o600)
+        try:
+            os.write(fd, text.encode("utf-8", "replace")[:4000])
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def read_ledger(hook_dir):
+    """{"traced": {pid: (segment, ppid)}, "untraced": {pid: reason}} of the job's children."""
+    out = {"traced": {}, "untraced": {}}
+    try:
+        names = os.listdir(os.path.join(hook_dir, LEDGER))
+    except OSError:
+        return out
+    for name in names:
+        kind, _, pid = name.rpartition("-")
+        if kind not in out or not pid.isdigit():
+            continue
+        try:
+            with open(os.path.join(hook_dir, LEDGER, name), "rb") as f:
+                text = f.read().decode("utf-8", "replace")
+        except OSError:
+            continue
+        if kind == "traced":
+            segment, _, ppid = text.partition("\t")
+            out[kind][int(pid)] = (segment, int(ppid) if ppid.isdigit() else 0)
+        else:
+            out[kind][int(pid)] = text
+    return out
+
+
+def _watch_forks(ext, hook_dir):
+    """After fork() in a traced process: the child traces into its own segment (the
+    extension's own fork hook, which runs first, made it); note it in the ledger, or
+    say why it is not traced."""
+    state = {}
+
+    def before():
+        state["tracing"] = ext.is_tracing()
+
+    def after_in_child():
+        if not state.pop("tracing", False):
+            return
+        try:
+            if ext.is_tracing():
+                if hook_dir:
+                    _ledger_note(hook_dir, "traced", "%s\t%d" % (ext.segment_name(), os.getppid()))
+                return
+            reason = ext.counters().get("first_error") or "tracing did not resume after fork()"
+        except Exception as e:  # noqa: BLE001 - the child runs on regardless
+            reason = str(e)
+        if hook_dir:
+            _ledger_note(hook_dir, "untraced", reason)
+        else:
+            _say("child %d not traced: %s" % (os.getpid(), reason))
+
+    def after_in_parent():
+        state.pop("tracing", None)
+
+    os.register_at_fork(before=before, after_in_child=after_in_child, after_in_parent=after_in_parent)
+
+
+def _children_summary(hook_dir, quiet):
+    ledger = read_ledger(hook_dir)
+    traced, untraced = ledger["traced"], ledger["untraced"]
+    if traced and not quiet:
+        _say("%d child process%s traced, each into its own segment" % (
+            len(traced), "" if len(traced) == 1 else "es"))
+    if untraced:          # a loss: said also with --quiet
+        shown = sorted(untraced.items())[:5]
+        _say("%d child process%s NOT traced: %s%s" % (
+            len(untraced), "" if len(untraced) == 1 else "es",
+            "; ".join("pid %d: %s" % (pid, why.strip().splitlines()[0] if why.strip() else "?")
+                      for pid, why in shown),
+            "; ..." if len(untraced) > len(shown) else ""))
+
+
 class _Session:
     """One traced run: what the atexit handler needs, prepared before start()."""
 
@@ -399,6 +500,7 @@ class _Session:
         self.quiet = quiet
         self.hook_dir = hook_dir
         self.program_words = program_words
+        self.pid = os.getpid()    # a fork() child inherits the handler: the hook dir is not its
 
     def stop_at_exit(self):
         # registered before the program ran: runs after its handlers, after the
@@ -414,7 +516,11 @@ class _Session:
         # From here on nothing is traced. Nothing here may eval() a string: that resets
         # the interpreter's note of an uncaught KeyboardInterrupt, and the process would
         # exit 1 instead of dying of SIGINT (so no shutil, shlex: their imports do).
-        if self.hook_dir:
+        if self.hook_dir and os.getpid() == self.pid:
+            try:
+                _children_summary(self.hook_dir, self.quiet)
+            except Exception:  # noqa: BLE001 - never fail the program's exit
+                pass
             _remove_tree(self.hook_dir)
         if counters is None or self.quiet:
             return
@@ -549,6 +655,7 @@ def _main(args):
             os.close(wait_fd)
         return 1
     _handshake(report_fd, wait_fd, segment)
+    _watch_forks(ext, hook_dir)
     if sys.stderr is not None:
         sys.stderr.write("pytrace: tracing pid %d into %s; attach with: pytrace-top %d\n"
                          % (os.getpid(), segment, os.getpid()))
@@ -594,7 +701,7 @@ def autostart(hook_file):
         return                        # site.py imports usercustomize next: start there
     raw = os.environ.get(ENV_OPTIONS)
     ext = sys.modules.get("pytrace._pytrace")
-    if not raw or ext is not None and ext.is_tracing():
+    if raw is None or ext is not None and ext.is_tracing():   # "": default options
         return
     try:
         options, launch, _ = _parse_launch_args(_env_decode(raw) + ["--"])
@@ -606,9 +713,12 @@ def autostart(hook_file):
         session = _Session(ext, False, None, list(sys.orig_argv[1:]))
         _register_at_exit(session.stop_at_exit)
         segment = _start(ext, options)
+        _watch_forks(ext, hook_dir)
     except Exception as e:  # noqa: BLE001 - the child program must run regardless
         _say("child %d not traced: %s" % (os.getpid(), e))
+        _ledger_note(os.path.dirname(os.path.abspath(hook_file)), "untraced", str(e))
         return
+    _ledger_note(hook_dir, "traced", "%s\t%d" % (segment, os.getppid()))
     _say("tracing pid %d into %s; attach with: pytrace-top %d" % (os.getpid(), segment, os.getpid()))
 
 

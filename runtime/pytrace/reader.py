@@ -102,6 +102,7 @@ class ProcessInfo:
     ring_count: int
     ring_capacity_events: int
     drop_policy: int
+    process: int = 0    # Message.process: which process of a multi-process stream (0: the only one)
     type = MsgType.ProcessInfo
 
     def ticks_to_ns(self, ticks):
@@ -117,6 +118,7 @@ class ThreadStart:
     os_tid: int
     name: str
     ticks: int
+    process: int = 0    # Message.process: which process of a multi-process stream (0: the only one)
     type = MsgType.ThreadStart
 
 
@@ -126,6 +128,7 @@ class ThreadEnd:
     ticks: int
     events_written: int
     events_dropped: int
+    process: int = 0    # Message.process: which process of a multi-process stream (0: the only one)
     type = MsgType.ThreadEnd
 
 
@@ -137,6 +140,7 @@ class Symbol:
     file: str
     line: int
     profile_name: Optional[str] = None   # the name cProfile gives it; None in older recordings
+    process: int = 0    # Message.process: which process of a multi-process stream (0: the only one)
     type = MsgType.Symbol
 
 
@@ -144,6 +148,7 @@ class Symbol:
 class LostCount:
     thread: int
     dropped_total: int
+    process: int = 0    # Message.process: which process of a multi-process stream (0: the only one)
     type = MsgType.LostCount
 
 
@@ -158,6 +163,7 @@ class ProducerStatus:
     threads_untraced: int = 0
     tracing_displaced: int = 0
     events_untraced: int = 0
+    process: int = 0    # Message.process: which process of a multi-process stream (0: the only one)
     type = MsgType.ProducerStatus
 
 
@@ -173,6 +179,7 @@ class EventChunk:
     count: int
     data: bytes = field(repr=False)
     events_offset: int = field(repr=False)
+    process: int = 0    # Message.process: which process of a multi-process stream (0: the only one)
     type = MsgType.EventChunk
 
     def __len__(self):
@@ -261,7 +268,9 @@ def decode(msg_type, data):
             raise ValueError("unknown message type %d" % body_type)
         t = cls()
         t.Init(body.Bytes, body.Pos)
-        return _DECODERS[body_type](t, data)
+        decoded = _DECODERS[body_type](t, data)
+        decoded.process = msg.Process()
+        return decoded
     except (struct.error, IndexError) as e:
         raise ValueError("corrupt message of type %d: %s" % (msg_type, e)) from None
 

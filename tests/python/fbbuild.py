@@ -5,17 +5,17 @@ pairs. The builders themselves are pytrace.export.synthetic's."""
 from pytrace.export import synthetic as syn
 
 
-def symbol(sym_id, kind, name, file="", line=0):
-    return 4, syn.symbol(sym_id, name, file=file, line=line, kind=kind)
+def symbol(sym_id, kind, name, file="", line=0, process=0):
+    return 4, syn.symbol(sym_id, name, file=file, line=line, kind=kind, process=process)
 
 
-def chunk(thread, first_event, events):
+def chunk(thread, first_event, events, process=0):
     """events: (ticks, id, aux, kind, flags) tuples."""
-    return 5, syn.event_chunk(thread, events, first_event=first_event)
+    return 5, syn.event_chunk(thread, events, first_event=first_event, process=process)
 
 
-def process_info(pid, segment="/pytrace-1-0"):
-    return 1, syn.process_info(pid=pid, segment=segment)
+def process_info(pid, segment="/pytrace-1-0", process=0):
+    return 1, syn.process_info(pid=pid, segment=segment, process=process)
 
 
 def thread_start(thread, name="MainThread"):

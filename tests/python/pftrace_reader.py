@@ -171,3 +171,17 @@ def slice_counts(slices):
             if not continued:
                 counts[(name, file, line) if file is not None and line > 0 else name] += 1
     return counts
+
+
+def track_parents(path):
+    """{track uuid: parent uuid} of every TrackDescriptor (0: none), and {process track
+    uuid: pid}: which process track each thread track hangs under."""
+    pkts, _batches = packets(path)
+    parents, process_tracks = {}, {}
+    for p in pkts:
+        if p.HasField("track_descriptor"):
+            td = p.track_descriptor
+            parents[td.uuid] = td.parent_uuid if td.HasField("parent_uuid") else 0
+            if td.HasField("process"):
+                process_tracks[td.uuid] = td.process.pid
+    return parents, process_tracks

@@ -33,23 +33,23 @@ SPANS = list(range(300, 300 + N_SPAN))
 ENTER, BEGIN, EXIT, END = 400, 401, 402, 403
 
 
-def symbols():
+def symbols(file="gen.py", process=0):
+    """The symbols; `file` names the Python functions' file (processes of one stream can
+    give the same ids to different functions), process tags them (Message.process)."""
     out = []
+    sym = lambda *a, **k: out.append(syn.symbol(*a, process=process, **k))  # noqa: E731
     for i in PY:
-        out.append(syn.symbol(i, "f%d" % i, "gen.py", 10 * i, kind=SYM_PY, profile_name="f%d" % i))
+        sym(i, "f%d" % i, file, 10 * i, kind=SYM_PY, profile_name="f%d" % i)
     for i in CF:
-        out.append(syn.symbol(i, "builtins.c%d" % i, "builtins", 0, kind=SYM_C,
-                              profile_name="<built-in method builtins.c%d>" % i))
+        sym(i, "builtins.c%d" % i, "builtins", 0, kind=SYM_C, profile_name="<built-in method builtins.c%d>" % i)
     for i in GEN:
-        out.append(syn.symbol(i, "g%d" % i, "gen.py", 10 * i, kind=SYM_PY, profile_name="g%d" % i))
+        sym(i, "g%d" % i, file, 10 * i, kind=SYM_PY, profile_name="g%d" % i)
     for i in SPANS:
-        out.append(syn.symbol(i, "s%d" % i, "", 0, kind=SYM_LABEL))
-    out.append(syn.symbol(ENTER, "_Span.__enter__", "pytrace.py", 1, kind=SYM_PY, profile_name="__enter__"))
-    out.append(syn.symbol(EXIT, "_Span.__exit__", "pytrace.py", 2, kind=SYM_PY, profile_name="__exit__"))
-    out.append(syn.symbol(BEGIN, "_pytrace.span_begin", "_pytrace", 0, kind=SYM_C,
-                          profile_name="<built-in method _pytrace.span_begin>"))
-    out.append(syn.symbol(END, "_pytrace.span_end", "_pytrace", 0, kind=SYM_C,
-                          profile_name="<built-in method _pytrace.span_end>"))
+        sym(i, "s%d" % i, "", 0, kind=SYM_LABEL)
+    sym(ENTER, "_Span.__enter__", "pytrace.py", 1, kind=SYM_PY, profile_name="__enter__")
+    sym(EXIT, "_Span.__exit__", "pytrace.py", 2, kind=SYM_PY, profile_name="__exit__")
+    sym(BEGIN, "_pytrace.span_begin", "_pytrace", 0, kind=SYM_C, profile_name="<built-in method _pytrace.span_begin>")
+    sym(END, "_pytrace.span_end", "_pytrace", 0, kind=SYM_C, profile_name="<built-in method _pytrace.span_end>")
     return out
 
 
@@ -148,11 +148,28 @@ class _Thread:
 
 def recording(path, seed, threads=3, steps=400):
     """Write a random valid recording to `path`; returns the number of events."""
+    msgs, total = process_messages(random.Random(seed), threads=threads, steps=steps)
+    _write(path, msgs)
+    return total
+
+
+def _write(path, msgs):
     from pytrace.recording import RecordingWriter
-    rng = random.Random(seed)
-    msgs = [syn.process_info(pid=77, ticks_per_second=1_000_000_000, base_ticks=1000,
-                             base_monotonic_ns=5 * 10**9)]
-    msgs += symbols()
+    w = RecordingWriter(path, lossless=False)
+    for m in msgs:
+        w.append(m)
+    w.close()
+
+
+def process_messages(rng, threads=3, steps=400, process=0, pid=77, file="gen.py",
+                     ticks_per_second=1_000_000_000, base_ticks=1000, base_monotonic_ns=5 * 10**9,
+                     base_realtime_ns=0, command_line="python demo.py"):
+    """The messages of one random process, tagged `process` (0: untagged); and its event
+    count."""
+    msgs = [syn.process_info(pid=pid, ticks_per_second=ticks_per_second, base_ticks=base_ticks,
+                             base_monotonic_ns=base_monotonic_ns, base_realtime_ns=base_realtime_ns,
+                             command_line=command_line, process=process)]
+    msgs += symbols(file, process)
     ths = []
     for n in range(1, threads + 1):
         th = _Thread(rng, n, 1000 + rng.randrange(100))
@@ -167,7 +184,7 @@ def recording(path, seed, threads=3, steps=400):
             for _ in range(rng.randrange(1, 4)):
                 th.out.append((th.t, rng.choice(PY), 0, RET, 0))
         ths.append(th)
-        msgs.append(syn.thread_start(n, "T%d" % n, os_tid=5000 + n, ticks=th.t))
+        msgs.append(syn.thread_start(n, "T%d" % n, os_tid=5000 + n, ticks=th.t, process=process))
     total = 0
     live = list(ths)
     for _ in range(steps):
@@ -175,19 +192,55 @@ def recording(path, seed, threads=3, steps=400):
         for _ in range(rng.randrange(1, 20)):
             th.step()
         if th.out and rng.random() < 0.5:
-            msgs.append(syn.event_chunk(th.number, th.out))
+            msgs.append(syn.event_chunk(th.number, th.out, process=process))
             total += len(th.out)
             th.out = []
     for th in ths:
         th.dropping = 0
         if th.out:
-            msgs.append(syn.event_chunk(th.number, th.out))
+            msgs.append(syn.event_chunk(th.number, th.out, process=process))
             total += len(th.out)
         if th.number != threads or rng.random() < 0.5:   # the last thread may never end
-            msgs.append(syn.thread_end(th.number, th.t + rng.randrange(0, 100)))
-    msgs.append(syn.producer_status(state=3))
-    w = RecordingWriter(path, lossless=False)
-    for m in msgs:
-        w.append(m)
-    w.close()
-    return total
+            msgs.append(syn.thread_end(th.number, th.t + rng.randrange(0, 100), process=process))
+    msgs.append(syn.producer_status(state=3, process=process))
+    return msgs, total
+
+
+# Processes of multi_recording: (Message.process, pid, Python file of its functions, clock).
+# The first is untagged, as the hub gives a job's own process (its children are 1, 2, ...).
+PROCESSES = (
+    (0, 4101, "gen.py", dict(base_ticks=1000, base_monotonic_ns=5 * 10**9)),
+    (2, 4102, "worker.py", dict(base_ticks=7 * 10**6, base_monotonic_ns=6 * 10**9)),
+    (5, 4103, "gen.py", dict(base_ticks=0, base_monotonic_ns=7 * 10**9)),
+)
+
+
+def multi_recording(path, seed, processes=PROCESSES, threads=3, steps=300):
+    """One recording of several random processes (a job's process tree), their messages
+    interleaved at random (each process's in its order, its ProcessInfo first), and beside
+    it each process alone, untagged, in `path`.pPID. Processes of one stream give the same
+    symbol ids to functions of different files (gen.py, worker.py) and share others (the C
+    functions, the span helpers). Returns {pid: path of the process alone}."""
+    rng = random.Random(seed)
+    per, alone = [], {}
+    for tag, pid, file, clock in processes:
+        sub = random.Random(rng.randrange(2**32))
+        msgs, _ = process_messages(sub, threads=threads, steps=steps, process=tag, pid=pid, file=file,
+                                   command_line="python job.py --rank %d" % tag, **clock)
+        per.append(msgs)
+        alone[pid] = "%s.p%d" % (path, pid)
+    # the same processes again, untagged, one file each (the same random choices)
+    rng2 = random.Random(seed)
+    for tag, pid, file, clock in processes:
+        sub = random.Random(rng2.randrange(2**32))
+        msgs, _ = process_messages(sub, threads=threads, steps=steps, process=0, pid=pid, file=file,
+                                   command_line="python job.py --rank %d" % tag, **clock)
+        _write(alone[pid], msgs)
+    merged, queues = [], [list(m) for m in per]
+    while any(queues):
+        q = rng.choice([q for q in queues if q])
+        for _ in range(rng.randrange(1, 6)):
+            if q:
+                merged.append(q.pop(0))
+    _write(path, merged)
+    return alone

@@ -43,6 +43,19 @@ def test_decode_every_message_type():
     assert isinstance(ps, ProducerStatus) and (ps.state, ps.events_written) == (3, 99)
 
 
+def test_decode_gives_each_message_its_process():
+    """Message.process: a multi-process stream's messages say whose they are; an untagged
+    message (one process, older files) is process 0."""
+    assert decode(*fbbuild.process_info(4242)).process == 0
+    assert decode(*fbbuild.process_info(4242, process=2)).process == 2
+    sym = decode(*fbbuild.symbol(7, C, "dict.get", "builtins", 0, process=5))
+    assert (sym.process, sym.name) == (5, "dict.get")
+    chunk = decode(*fbbuild.chunk(2, 500, [(1, 1, 0, int(K.Call), 0)], process=0xFFFFFFFF))
+    assert (chunk.process, chunk.thread, chunk.count) == (0xFFFFFFFF, 2, 1)
+    stream = b"".join(fbbuild.process_info(p, process=p)[1] for p in (1, 2, 3))
+    assert [m.process for m in decode_stream(stream)] == [1, 2, 3]
+
+
 def test_event_chunk_fast_path_matches_generated_accessors():
     events = [(1000 + i, i, i % 7, 1 + i % 13, i % 4) for i in range(200)]
     t, data = fbbuild.chunk(2, 500, events)

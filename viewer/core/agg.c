@@ -21,6 +21,8 @@
  */
 #include "agg.h"
 
+#include "grow_internal.h"
+#include "u64map_internal.h"
 #include "walk.h"
 
 #include <errno.h>
@@ -55,97 +57,8 @@ static inline uint64_t u64_of_double(double v)
     return (uint64_t)v;
 }
 
-/* ---- u64 -> u32 open-addressing map (value PT_AGG_NONE = empty) ---------- */
-
-typedef struct map {
-    uint64_t *keys;
-    uint32_t *vals;
-    size_t cap; /* power of two */
-    size_t used;
-} map_t;
-
-static inline uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    x ^= x >> 33;
-    return x;
-}
-
-static int map_init(map_t *m, size_t cap)
-{
-    m->keys = malloc(cap * sizeof *m->keys);
-    m->vals = malloc(cap * sizeof *m->vals);
-    if (!m->keys || !m->vals) {
-        free(m->keys);
-        free(m->vals);
-        return -ENOMEM;
-    }
-    for (size_t i = 0; i < cap; i++)
-        m->vals[i] = PT_AGG_NONE;
-    m->cap = cap;
-    m->used = 0;
-    return 0;
-}
-
-static void map_free(map_t *m)
-{
-    free(m->keys);
-    free(m->vals);
-    memset(m, 0, sizeof *m);
-}
-
-static inline uint32_t map_get(const map_t *m, uint64_t key)
-{
-    size_t mask = m->cap - 1;
-    for (size_t i = mix64(key) & mask;; i = (i + 1) & mask) {
-        if (m->vals[i] == PT_AGG_NONE)
-            return PT_AGG_NONE;
-        if (m->keys[i] == key)
-            return m->vals[i];
-    }
-}
-
-static int map_put(map_t *m, uint64_t key, uint32_t val);
-
-static int map_grow(map_t *m)
-{
-    map_t bigger;
-    int rc = map_init(&bigger, m->cap * 2);
-    if (rc)
-        return rc;
-    for (size_t i = 0; i < m->cap; i++)
-        if (m->vals[i] != PT_AGG_NONE)
-            map_put(&bigger, m->keys[i], m->vals[i]);
-    map_free(m);
-    *m = bigger;
-    return 0;
-}
-
-/* Insert or overwrite. Load factor kept <= 1/2. */
-static int map_put(map_t *m, uint64_t key, uint32_t val)
-{
-    if ((m->used + 1) * 2 > m->cap) {
-        int rc = map_grow(m);
-        if (rc)
-            return rc;
-    }
-    size_t mask = m->cap - 1;
-    for (size_t i = mix64(key) & mask;; i = (i + 1) & mask) {
-        if (m->vals[i] == PT_AGG_NONE) {
-            m->keys[i] = key;
-            m->vals[i] = val;
-            m->used++;
-            return 0;
-        }
-        if (m->keys[i] == key) {
-            m->vals[i] = val;
-            return 0;
-        }
-    }
-}
+/* Node, symbol and thread indices share "none" with the maps' "empty". */
+_Static_assert(PT_AGG_NONE == PT_U64MAP_EMPTY, "pt_agg's none is the u64 map's empty value");
 
 /* ---- state ---------------------------------------------------------------- */
 
@@ -218,15 +131,15 @@ struct pt_agg {
 
     node_t *nodes;
     uint32_t node_count, node_cap;
-    map_t node_map;        /* (parent << 32 | symbol id) -> node */
+    pt_u64map_t node_map;        /* (parent << 32 | symbol id) -> node */
 
     sym_t *syms;
     uint32_t sym_count, sym_cap;
-    map_t sym_map;         /* id -> dense index */
+    pt_u64map_t sym_map;         /* id -> dense index */
 
     thread_t *threads;
     uint32_t thread_count, thread_cap;
-    map_t thread_map;      /* number -> index */
+    pt_u64map_t thread_map;      /* number -> index */
     pt_walk_t *walk;       /* the stream rules (walk.h) */
     uint32_t last_thread;  /* lookup cache */
 
@@ -240,23 +153,6 @@ struct pt_agg {
 };
 
 static const pt_walk_ops_t agg_walk_ops; /* defined with the callbacks below */
-
-static int grow(void **arr, uint32_t *cap, size_t elem, uint32_t need)
-{
-    if (need <= *cap)
-        return 0;
-    size_t ncap = *cap ? *cap : 16;
-    while (ncap < need)
-        ncap *= 2;
-    if (ncap > UINT32_MAX - 1)
-        return -ENOMEM;
-    void *p = realloc(*arr, ncap * elem);
-    if (!p)
-        return -ENOMEM;
-    *arr = p;
-    *cap = (uint32_t)ncap;
-    return 0;
-}
 
 static char *dup_bytes(const char *p, size_t n)
 {
@@ -291,7 +187,7 @@ int pt_agg_create(const pt_agg_config_t *cfg, pt_agg_t **out)
         goto err;
     for (uint32_t i = 0; i < a->slice_count; i++)
         a->slices[i].no = NO_SLICE;
-    if (map_init(&a->node_map, 1024) || map_init(&a->sym_map, 256) || map_init(&a->thread_map, 16))
+    if (pt_u64map_init(&a->node_map, 1024) || pt_u64map_init(&a->sym_map, 256) || pt_u64map_init(&a->thread_map, 16))
         goto err;
     if (pt_walk_create(&agg_walk_ops, a, &a->walk))
         goto err;
@@ -311,19 +207,19 @@ void pt_agg_destroy(pt_agg_t *a)
             free(a->slices[i].entries);
     free(a->slices);
     free(a->nodes);
-    map_free(&a->node_map);
+    pt_u64map_free(&a->node_map);
     for (uint32_t i = 0; i < a->sym_count; i++) {
         free(a->syms[i].name);
         free(a->syms[i].file);
     }
     free(a->syms);
-    map_free(&a->sym_map);
+    pt_u64map_free(&a->sym_map);
     for (uint32_t i = 0; i < a->thread_count; i++) {
         free(a->threads[i].name);
         free(a->threads[i].stack);
     }
     free(a->threads);
-    map_free(&a->thread_map);
+    pt_u64map_free(&a->thread_map);
     pt_walk_destroy(a->walk);
     for (size_t i = 0; i < a->old_count; i++)
         free(a->old_strings[i]);
@@ -338,10 +234,10 @@ void pt_agg_destroy(pt_agg_t *a)
 
 static uint32_t sym_index(pt_agg_t *a, uint32_t id)
 {
-    uint32_t idx = map_get(&a->sym_map, id);
+    uint32_t idx = pt_u64map_get(&a->sym_map, id);
     if (idx != PT_AGG_NONE)
         return idx;
-    if (grow((void **)&a->syms, &a->sym_cap, sizeof *a->syms, a->sym_count + 1))
+    if (pt_grow((void **)&a->syms, &a->sym_cap, sizeof *a->syms, a->sym_count + 1))
         return PT_AGG_NONE;
     char buf[40];
     snprintf(buf, sizeof buf, "<unknown #%u>", id);
@@ -355,7 +251,7 @@ static uint32_t sym_index(pt_agg_t *a, uint32_t id)
         free(s->file);
         return PT_AGG_NONE;
     }
-    if (map_put(&a->sym_map, id, a->sym_count)) {
+    if (pt_u64map_put(&a->sym_map, id, a->sym_count)) {
         free(s->name);
         free(s->file);
         return PT_AGG_NONE;
@@ -420,7 +316,7 @@ pt_agg_symbol_t pt_agg_symbol(pt_agg_t *a, uint32_t id)
 
 static uint32_t node_new(pt_agg_t *a, uint32_t parent, uint32_t sym, uint32_t thread)
 {
-    if (grow((void **)&a->nodes, &a->node_cap, sizeof *a->nodes, a->node_count + 1))
+    if (pt_grow((void **)&a->nodes, &a->node_cap, sizeof *a->nodes, a->node_count + 1))
         return PT_AGG_NONE;
     uint32_t idx = a->node_count++;
     node_t *n = &a->nodes[idx];
@@ -449,7 +345,7 @@ static inline uint32_t child_of(pt_agg_t *a, uint32_t parent, uint32_t id)
     if (p->cache_sym == id)
         return p->cache_child;
     uint64_t key = ((uint64_t)parent << 32) | id;
-    uint32_t c = map_get(&a->node_map, key);
+    uint32_t c = pt_u64map_get(&a->node_map, key);
     if (c == PT_AGG_NONE) {
         uint32_t sym = sym_index(a, id);
         if (sym == PT_AGG_NONE)
@@ -457,7 +353,7 @@ static inline uint32_t child_of(pt_agg_t *a, uint32_t parent, uint32_t id)
         c = node_new(a, parent, sym, a->nodes[parent].thread);
         if (c == PT_AGG_NONE)
             return PT_AGG_NONE;
-        if (map_put(&a->node_map, key, c))
+        if (pt_u64map_put(&a->node_map, key, c))
             return PT_AGG_NONE;
     }
     p = &a->nodes[parent]; /* node_new may have moved the array */
@@ -527,7 +423,7 @@ static void slice_add(pt_agg_t *a, uint32_t node, uint64_t no, uint32_t slot, ui
     if (!sl)
         return; /* older than the window ring: whole run only */
     if (sl->count == sl->cap &&
-        grow((void **)&sl->entries, &sl->cap, sizeof *sl->entries, sl->count + 1))
+        pt_grow((void **)&sl->entries, &sl->cap, sizeof *sl->entries, sl->count + 1))
         return;
     sl->entries[sl->count] = (slice_entry_t){.node = node, .calls = calls, .self = self};
     n->slice_no = no;
@@ -540,16 +436,16 @@ static thread_t *thread_get(pt_agg_t *a, uint64_t number)
 {
     if (a->last_thread < a->thread_count && a->threads[a->last_thread].number == number)
         return &a->threads[a->last_thread];
-    uint32_t idx = map_get(&a->thread_map, number);
+    uint32_t idx = pt_u64map_get(&a->thread_map, number);
     if (idx == PT_AGG_NONE) {
-        if (grow((void **)&a->threads, &a->thread_cap, sizeof *a->threads, a->thread_count + 1))
+        if (pt_grow((void **)&a->threads, &a->thread_cap, sizeof *a->threads, a->thread_count + 1))
             return NULL;
         idx = a->thread_count;
         thread_t *th = &a->threads[idx];
         memset(th, 0, sizeof *th);
         th->number = number;
         th->root = node_new(a, PT_AGG_NONE, PT_AGG_NONE, idx);
-        if (th->root == PT_AGG_NONE || map_put(&a->thread_map, number, idx))
+        if (th->root == PT_AGG_NONE || pt_u64map_put(&a->thread_map, number, idx))
             return NULL;
         th->slice_no = NO_SLICE;
         a->thread_count++;
@@ -624,7 +520,7 @@ static int agg_enter(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t now,
     thread_t *th = walk_thread(a, wt);
     account(a, th, now);
     if (th->depth == th->stack_cap &&
-        grow((void **)&th->stack, &th->stack_cap, sizeof *th->stack, th->depth + 1))
+        pt_grow((void **)&th->stack, &th->stack_cap, sizeof *th->stack, th->depth + 1))
         return -ENOMEM;
     uint32_t parent = th->depth ? th->stack[th->depth - 1] : th->root;
     uint32_t c = child_of(a, parent, id);
@@ -1123,7 +1019,7 @@ static int tnode_cmp(const void *pa, const void *pb)
 {
     uint32_t x = *(const uint32_t *)pa, y = *(const uint32_t *)pb;
     const pt_agg_tnode_t *nx = &g_tree_nodes[x], *ny = &g_tree_nodes[y];
-    uint32_t sx = map_get(&g_tree_agg->sym_map, nx->symbol), sy = map_get(&g_tree_agg->sym_map, ny->symbol);
+    uint32_t sx = pt_u64map_get(&g_tree_agg->sym_map, nx->symbol), sy = pt_u64map_get(&g_tree_agg->sym_map, ny->symbol);
     int c = strcmp(g_tree_agg->syms[sx].name, g_tree_agg->syms[sy].name);
     return c ? c : cmp_u64(nx->symbol, ny->symbol);
 }
@@ -1137,12 +1033,12 @@ int pt_agg_tree(pt_agg_t *a, const pt_agg_query_t *q, pt_agg_tree_t *out)
         return rc;
     uint32_t *map_to = NULL, *kids = NULL;
     uint64_t *self_t = NULL;
-    map_t out_map = {0};
+    pt_u64map_t out_map = {0};
     pt_agg_tnode_t *nodes = NULL;
     uint32_t count = 0, cap = 0;
     rc = -ENOMEM;
     map_to = malloc((a->node_count ? a->node_count : 1) * sizeof *map_to);
-    if (!map_to || map_init(&out_map, 1024) || grow((void **)&nodes, &cap, sizeof *nodes, 1))
+    if (!map_to || pt_u64map_init(&out_map, 1024) || pt_grow((void **)&nodes, &cap, sizeof *nodes, 1))
         goto out;
     nodes[0] = (pt_agg_tnode_t){.symbol = PT_AGG_NONE, .parent = PT_AGG_NONE, .first_child = PT_AGG_NONE,
                                 .next_sibling = PT_AGG_NONE};
@@ -1161,14 +1057,14 @@ int pt_agg_tree(pt_agg_t *a, const pt_agg_query_t *q, pt_agg_tree_t *out)
             continue;
         uint32_t id = a->syms[n->sym].id;
         uint64_t key = ((uint64_t)op << 32) | id;
-        uint32_t o = map_get(&out_map, key);
+        uint32_t o = pt_u64map_get(&out_map, key);
         if (o == PT_AGG_NONE) {
-            if (grow((void **)&nodes, &cap, sizeof *nodes, count + 1))
+            if (pt_grow((void **)&nodes, &cap, sizeof *nodes, count + 1))
                 goto out;
             o = count++;
             nodes[o] = (pt_agg_tnode_t){.symbol = id, .parent = op, .first_child = PT_AGG_NONE,
                                         .next_sibling = PT_AGG_NONE, .depth = nodes[op].depth + 1};
-            if (map_put(&out_map, key, o))
+            if (pt_u64map_put(&out_map, key, o))
                 goto out;
         }
         nodes[o].calls += v.calls[i];
@@ -1235,7 +1131,7 @@ out:
     free(map_to);
     free(kids);
     free(self_t);
-    map_free(&out_map);
+    pt_u64map_free(&out_map);
     view_free(&v);
     return rc;
 }
@@ -1316,7 +1212,7 @@ static int tl_sum_add(tl_sum_t *m, uint64_t key, uint64_t self)
         *m = big;
     }
     uint32_t mask = m->cap - 1;
-    for (uint32_t i = (uint32_t)mix64(key) & mask;; i = (i + 1) & mask) {
+    for (uint32_t i = (uint32_t)pt_u64map_mix(key) & mask;; i = (i + 1) & mask) {
         if (m->keys[i] == key) {
             m->self[i] = sat_add(m->self[i], self);
             return 0;

@@ -21,6 +21,18 @@
  *   - speedscope needs each thread's events together: they are buffered per
  *     thread and spilled in blocks to an unlinked temporary file (nothing is
  *     left behind, even on a crash), then copied out per thread.
+ *   - Processes (walk.h, PROCESSES and THE TIME AXIS): a stream may hold
+ *     several, each message tagged with Message.process. Each has its own
+ *     ProcessInfo (pid, command line, clock), threads (keyed (process,
+ *     number) in the walk) and symbols (keyed (process, id) here), and its
+ *     ticks convert with its own clock. Chrome and Perfetto give each process
+ *     its own track (pid = its real pid; one that another process of the
+ *     stream already has gets (number << 22) | pid, above Linux's pid_max);
+ *     speedscope has a profile per (process, thread); collapsed and pstats
+ *     add all processes together (each process has its own subtree under the
+ *     root, so self ticks convert with its clock; pstats keys merge them), or
+ *     only those opts.pids selects. An untagged stream is process 0 and
+ *     exports exactly as before processes existed.
  *   - Names: JSON strings are escaped (quotes, backslashes, control
  *     characters; invalid UTF-8 becomes U+FFFD); pstats strings are made
  *     valid UTF-8 (marshal refuses anything else).
@@ -41,6 +53,7 @@
 #include <zlib.h>
 
 #include "recfile.h"
+#include "grow_internal.h"
 #include "u64map_internal.h"
 #include "walk.h"
 
@@ -60,10 +73,12 @@ typedef struct obuf {
     uint64_t written;
 } obuf_t;
 
-static int write_all(int fd, const char *p, size_t n)
+/* Write all n bytes at offset off, or at the file position (a pipe too)
+ * when off < 0. 0 or -errno. */
+static int write_all(int fd, const char *p, size_t n, int64_t off)
 {
     while (n) {
-        ssize_t w = write(fd, p, n);
+        ssize_t w = off < 0 ? write(fd, p, n) : pwrite(fd, p, n, (off_t)off);
         if (w < 0) {
             if (errno == EINTR)
                 continue;
@@ -71,6 +86,8 @@ static int write_all(int fd, const char *p, size_t n)
         }
         p += w;
         n -= (size_t)w;
+        if (off >= 0)
+            off += w;
     }
     return 0;
 }
@@ -79,7 +96,7 @@ static void ob_flush(obuf_t *o)
 {
     if (o->err || !o->len)
         return;
-    o->err = write_all(o->fd, o->buf, o->len);
+    o->err = write_all(o->fd, o->buf, o->len, -1);
     o->written += o->len;
     o->len = 0;
 }
@@ -90,7 +107,7 @@ static inline void ob_put(obuf_t *o, const void *p, size_t n)
         ob_flush(o);
         if (n > o->cap) {
             if (!o->err)
-                o->err = write_all(o->fd, p, n);
+                o->err = write_all(o->fd, p, n, -1);
             o->written += n;
             return;
         }
@@ -242,6 +259,7 @@ static char *utf8_clean(const char *s, size_t *out_len)
 
 typedef struct sym {
     uint32_t id;
+    uint32_t proc;               /* index in ex_t.procs */
     uint8_t kind;
     uint32_t line;
     char *name, *file, *profile; /* profile NULL: absent */
@@ -255,6 +273,7 @@ typedef struct node {
     uint32_t parent, sym, first_child, next_sibling;
     uint32_t cache_id, cache_child;
     uint32_t thread; /* per-thread root: thread index; else NONE */
+    uint32_t proc;   /* index in ex_t.procs (its subtree's process) */
     uint64_t calls, self;
 } node_t;
 
@@ -265,6 +284,7 @@ typedef struct block {
 
 typedef struct thr {
     uint64_t number, os_tid;
+    uint32_t proc; /* index in ex_t.procs */
     char *name;
     int ended;
     uint32_t root;
@@ -289,17 +309,32 @@ typedef struct thr {
     size_t pf_icap;
 } thr_t;
 
+/* One process of the stream (Message.process = tag). */
+typedef struct proc {
+    uint32_t tag;
+    int seen, have_pinfo, selected, described;
+    pt_fb_process_info_t pinfo;
+    char *command_line, *python_version;
+    double ns_per_tick;
+    double scale;         /* pstats: its ticks in the first process's ticks */
+    uint64_t base_ticks;
+    uint64_t latest;      /* its latest tick (threads without ThreadEnd close there) */
+    int have_latest;
+    uint32_t root;        /* cct: its subtree (node 0 for the first process) */
+    int64_t shown_pid;    /* chrome/perfetto pid */
+    int have_status;
+    pt_fb_producer_status_t status;
+} proc_t;
+
 typedef struct ex {
     pt_export_opts_t o;
     obuf_t out;
     pt_walk_t *walk;
-    pt_fb_process_info_t pinfo;
-    char *command_line, *python_version;
-    int have_pinfo, started;
-    double ns_per_tick;
-    uint64_t base_ticks;
-    uint64_t latest;
-    int have_latest;
+    int started;
+    uint32_t first;       /* the process whose message started the output */
+    proc_t *procs;
+    uint32_t nprocs, cap_procs;
+    pt_u64map_t proc_map; /* tag -> index */
 
     sym_t *syms;
     uint32_t nsyms, cap_syms;
@@ -327,23 +362,6 @@ typedef struct ex {
     int pf_start_rc;
 } ex_t;
 
-static int grow(void **arr, uint32_t *cap, size_t elem, uint32_t need)
-{
-    if (need <= *cap)
-        return 0;
-    size_t ncap = *cap ? *cap : 16;
-    while (ncap < need)
-        ncap *= 2;
-    if (ncap > UINT32_MAX / 2)
-        return -ENOMEM;
-    void *p = realloc(*arr, ncap * elem);
-    if (!p)
-        return -ENOMEM;
-    *arr = p;
-    *cap = (uint32_t)ncap;
-    return 0;
-}
-
 static char *dup_str(pt_fb_str_t s)
 {
     size_t n = s.ptr ? s.len : 0;
@@ -359,6 +377,54 @@ static char *dup_str(pt_fb_str_t s)
 
 static char *dup_c(const char *s) { return dup_str((pt_fb_str_t){s, (uint32_t)strlen(s)}); }
 
+/* ---- processes -------------------------------------------------------------- */
+
+static uint32_t node_new_proc(ex_t *e, uint32_t proc);
+
+static int pid_selected(const ex_t *e, uint64_t pid)
+{
+    if (!e->o.npids)
+        return 1;
+    for (size_t i = 0; i < e->o.npids; i++)
+        if (e->o.pids[i] == pid)
+            return 1;
+    return 0;
+}
+
+/* The process of Message.process `tag` (created on first sight, with a
+ * nanosecond clock until its ProcessInfo comes); NULL if out of memory. */
+static proc_t *proc_for(ex_t *e, uint32_t tag)
+{
+    uint32_t *slot = pt_u64map_slot(&e->proc_map, tag, NONE);
+    if (!slot)
+        return NULL;
+    if (*slot != NONE)
+        return &e->procs[*slot];
+    if (pt_grow((void **)&e->procs, &e->cap_procs, sizeof *e->procs, e->nprocs + 1))
+        return NULL;
+    uint32_t i = e->nprocs;
+    proc_t *p = &e->procs[i];
+    memset(p, 0, sizeof *p);
+    p->tag = tag;
+    p->pinfo.ticks_per_second = 1000000000ull;
+    p->ns_per_tick = 1.0;
+    p->scale = 1.0;
+    p->selected = !e->o.npids;
+    p->root = 0;
+    if (i && e->nnodes) { /* cct: the first process's tree is node 0's, others hang below it */
+        uint32_t r = node_new_proc(e, i);
+        if (r == NONE)
+            return NULL;
+        p = &e->procs[i];
+        p->root = r;
+    }
+    *pt_u64map_slot(&e->proc_map, tag, NONE) = i;
+    e->nprocs++;
+    return p;
+}
+
+static uint32_t proc_index(const ex_t *e, const proc_t *p) { return (uint32_t)(p - e->procs); }
+
 /* ---- symbols ---------------------------------------------------------------- */
 
 static void sym_clear(sym_t *s)
@@ -371,20 +437,22 @@ static void sym_clear(sym_t *s)
 }
 
 /* Dense index of symbol id; an id never announced gets a placeholder name. */
-static uint32_t sym_index(ex_t *e, uint32_t id)
+static uint32_t sym_index(ex_t *e, uint32_t proc, uint32_t id)
 {
-    uint32_t *slot = pt_u64map_slot(&e->sym_map, id, NONE);
+    const uint64_t key = (uint64_t)proc << 32 | id; /* ids are per process */
+    uint32_t *slot = pt_u64map_slot(&e->sym_map, key, NONE);
     if (!slot)
         return NONE;
     if (*slot != NONE)
         return *slot;
-    if (grow((void **)&e->syms, &e->cap_syms, sizeof *e->syms, e->nsyms + 1))
+    if (pt_grow((void **)&e->syms, &e->cap_syms, sizeof *e->syms, e->nsyms + 1))
         return NONE;
     sym_t *s = &e->syms[e->nsyms];
     memset(s, 0, sizeof *s);
     char buf[48];
     snprintf(buf, sizeof buf, "<unknown symbol %u>", id);
     s->id = id;
+    s->proc = proc;
     s->name = dup_c(buf);
     s->file = dup_c("?");
     s->ss_frame = NONE;
@@ -392,14 +460,14 @@ static uint32_t sym_index(ex_t *e, uint32_t id)
         sym_clear(s);
         return NONE;
     }
-    slot = pt_u64map_slot(&e->sym_map, id, NONE); /* the map did not grow since */
+    slot = pt_u64map_slot(&e->sym_map, key, NONE); /* the map did not grow since */
     *slot = e->nsyms;
     return e->nsyms++;
 }
 
-static int feed_symbol(ex_t *e, const pt_fb_symbol_t *in)
+static int feed_symbol(ex_t *e, uint32_t proc, const pt_fb_symbol_t *in)
 {
-    uint32_t i = sym_index(e, in->id);
+    uint32_t i = sym_index(e, proc, in->id);
     if (i == NONE)
         return -ENOMEM;
     sym_t *s = &e->syms[i];
@@ -431,12 +499,13 @@ static thr_t *thr_of(ex_t *e, pt_walk_thread_t *wt) { return &e->thr[wt->index];
 
 static uint32_t node_new(ex_t *e, uint32_t parent, uint32_t sym, uint32_t thread)
 {
-    if (grow((void **)&e->nodes, &e->cap_nodes, sizeof *e->nodes, e->nnodes + 1))
+    if (pt_grow((void **)&e->nodes, &e->cap_nodes, sizeof *e->nodes, e->nnodes + 1))
         return NONE;
     uint32_t i = e->nnodes++;
     node_t *n = &e->nodes[i];
     *n = (node_t){.parent = parent, .sym = sym, .first_child = NONE, .next_sibling = NONE,
-                  .cache_id = NONE, .cache_child = NONE, .thread = thread};
+                  .cache_id = NONE, .cache_child = NONE, .thread = thread,
+                  .proc = parent != NONE ? e->nodes[parent].proc : 0};
     if (parent != NONE) {
         n->next_sibling = e->nodes[parent].first_child;
         e->nodes[parent].first_child = i;
@@ -444,20 +513,34 @@ static uint32_t node_new(ex_t *e, uint32_t parent, uint32_t sym, uint32_t thread
     return i;
 }
 
+/* A process's subtree root (processes after the first): sym and thread NONE. */
+static uint32_t node_new_proc(ex_t *e, uint32_t proc)
+{
+    uint32_t r = node_new(e, 0, NONE, NONE);
+    if (r != NONE)
+        e->nodes[r].proc = proc;
+    return r;
+}
+
 static int cct(const ex_t *e) { return e->o.format == PT_EXPORT_COLLAPSED || e->o.format == PT_EXPORT_PSTATS; }
 
 static int on_thread_new(void *ctx, pt_walk_thread_t *wt)
 {
     ex_t *e = ctx;
-    if (grow((void **)&e->thr, &e->cap_thr, sizeof *e->thr, wt->index + 1))
+    if (pt_grow((void **)&e->thr, &e->cap_thr, sizeof *e->thr, wt->index + 1))
         return -ENOMEM;
     thr_t *t = &e->thr[wt->index];
     memset(t, 0, sizeof *t);
     e->nthr = wt->index + 1;
     t->number = wt->number;
-    t->root = 0;
+    proc_t *p = proc_for(e, wt->process);
+    if (!p)
+        return -ENOMEM;
+    t = &e->thr[wt->index];
+    t->proc = proc_index(e, p);
+    t->root = p->root;
     if (cct(e) && e->o.per_thread) {
-        t->root = node_new(e, 0, NONE, wt->index);
+        t->root = node_new(e, p->root, NONE, wt->index);
         if (t->root == NONE)
             return -ENOMEM;
     }
@@ -492,26 +575,27 @@ static inline uint64_t account(ex_t *e, thr_t *t, uint64_t now)
     return now;
 }
 
-static inline int64_t ticks_ns_since_base(const ex_t *e, uint64_t ticks)
+static inline int64_t ticks_ns_since_base(const proc_t *p, uint64_t ticks)
 {
-    double d = ticks >= e->base_ticks ? (double)(ticks - e->base_ticks) : -(double)(e->base_ticks - ticks);
-    return (int64_t)(d * e->ns_per_tick); /* truncates, as int() did */
+    double d = ticks >= p->base_ticks ? (double)(ticks - p->base_ticks) : -(double)(p->base_ticks - ticks);
+    return (int64_t)(d * p->ns_per_tick); /* truncates, as int() did */
 }
 
-static inline int64_t chrome_ns(const ex_t *e, uint64_t ticks)
+/* The stream's time axis (walk.h, THE TIME AXIS): CLOCK_MONOTONIC ns. */
+static inline int64_t chrome_ns(const proc_t *p, uint64_t ticks)
 {
-    double d = ticks >= e->base_ticks ? (double)(ticks - e->base_ticks) : -(double)(e->base_ticks - ticks);
-    return (int64_t)llround(d * e->ns_per_tick + (double)e->pinfo.base_monotonic_ns);
+    double d = ticks >= p->base_ticks ? (double)(ticks - p->base_ticks) : -(double)(p->base_ticks - ticks);
+    return (int64_t)llround(d * p->ns_per_tick + (double)p->pinfo.base_monotonic_ns);
 }
 
 static int push(thr_t *t, uint32_t v, uint64_t start)
 {
     if (t->depth == t->cap) {
         uint32_t cap = t->cap;
-        if (grow((void **)&t->stack, &cap, sizeof *t->stack, t->depth + 1))
+        if (pt_grow((void **)&t->stack, &cap, sizeof *t->stack, t->depth + 1))
             return -ENOMEM;
         uint32_t cap2 = t->cap;
-        if (grow((void **)&t->starts, &cap2, sizeof *t->starts, t->depth + 1))
+        if (pt_grow((void **)&t->starts, &cap2, sizeof *t->starts, t->depth + 1))
             return -ENOMEM;
         t->cap = cap;
     }
@@ -526,22 +610,11 @@ static int ss_spill(ex_t *e, thr_t *t)
 {
     if (!t->slen)
         return 0;
-    if (grow((void **)&t->blocks, &t->cap_blocks, sizeof *t->blocks, t->nblocks + 1))
+    if (pt_grow((void **)&t->blocks, &t->cap_blocks, sizeof *t->blocks, t->nblocks + 1))
         return -ENOMEM;
-    const char *p = t->sbuf;
-    size_t n = t->slen;
-    uint64_t off = e->spill_end;
-    while (n) {
-        ssize_t w = pwrite(e->spill_fd, p, n, (off_t)off);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        p += w;
-        n -= (size_t)w;
-        off += (uint64_t)w;
-    }
+    int rc = write_all(e->spill_fd, t->sbuf, t->slen, (int64_t)e->spill_end);
+    if (rc)
+        return rc;
     t->blocks[t->nblocks++] = (block_t){.off = e->spill_end, .len = (uint32_t)t->slen};
     e->spill_end += t->slen;
     e->ss_buffered -= t->slen;
@@ -601,21 +674,24 @@ static const char *chrome_head(ex_t *e, sym_t *s)
         ob_putc(&m, '}');
     }
     ob_puts(&m, ",\"pid\":");
-    ob_u64(&m, e->pinfo.pid);
+    ob_u64(&m, (uint64_t)e->procs[s->proc].shown_pid);
     ob_putc(&m, 0);
     s->head = m.buf;
     return s->head;
 }
 
-static void chrome_begin(ex_t *e)
+/* The process's "M" process_name event (the first one opens the array). */
+static void chrome_process(ex_t *e, proc_t *p, int first)
 {
     obuf_t *o = &e->out;
-    ob_puts(o, "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":");
-    ob_u64(o, e->pinfo.pid);
+    p->described = 1;
+    ob_puts(o, first ? "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n" : ",\n");
+    ob_puts(o, "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":");
+    ob_u64(o, (uint64_t)p->shown_pid);
     ob_puts(o, ",\"tid\":0,\"args\":{\"name\":");
     char tail[48];
-    snprintf(tail, sizeof tail, " (pid %llu)", (unsigned long long)e->pinfo.pid);
-    const char *cl = e->command_line && e->command_line[0] ? e->command_line : "python";
+    snprintf(tail, sizeof tail, " (pid %llu)", (unsigned long long)p->pinfo.pid);
+    const char *cl = p->command_line && p->command_line[0] ? p->command_line : "python";
     size_t n = strlen(cl) + strlen(tail) + 1;
     char *name = malloc(n);
     if (name) {
@@ -636,11 +712,11 @@ static void chrome_instant(ex_t *e, thr_t *t, const char *cat, const char *name,
     ob_puts(o, "\",\"name\":");
     ob_json(o, name);
     ob_puts(o, ",\"pid\":");
-    ob_u64(o, e->pinfo.pid);
+    ob_u64(o, (uint64_t)e->procs[t->proc].shown_pid);
     ob_puts(o, ",\"tid\":");
     ob_u64(o, t->number);
     ob_puts(o, ",\"ts\":");
-    ob_us3(o, chrome_ns(e, ticks));
+    ob_us3(o, chrome_ns(&e->procs[t->proc], ticks));
     if (count >= 0) {
         ob_puts(o, ",\"args\":{\"count\":");
         ob_i64(o, count);
@@ -861,62 +937,87 @@ static int pf_pb_packet(ex_t *e, pb_t *b)
     return rc;
 }
 
+/* Free nested messages whose bytes were copied into their parent; returns
+ * the first error among them (0 if none). */
+static int pb_done_all(pb_t *const *parts, size_t nparts)
+{
+    int err = 0;
+    for (size_t i = 0; i < nparts; i++) {
+        if (!err)
+            err = parts[i]->err;
+        pb_done(parts[i]);
+    }
+    return err;
+}
+
+/* Write the packet unless building its parts failed (err); freed either way. */
+static int pf_pb_send(ex_t *e, pb_t *pkt, int err)
+{
+    if (err) {
+        pb_done(pkt);
+        return err;
+    }
+    return pf_pb_packet(e, pkt);
+}
+
 static uint64_t pf_uuid(const ex_t *e, uint32_t thread_index)
 {
-    /* unique within the trace; derived from the pid so two exports of different
-     * jobs opened together rarely collide */
-    uint64_t base = pt_u64map_mix(e->pinfo.pid + 0x7079747261636500ull) & ~0xffffffffull;
+    /* unique within the trace; derived from the (first) pid so two exports of
+     * different jobs opened together rarely collide */
+    uint64_t base = pt_u64map_mix(e->procs[e->first].pinfo.pid + 0x7079747261636500ull) & ~0xffffffffull;
     return base | ((uint64_t)thread_index + 1);
 }
 
-static int64_t pf_pid(const ex_t *e) { return (int32_t)(uint32_t)e->pinfo.pid; }
+/* A process's track: the first process's (e->first) is pf_uuid(UINT32_MAX) (as before
+ * processes existed); thread indexes stay below 2^30, so these never meet. */
+static uint64_t pf_proc_uuid(const ex_t *e, uint32_t proc)
+{
+    return proc != e->first ? (pf_uuid(e, 0) & ~0xffffffffull) | (0x80000000ull + proc) : pf_uuid(e, UINT32_MAX);
+}
+
+static int64_t pf_pid(const proc_t *p) { return (int32_t)(uint32_t)p->shown_pid; }
+
+static int pf_process(ex_t *e, proc_t *p);
 
 static int pf_begin(ex_t *e)
 {
+    const proc_t *p0 = &e->procs[e->first];
     pb_t clk = {0}, c1 = {0}, c2 = {0}, pkt = {0};
     pb_uint(&c1, 1, PF_CLOCK_MONOTONIC);
-    pb_uint(&c1, 2, e->pinfo.base_monotonic_ns);
+    pb_uint(&c1, 2, p0->pinfo.base_monotonic_ns);
     pb_msg(&clk, 1, &c1);
-    if (e->pinfo.base_realtime_ns) {
+    if (p0->pinfo.base_realtime_ns) {
         pb_uint(&c2, 1, PF_CLOCK_REALTIME);
-        pb_uint(&c2, 2, e->pinfo.base_realtime_ns);
+        pb_uint(&c2, 2, p0->pinfo.base_realtime_ns);
         pb_msg(&clk, 1, &c2);
     }
     pb_uint(&clk, 2, PF_CLOCK_MONOTONIC); /* primary_trace_clock */
     pb_uint(&pkt, 10, PF_SEQ_PROCESS);
     pb_msg(&pkt, 6, &clk);
-    int err = clk.err ? clk.err : c1.err ? c1.err : c2.err;
-    pb_done(&clk);
-    pb_done(&c1);
-    pb_done(&c2);
-    if (err) {
-        pb_done(&pkt);
-        return err;
-    }
-    int rc = pf_pb_packet(e, &pkt);
+    int rc = pf_pb_send(e, &pkt, pb_done_all((pb_t *const[]){&clk, &c1, &c2}, 3));
     if (rc)
         return rc;
-    /* the process track */
-    pb_t pd = {0}, td = {0};
-    pkt = (pb_t){0};
-    char tail[48];
-    snprintf(tail, sizeof tail, " (pid %llu)", (unsigned long long)e->pinfo.pid);
-    const char *cl = e->command_line && e->command_line[0] ? e->command_line : "python";
-    pb_uint(&pd, 1, (uint64_t)pf_pid(e));
+    for (uint32_t i = 0; i < e->nprocs; i++)
+        if (e->procs[i].selected && e->procs[i].seen && (i == e->first || e->procs[i].have_pinfo) &&
+            (rc = pf_process(e, &e->procs[i])) != 0)
+            return rc;
+    return 0;
+}
+
+/* The process track (pid, command line), on sequence 1. */
+static int pf_process(ex_t *e, proc_t *p)
+{
+    pb_t pd = {0}, td = {0}, pkt = {0};
+    p->described = 1;
+    const char *cl = p->command_line && p->command_line[0] ? p->command_line : "python";
+    pb_uint(&pd, 1, (uint64_t)pf_pid(p));
     pb_str(&pd, 2, cl);
     pb_str(&pd, 6, cl);
-    pb_uint(&td, 1, pf_uuid(e, UINT32_MAX));
+    pb_uint(&td, 1, pf_proc_uuid(e, proc_index(e, p)));
     pb_msg(&td, 3, &pd);
     pb_uint(&pkt, 10, PF_SEQ_PROCESS);
     pb_msg(&pkt, 60, &td);
-    err = pd.err ? pd.err : td.err;
-    pb_done(&pd);
-    pb_done(&td);
-    if (err) {
-        pb_done(&pkt);
-        return err;
-    }
-    return pf_pb_packet(e, &pkt);
+    return pf_pb_send(e, &pkt, pb_done_all((pb_t *const[]){&pd, &td}, 2));
 }
 
 /* The thread's TrackDescriptor, on its own sequence (again when its name changes). */
@@ -924,23 +1025,18 @@ static int pf_thread_descriptor(ex_t *e, thr_t *t, uint32_t index)
 {
     pb_t th = {0}, td = {0}, pkt = {0};
     char nb[40];
-    pb_uint(&th, 1, (uint64_t)pf_pid(e));
+    pb_uint(&th, 1, (uint64_t)pf_pid(&e->procs[t->proc]));
     pb_uint(&th, 2, t->os_tid ? t->os_tid : t->number);
     pb_str(&th, 5, thread_name(t, nb, sizeof nb));
     pb_uint(&td, 1, pf_uuid(e, index));
-    pb_uint(&td, 5, pf_uuid(e, UINT32_MAX)); /* parent: the process track */
+    pb_uint(&td, 5, pf_proc_uuid(e, t->proc)); /* parent: the process track */
     pb_msg(&td, 4, &th);
     pb_uint(&pkt, 10, t->pf_seq);
     pb_msg(&pkt, 60, &td);
-    int err = th.err ? th.err : td.err;
-    pb_done(&th);
-    pb_done(&td);
-    if (err) {
-        pb_done(&pkt);
-        return err;
-    }
-    t->pf_named = 1;
-    return pf_pb_packet(e, &pkt);
+    int rc = pf_pb_send(e, &pkt, pb_done_all((pb_t *const[]){&th, &td}, 2));
+    if (!rc)
+        t->pf_named = 1;
+    return rc;
 }
 
 /* The thread's sequence: cleared state, defaults, its incremental clock, its track. */
@@ -965,17 +1061,7 @@ static int pf_open_sequence(ex_t *e, thr_t *t, uint32_t index, uint64_t ns)
     pb_uint(&pkt, 13, PF_SEQ_CLEARED);
     pb_msg(&pkt, 59, &def);
     pb_msg(&pkt, 6, &clk);
-    int err = ted.err ? ted.err : def.err ? def.err : c1.err ? c1.err : c2.err ? c2.err : clk.err;
-    pb_done(&ted);
-    pb_done(&def);
-    pb_done(&c1);
-    pb_done(&c2);
-    pb_done(&clk);
-    if (err) {
-        pb_done(&pkt);
-        return err;
-    }
-    int rc = pf_pb_packet(e, &pkt);
+    int rc = pf_pb_send(e, &pkt, pb_done_all((pb_t *const[]){&ted, &def, &c1, &c2, &clk}, 5));
     return rc ? rc : pf_thread_descriptor(e, t, index);
 }
 
@@ -1010,11 +1096,7 @@ static int pf_intern(ex_t *e, thr_t *t, uint32_t s, pb_t *pkt)
         pb_msg(&idata, 4, &sl);
     }
     pb_msg(pkt, 12, &idata);
-    int err = en.err ? en.err : sl.err ? sl.err : idata.err;
-    pb_done(&idata);
-    pb_done(&en);
-    pb_done(&sl);
-    return err;
+    return pb_done_all((pb_t *const[]){&en, &sl, &idata}, 3);
 }
 
 /* A TrackEvent on the thread's track at `now` (clamped ticks). sym: a symbol
@@ -1023,7 +1105,7 @@ static int pf_event(ex_t *e, pt_walk_thread_t *wt, unsigned type, uint32_t sym, 
                     uint64_t lost, int continued)
 {
     thr_t *t = thr_of(e, wt);
-    int64_t sns = chrome_ns(e, now);
+    int64_t sns = chrome_ns(&e->procs[t->proc], now);
     uint64_t ns = sns > 0 ? (uint64_t)sns : 0;
     if (!t->pf_open) {
         int rc = pf_open_sequence(e, t, wt->index, ns);
@@ -1092,11 +1174,7 @@ static int pf_event(ex_t *e, pt_walk_thread_t *wt, unsigned type, uint32_t sym, 
         err = pf_intern(e, t, sym, &pkt);
     pb_done(&te);
     pb_done(&da);
-    if (err) {
-        pb_done(&pkt);
-        return err;
-    }
-    return pf_pb_packet(e, &pkt);
+    return pf_pb_send(e, &pkt, err);
 }
 
 static int pf_end(ex_t *e)
@@ -1129,7 +1207,7 @@ static int on_enter(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t ticks
                 return -ENOMEM;
             c = *slot;
             if (c == NONE) {
-                uint32_t s = sym_index(e, id);
+                uint32_t s = sym_index(e, t->proc, id);
                 if (s == NONE)
                     return -ENOMEM;
                 c = node_new(e, parent, s, NONE);
@@ -1145,18 +1223,18 @@ static int on_enter(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t ticks
             e->nodes[c].calls++;
         return push(t, c, now);
     }
-    uint32_t s = sym_index(e, id);
+    uint32_t s = sym_index(e, t->proc, id);
     if (s == NONE)
         return -ENOMEM;
     if (e->o.format == PT_EXPORT_SPEEDSCOPE) {
         sym_t *sy = &e->syms[s];
         if (sy->ss_frame == NONE) {
-            if (grow((void **)&e->ss_frame_sym, &e->cap_ss, sizeof *e->ss_frame_sym, e->ss_frames + 1))
+            if (pt_grow((void **)&e->ss_frame_sym, &e->cap_ss, sizeof *e->ss_frame_sym, e->ss_frames + 1))
                 return -ENOMEM;
             e->ss_frame_sym[e->ss_frames] = s;
             sy->ss_frame = e->ss_frames++;
         }
-        int rc = ss_event(e, t, 'O', sy->ss_frame, ticks_ns_since_base(e, now));
+        int rc = ss_event(e, t, 'O', sy->ss_frame, ticks_ns_since_base(&e->procs[t->proc], now));
         if (rc)
             return rc;
     } else if (e->o.format == PT_EXPORT_PERFETTO) {
@@ -1182,7 +1260,7 @@ static int on_leave(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t ticks
         return 0;
     sym_t *s = &e->syms[t->stack[t->depth]];
     if (e->o.format == PT_EXPORT_SPEEDSCOPE)
-        return ss_event(e, t, 'C', s->ss_frame, ticks_ns_since_base(e, now));
+        return ss_event(e, t, 'C', s->ss_frame, ticks_ns_since_base(&e->procs[t->proc], now));
     if (e->o.format == PT_EXPORT_PERFETTO)
         return pf_event(e, wt, PF_SLICE_END, NONE, now, NULL, 0, 0);
     /* chrome */
@@ -1191,14 +1269,15 @@ static int on_leave(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t ticks
         return -ENOMEM;
     obuf_t *o = &e->out;
     uint64_t start = t->starts[t->depth];
-    int64_t ts = chrome_ns(e, start);
+    const proc_t *p = &e->procs[t->proc];
+    int64_t ts = chrome_ns(p, start);
     ob_puts(o, head);
     ob_puts(o, ",\"tid\":");
     ob_u64(o, t->number);
     ob_puts(o, ",\"ts\":");
     ob_us3(o, ts);
     ob_puts(o, ",\"dur\":");
-    ob_us3(o, (int64_t)llround((double)(now - start) * e->ns_per_tick));
+    ob_us3(o, (int64_t)llround((double)(now - start) * p->ns_per_tick));
     ob_putc(o, '}');
     e->chrome_calls++;
     return o->err;
@@ -1210,12 +1289,12 @@ static int on_instant(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t tic
     thr_t *t = thr_of(e, wt);
     uint64_t now = account(e, t, ticks);
     if (e->o.format == PT_EXPORT_CHROME) {
-        uint32_t s = sym_index(e, id);
+        uint32_t s = sym_index(e, t->proc, id);
         if (s == NONE)
             return -ENOMEM;
         chrome_instant(e, t, "mark", e->syms[s].name, now, -1);
     } else if (e->o.format == PT_EXPORT_PERFETTO) {
-        uint32_t s = sym_index(e, id);
+        uint32_t s = sym_index(e, t->proc, id);
         if (s == NONE)
             return -ENOMEM;
         int rc = pf_event(e, wt, PF_INSTANT, s, now, NULL, 0, 0);
@@ -1247,58 +1326,101 @@ static const pt_walk_ops_t ex_ops = {
 
 /* ---- messages --------------------------------------------------------------- */
 
-static void note_latest(ex_t *e, uint64_t t)
+static void note_latest(proc_t *p, uint64_t t)
 {
-    if (!e->have_latest || t > e->latest) {
-        e->latest = t;
-        e->have_latest = 1;
+    if (!p->have_latest || t > p->latest) {
+        p->latest = t;
+        p->have_latest = 1;
     }
 }
 
-static void start(ex_t *e)
+/* The output's beginning, at the first message that counts (p's). */
+static void start(ex_t *e, proc_t *p)
 {
     if (e->started)
         return;
     e->started = 1;
-    if (e->o.format == PT_EXPORT_CHROME)
-        chrome_begin(e);
+    e->first = proc_index(e, p);
+    if (e->o.format == PT_EXPORT_CHROME) {
+        chrome_process(e, p, 1); /* opens the array */
+        for (uint32_t i = 0; i < e->nprocs; i++)
+            if (&e->procs[i] != p && e->procs[i].selected && e->procs[i].seen && e->procs[i].have_pinfo)
+                chrome_process(e, &e->procs[i], 0);
+    }
     if (e->o.format == PT_EXPORT_PERFETTO)
         e->pf_start_rc = pf_begin(e);
 }
 
-static thr_t *thread_for(ex_t *e, uint64_t number, int *rc)
+static thr_t *thread_for(ex_t *e, const proc_t *p, uint64_t number, int *rc)
 {
-    pt_walk_thread_t *wt = pt_walk_thread(e->walk, number, rc);
+    pt_walk_thread_t *wt = pt_walk_proc_thread(e->walk, p->tag, number, rc);
     return wt ? thr_of(e, wt) : NULL;
+}
+
+/* A process's ProcessInfo: its clock, names and the pid its tracks show. */
+static int feed_process_info(ex_t *e, proc_t *p, const pt_fb_process_info_t *in)
+{
+    if (p->have_pinfo)
+        return 0; /* the first one counts, as before processes existed */
+    char *cl = dup_str(in->command_line), *pv = dup_str(in->python_version);
+    if (!cl || !pv) {
+        free(cl);
+        free(pv);
+        return -ENOMEM;
+    }
+    p->have_pinfo = 1;
+    p->pinfo = *in;
+    p->command_line = cl;
+    p->python_version = pv;
+    p->base_ticks = in->base_ticks;
+    uint64_t tps = in->ticks_per_second ? in->ticks_per_second : 1000000000ull;
+    p->pinfo.ticks_per_second = tps;
+    p->ns_per_tick = 1e9 / (double)tps;
+    p->shown_pid = (int64_t)in->pid;
+    for (uint32_t i = 0; i < e->nprocs; i++) /* a pid another process of the stream shows already */
+        if (&e->procs[i] != p && e->procs[i].have_pinfo && e->procs[i].shown_pid == p->shown_pid) {
+            p->shown_pid = (int64_t)((uint64_t)p->tag << 22 | (in->pid & 0x3fffff));
+            break;
+        }
+    int sel = pid_selected(e, in->pid);
+    p->selected = sel;
+    if (!e->started || !sel || p->described)
+        return 0;
+    if (e->o.format == PT_EXPORT_CHROME)
+        chrome_process(e, p, 0);
+    else if (e->o.format == PT_EXPORT_PERFETTO)
+        return pf_process(e, p);
+    return 0;
 }
 
 static int feed(ex_t *e, const pt_fb_msg_t *m, pt_export_result_t *res)
 {
     int rc = 0;
-    switch (m->type) {
-    case PT_MSG_PROCESS_INFO:
-        if (!e->have_pinfo) {
-            e->have_pinfo = 1;
-            e->pinfo = m->u.process_info;
-            e->command_line = dup_str(m->u.process_info.command_line);
-            e->python_version = dup_str(m->u.process_info.python_version);
-            if (!e->command_line || !e->python_version)
-                return -ENOMEM;
-            e->base_ticks = e->pinfo.base_ticks;
-            uint64_t tps = e->pinfo.ticks_per_second ? e->pinfo.ticks_per_second : 1000000000ull;
-            e->ns_per_tick = 1e9 / (double)tps;
-        }
-        start(e);
+    proc_t *p = proc_for(e, m->process);
+    if (!p)
+        return -ENOMEM;
+    p->seen = 1;
+    if (m->type == PT_MSG_PROCESS_INFO) {
+        rc = feed_process_info(e, p, &m->u.process_info);
+        if (rc)
+            return rc;
+        if (p->selected || !e->o.npids)
+            start(e, p);
         return 0;
+    }
+    if (!p->selected) /* --pid: another process */
+        return 0;
+    switch (m->type) {
     case PT_MSG_SYMBOL:
-        start(e);
-        return feed_symbol(e, &m->u.symbol);
+        start(e, p);
+        return feed_symbol(e, proc_index(e, p), &m->u.symbol);
     case PT_MSG_THREAD_START: {
-        start(e);
+        start(e, p);
         const pt_fb_thread_start_t *in = &m->u.thread_start;
-        thr_t *t = thread_for(e, in->thread, &rc);
+        thr_t *t = thread_for(e, p, in->thread, &rc);
         if (!t)
             return rc ? rc : -ENOMEM;
+        p = &e->procs[t->proc];
         if (in->name.ptr && in->name.len) {
             char *n = dup_str(in->name);
             if (!n)
@@ -1315,41 +1437,46 @@ static int feed(ex_t *e, const pt_fb_msg_t *m, pt_export_result_t *res)
             t->have_last = 0;
         }
         if (in->ticks) {
-            note_latest(e, in->ticks);
+            note_latest(p, in->ticks);
             account(e, t, in->ticks);
         }
         return 0;
     }
     case PT_MSG_THREAD_END: {
-        start(e);
+        start(e, p);
         const pt_fb_thread_end_t *in = &m->u.thread_end;
-        thr_t *t = thread_for(e, in->thread, &rc);
+        thr_t *t = thread_for(e, p, in->thread, &rc);
         if (!t)
             return rc ? rc : -ENOMEM;
+        p = &e->procs[t->proc];
+        const uint32_t tag = p->tag;
         if (in->ticks) {
-            note_latest(e, in->ticks);
+            note_latest(p, in->ticks);
             account(e, t, in->ticks);
         }
-        rc = pt_walk_thread_end(e->walk, in->thread, in->ticks);
-        t = thread_for(e, in->thread, &rc); /* the array may have moved */
+        rc = pt_walk_proc_thread_end(e->walk, tag, in->thread, in->ticks);
+        int rc2;
+        t = thread_for(e, &e->procs[*pt_u64map_slot(&e->proc_map, tag, NONE)], in->thread, &rc2); /* arrays may have moved */
         if (t)
             t->ended = 1;
         return rc;
     }
     case PT_MSG_EVENT_CHUNK: {
-        start(e);
+        start(e, p);
         const pt_fb_event_chunk_t *c = &m->u.event_chunk;
         for (uint32_t i = 0; i < c->count; i++)
-            note_latest(e, c->events[i].ticks);
-        thr_t *t = thread_for(e, c->thread, &rc);
+            note_latest(p, c->events[i].ticks);
+        const uint32_t tag = p->tag;
+        thr_t *t = thread_for(e, p, c->thread, &rc);
         if (!t)
             return rc ? rc : -ENOMEM;
         t->ended = 0;
-        return pt_walk_events(e->walk, c->thread, c->events, c->count);
+        return pt_walk_proc_events(e->walk, tag, c->thread, c->events, c->count);
     }
     case PT_MSG_PRODUCER_STATUS:
+        p->have_status = 1;
+        p->status = m->u.producer_status;
         res->have_status = 1;
-        res->status = m->u.producer_status;
         return 0;
     default:
         return 0;
@@ -1393,7 +1520,9 @@ static int write_collapsed(ex_t *e)
         node_t *nd = &e->nodes[n];
         const char *label;
         char tb[96];
-        if (nd->sym == NONE) {
+        if (nd->sym == NONE && nd->thread == NONE) {
+            label = ""; /* a process's subtree: its stacks merge with the others' */
+        } else if (nd->sym == NONE) {
             thr_t *t = &e->thr[nd->thread];
             char nb[40];
             const char *tn = thread_name(t, nb, sizeof nb);
@@ -1418,9 +1547,9 @@ static int write_collapsed(ex_t *e)
             }
         }
         size_t ll = strlen(label);
-        int heap_label = nd->sym == NONE && label != tb;
+        int heap_label = nd->sym == NONE && nd->thread != NONE && label != tb;
         /* enter n: path += (";" if nonempty) + label */
-        if (grow((void **)&lens, &cap_l, sizeof *lens, nl + 1))
+        if (pt_grow((void **)&lens, &cap_l, sizeof *lens, nl + 1))
             rc = -ENOMEM;
         if (!rc && plen + ll + 2 > pcap) {
             size_t nc = pcap ? pcap : 4096;
@@ -1440,15 +1569,17 @@ static int write_collapsed(ex_t *e)
             break;
         }
         lens[nl++] = (uint32_t)plen;
-        if (plen)
-            path[plen++] = ';';
-        memcpy(path + plen, label, ll);
-        plen += ll;
+        if (ll) {
+            if (plen)
+                path[plen++] = ';';
+            memcpy(path + plen, label, ll);
+            plen += ll;
+        }
         if (heap_label)
             free((void *)label);
         if (nd->sym != NONE) {
             uint64_t value = e->o.weight_calls ? nd->calls
-                                               : (uint64_t)llround((double)nd->self * e->ns_per_tick);
+                                               : (uint64_t)llround((double)nd->self * e->procs[nd->proc].ns_per_tick);
             if (value) {
                 ob_put(o, path, plen);
                 ob_putc(o, ' ');
@@ -1541,6 +1672,22 @@ typedef struct pkey {
     uint32_t first_edge; /* into the sorted edge array */
     uint32_t nedges;
 } pkey_t;
+
+/* A pstats function key, the tuple (file, line, name), then the opening of
+ * the value tuple of `fields` items that follows it. 0 or -ENOMEM. */
+static int m_key(obuf_t *o, const pkey_t *k, int32_t fields)
+{
+    ob_putc(o, '(');
+    m_i32(o, 3);
+    if (m_str(o, k->file))
+        return -ENOMEM;
+    m_int(o, k->line);
+    if (m_str(o, k->name))
+        return -ENOMEM;
+    ob_putc(o, '(');
+    m_i32(o, fields);
+    return 0;
+}
 
 typedef struct pedge {
     uint32_t caller, callee; /* symbol indexes, then key indexes */
@@ -1666,7 +1813,7 @@ static int write_pstats(ex_t *e)
                 if (!slot)
                     goto out;
                 if (*slot == NONE) {
-                    if (grow((void **)&edges, &cap_edges, sizeof *edges, nedges + 1))
+                    if (pt_grow((void **)&edges, &cap_edges, sizeof *edges, nedges + 1))
                         goto out;
                     edges[nedges] = (pedge_t){.caller = ps, .callee = s};
                     *pt_u64map_slot(&edge_map, ek, NONE) = nedges++;
@@ -1706,6 +1853,32 @@ static int write_pstats(ex_t *e)
                 n = NONE;
         }
     }
+    /* Times are in the first selected process's ticks: another process's
+     * ticks are scaled by the ratio of the clocks (exactly 1 when they share
+     * the clock, as the processes of one machine do). */
+    const proc_t *clock = NULL;
+    for (uint32_t i = 0; i < e->nprocs && !clock; i++)
+        if (e->procs[i].selected && e->procs[i].have_pinfo)
+            clock = &e->procs[i];
+    for (uint32_t i = 0; i < e->nprocs; i++)
+        e->procs[i].scale = clock && e->procs[i].have_pinfo
+                                ? (double)clock->pinfo.ticks_per_second / (double)e->procs[i].pinfo.ticks_per_second
+                                : 1.0;
+    for (uint32_t s = 0; s < ns; s++) {
+        const double scale = e->procs[e->syms[s].proc].scale;
+        if (scale != 1.0) {
+            uint64_t *fs = f + (size_t)s * 4;
+            fs[2] = (uint64_t)llround((double)fs[2] * scale);
+            fs[3] = (uint64_t)llround((double)fs[3] * scale);
+        }
+    }
+    for (uint32_t i = 0; i < nedges; i++) {
+        const double scale = e->procs[e->syms[edges[i].callee].proc].scale;
+        if (scale != 1.0) {
+            edges[i].tt = (uint64_t)llround((double)edges[i].tt * scale);
+            edges[i].ct = (uint64_t)llround((double)edges[i].ct * scale);
+        }
+    }
     /* keys: symbols with one key are added together */
     for (uint32_t s = 0; s < ns; s++) {
         e->syms[s].key = NONE;
@@ -1726,7 +1899,7 @@ static int write_pstats(ex_t *e)
                 goto out;
             }
             if (*slot == NONE) {
-                if (grow((void **)&keys, &cap_keys, sizeof *keys, nkeys + 1)) {
+                if (pt_grow((void **)&keys, &cap_keys, sizeof *keys, nkeys + 1)) {
                     free(file);
                     free(name);
                     goto out;
@@ -1753,7 +1926,8 @@ static int write_pstats(ex_t *e)
         edges[i].caller = e->syms[edges[i].caller].key;
         edges[i].callee = e->syms[edges[i].callee].key;
     }
-    qsort(edges, nedges, sizeof *edges, edge_cmp);
+    if (nedges) /* edges is NULL when no call has a caller; qsort's pointer must not be */
+        qsort(edges, nedges, sizeof *edges, edge_cmp);
     uint32_t w = 0;
     for (uint32_t i = 0; i < nedges; i++) {
         if (edges[i].callee == NONE || edges[i].caller == NONE)
@@ -1774,36 +1948,21 @@ static int write_pstats(ex_t *e)
             k->first_edge = i;
         k->nedges++;
     }
-    double spt = 1.0 / (double)(e->pinfo.ticks_per_second ? e->pinfo.ticks_per_second : 1000000000ull);
+    double spt = 1.0 / (double)(clock ? clock->pinfo.ticks_per_second : 1000000000ull);
     obuf_t *o = &e->out;
     ob_putc(o, '{');
     for (uint32_t i = 0; i < nkeys; i++) {
         pkey_t *k = &keys[i];
-        ob_putc(o, '(');
-        m_i32(o, 3);
-        if (m_str(o, k->file))
+        if (m_key(o, k, 5))
             goto out;
-        m_int(o, k->line);
-        if (m_str(o, k->name))
-            goto out;
-        ob_putc(o, '(');
-        m_i32(o, 5);
         m_int(o, k->cc);
         m_int(o, k->nc);
         m_float(o, (double)k->tt * spt);
         m_float(o, (double)k->ct * spt);
         ob_putc(o, '{');
         for (uint32_t j = k->first_edge; j < k->first_edge + k->nedges; j++) {
-            pkey_t *c = &keys[edges[j].caller];
-            ob_putc(o, '(');
-            m_i32(o, 3);
-            if (m_str(o, c->file))
+            if (m_key(o, &keys[edges[j].caller], 4))
                 goto out;
-            m_int(o, c->line);
-            if (m_str(o, c->name))
-                goto out;
-            ob_putc(o, '(');
-            m_i32(o, 4);
             m_int(o, edges[j].nc);
             m_int(o, edges[j].cc);
             m_float(o, (double)edges[j].tt * spt);
@@ -1831,6 +1990,23 @@ out:
 
 /* ---- speedscope ------------------------------------------------------------- */
 
+static uint32_t shown_procs(const ex_t *e)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < e->nprocs; i++)
+        n += e->procs[i].seen && e->procs[i].selected;
+    return n;
+}
+
+/* The first selected process that has its ProcessInfo (NULL if none). */
+static const proc_t *first_selected(const ex_t *e)
+{
+    for (uint32_t i = 0; i < e->nprocs; i++)
+        if (e->procs[i].selected && e->procs[i].have_pinfo)
+            return &e->procs[i];
+    return NULL;
+}
+
 static int write_speedscope(ex_t *e)
 {
     obuf_t *o = &e->out;
@@ -1843,18 +2019,23 @@ static int write_speedscope(ex_t *e)
         thr_t *t = &e->thr[i];
         if (!t->scount)
             continue;
-        char nb[40], pname[600];
+        char nb[40], pname[600], prefix[48] = "";
         const char *tn = thread_name(t, nb, sizeof nb);
         char *heap = NULL;
         const char *name = tn;
-        if (t->os_tid) {
-            size_t need = strlen(tn) + 40;
+        if (shown_procs(e) > 1) /* a profile per (process, thread) */
+            snprintf(prefix, sizeof prefix, "pid %llu: ", (unsigned long long)e->procs[t->proc].pinfo.pid);
+        if (t->os_tid || prefix[0]) {
+            size_t need = strlen(tn) + 88;
             heap = need <= sizeof pname ? pname : malloc(need);
             if (!heap) {
                 free(copy);
                 return -ENOMEM;
             }
-            snprintf(heap, need, "%s (tid %llu)", tn, (unsigned long long)t->os_tid);
+            if (t->os_tid)
+                snprintf(heap, need, "%s%s (tid %llu)", prefix, tn, (unsigned long long)t->os_tid);
+            else
+                snprintf(heap, need, "%s%s", prefix, tn);
             name = heap;
         }
         ob_puts(o, first ? "\n{\"type\":\"evented\",\"name\":" : ",\n{\"type\":\"evented\",\"name\":");
@@ -1899,7 +2080,8 @@ static int write_speedscope(ex_t *e)
         ob_putc(o, '}');
     }
     ob_puts(o, "]},\n\"name\":");
-    ob_json(o, e->command_line && e->command_line[0] ? e->command_line : "pytrace recording");
+    const proc_t *p0 = first_selected(e);
+    ob_json(o, p0 && p0->command_line && p0->command_line[0] ? p0->command_line : "pytrace recording");
     ob_puts(o, ",\"activeProfileIndex\":0,\"exporter\":\"pytrace\"}\n");
     return o->err;
 }
@@ -1907,6 +2089,9 @@ static int write_speedscope(ex_t *e)
 static int write_chrome_end(ex_t *e, const pt_walk_counters_t *wc)
 {
     obuf_t *o = &e->out;
+    for (uint32_t i = 0; i < e->nprocs; i++) /* processes without a ProcessInfo */
+        if (e->procs[i].selected && e->procs[i].seen && !e->procs[i].described)
+            chrome_process(e, &e->procs[i], 0);
     for (uint32_t i = 0; i < e->nthr; i++) {
         thr_t *t = &e->thr[i];
         char nb[40];
@@ -1920,7 +2105,7 @@ static int write_chrome_end(ex_t *e, const pt_walk_counters_t *wc)
         else
             snprintf(name, need, "%s", tn);
         ob_puts(o, ",\n{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":");
-        ob_u64(o, e->pinfo.pid);
+        ob_u64(o, (uint64_t)e->procs[t->proc].shown_pid);
         ob_puts(o, ",\"tid\":");
         ob_u64(o, t->number);
         ob_puts(o, ",\"args\":{\"name\":");
@@ -1932,11 +2117,12 @@ static int write_chrome_end(ex_t *e, const pt_walk_counters_t *wc)
     ob_u64(o, wc->events);
     ob_puts(o, ",\"lost_events\":");
     ob_u64(o, wc->lost);
-    if (e->have_pinfo) {
+    const proc_t *p0 = first_selected(e);
+    if (p0) {
         ob_puts(o, ",\"python_version\":");
-        ob_json(o, e->python_version);
+        ob_json(o, p0->python_version);
         ob_puts(o, ",\"command_line\":");
-        ob_json(o, e->command_line);
+        ob_json(o, p0->command_line);
     }
     ob_puts(o, "}}\n");
     return o->err;
@@ -1990,8 +2176,12 @@ static void ex_free(ex_t *e)
     free(e->nodes);
     pt_u64map_free(&e->node_map);
     free(e->ss_frame_sym);
-    free(e->command_line);
-    free(e->python_version);
+    for (uint32_t i = 0; i < e->nprocs; i++) {
+        free(e->procs[i].command_line);
+        free(e->procs[i].python_version);
+    }
+    free(e->procs);
+    pt_u64map_free(&e->proc_map);
     free(e->out.buf);
     free(e->pf_batch);
     free(e->pf_zout);
@@ -2007,18 +2197,19 @@ int pt_export_file(const char *recording, int out_fd, const pt_export_opts_t *op
     res->error_offset = -1;
     if (opts->format < PT_EXPORT_COLLAPSED || opts->format > PT_EXPORT_PERFETTO)
         return -EINVAL;
-    ex_t ex = {.o = *opts, .spill_fd = -1, .ns_per_tick = 1.0};
+    ex_t ex = {.o = *opts, .spill_fd = -1};
     ex_t *e = &ex;
     pt_recfile_t *rf = NULL;
     int rc = -ENOMEM;
     e->out.fd = out_fd;
     e->out.cap = OUT_BUF_BYTES;
     e->out.buf = malloc(OUT_BUF_BYTES);
-    e->pinfo.ticks_per_second = 1000000000ull;
     if (!e->out.buf || pt_u64map_init(&e->sym_map, 1024) || pt_u64map_init(&e->node_map, 4096) ||
-        pt_walk_create(&ex_ops, e, &e->walk))
+        pt_u64map_init(&e->proc_map, 16) || pt_walk_create(&ex_ops, e, &e->walk))
         goto out;
     if (cct(e) && node_new(e, NONE, NONE, NONE) != 0)
+        goto out;
+    if (!proc_for(e, 0)) /* process 0: an untagged stream's, also when it is empty */
         goto out;
     if (e->o.format == PT_EXPORT_SPEEDSCOPE && (rc = open_spill(e)) != 0)
         goto out;
@@ -2096,17 +2287,49 @@ int pt_export_file(const char *recording, int out_fd, const pt_export_opts_t *op
         res->error_offset = pt_recfile_error_offset(rf);
         snprintf(res->error, sizeof res->error, "%s", colon && !strncmp(why, "damaged at", 10) ? colon + 2 : why);
     }
-    start(e);
+    start(e, &e->procs[0]);
     if ((rc = e->pf_start_rc) != 0)
         goto out;
     /* threads with no ThreadEnd: their open entries count up to the latest
      * tick of the stream (pytrace-top does the same) */
-    for (uint32_t i = 0; i < e->nthr; i++)
-        if (!e->thr[i].ended && e->have_latest) {
+    for (uint32_t i = 0; i < e->nthr; i++) {
+        const proc_t *p = &e->procs[e->thr[i].proc];
+        if (!e->thr[i].ended && p->have_latest) {
             uint64_t number = e->thr[i].number;
-            if ((rc = pt_walk_thread_end(e->walk, number, e->latest)) != 0)
+            if ((rc = pt_walk_proc_thread_end(e->walk, p->tag, number, p->latest)) != 0)
                 goto out;
         }
+    }
+    /* the job's counters: each process's last ProducerStatus, added up */
+    uint32_t with_status = 0;
+    for (uint32_t i = 0; i < e->nprocs; i++) {
+        const proc_t *p = &e->procs[i];
+        if (!p->selected || !p->have_status)
+            continue;
+        pt_fb_producer_status_t *st = &res->status;
+        if (!with_status++) {
+            *st = p->status;
+            continue;
+        }
+        if (p->status.state < st->state)
+            st->state = p->status.state; /* the least advanced: running before exited */
+        st->events_written += p->status.events_written;
+        st->events_dropped += p->status.events_dropped;
+        st->hook_errors += p->status.hook_errors;
+        st->symbols_dropped += p->status.symbols_dropped;
+        st->threads_untraced += p->status.threads_untraced;
+        st->tracing_displaced += p->status.tracing_displaced;
+        st->events_untraced += p->status.events_untraced;
+    }
+    res->have_status = with_status > 0;
+    res->processes = 0;
+    for (uint32_t i = 0; i < e->nprocs; i++) {
+        res->processes += e->procs[i].seen;
+        res->selected_processes += e->procs[i].seen && e->procs[i].selected;
+    }
+    for (uint32_t i = 0; i < e->nprocs && res->npids < PT_EXPORT_MAX_PIDS; i++)
+        if (e->procs[i].have_pinfo)
+            res->pids[res->npids++] = e->procs[i].pinfo.pid;
     if ((rc = pt_walk_finish(e->walk)) != 0)
         goto out;
     pt_walk_counters_t wc;

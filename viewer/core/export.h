@@ -6,7 +6,7 @@
  * Formats (what each holds is in export.c's opening comment and the README):
  *   PT_EXPORT_COLLAPSED   folded stacks, self ns (or calls) per stack
  *   PT_EXPORT_PSTATS      a marshal file pstats.Stats loads (cProfile's keys)
- *   PT_EXPORT_SPEEDSCOPE  speedscope evented profiles, one per thread
+ *   PT_EXPORT_SPEEDSCOPE  speedscope evented profiles, one per (process, thread)
  *   PT_EXPORT_CHROME      Chrome trace-event JSON (ui.perfetto.dev, chrome://tracing)
  *   PT_EXPORT_PERFETTO    Perfetto's protobuf trace (TrackEvent; ui.perfetto.dev)
  *
@@ -49,11 +49,17 @@ typedef struct pt_export_opts {
     double timeout;          /* follow: give up after this many seconds without new data */
     int pf_uncompressed;     /* perfetto: plain packets, no compressed_packets batches */
     const char *tmp_dir;     /* speedscope spill file directory (NULL: the output's, else /tmp) */
+    /* Only the processes with these pids (a multi-process stream, walk.h
+     * PROCESSES); npids 0: every process. */
+    const uint64_t *pids;
+    size_t npids;
     /* Called every few thousand messages and while waiting; non-zero stops
      * the export with -EINTR. May be NULL. */
     int (*progress)(void *ctx);
     void *progress_ctx;
 } pt_export_opts_t;
+
+#define PT_EXPORT_MAX_PIDS 64
 
 typedef struct pt_export_result {
     uint64_t events;
@@ -67,8 +73,13 @@ typedef struct pt_export_result {
     int64_t error_offset;
     char error[512];         /* the damage, one line, without the "damaged at" prefix */
     int have_status;
-    pt_fb_producer_status_t status; /* the last ProducerStatus (strings not kept) */
+    pt_fb_producer_status_t status; /* the last ProducerStatus; several processes: each one's
+                                       last, counters added, the least advanced state */
     uint64_t bytes_written;
+    uint32_t processes;          /* in the stream (Message.process numbers seen) */
+    uint32_t selected_processes; /* exported (opts.pids) */
+    uint32_t npids;              /* pids of the first PT_EXPORT_MAX_PIDS processes with a ProcessInfo */
+    uint64_t pids[PT_EXPORT_MAX_PIDS];
 } pt_export_result_t;
 
 /* Export `recording` to the open file descriptor out_fd (not closed). */

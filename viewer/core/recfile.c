@@ -224,17 +224,18 @@ static int read_header(pt_recfile_t *rf)
     return 1;
 }
 
-static int grow(uint8_t **buf, size_t *cap, size_t need)
+/* Room for need bytes in *buf (kept), from 64 KiB doubling; 0 or -ENOMEM.
+ * realloc, like malloc, is 8-aligned, as the Event vector needs. */
+static int reserve(uint8_t **buf, size_t *cap, size_t need)
 {
     if (need <= *cap)
         return 0;
     size_t cap2 = *cap ? *cap : 64u << 10;
     while (cap2 < need)
         cap2 *= 2;
-    uint8_t *nb = malloc(cap2); /* malloc: 8-aligned, as the Event vector needs */
+    uint8_t *nb = realloc(*buf, cap2);
     if (!nb)
         return -ENOMEM;
-    free(*buf);
     *buf = nb;
     *cap = cap2;
     return 0;
@@ -275,6 +276,7 @@ static int inflate_chunk(pt_recfile_t *rf, const pt_fb_compressed_chunk_t *chunk
                          size_t *total, pt_fb_msg_t *m)
 {
     const pt_fb_compressed_chunk_t copy = *chunk, *c = &copy; /* *chunk lives in *m */
+    const uint32_t process = m->process; /* Message.process: the EventChunk keeps the tag */
     const uint64_t max_events = (PT_RECFILE_MAX_MESSAGE_BYTES - PT_CHUNK_HEADER_BYTES) / sizeof(pt_event_t);
     if (c->codec != PT_CODEC_ZSTD_DELTA_SHUFFLE)
         return damage(rf, rf->off, "compressed chunk with unknown codec %u", c->codec);
@@ -300,8 +302,9 @@ static int inflate_chunk(pt_recfile_t *rf, const pt_fb_compressed_chunk_t *chunk
                       ZSTD_getErrorName(frame));
     if (frame != c->data_len)
         return damage(rf, rf->off, "compressed chunk has %zu bytes after its zstd frame", c->data_len - frame);
-    const size_t out_total = PT_CHUNK_HEADER_BYTES + (size_t)c->raw_bytes;
-    if (grow(&rf->plain, &rf->plain_cap, out_total) < 0 || grow(&rf->scratch, &rf->scratch_cap, c->raw_bytes + 1) < 0)
+    size_t out_total = PT_CHUNK_HEADER_BYTES + (size_t)c->raw_bytes;
+    if (reserve(&rf->plain, &rf->plain_cap, out_total + 8) < 0 ||
+        reserve(&rf->scratch, &rf->scratch_cap, c->raw_bytes + 1) < 0)
         return io_error(rf, -ENOMEM);
     if (!rf->dctx && !(rf->dctx = ZSTD_createDCtx()))
         return io_error(rf, -ENOMEM);
@@ -314,6 +317,13 @@ static int inflate_chunk(pt_recfile_t *rf, const pt_fb_compressed_chunk_t *chunk
                       c->raw_bytes);
     pt_fb_chunk_header(rf->plain, c->thread, c->first_event, c->count, (uint32_t)(out_total - 4));
     unshuffle(rf->scratch, rf->plain + PT_CHUNK_OFF_EVENTS, c->count);
+    if (process) {
+        /* the tagged EventChunk the writer was given (pt_wire.h, "Tagged messages") */
+        const size_t tagged = pt_fb_tag(rf->plain, rf->plain_cap, rf->plain, out_total, process);
+        if (!tagged)
+            return damage(rf, rf->off, "compressed chunk of process %u cannot be tagged", process);
+        out_total = tagged;
+    }
     char why[192] = "";
     if (pt_fb_parse(rf->plain, out_total, m, why, sizeof why)) /* cannot fail: we built it */
         return damage(rf, rf->off, "decompressed chunk fails verification: %s", why);
@@ -377,7 +387,8 @@ int pt_recfile_next(pt_recfile_t *rf, const uint8_t **msg, size_t *len, pt_fb_ms
     }
     if (m.type == PT_MSG_PRODUCER_STATUS) {
         rf->last_state = m.u.producer_status.state;
-        if (rf->last_state == PT_STATE_EXITED || rf->last_state == PT_STATE_DEAD)
+        /* one process of several (Message.process) ending is not the stream's end */
+        if (!m.process && (rf->last_state == PT_STATE_EXITED || rf->last_state == PT_STATE_DEAD))
             rf->ended = 1;
     } else if (m.type == PT_MSG_EVENT_CHUNK) {
         rf->events += m.u.event_chunk.count;
@@ -477,25 +488,10 @@ struct pt_recwriter {
     size_t planes_cap, frame_cap;
 };
 
-static int wgrow(uint8_t **buf, size_t *cap, size_t need)
-{
-    if (need <= *cap)
-        return 0;
-    size_t cap2 = *cap ? *cap : 64u << 10;
-    while (cap2 < need)
-        cap2 *= 2;
-    uint8_t *nb = realloc(*buf, cap2);
-    if (!nb)
-        return -ENOMEM;
-    *buf = nb;
-    *cap = cap2;
-    return 0;
-}
-
 static int put(pt_recwriter_t *w, const uint8_t *bytes, size_t n)
 {
     const size_t padded = (n + 7) & ~(size_t)7;
-    if (wgrow(&w->buf, &w->cap, w->have + padded) < 0)
+    if (reserve(&w->buf, &w->cap, w->have + padded) < 0)
         return -ENOMEM;
     memcpy(w->buf + w->have, bytes, n);
     memset(w->buf + w->have + n, 0, padded - n);
@@ -585,17 +581,31 @@ static void shuffle(const uint8_t *records, uint8_t *planes, uint32_t count)
  * is compressed: the reader rebuilds that layout, so what it hands out is byte
  * for byte what was appended. 1: appended; 0: append it plain; <0: -ENOMEM. */
 static int put_compressed(pt_recwriter_t *w, const uint8_t *msg, size_t len, const pt_fb_event_chunk_t *c,
-                          size_t plain_len)
+                          uint32_t process, size_t plain_len)
 {
-    uint8_t canonical[PT_CHUNK_HEADER_BYTES];
-    if (len != PT_CHUNK_HEADER_BYTES + (size_t)c->count * sizeof(pt_event_t))
+    uint8_t canonical[PT_CHUNK_HEADER_BYTES + 8];
+    const size_t tag_bytes = process ? 8 : 0; /* Message.process moves the body 8 bytes on */
+    if (len != PT_CHUNK_HEADER_BYTES + tag_bytes + (size_t)c->count * sizeof(pt_event_t))
         return 0;
-    pt_fb_chunk_header(canonical, c->thread, c->first_event, c->count, (uint32_t)(len - 4));
-    if (memcmp(canonical, msg, sizeof canonical) != 0)
+    if (process) {
+        /* the header as pt_fb_tag writes it for this chunk: tag a 0-event header,
+         * then set the size prefix (the vector length is in the body, unmoved) */
+        uint8_t untagged[PT_CHUNK_HEADER_BYTES];
+        pt_fb_chunk_header(untagged, c->thread, c->first_event, c->count, PT_CHUNK_HEADER_BYTES - 4);
+        if (pt_fb_tag(canonical, sizeof canonical, untagged, sizeof untagged, process) != sizeof canonical)
+            return 0;
+        canonical[0] = (uint8_t)(len - 4);
+        canonical[1] = (uint8_t)((len - 4) >> 8);
+        canonical[2] = (uint8_t)((len - 4) >> 16);
+        canonical[3] = (uint8_t)((len - 4) >> 24);
+    } else {
+        pt_fb_chunk_header(canonical, c->thread, c->first_event, c->count, (uint32_t)(len - 4));
+    }
+    if (memcmp(canonical, msg, PT_CHUNK_HEADER_BYTES + tag_bytes) != 0)
         return 0;
     const size_t raw = (size_t)c->count * sizeof(pt_event_t);
     const size_t bound = ZSTD_compressBound(raw);
-    if (wgrow(&w->planes, &w->planes_cap, raw) < 0 || wgrow(&w->frame, &w->frame_cap, bound) < 0)
+    if (reserve(&w->planes, &w->planes_cap, raw) < 0 || reserve(&w->frame, &w->frame_cap, bound) < 0)
         return -ENOMEM;
     shuffle((const uint8_t *)c->events, w->planes, c->count);
     const size_t n = ZSTD_compress2(w->cctx, w->frame, bound, w->planes, raw);
@@ -604,9 +614,11 @@ static int put_compressed(pt_recwriter_t *w, const uint8_t *msg, size_t len, con
     const pt_fb_compressed_chunk_t cc = {c->thread, c->first_event, c->count, PT_CODEC_ZSTD_DELTA_SHUFFLE,
                                          (uint32_t)raw, w->frame, (uint32_t)n};
     /* the message is about 100 bytes of FlatBuffer around the frame */
-    if (wgrow(&w->buf, &w->cap, w->have + 128 + n) < 0)
+    if (reserve(&w->buf, &w->cap, w->have + 136 + n) < 0)
         return -ENOMEM;
-    const size_t out_len = pt_fb_build_compressed_chunk(w->buf + w->have, w->cap - w->have, &cc);
+    size_t out_len = pt_fb_build_compressed_chunk(w->buf + w->have, w->cap - w->have, &cc);
+    if (out_len && process) /* the tag survives compression; the reader gives it back */
+        out_len = pt_fb_tag(w->buf + w->have, w->cap - w->have, w->buf + w->have, out_len, process);
     if (!out_len || out_len >= plain_len)
         return 0;
     /* build_message pads to 8 with zeros already */
@@ -654,7 +666,7 @@ int pt_recwriter_append(pt_recwriter_t *w, const uint8_t *msg, size_t len, char 
                 w->st.lost_events += (uint64_t)le32(ev + 8) | (uint64_t)le16(ev + 12) << 32;
         w->st.events += c->count;
         if (w->compress && c->count >= PT_RECFILE_COMPRESS_MIN_EVENTS)
-            r = put_compressed(w, msg, len, c, padded);
+            r = put_compressed(w, msg, len, c, m.process, padded);
     }
     if (r == 0)
         r = put(w, msg, len);
@@ -727,4 +739,182 @@ int pt_recwriter_close(pt_recwriter_t *w, int finished)
     if (finished && w->st.committed >= PT_RECFILE_HEADER_BYTES)
         return pt_recwriter_set_flags(w, w->flags | PT_RECFILE_FLAG_FINISHED);
     return 0;
+}
+
+/* ---- merge ---------------------------------------------------------------------- */
+
+typedef struct merge_proc {
+    uint32_t input, old_tag, new_tag;
+} merge_proc_t;
+
+static void merge_note(pt_recmerge_input_t *in, const pt_recfile_t *rf)
+{
+    if (pt_recfile_error_offset(rf) >= 0) {
+        in->damaged = 1;
+        in->error_offset = pt_recfile_error_offset(rf);
+        snprintf(in->error, sizeof in->error, "%s", pt_recfile_error_reason(rf));
+    } else if (pt_recfile_error(rf)[0]) {
+        snprintf(in->error, sizeof in->error, "%s", pt_recfile_error(rf));
+    }
+}
+
+/* Read one input to its end (or its damage). */
+static int merge_next(pt_recfile_t *rf, const uint8_t **msg, size_t *len, pt_fb_msg_t *m)
+{
+    int r = pt_recfile_next(rf, msg, len, m);
+    if (r == 0 && !pt_recfile_pending(rf))
+        return 0;
+    if (r == 0) { /* an incomplete tail: nothing more will come */
+        pt_recfile_finish(rf);
+        return 0;
+    }
+    return r == -EBADMSG ? 0 : r;
+}
+
+int pt_recfile_merge(const char *const *inputs, size_t n, int out_fd, pt_recmerge_input_t *res,
+                     pt_recwriter_stats_t *out_stats, char *err, size_t errlen)
+{
+    merge_proc_t *procs = NULL;
+    size_t nprocs = 0, cap = 0;
+    pt_recwriter_t *w = NULL;
+    pt_recfile_t *rf = NULL;
+    uint8_t *buf = NULL;
+    size_t buf_cap = 0;
+    int rc = 0;
+    uint32_t lossless = 1;
+    if (err && errlen)
+        err[0] = 0;
+    if (!n)
+        return -EINVAL;
+    /* Pass 1: each input's processes and its clock shift (realtime - monotonic of its
+     * first ProcessInfo: every process of one recording is of one machine). */
+    for (size_t i = 0; i < n; i++) {
+        pt_recmerge_input_t *in = &res[i];
+        memset(in, 0, sizeof *in);
+        in->error_offset = -1;
+        if ((rc = pt_recfile_open(inputs[i], &rf, err, errlen)) != 0)
+            goto out;
+        const uint8_t *msg;
+        size_t len;
+        pt_fb_msg_t m;
+        int r;
+        while ((r = merge_next(rf, &msg, &len, &m)) == 1) {
+            if (m.type != PT_MSG_PROCESS_INFO)
+                continue;
+            size_t k = 0;
+            while (k < nprocs && !(procs[k].input == i && procs[k].old_tag == m.process))
+                k++;
+            if (k < nprocs)
+                continue; /* a second ProcessInfo of one process: the first counts */
+            if (nprocs == cap) {
+                size_t nc = cap ? cap * 2 : 16;
+                merge_proc_t *np = realloc(procs, nc * sizeof *np);
+                if (!np) {
+                    rc = -ENOMEM;
+                    goto out;
+                }
+                procs = np;
+                cap = nc;
+            }
+            if (nprocs >= UINT32_MAX - 1) {
+                rc = -E2BIG;
+                goto out;
+            }
+            procs[nprocs] = (merge_proc_t){(uint32_t)i, m.process, (uint32_t)nprocs + 1};
+            nprocs++;
+            in->processes++;
+            if (in->processes == 1) {
+                in->have_realtime = m.u.process_info.base_realtime_ns != 0;
+                in->realtime_ns = m.u.process_info.base_realtime_ns;
+                in->clock_diff_ns = (int64_t)(m.u.process_info.base_realtime_ns - m.u.process_info.base_monotonic_ns);
+            }
+        }
+        if (r < 0) {
+            rc = r;
+            snprintf(err, errlen, "%s: %s", inputs[i], pt_recfile_error(rf));
+            goto out;
+        }
+        if (!(pt_recfile_flags(rf) & PT_RECFILE_FLAG_LOSSLESS))
+            lossless = 0;
+        pt_recfile_close(rf);
+        rf = NULL;
+    }
+    /* The reference: the input that started first by the wall clock. */
+    size_t ref = n;
+    for (size_t i = 0; i < n; i++)
+        if (res[i].have_realtime && (ref == n || res[i].realtime_ns < res[ref].realtime_ns))
+            ref = i;
+    for (size_t i = 0; i < n; i++)
+        res[i].shift_ns = ref < n && res[i].have_realtime ? res[i].clock_diff_ns - res[ref].clock_diff_ns : 0;
+    if ((rc = pt_recwriter_open(out_fd, lossless ? PT_RECFILE_FLAG_LOSSLESS : 0, 1, PT_RECFILE_DEFAULT_LEVEL,
+                                4u << 20, &w)) != 0)
+        goto out;
+    /* Pass 2: every message, re-tagged; each ProcessInfo on the common axis. */
+    for (size_t i = 0; i < n; i++) {
+        pt_recmerge_input_t *in = &res[i];
+        if ((rc = pt_recfile_open(inputs[i], &rf, err, errlen)) != 0)
+            goto out;
+        const uint8_t *msg;
+        size_t len;
+        pt_fb_msg_t m;
+        int r;
+        while ((r = merge_next(rf, &msg, &len, &m)) == 1) {
+            size_t k = 0;
+            while (k < nprocs && !(procs[k].input == i && procs[k].old_tag == m.process))
+                k++;
+            if (k == nprocs) { /* a message before (or without) its process's ProcessInfo */
+                in->orphans++;
+                continue;
+            }
+            if (m.type == PT_MSG_PROCESS_INFO) {
+                int64_t mono = (int64_t)m.u.process_info.base_monotonic_ns + in->shift_ns;
+                if (mono < 0) {
+                    in->clamped++;
+                    mono = 0;
+                }
+                m.u.process_info.base_monotonic_ns = (uint64_t)mono;
+            }
+            m.process = procs[k].new_tag;
+            if (reserve(&buf, &buf_cap, len + 64 + 4096) < 0) {
+                rc = -ENOMEM;
+                goto out;
+            }
+            size_t out_len = 0;
+            if (m.type != PT_MSG_PROCESS_INFO && len % 8 == 0 && len <= buf_cap)
+                out_len = pt_fb_tag(buf, buf_cap, msg, len, m.process); /* the same bytes, tagged */
+            if (!out_len)
+                out_len = pt_fb_build(buf, buf_cap, &m);
+            if (!out_len) {
+                rc = -EOVERFLOW;
+                snprintf(err, errlen, "%s: a message of %zu bytes could not be rebuilt", inputs[i], len);
+                goto out;
+            }
+            char why[256];
+            if ((rc = pt_recwriter_append(w, buf, out_len, why, sizeof why)) != 0) {
+                if (rc == -EINVAL)
+                    snprintf(err, errlen, "%s: %s", inputs[i], why);
+                goto out;
+            }
+            in->messages++;
+            if (m.type == PT_MSG_EVENT_CHUNK)
+                in->events += m.u.event_chunk.count;
+        }
+        if (r < 0) {
+            rc = r;
+            snprintf(err, errlen, "%s: %s", inputs[i], pt_recfile_error(rf));
+            goto out;
+        }
+        merge_note(in, rf);
+        pt_recfile_close(rf);
+        rf = NULL;
+    }
+    rc = pt_recwriter_close(w, 1);
+out:
+    if (w && out_stats)
+        pt_recwriter_stats(w, out_stats);
+    pt_recwriter_free(w);
+    pt_recfile_close(rf);
+    free(procs);
+    free(buf);
+    return rc;
 }

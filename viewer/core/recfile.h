@@ -38,8 +38,10 @@
  * pt_recfile_next then returns 0 with pt_recfile_pending() > 0; the caller waits
  * and calls again. Once the caller knows nothing more will come (the recording
  * ended, the writer is gone, or it is not following), pt_recfile_finish turns
- * an incomplete tail into damage. A recording ends at a ProducerStatus with
- * state Exited or Dead (pt_recfile_ended), or when the FINISHED flag is set.
+ * an incomplete tail into damage. A recording ends at an untagged
+ * ProducerStatus with state Exited or Dead (pt_recfile_ended; in a stream of
+ * several processes one of them ending is not the end), or when the FINISHED
+ * flag is set.
  *
  * Threading: a pt_recfile_t is used by one thread at a time.
  * Errors: 0 or a negative errno (-ENOMEM, -EBADMSG, -EINVAL, or what open(2)
@@ -97,7 +99,7 @@ uint64_t pt_recfile_pending(const pt_recfile_t *rf);
  * -EBADMSG. */
 int pt_recfile_finish(pt_recfile_t *rf);
 
-/* 1 once a ProducerStatus with state Exited or Dead was read, or the header's
+/* 1 once an untagged ProducerStatus with state Exited or Dead was read, or the header's
  * FINISHED flag is set (re-read from the file on each call). */
 int pt_recfile_ended(pt_recfile_t *rf);
 
@@ -168,6 +170,44 @@ void pt_recwriter_stats(const pt_recwriter_t *w, pt_recwriter_stats_t *out);
  * stays valid (stats) until pt_recwriter_free. 0 or -errno. */
 int pt_recwriter_close(pt_recwriter_t *w, int finished);
 void pt_recwriter_free(pt_recwriter_t *w);
+
+/* ---- merge --------------------------------------------------------------
+ *
+ * pt_recfile_merge writes to out_fd (at offset 0, empty) one recording of
+ * every process of the n input recordings (the ranks of one job recorded on
+ * several machines): each input's processes get new Message.process numbers
+ * 1, 2, ... in input order (an untagged input is one process), and the
+ * messages are copied in input order, re-tagged (pt_fb_tag; the same bytes
+ * otherwise, so event chunks are compressed again). Time alignment (walk.h,
+ * THE TIME AXIS): every process of input i has its base_monotonic_ns moved by
+ * shift_i = (realtime - monotonic of input i's first ProcessInfo) - (the same
+ * of the input whose wall-clock base is earliest), so base_realtime_ns -
+ * base_monotonic_ns is one value for the whole file and the processes are
+ * placed by their wall clocks. An input without a wall-clock base
+ * (base_realtime_ns 0) is not moved. Ticks, and so every duration, are
+ * unchanged. The output is format 2.0, lossless if every input is, FINISHED.
+ *
+ * res (n entries) says per input what was taken; damage in an input is not an
+ * error of the call: what was before it is merged (res[i].damaged). Errors: 0,
+ * -ENOMEM, an input that cannot be opened or read (-errno, err says which), a
+ * write error of the output (-errno; the output is cut back to whole messages).
+ */
+typedef struct pt_recmerge_input {
+    uint32_t processes;        /* its ProcessInfo messages (processes) */
+    uint64_t messages, events; /* copied */
+    uint64_t orphans;          /* messages of a process without a ProcessInfo before them: left out */
+    uint64_t clamped;          /* ProcessInfo whose moved base would be below 0 (set to 0) */
+    int have_realtime;         /* its first ProcessInfo has a wall-clock base */
+    uint64_t realtime_ns;      /* that base */
+    int64_t clock_diff_ns;     /* base_realtime_ns - base_monotonic_ns of it */
+    int64_t shift_ns;          /* added to its processes' base_monotonic_ns */
+    int damaged;
+    int64_t error_offset;
+    char error[512];
+} pt_recmerge_input_t;
+
+int pt_recfile_merge(const char *const *inputs, size_t n, int out_fd, pt_recmerge_input_t *res,
+                     pt_recwriter_stats_t *out_stats, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,5 @@
 /*
- * A u64 -> u32 open-addressing hash map for the reading core (walk.c,
+ * A u64 -> u32 open-addressing hash map for the reading core (agg.c, walk.c,
  * export.c): linear probing, load factor <= 1/2, value UINT32_MAX = empty.
  * Internal; static inline so each user gets its own copy.
  */
@@ -101,6 +101,17 @@ static inline uint32_t *pt_u64map_slot(pt_u64map_t *m, uint64_t key, uint32_t in
     m->vals[i] = init;
     m->used++;
     return &m->vals[i];
+}
+
+/* Insert key -> val, or overwrite its value. val must not be PT_U64MAP_EMPTY.
+ * Returns 0 or -ENOMEM (the map unchanged). */
+static inline int pt_u64map_put(pt_u64map_t *m, uint64_t key, uint32_t val)
+{
+    uint32_t *slot = pt_u64map_slot(m, key, val);
+    if (!slot)
+        return -ENOMEM;
+    *slot = val;
+    return 0;
 }
 
 #endif /* PT_VIEWER_U64MAP_INTERNAL_H */

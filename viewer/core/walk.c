@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grow_internal.h"
 #include "u64map_internal.h"
 
 #define MAX_STACK_DEPTH (1u << 20)
@@ -29,6 +30,7 @@ typedef struct entry {
 
 typedef struct wthread {
     pt_walk_thread_t pub;
+    uint32_t chain;       /* next thread index with the same (process, number) hash, or EMPTY */
     entry_t *stack;
     uint32_t cap;
     int recovering;       /* inside a Frame run, or after a Lost record */
@@ -43,30 +45,13 @@ struct pt_walk {
     void *ctx;
     wthread_t **threads;  /* pointers: pt_walk_thread_t handed out stays put */
     uint32_t thread_count, thread_cap;
-    pt_u64map_t thread_map;
+    pt_u64map_t thread_map; /* hash of (process, number) -> first thread index of its chain */
     uint32_t last_thread;
     pt_u64map_t open;     /* (thread index << 33 | span << 32 | id) -> open entries */
     entry_t *scratch;
     uint32_t scratch_cap;
     pt_walk_counters_t c;
 };
-
-static int grow(void **arr, uint32_t *cap, size_t elem, uint32_t need)
-{
-    if (need <= *cap)
-        return 0;
-    size_t ncap = *cap ? *cap : 16;
-    while (ncap < need)
-        ncap *= 2;
-    if (ncap > UINT32_MAX / 2)
-        return -ENOMEM;
-    void *p = realloc(*arr, ncap * elem);
-    if (!p)
-        return -ENOMEM;
-    *arr = p;
-    *cap = (uint32_t)ncap;
-    return 0;
-}
 
 int pt_walk_create(const pt_walk_ops_t *ops, void *ctx, pt_walk_t **out)
 {
@@ -98,28 +83,43 @@ void pt_walk_destroy(pt_walk_t *w)
     free(w);
 }
 
-pt_walk_thread_t *pt_walk_thread(pt_walk_t *w, uint64_t number, int *rc)
+/* Threads are keyed by (process, number), both untrusted: the map holds a hash
+ * of the pair and each thread the next index with the same hash, so a
+ * collision costs a step, never a wrong thread. */
+static inline uint64_t thread_key(uint32_t process, uint64_t number)
+{
+    return process ? number ^ pt_u64map_mix((uint64_t)process | 1ull << 63) : number;
+}
+
+pt_walk_thread_t *pt_walk_proc_thread(pt_walk_t *w, uint32_t process, uint64_t number, int *rc)
 {
     *rc = 0;
-    if (w->last_thread < w->thread_count && w->threads[w->last_thread]->pub.number == number)
+    if (w->last_thread < w->thread_count && w->threads[w->last_thread]->pub.number == number &&
+        w->threads[w->last_thread]->pub.process == process)
         return &w->threads[w->last_thread]->pub;
-    uint32_t idx = pt_u64map_get(&w->thread_map, number);
+    const uint64_t key = thread_key(process, number);
+    uint32_t head = pt_u64map_get(&w->thread_map, key), idx = head;
+    while (idx != PT_U64MAP_EMPTY && (w->threads[idx]->pub.number != number || w->threads[idx]->pub.process != process))
+        idx = w->threads[idx]->chain;
     if (idx == PT_U64MAP_EMPTY) {
         if (w->thread_count >= (UINT32_MAX >> 2) ||
-            grow((void **)&w->threads, &w->thread_cap, sizeof *w->threads, w->thread_count + 1)) {
+            pt_grow((void **)&w->threads, &w->thread_cap, sizeof *w->threads, w->thread_count + 1)) {
             *rc = -ENOMEM;
             return NULL;
         }
         wthread_t *t = calloc(1, sizeof *t);
-        uint32_t *slot = t ? pt_u64map_slot(&w->thread_map, number, w->thread_count) : NULL;
+        uint32_t *slot = t ? pt_u64map_slot(&w->thread_map, key, w->thread_count) : NULL;
         if (!slot) {
             free(t);
             *rc = -ENOMEM;
             return NULL;
         }
         idx = w->thread_count++;
+        t->chain = head; /* PT_U64MAP_EMPTY, or the chain so far */
+        *slot = idx;
         w->threads[idx] = t;
         t->pub.number = number;
+        t->pub.process = process;
         t->pub.index = idx;
         w->c.threads = w->thread_count;
         if (w->ops.thread_new && (*rc = w->ops.thread_new(w->ctx, &t->pub)) != 0)
@@ -127,6 +127,11 @@ pt_walk_thread_t *pt_walk_thread(pt_walk_t *w, uint64_t number, int *rc)
     }
     w->last_thread = idx;
     return &w->threads[idx]->pub;
+}
+
+pt_walk_thread_t *pt_walk_thread(pt_walk_t *w, uint64_t number, int *rc)
+{
+    return pt_walk_proc_thread(w, 0, number, rc);
 }
 
 size_t pt_walk_thread_count(const pt_walk_t *w) { return w->thread_count; }
@@ -146,7 +151,7 @@ static inline int do_enter(pt_walk_t *w, wthread_t *t, uint32_t id, uint32_t spa
 {
     if (t->pub.depth >= MAX_STACK_DEPTH)
         return -ENOMEM;
-    if (t->pub.depth == t->cap && grow((void **)&t->stack, &t->cap, sizeof *t->stack, t->pub.depth + 1))
+    if (t->pub.depth == t->cap && pt_grow((void **)&t->stack, &t->cap, sizeof *t->stack, t->pub.depth + 1))
         return -ENOMEM;
     uint32_t *open = pt_u64map_slot(&w->open, open_key(t, span, id), 0);
     if (!open)
@@ -174,7 +179,7 @@ static int truncate_to(pt_walk_t *w, wthread_t *t, uint32_t depth, uint64_t tick
     if (lift) {
         for (uint32_t i = depth; i < t->pub.depth; i++)
             nspans += t->stack[i].span;
-        if (nspans && grow((void **)&w->scratch, &w->scratch_cap, sizeof *w->scratch, nspans))
+        if (nspans && pt_grow((void **)&w->scratch, &w->scratch_cap, sizeof *w->scratch, nspans))
             return -ENOMEM;
         nspans = 0;
         for (uint32_t i = depth; i < t->pub.depth; i++)
@@ -236,7 +241,7 @@ static int close_span(pt_walk_t *w, wthread_t *t, uint32_t id, uint64_t ticks)
         return 0;
     }
     uint32_t above = d - pos - 1;
-    if (above && grow((void **)&w->scratch, &w->scratch_cap, sizeof *w->scratch, above))
+    if (above && pt_grow((void **)&w->scratch, &w->scratch_cap, sizeof *w->scratch, above))
         return -ENOMEM;
     if (above)
         memcpy(w->scratch, t->stack + pos + 1, above * sizeof *w->scratch);
@@ -352,8 +357,13 @@ static int feed_event(pt_walk_t *w, wthread_t *t, const pt_event_t *ev)
 
 int pt_walk_events(pt_walk_t *w, uint64_t thread, const pt_event_t *events, size_t count)
 {
+    return pt_walk_proc_events(w, 0, thread, events, count);
+}
+
+int pt_walk_proc_events(pt_walk_t *w, uint32_t process, uint64_t thread, const pt_event_t *events, size_t count)
+{
     int rc;
-    pt_walk_thread_t *pub = pt_walk_thread(w, thread, &rc);
+    pt_walk_thread_t *pub = pt_walk_proc_thread(w, process, thread, &rc);
     if (!pub)
         return rc ? rc : -ENOMEM;
     wthread_t *t = (wthread_t *)pub;
@@ -368,8 +378,13 @@ int pt_walk_events(pt_walk_t *w, uint64_t thread, const pt_event_t *events, size
 
 int pt_walk_thread_end(pt_walk_t *w, uint64_t thread, uint64_t ticks)
 {
+    return pt_walk_proc_thread_end(w, 0, thread, ticks);
+}
+
+int pt_walk_proc_thread_end(pt_walk_t *w, uint32_t process, uint64_t thread, uint64_t ticks)
+{
     int rc;
-    pt_walk_thread_t *pub = pt_walk_thread(w, thread, &rc);
+    pt_walk_thread_t *pub = pt_walk_proc_thread(w, process, thread, &rc);
     if (!pub)
         return rc ? rc : -ENOMEM;
     wthread_t *t = (wthread_t *)pub;

@@ -74,6 +74,27 @@
  * reused number). pt_walk_finish closes every thread still open, at its last
  * tick, in order of first sight.
  *
+ * PROCESSES. A stream may hold several processes (a job's process tree read by
+ * the hub, a merged recording): every message carries Message.process, the
+ * stream-unique process number (0 = the stream's only process, every older
+ * recording), and each process's ProcessInfo, with the same number, comes
+ * before its other messages. Thread numbers and symbol ids are per process, so
+ * a thread is the pair (process, number) (the pt_walk_proc_* calls; the plain
+ * calls are process 0) and a symbol the pair (process, id) (the consumer's
+ * table). Ticks are per process too: events of process p are in p's own clock.
+ *
+ * THE TIME AXIS of a stream (every consumer: export.c, agg.c). A tick t of
+ * process p is at
+ *     ns(p, t) = p.base_monotonic_ns + (t - p.base_ticks) * 1e9 / p.ticks_per_second
+ * on one CLOCK_MONOTONIC axis shared by all the stream's processes: processes
+ * of one machine share CLOCK_MONOTONIC, so this is exact for a hub's stream.
+ * Recordings made on different machines (whose monotonic clocks are
+ * unrelated) are put on one axis by `pytrace merge`, which rewrites each
+ * input's base_monotonic_ns so that base_realtime_ns - base_monotonic_ns is
+ * the same for every process (alignment by wall clock; README, "Merging
+ * recordings", states the error). Durations within a process use only its own
+ * ticks_per_second, never another process's.
+ *
  * Any callback may be NULL. Callbacks may return non-zero to stop the walk; that value is returned by
  * the feeding call (the stack is then unspecified; destroy the walk).
  * Threading: one thread at a time. Errors: 0, a callback's value, or -ENOMEM.
@@ -98,6 +119,7 @@ extern "C" {
 
 typedef struct pt_walk_thread {
     uint64_t number;       /* segment-unique thread number */
+    uint32_t process;      /* Message.process of its messages (0: the stream's only process) */
     uint32_t index;        /* 0, 1, ... in order of first sight */
     uint32_t depth;        /* open entries (after the change being reported) */
     uint64_t last_ticks;   /* largest tick seen on the thread */
@@ -136,10 +158,15 @@ pt_walk_thread_t *pt_walk_thread(pt_walk_t *w, uint64_t number, int *rc);
 size_t pt_walk_thread_count(const pt_walk_t *w);
 pt_walk_thread_t *pt_walk_thread_at(pt_walk_t *w, size_t index);
 
+/* The same for thread `number` of process `process` (pt_walk_thread is process 0). */
+pt_walk_thread_t *pt_walk_proc_thread(pt_walk_t *w, uint32_t process, uint64_t number, int *rc);
+
 /* Events of one thread, in stream order (an EventChunk). */
 int pt_walk_events(pt_walk_t *w, uint64_t thread, const pt_event_t *events, size_t count);
+int pt_walk_proc_events(pt_walk_t *w, uint32_t process, uint64_t thread, const pt_event_t *events, size_t count);
 /* ThreadEnd at ticks (0 = the thread's last tick): close everything open. */
 int pt_walk_thread_end(pt_walk_t *w, uint64_t thread, uint64_t ticks);
+int pt_walk_proc_thread_end(pt_walk_t *w, uint32_t process, uint64_t thread, uint64_t ticks);
 /* End of the stream: pt_walk_thread_end for every thread with entries open. */
 int pt_walk_finish(pt_walk_t *w);
 

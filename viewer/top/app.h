@@ -11,9 +11,9 @@
 
 #include "shm/reader.h"
 #include "viewer/core/agg.h"
-#include "viewer/core/recfile.h"
 
 #include "cpu.h"
+#include "source.h"
 
 typedef enum PanelResult {
     PANEL_IGNORED = 0,
@@ -39,9 +39,17 @@ extern const PanelClass FlamePanel_class;
 #define APP_FILTER_MAX 128
 
 typedef struct App {
-    pt_reader_t *reader;     /* live job, or NULL when showing a recording */
-    pt_recfile_t *recfile;   /* recording (--file), or NULL */
-    pt_agg_t *agg;
+    Source *source;          /* where the stream comes from (source.h) */
+    pt_agg_t *agg;           /* the shown process's aggregation (aggs[proc]) */
+    /* A stream of several processes (Message.process: a job's process tree, a
+     * merged recording) has one aggregation per process; an untagged stream one. */
+    pt_agg_t **aggs;
+    uint32_t *agg_tags;      /* Message.process of each */
+    Cpu *cpus;               /* each one's CPU meters while not shown (the shown one's are in cpu) */
+    size_t agg_count, agg_cap, proc;
+    uint64_t fed;            /* messages aggregated */
+    int merged;              /* the table adds up every process (--once without --pid) */
+    uint64_t want_pid;       /* --pid: show this process once it is seen */
     const PanelClass *panel;
 
     /* what is shown */
@@ -61,6 +69,7 @@ typedef struct App {
     pt_reader_stats_t stats;
     double read_rate;        /* events/s read, wall clock */
     Cpu cpu;                 /* the job's CPU use from /proc (live jobs only; pid 0 for a recording) */
+    SourceStatus status;     /* the source's, after the last poll */
 
     /* table panel */
     int table_selected, table_scroll;
@@ -71,23 +80,11 @@ typedef struct App {
     uint32_t zoom_path[APP_PATH_MAX];
     int zoom_len;
 
-    /* job state */
-    int ended;               /* producer EXITED and all drained */
-    int died;                /* producer gone without EXITED */
-    char error[256];         /* last reader / parse error, shown on screen */
-    char target[128];
-    int parse_errors;
-
-    /* recording (--file) */
-    const char *file_path;
-    int follow;              /* --follow: wait for the recording's end however long */
-    int file_damaged;        /* damage found; everything before it is shown */
-    int file_stalled;        /* not ended and not growing for a while */
-    uint64_t file_size_seen; /* growth detection */
-    uint64_t file_grew_ns;   /* monotonic time the file last grew (or was opened) */
-    pt_reader_stats_t file_stats; /* what the reader stats say, rebuilt from the file */
+    char error[256];         /* the view's own error (aggregating), shown when the source has none */
 } App;
 
+/* The error line to show: the source's, else the view's own ("" if none). */
+const char *App_error(const App *app);
 /* Refresh snapshots (table, tree, counters). */
 void App_refresh(App *app);
 /* Display name of a symbol id ("" if none). */

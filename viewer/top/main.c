@@ -10,8 +10,9 @@
  *                                    followed while it grows (or, with
  *                                    --follow, until the recording ends)
  *
- * The main loop drains the reader every ~10 ms (getch timeout) so the job's
- * rings never fill, and re-queries the aggregation / redraws at ~3 Hz. The
+ * The stream comes from a Source (source.h: a live segment or a recording).
+ * The main loop reads it every ~10 ms (getch timeout) so the job's rings
+ * never fill, and re-queries the aggregation / redraws at ~3 Hz. The
  * picture can be paused (space) while reading goes on.
  */
 #include <curses.h>
@@ -38,10 +39,6 @@
 #define CPU_READ_NS 300000000ull
 #define DRAW_NS 333000000ull
 #define POLL_MAX_EVENTS 4000000u
-#define FILE_POLL_MAX_MESSAGES 4096u
-/* A recording that has not ended and did not grow for this long is taken as
- * complete (without --follow): its writer stopped or is idle. */
-#define FILE_STALL_NS 1000000000ull
 
 static const double App_windows[] = {1, 2, 5, 10, 30, 60, 120, 300, 600};
 #define N_WINDOWS (int)(sizeof App_windows / sizeof App_windows[0])
@@ -63,6 +60,8 @@ static void usage(FILE *f)
             "                    a live job's CPU%% is then the average since each thread started)\n"
             "  --window S        table of the last S seconds instead of the whole run (live view: start there)\n"
             "  --thread N        only thread N (its number in the segment; 0 = all threads)\n"
+            "  --pid PID         a stream of several processes (a process tree, pytrace merge): show the\n"
+            "                    process PID (keys: P cycles processes); --once without it adds them all up\n"
             "  --sort KEY        own (default), total, calls, prim, name or file\n"
             "  --limit N         with --once: at most N rows\n"
             "  --follow          with --file: wait for the recording's end however long it is idle\n"
@@ -71,164 +70,110 @@ static void usage(FILE *f)
             "\n"
             "OWN%%WALL and TOT%%WALL are shares of wall time (a sleeping or waiting frame counts; threads add\n"
             "up to more than 100%%); CPU%% is what the kernel counted (100%% = one core), n/a for a recording.\n"
-            "Keys: q quit, space pause, Tab table/flame, o/t/c/n/f sort, r reverse, T thread, / filter,\n"
+            "Keys: q quit, space pause, Tab table/flame, o/t/c/n/f sort, r reverse, T thread, P process, / filter,\n"
             "+/- window, w table window/run.\n");
 }
 
 /* ---- reading ------------------------------------------------------------ */
 
-static int App_onMessage(void *ctx, uint32_t type, const uint8_t *msg, size_t len)
+/* The aggregation of Message.process `tag` (created on first sight); NULL if
+ * out of memory. The first one, made before anything was read, is process 0's
+ * until a tagged stream's first message takes it. */
+static pt_agg_t *App_aggOf(App *app, const pt_fb_msg_t *m)
+{
+    const uint32_t tag = m->process;
+    for (size_t i = 0; i < app->agg_count; i++)
+        if (app->agg_tags[i] == tag)
+            return app->aggs[i];
+    if (app->agg_count == 1 && !app->fed) {
+        app->agg_tags[0] = tag;
+        return app->aggs[0];
+    }
+    if (app->agg_count == app->agg_cap) {
+        size_t cap = app->agg_cap ? app->agg_cap * 2 : 4;
+        pt_agg_t **a = realloc(app->aggs, cap * sizeof *a);
+        if (a)
+            app->aggs = a;
+        uint32_t *t = realloc(app->agg_tags, cap * sizeof *t);
+        if (t)
+            app->agg_tags = t;
+        Cpu *c = realloc(app->cpus, cap * sizeof *c);
+        if (c)
+            app->cpus = c;
+        if (!a || !t || !c)
+            return NULL;
+        app->agg_cap = cap;
+    }
+    pt_agg_t *agg;
+    if (pt_agg_create(NULL, &agg))
+        return NULL;
+    size_t i = app->agg_count++;
+    app->aggs[i] = agg;
+    app->agg_tags[i] = tag;
+    /* a live stream's process: its CPU from /proc by its own pid */
+    uint64_t pid = m->type == PT_MSG_PROCESS_INFO && !app->source->cls->replay ? m->u.process_info.pid : 0;
+    Cpu_init(&app->cpus[i], pid, CPU_PERIOD_NS);
+    return agg;
+}
+
+static void App_onMessage(void *ctx, const pt_fb_msg_t *m)
 {
     App *app = ctx;
-    pt_fb_msg_t m;
-    char why[128] = "";
-    (void)type;
-    if (pt_fb_parse(msg, len, &m, why, sizeof why)) {
-        app->parse_errors++;
-        snprintf(app->error, sizeof app->error, "bad message from the reader (%s); the picture may be incomplete",
-                 why);
-        return 0; /* skip it, keep reading */
-    }
-    int rc = pt_agg_feed_msg(app->agg, &m);
-    if (rc == -ENOMEM)
+    pt_agg_t *agg = App_aggOf(app, m);
+    app->fed++;
+    if (!agg || pt_agg_feed_msg(agg, m) == -ENOMEM)
         snprintf(app->error, sizeof app->error, "out of memory while aggregating; the picture is incomplete");
-    return 0;
 }
 
-/* ---- recordings ---------------------------------------------------------- */
-
-static void App_fileDamage(App *app)
+/* Show process i (its aggregation, its CPU meters; all its threads). */
+static void App_showProcess(App *app, size_t i)
 {
-    app->file_damaged = 1;
-    snprintf(app->error, sizeof app->error, "%s: %s (everything before it is shown)", app->file_path,
-             pt_recfile_error(app->recfile));
-}
-
-/* Keep the reader-stats view of a recording up to date from one message. */
-static void App_fileNote(App *app, const pt_fb_msg_t *m)
-{
-    pt_reader_stats_t *st = &app->file_stats;
-    st->messages++;
-    switch (m->type) {
-    case PT_MSG_PROCESS_INFO: st->pid = m->u.process_info.pid; break;
-    case PT_MSG_SYMBOL: st->symbols_read++; break;
-    case PT_MSG_THREAD_START: st->threads_seen++; st->threads_active++; break;
-    case PT_MSG_THREAD_END: if (st->threads_active) st->threads_active--; break;
-    case PT_MSG_EVENT_CHUNK:
-        st->chunks_read++;
-        st->events_read += m->u.event_chunk.count;
-        break;
-    case PT_MSG_PRODUCER_STATUS:
-        st->producer_state = m->u.producer_status.state;
-        st->producer_events_written = m->u.producer_status.events_written;
-        st->producer_events_dropped = m->u.producer_status.events_dropped;
-        st->hook_errors = m->u.producer_status.hook_errors;
-        st->symbols_dropped = m->u.producer_status.symbols_dropped;
-        st->threads_untraced = m->u.producer_status.threads_untraced;
-        st->tracing_displaced = m->u.producer_status.tracing_displaced;
-        st->events_untraced = m->u.producer_status.events_untraced;
-        break;
-    default: break;
-    }
-}
-
-/* At the end of what is written: has the recording ended, stalled, or is it
- * still growing? */
-static void App_fileAtEnd(App *app)
-{
-    uint64_t now = pt_monotonic_ns();
-    if (pt_recfile_ended(app->recfile)) {
-        if (pt_recfile_finish(app->recfile) == -EBADMSG) {
-            App_fileDamage(app); /* the writer finished, yet the file is torn: truncated */
-            if (pt_recfile_last_state(app->recfile) < PT_STATE_EXITED)
-                return; /* its end is lost: DAMAGED, not ENDED */
-        }
-        if (pt_recfile_last_state(app->recfile) == PT_STATE_DEAD)
-            app->died = 1;
-        else
-            app->ended = 1;
-        app->file_stalled = 0;
+    if (i >= app->agg_count || i == app->proc)
         return;
-    }
-    uint64_t size = pt_recfile_file_size(app->recfile);
-    if (size != app->file_size_seen) {
-        app->file_size_seen = size;
-        app->file_grew_ns = now;
-        app->file_stalled = 0;
-        return;
-    }
-    if (app->follow || now - app->file_grew_ns < FILE_STALL_NS)
-        return;
-    /* Not following and nothing new for a while: a torn tail is truncation.
-     * A clean end is not damage; keep watching in case the writer resumes. */
-    app->file_stalled = 1;
-    if (pt_recfile_finish(app->recfile) == -EBADMSG)
-        App_fileDamage(app);
+    app->cpus[app->proc] = app->cpu;
+    app->cpu = app->cpus[i];
+    app->proc = i;
+    app->agg = app->aggs[i];
+    app->thread = 0;
 }
 
-/* Read what the recording holds now (bounded per call so keys stay live).
- * Returns events read or a negative errno (recorded in app). */
-static long App_pollFile(App *app)
+/* --pid: the process with this pid, if it was seen. */
+static int App_selectPid(App *app, uint64_t pid)
 {
-    if (app->ended || app->died || app->file_damaged)
-        return 0;
-    long events = 0;
-    for (unsigned i = 0; i < FILE_POLL_MAX_MESSAGES && events < (long)POLL_MAX_EVENTS; i++) {
-        const uint8_t *msg;
-        size_t len;
-        pt_fb_msg_t m;
-        int rc = pt_recfile_next(app->recfile, &msg, &len, &m);
-        if (rc == 1) {
-            App_fileNote(app, &m);
-            if (m.type == PT_MSG_EVENT_CHUNK)
-                events += (long)m.u.event_chunk.count;
-            if (pt_agg_feed_msg(app->agg, &m) == -ENOMEM)
-                snprintf(app->error, sizeof app->error, "out of memory while aggregating; the picture is incomplete");
-            app->file_stalled = 0;
-            continue;
+    for (size_t i = 0; i < app->agg_count; i++)
+        if (pt_agg_process_info(app->aggs[i])->pid == pid) {
+            App_showProcess(app, i);
+            return 0;
         }
-        if (rc == -EBADMSG) {
-            App_fileDamage(app);
-        } else if (rc < 0) {
-            snprintf(app->error, sizeof app->error, "%s: %s", app->file_path, pt_recfile_error(app->recfile));
-            return rc;
-        } else {
-            if (app->error[0] && !app->file_damaged)
-                app->error[0] = 0; /* an I/O error went away */
-            App_fileAtEnd(app);
-        }
-        break;
-    }
-    return events;
+    return -ENOENT;
 }
 
-/* Drain once. Returns events read or a negative errno (recorded in app). */
+static const char *App_procState(const pt_agg_t *agg)
+{
+    pt_agg_counters_t c;
+    pt_agg_counters(agg, &c);
+    switch (c.producer_state) {
+    case PT_STATE_RUNNING: return "running";
+    case PT_STATE_STOPPED: return "stopped";
+    case PT_STATE_EXITED: return "exited";
+    case PT_STATE_DEAD: return "died";
+    default: return c.threads_active ? "running" : "?";
+    }
+}
+
+/* Read once (bounded, so keys stay live). Returns events read or a negative
+ * errno (the source's error line says what). */
 static long App_poll(App *app)
 {
-    if (app->recfile)
-        return App_pollFile(app);
-    if (app->ended || app->died)
-        return 0;
-    long n = pt_reader_poll(app->reader, App_onMessage, app, POLL_MAX_EVENTS);
-    if (n == -EPIPE) {
-        app->died = 1;
-    } else if (n < 0) {
-        const char *e = pt_reader_error(app->reader);
-        snprintf(app->error, sizeof app->error, "%s", e && *e ? e : strerror((int)-n));
-    } else {
-        const char *e = pt_reader_error(app->reader);
-        if (e && *e)
-            snprintf(app->error, sizeof app->error, "%s", e);
-    }
-    if (pt_reader_finished(app->reader)) {
-        pt_reader_stats_t st;
-        pt_reader_stats(app->reader, &st);
-        if (st.producer_state == PT_STATE_DEAD)
-            app->died = 1;
-        else
-            app->ended = 1;
-    }
+    long n = Source_poll(app->source, App_onMessage, app, POLL_MAX_EVENTS);
+    Source_status(app->source, &app->status);
     return n;
+}
+
+const char *App_error(const App *app)
+{
+    const char *e = Source_error(app->source);
+    return e[0] ? e : app->error;
 }
 
 const char *App_symbolName(App *app, uint32_t id) { return pt_agg_symbol(app->agg, id).name; }
@@ -264,7 +209,7 @@ void App_threadLabel(App *app, char *out, size_t cap)
  * (its pid may belong to another process by then) or for a recording. */
 static void App_sampleCpu(App *app, int force)
 {
-    if (!app->cpu.pid || app->ended || app->died)
+    if (!app->cpu.pid || app->status.ended || app->status.died)
         return;
     uint64_t now = pt_monotonic_ns();
     if (!force && app->cpu.last_sample_ns && now - app->cpu.last_sample_ns < CPU_READ_NS)
@@ -283,6 +228,9 @@ static void App_sampleCpu(App *app, int force)
     }
     (void)Cpu_sample(&app->cpu, threads, tids, k, now); /* a meter it could not keep shows "-" */
     free(threads);
+    for (size_t i = 0; i < app->agg_count; i++) /* the other processes: their process figure */
+        if (i != app->proc && app->cpus[i].pid)
+            (void)Cpu_sample(&app->cpus[i], NULL, NULL, 0, now);
 }
 
 /* "98.7%", "n/a" (a recording, or nothing the kernel would tell), "-" (no
@@ -298,37 +246,146 @@ static void App_cpuText(const App *app, const CpuMeter *m, char *out, size_t cap
         snprintf(out, cap, "%.1f%%", pct);
 }
 
-static void App_readStats(const App *app, pt_reader_stats_t *out)
+/* The table of every process added up: rows of one function (kind, name,
+ * file, line) in several processes are one row; percentages add up (each is
+ * of its own process's span). */
+static int App_rowKey(const void *x, const void *y)
 {
-    if (app->recfile)
-        *out = app->file_stats;
-    else
-        pt_reader_stats(app->reader, out);
+    const pt_agg_row_t *a = x, *b = y;
+    int c = strcmp(a->name, b->name);
+    if (!c)
+        c = strcmp(a->file, b->file);
+    if (!c)
+        c = a->line < b->line ? -1 : a->line > b->line;
+    if (!c)
+        c = a->kind < b->kind ? -1 : a->kind > b->kind;
+    return c;
+}
+
+static int App_sortKey, App_sortDesc;
+
+static int App_rowOrder(const void *x, const void *y)
+{
+    const pt_agg_row_t *a = x, *b = y;
+    uint64_t u = 0, v = 0;
+    int c = 0;
+    switch (App_sortKey) {
+    case PT_AGG_SORT_TOTAL: u = a->total_ns; v = b->total_ns; break;
+    case PT_AGG_SORT_CALLS: u = a->calls; v = b->calls; break;
+    case PT_AGG_SORT_PRIM_CALLS: u = a->prim_calls; v = b->prim_calls; break;
+    case PT_AGG_SORT_NAME: c = strcmp(a->name, b->name); break;
+    case PT_AGG_SORT_FILE: c = strcmp(a->file, b->file); break;
+    default: u = a->self_ns; v = b->self_ns; break;
+    }
+    if (!c)
+        c = u < v ? -1 : u > v;
+    if (App_sortDesc)
+        c = -c;
+    return c ? c : App_rowKey(a, b);
+}
+
+static void App_mergedTable(App *app, const pt_agg_query_t *q, pt_agg_table_t *out)
+{
+    memset(out, 0, sizeof *out);
+    size_t n = 0, cap = 0;
+    pt_agg_row_t *rows = NULL;
+    for (size_t i = 0; i < app->agg_count; i++) {
+        pt_agg_table_t t;
+        if (pt_agg_table(app->aggs[i], q, app->sort, app->sort_desc, app->filter, &t))
+            continue;
+        if (n + t.count > cap) {
+            size_t nc = cap ? cap : 64;
+            while (nc < n + t.count)
+                nc *= 2;
+            pt_agg_row_t *r = realloc(rows, nc * sizeof *r);
+            if (!r) {
+                pt_agg_table_free(&t);
+                continue;
+            }
+            rows = r;
+            cap = nc;
+        }
+        memcpy(rows + n, t.rows, t.count * sizeof *rows);
+        n += t.count;
+        if (t.span_ns > out->span_ns)
+            out->span_ns = t.span_ns;
+        pt_agg_table_free(&t);
+    }
+    if (!rows)
+        return;
+    qsort(rows, n, sizeof *rows, App_rowKey);
+    size_t w = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (w && !App_rowKey(&rows[w - 1], &rows[i])) {
+            pt_agg_row_t *r = &rows[w - 1];
+            r->calls += rows[i].calls;
+            r->prim_calls += rows[i].prim_calls;
+            r->self_ns += rows[i].self_ns;
+            r->total_ns += rows[i].total_ns;
+            r->self_pct += rows[i].self_pct;
+            r->total_pct += rows[i].total_pct;
+        } else {
+            rows[w++] = rows[i];
+        }
+    }
+    App_sortKey = app->sort;
+    App_sortDesc = app->sort_desc;
+    qsort(rows, w, sizeof *rows, App_rowOrder);
+    out->rows = rows;
+    out->count = w;
 }
 
 void App_refresh(App *app)
 {
     pt_agg_query_t tq = {.thread = app->thread, .window_seconds = app->table_window ? app->window_seconds : 0};
     pt_agg_query_t fq = {.thread = app->thread, .window_seconds = app->window_seconds};
+    if (app->want_pid && pt_agg_process_info(app->agg)->pid != app->want_pid)
+        (void)App_selectPid(app, app->want_pid);
     pt_agg_table_free(&app->table);
     pt_agg_tree_free(&app->tree);
-    pt_agg_table(app->agg, &tq, app->sort, app->sort_desc, app->filter, &app->table);
+    if (app->merged && app->agg_count > 1)
+        App_mergedTable(app, &tq, &app->table);
+    else
+        pt_agg_table(app->agg, &tq, app->sort, app->sort_desc, app->filter, &app->table);
     if (app->panel == &FlamePanel_class)
         pt_agg_tree(app->agg, &fq, &app->tree);
     pt_agg_counters(app->agg, &app->counters);
-    App_readStats(app, &app->stats);
+    if (app->merged && app->agg_count > 1) { /* the counts of every process, added up */
+        pt_agg_counters_t *t = &app->counters;
+        for (size_t i = 0; i < app->agg_count; i++) {
+            if (i == app->proc)
+                continue;
+            pt_agg_counters_t c;
+            pt_agg_counters(app->aggs[i], &c);
+            t->events_seen += c.events_seen;
+            t->events_per_second += c.events_per_second;
+            t->dropped += c.dropped;
+            t->dropped_lost_records += c.dropped_lost_records;
+            t->dropped_lost_counts += c.dropped_lost_counts;
+            t->dropped_producer += c.dropped_producer;
+            t->unmatched_closes += c.unmatched_closes;
+            t->threads_seen += c.threads_seen;
+            t->threads_active += c.threads_active;
+            t->hook_errors += c.hook_errors;
+            t->symbols += c.symbols;
+            t->nodes += c.nodes;
+            if (c.span_ns > t->span_ns)
+                t->span_ns = c.span_ns;
+        }
+    }
+    Source_stats(app->source, &app->stats);
     App_sampleCpu(app, 0);
 }
 
 static const char *App_stateName(const App *app)
 {
-    if (app->died)
+    if (app->status.died)
         return "DIED";
-    if (app->ended)
+    if (app->status.ended)
         return "ENDED";
-    if (app->file_damaged)
+    if (app->status.damaged)
         return "DAMAGED";
-    if (app->file_stalled)
+    if (app->status.stalled)
         return "INCOMPLETE";
     switch (app->stats.producer_state) {
     case PT_STATE_RUNNING: return "RUNNING";
@@ -460,6 +517,34 @@ static void App_threadsLine(App *app, char *line, size_t cap)
     free(list);
 }
 
+/* " processes (P): [4101 running 98.7% python job.py]  4102 exited 0.0% ...": each
+ * process of the stream, its pid, state and CPU% (n/a in a recording); the
+ * shown one [marked]. */
+static void App_processesLine(App *app, char *line, size_t cap)
+{
+    size_t used = (size_t)snprintf(line, cap, " processes (P):");
+    for (size_t i = 0; i < app->agg_count && used < cap; i++) {
+        const pt_fb_process_info_t *pi = pt_agg_process_info(app->aggs[i]);
+        const Cpu *c = i == app->proc ? &app->cpu : &app->cpus[i];
+        char pct[32] = "n/a", cmd[64] = "", esc[200];
+        if (c->pid) {
+            double v = CpuMeter_periodPct(&c->process);
+            if (v >= 0)
+                snprintf(pct, sizeof pct, "%.1f%%", v);
+            else
+                snprintf(pct, sizeof pct, "-");
+        }
+        Text_escape(pi->command_line.ptr ? pi->command_line.ptr : "", esc, sizeof esc);
+        Text_fit(esc, 24, 0, cmd, sizeof cmd);
+        int sel = i == app->proc;
+        int w = snprintf(line + used, cap - used, " %s%llu %s %s %s%s", sel ? "[" : " ",
+                         (unsigned long long)pi->pid, App_procState(app->aggs[i]), pct, cmd, sel ? "]" : "");
+        if (w < 0)
+            break;
+        used += (size_t)w;
+    }
+}
+
 static void App_draw(App *app)
 {
     erase();
@@ -473,11 +558,9 @@ static void App_draw(App *app)
     App_cpuText(app, &app->cpu.process, cpu, sizeof cpu);
     const char *state = App_stateName(app);
     char source[300] = "", speed[64];
-    if (app->recfile) {
-        char esc[260];
-        const char *base = strrchr(app->file_path, '/'); /* the whole path is in the error lines */
-        Text_escape(base && base[1] ? base + 1 : app->file_path, esc, sizeof esc);
-        snprintf(source, sizeof source, "file %s  ", esc);
+    int replay = app->source->cls->replay;
+    Source_describe(app->source, source, sizeof source);
+    if (replay) {
         Text_count((double)app->stats.events_read, rate, sizeof rate);
         snprintf(speed, sizeof speed, "%s events", rate);
     } else {
@@ -485,10 +568,10 @@ static void App_draw(App *app)
     }
     int other_losses = App_lossText(app, "  ", losses, sizeof losses);
     snprintf(line, sizeof line, " pytrace-top  %spid %llu  [%s]%s  cpu %s  %s  dropped %llu%s%s  threads %u  window %gs  %s  %s: %s  %s",
-             source, (unsigned long long)app->stats.pid, state, app->paused ? " PAUSED" : "", cpu, speed,
+             source, (unsigned long long)(app->agg_count > 1 ? pi->pid : app->stats.pid), state, app->paused ? " PAUSED" : "", cpu, speed,
              (unsigned long long)dropped, other_losses ? "  " : "", losses, threads, app->window_seconds, win, app->panel->name,
              app->panel == &TablePanel_class ? (app->table_window ? "window" : "whole run") : "window", cmd);
-    App_drawLine(0, CRT_attr(app->ended || app->died ? CRT_C_ENDED : CRT_C_HEADER) | A_BOLD, line);
+    App_drawLine(0, CRT_attr(app->status.ended || app->status.died ? CRT_C_ENDED : CRT_C_HEADER) | A_BOLD, line);
     int top = 1;
     if (dropped) {
         snprintf(line, sizeof line,
@@ -505,24 +588,28 @@ static void App_draw(App *app)
                  "pytrace.stop() and the job's stderr say why", list);
         App_drawLine(top++, CRT_attr(CRT_C_WARNING) | A_BOLD, line);
     }
-    if (app->error[0]) {
+    if (App_error(app)[0]) {
         char esc[600];
-        Text_escape(app->error, esc, sizeof esc);
+        Text_escape(App_error(app), esc, sizeof esc);
         snprintf(line, sizeof line, " error: %s", esc);
         App_drawLine(top++, CRT_attr(CRT_C_WARNING), line);
     }
-    if (app->ended || app->died) {
-        const char *how = app->died ? "died without a clean exit" : "exited";
-        if (app->recfile && !app->died && pt_recfile_last_state(app->recfile) != PT_STATE_EXITED)
+    if (app->status.ended || app->status.died) {
+        const char *how = app->status.died ? "died without a clean exit" : "exited";
+        if (app->status.cut_short && !app->status.died)
             how = "was still running when the recording stopped";
         snprintf(line, sizeof line, " %s: %s %s; this is its last picture%s (q to quit)", state,
-                 app->recfile ? "the recording ended: the job" : "the job", how,
-                 app->recfile ? ", the window is its last seconds" : "");
+                 replay ? "the recording ended: the job" : "the job", how,
+                 replay ? ", the window is its last seconds" : "");
         App_drawLine(top++, CRT_attr(CRT_C_ENDED) | A_BOLD, line);
-    } else if (app->recfile && app->file_stalled && !app->file_damaged) {
+    } else if (app->status.stalled && !app->status.damaged) {
         App_drawLine(top++, CRT_attr(CRT_C_WARNING),
                      " INCOMPLETE: the recording has no end mark and is not growing (its writer stopped or is idle); "
                      "watching the file");
+    }
+    if (app->agg_count > 1) {
+        App_processesLine(app, line, sizeof line);
+        App_drawLine(top++, A_NORMAL, line);
     }
     if (pt_agg_thread_count(app->agg)) {
         App_threadsLine(app, line, sizeof line);
@@ -537,8 +624,9 @@ static void App_draw(App *app)
     int rows = LINES - top - 1;
     if (rows > 0)
         app->panel->draw(app, top, rows, COLS);
-    snprintf(line, sizeof line, " q:quit space:pause Tab:%s T:thread /:filter +/-:window  %s  [sort %s %s]",
-             app->panel == &TablePanel_class ? "flame" : "table", app->panel->help, App_sortNames[app->sort],
+    snprintf(line, sizeof line, " q:quit space:pause Tab:%s T:thread%s /:filter +/-:window  %s  [sort %s %s]",
+             app->panel == &TablePanel_class ? "flame" : "table", app->agg_count > 1 ? " P:process" : "",
+             app->panel->help, App_sortNames[app->sort],
              app->sort_desc ? "desc" : "asc");
     App_drawLine(LINES - 1, CRT_attr(CRT_C_HELP_KEY), line);
     refresh();
@@ -605,6 +693,14 @@ static PanelResult App_onKey(App *app, int ch)
         App_cycleThread(app);
         app->table_selected = app->table_scroll = 0;
         return PANEL_REFRESH;
+    case 'P': /* the next process of a multi-process stream, as T cycles threads */
+        if (app->agg_count > 1) {
+            app->want_pid = 0;
+            App_showProcess(app, (app->proc + 1) % app->agg_count);
+            app->sel_len = app->zoom_len = 0;
+            app->table_selected = app->table_scroll = 0;
+        }
+        return PANEL_REFRESH;
     case '/':
         app->filter_editing = 1;
         return PANEL_REDRAW;
@@ -634,7 +730,7 @@ static int App_run(App *app)
     timeout(POLL_MS);
     while (!CRT_quit) {
         uint64_t now = pt_monotonic_ns();
-        if (!app->error[0] || now >= next_retry) {
+        if (!App_error(app)[0] || now >= next_retry) {
             long n = App_poll(app);
             if (n < 0 && n != -EPIPE)
                 next_retry = now + 1000000000ull; /* keep trying, slowly */
@@ -643,7 +739,7 @@ static int App_run(App *app)
         }
         if (now - rate_t0 >= 1000000000ull) {
             pt_reader_stats_t st;
-            App_readStats(app, &st);
+            Source_stats(app->source, &st);
             app->read_rate = (double)(st.events_read - rate_events0) * 1e9 / (double)(now - rate_t0);
             rate_events0 = st.events_read;
             rate_t0 = now;
@@ -654,7 +750,7 @@ static int App_run(App *app)
             if (!app->paused || need_refresh)
                 App_refresh(app);
             else
-                App_readStats(app, &app->stats);
+                Source_stats(app->source, &app->stats);
             need_refresh = 0;
             App_draw(app);
             last_draw = now;
@@ -820,9 +916,12 @@ typedef struct Options {
     const char *file;
     int follow;
     int all;
+    uint64_t pid; /* --pid: the process of a multi-process stream to show */
 } Options;
 
-static void Headless_drain(App *app, double duration)
+/* A live stream: what is there now, then --duration seconds more (or until
+ * the job ends), sampling the job's CPU meanwhile. */
+static void Headless_drainLive(App *app, double duration)
 {
     uint64_t end = pt_monotonic_ns() + (uint64_t)(duration * 1e9);
     for (int i = 0; i < 1000000; i++) { /* drain what is there */
@@ -831,7 +930,7 @@ static void Headless_drain(App *app, double duration)
             break;
     }
     App_sampleCpu(app, 1); /* the threads are known now: the start of the CPU measure */
-    while (duration > 0 && pt_monotonic_ns() < end && !CRT_quit && !app->ended && !app->died) {
+    while (duration > 0 && pt_monotonic_ns() < end && !CRT_quit && !app->status.ended && !app->status.died) {
         App_poll(app);
         App_sampleCpu(app, 0); /* every CPU_READ_NS, so a thread that ends keeps its figures */
         struct timespec ts = {0, POLL_MS * 1000000L};
@@ -878,18 +977,18 @@ static void Headless_jsonNumber(double v, char *out, size_t cap)
 }
 
 /* A recording: read it to its end. Without --follow, stop when it has not
- * ended but has not grown for FILE_STALL_NS (what is there is shown, a torn
- * tail is truncation); with --follow, wait for its end (or --duration). */
-static void Headless_drainFile(App *app, double duration)
+ * ended but has stalled (what is there is shown, a torn tail is truncation);
+ * with --follow, wait for its end (or --duration). */
+static void Headless_drainReplay(App *app, double duration, int follow)
 {
     uint64_t start = pt_monotonic_ns();
-    while (!CRT_quit && !app->ended && !app->died && !app->file_damaged) {
-        long n = App_pollFile(app);
-        if (n < 0 && !app->follow)
+    while (!CRT_quit && !SourceStatus_finished(&app->status)) {
+        long n = App_poll(app);
+        if (n < 0 && !follow)
             break; /* an I/O error: report it rather than spin */
-        if (app->ended || app->died || app->file_damaged || app->file_stalled)
+        if (SourceStatus_finished(&app->status) || app->status.stalled)
             break;
-        if (pt_recfile_pending(app->recfile) == 0 && n > 0)
+        if (Source_pending(app->source) == 0 && n > 0)
             continue; /* more may be there at once */
         if (duration > 0 && pt_monotonic_ns() - start >= (uint64_t)(duration * 1e9))
             break;
@@ -925,33 +1024,52 @@ static void Headless_json(App *app, const Options *o)
                basis == CPU_MEASURED ? "\"measured\"" : basis == CPU_SINCE_START ? "\"since_start\"" : "null",
                measured);
     }
-    if (app->error[0]) {
-        Text_json(app->error, a, sizeof a);
+    if (App_error(app)[0]) {
+        Text_json(App_error(app), a, sizeof a);
         printf("  \"error\": \"%s\",\n", a);
     }
-    if (app->recfile) {
-        Text_json(app->file_path, a, sizeof a);
-        printf("  \"file\": \"%s\",\n  \"recording_ended\": %s,\n  \"lossless\": %s,\n  \"messages_read\": %llu,\n"
-               "  \"bytes_read\": %llu,\n  \"error_offset\": %lld,\n",
-               a, app->ended || app->died ? "true" : "false",
-               pt_recfile_flags(app->recfile) & PT_RECFILE_FLAG_LOSSLESS ? "true" : "false",
-               (unsigned long long)pt_recfile_messages(app->recfile),
-               (unsigned long long)pt_recfile_offset(app->recfile),
-               app->file_damaged ? (long long)pt_recfile_error_offset(app->recfile) : -1LL);
+    Source_json(app->source, stdout);
+    /* every process of the stream (one for a plain segment or recording); "process":
+     * the one whose threads follow, or null when the functions add them all up */
+    if (app->merged && app->agg_count > 1)
+        printf("  \"process\": null,\n");
+    else
+        printf("  \"process\": %u,\n", app->agg_tags[app->proc]);
+    printf("  \"processes\": [");
+    for (size_t i = 0; i < app->agg_count; i++) {
+        const pt_fb_process_info_t *pi = pt_agg_process_info(app->aggs[i]);
+        pt_agg_counters_t c;
+        pt_agg_counters(app->aggs[i], &c);
+        Text_json(pi->command_line.ptr, a, sizeof a);
+        printf("%s\n    {\"process\": %u, \"pid\": %llu, \"ppid\": %llu, \"command\": \"%s\", \"state\": \"%s\", "
+               "\"events_seen\": %llu, \"threads\": %u, \"events_dropped\": %llu}",
+               i ? "," : "", app->agg_tags[i], (unsigned long long)pi->pid, (unsigned long long)pi->ppid, a,
+               App_procState(app->aggs[i]), (unsigned long long)c.events_seen, c.threads_seen,
+               (unsigned long long)c.dropped);
     }
+    printf("\n  ],\n");
     printf("  \"threads\": [");
-    for (size_t i = 0; i < pt_agg_thread_count(app->agg); i++) {
-        pt_agg_thread_info_t ti;
-        pt_agg_thread_at(app->agg, i, &ti);
-        Text_json(ti.name, a, sizeof a);
-        const CpuMeter *m = Cpu_thread(&app->cpu, ti.thread);
-        char pct[32], secs[32];
-        Headless_jsonNumber(m ? Headless_cpuPct(app, m) : -1, pct, sizeof pct);
-        Headless_jsonNumber(m ? CpuMeter_seconds(m) : -1, secs, sizeof secs);
-        printf("%s\n    {\"thread\": %llu, \"os_tid\": %llu, \"name\": \"%s\", \"ended\": %s, \"events\": %llu, "
-               "\"cpu_pct\": %s, \"cpu_seconds\": %s}",
-               i ? "," : "", (unsigned long long)ti.thread, (unsigned long long)ti.os_tid, a,
-               ti.ended ? "true" : "false", (unsigned long long)ti.events, pct, secs);
+    /* the shown process's threads; every process's when the table adds them up */
+    int first = 1;
+    for (size_t p = 0; p < app->agg_count; p++) {
+        if (p != app->proc && !(app->merged && app->agg_count > 1))
+            continue;
+        pt_agg_t *agg = app->aggs[p];
+        const Cpu *cpu = p == app->proc ? &app->cpu : &app->cpus[p];
+        for (size_t i = 0; i < pt_agg_thread_count(agg); i++) {
+            pt_agg_thread_info_t ti;
+            pt_agg_thread_at(agg, i, &ti);
+            Text_json(ti.name, a, sizeof a);
+            const CpuMeter *m = Cpu_thread(cpu, ti.thread);
+            char pct[32], secs[32];
+            Headless_jsonNumber(m ? Headless_cpuPct(app, m) : -1, pct, sizeof pct);
+            Headless_jsonNumber(m ? CpuMeter_seconds(m) : -1, secs, sizeof secs);
+            printf("%s\n    {\"thread\": %llu, \"os_tid\": %llu, \"name\": \"%s\", \"ended\": %s, \"events\": %llu, "
+                   "\"cpu_pct\": %s, \"cpu_seconds\": %s, \"process\": %u}",
+                   first ? "" : ",", (unsigned long long)ti.thread, (unsigned long long)ti.os_tid, a,
+                   ti.ended ? "true" : "false", (unsigned long long)ti.events, pct, secs, app->agg_tags[p]);
+            first = 0;
+        }
     }
     printf("\n  ],\n  \"functions\": [");
     for (size_t i = 0; i < app->table.count && (o->limit <= 0 || (int)i < o->limit); i++) {
@@ -977,7 +1095,7 @@ static void Headless_cpuLine(const App *app, char *out, size_t cap)
         break;
     case CPU_SINCE_START: snprintf(out, cap, "cpu %.1f%% since it started (--duration S measures)", pct); break;
     default:
-        snprintf(out, cap, "cpu n/a%s", app->recfile ? " (a recording has no CPU figures)" : "");
+        snprintf(out, cap, "cpu n/a%s", app->source->cls->replay ? " (a recording has no CPU figures)" : "");
         break;
     }
 }
@@ -989,40 +1107,67 @@ static void Headless_text(App *app, const Options *o)
     char rate[32], cpu[96];
     Text_count(app->counters.events_per_second, rate, sizeof rate);
     Headless_cpuLine(app, cpu, sizeof cpu);
-    printf("pid %llu  [%s]  events read %llu  %s ev/s  dropped %llu  threads %u  %s\n",
-           (unsigned long long)app->stats.pid, App_stateName(app), (unsigned long long)app->stats.events_read, rate,
-           (unsigned long long)App_dropped(app), app->counters.threads_seen, cpu);
+    const int all = app->merged && app->agg_count > 1;
+    char who[48];
+    if (all)
+        snprintf(who, sizeof who, "processes %zu", app->agg_count);
+    else
+        snprintf(who, sizeof who, "pid %llu",
+                 (unsigned long long)(app->agg_count > 1 ? pt_agg_process_info(app->agg)->pid : app->stats.pid));
+    printf("%s  [%s]  events read %llu  %s ev/s  dropped %llu  threads %u  %s\n", who, App_stateName(app),
+           (unsigned long long)app->stats.events_read, rate, (unsigned long long)App_dropped(app),
+           app->counters.threads_seen, cpu);
+    if (app->agg_count > 1) { /* a stream of several processes */
+        printf("processes %zu:", app->agg_count);
+        for (size_t i = 0; i < app->agg_count; i++)
+            printf("%s pid %llu %s", i ? "," : "", (unsigned long long)pt_agg_process_info(app->aggs[i])->pid,
+                   App_procState(app->aggs[i]));
+        if (app->merged)
+            printf("; the table adds them up (--pid PID: one of them)\n");
+        else
+            printf("; shown: pid %llu\n", (unsigned long long)pt_agg_process_info(app->agg)->pid);
+    }
     char losses[256];
     if (App_lossText(app, ", ", losses, sizeof losses))
         printf("lost: %s\n", losses);
-    if (app->error[0]) {
+    if (App_error(app)[0]) {
         char esc[600];
-        Text_escape(app->error, esc, sizeof esc);
+        Text_escape(App_error(app), esc, sizeof esc);
         printf("error: %s\n", esc);
     }
     printf("%7s %8s %6s %9s %10s  %s\n", "THREAD", "OS_TID", "CPU%", "CPU TIME", "EVENTS", "NAME");
     /* The function table is what the user came for: a job of many short-lived threads
      * lists the running ones and at most a few ended ones; --json lists every thread. */
-    size_t threads = pt_agg_thread_count(app->agg), shown = 0, skipped = 0;
-    for (size_t i = 0; i < threads; i++) {
-        pt_agg_thread_info_t ti;
-        if (pt_agg_thread_at(app->agg, i, &ti))
-            continue;
-        if (ti.ended && shown >= HEADLESS_THREAD_ROWS) {
-            skipped++;
-            continue;
+    size_t shown = 0, skipped = 0;
+    for (size_t p = 0; p < app->agg_count; p++) {
+        if (p != app->proc && !all)
+            continue; /* the shown process's threads; every process's when the table adds them up */
+        pt_agg_t *agg = app->aggs[p];
+        const Cpu *cpu_of = p == app->proc ? &app->cpu : &app->cpus[p];
+        size_t threads = pt_agg_thread_count(agg);
+        for (size_t i = 0; i < threads; i++) {
+            pt_agg_thread_info_t ti;
+            if (pt_agg_thread_at(agg, i, &ti))
+                continue;
+            if (ti.ended && shown >= HEADLESS_THREAD_ROWS) {
+                skipped++;
+                continue;
+            }
+            shown++;
+            const CpuMeter *m = Cpu_thread(cpu_of, ti.thread);
+            double pct = m ? Headless_cpuPct(app, m) : -1, secs = m ? CpuMeter_seconds(m) : -1;
+            char pct_s[32] = "n/a", secs_s[32] = "n/a", name[300];
+            if (pct >= 0)
+                snprintf(pct_s, sizeof pct_s, "%.1f", pct);
+            if (secs >= 0)
+                snprintf(secs_s, sizeof secs_s, "%.2fs", secs);
+            Text_escape(ti.name, name, sizeof name);
+            char of[40] = "";
+            if (all)
+                snprintf(of, sizeof of, " (pid %llu)", (unsigned long long)pt_agg_process_info(agg)->pid);
+            printf("%7llu %8llu %6s %9s %10llu  %s%s%s\n", (unsigned long long)ti.thread, (unsigned long long)ti.os_tid,
+                   pct_s, secs_s, (unsigned long long)ti.events, name, of, ti.ended ? " (ended)" : "");
         }
-        shown++;
-        const CpuMeter *m = Cpu_thread(&app->cpu, ti.thread);
-        double pct = m ? Headless_cpuPct(app, m) : -1, secs = m ? CpuMeter_seconds(m) : -1;
-        char pct_s[32] = "n/a", secs_s[32] = "n/a", name[300];
-        if (pct >= 0)
-            snprintf(pct_s, sizeof pct_s, "%.1f", pct);
-        if (secs >= 0)
-            snprintf(secs_s, sizeof secs_s, "%.2fs", secs);
-        Text_escape(ti.name, name, sizeof name);
-        printf("%7llu %8llu %6s %9s %10llu  %s%s\n", (unsigned long long)ti.thread, (unsigned long long)ti.os_tid,
-               pct_s, secs_s, (unsigned long long)ti.events, name, ti.ended ? " (ended)" : "");
     }
     if (skipped)
         printf("%7s  and %zu more ended threads (--json lists every thread)\n", "", skipped);
@@ -1092,6 +1237,14 @@ static int parse_args(int argc, char **argv, Options *o)
         } else if (!strcmp(a, "--thread") && val) {
             o->thread = strtoull(val, NULL, 10);
             i++;
+        } else if (!strcmp(a, "--pid") && val) {
+            char *end;
+            o->pid = strtoull(val, &end, 10);
+            if (!*val || *end || !o->pid) {
+                fprintf(stderr, "pytrace-top: --pid needs a process id, not '%s'\n", val);
+                return -1;
+            }
+            i++;
         } else if (!strcmp(a, "--limit") && val) {
             o->limit = atoi(val);
             i++;
@@ -1158,59 +1311,67 @@ int main(int argc, char **argv)
         app.table_window = 1;
     }
     app.thread = o.thread;
-    snprintf(app.target, sizeof app.target, "%s", o.file ? o.file : o.target);
     char err[512] = "";
-    int rc;
-    if (o.file) {
-        app.file_path = o.file;
-        app.follow = o.follow;
-        app.file_grew_ns = pt_monotonic_ns();
-        rc = pt_recfile_open(o.file, &app.recfile, err, sizeof err);
-    } else {
-        rc = pt_reader_attach(o.target, 0, &app.reader, err, sizeof err);
-    }
+    int rc = o.file ? FileSource_open(o.file, o.follow, &app.source, err, sizeof err)
+                    : LiveSource_open(o.target, &app.source, err, sizeof err);
     if (rc) {
         if (interactive_started)
             CRT_done();
         fprintf(stderr, "pytrace-top: %s\n", err[0] ? err : strerror(-rc));
         return 1;
     }
-    if (app.reader) { /* the CPU figures of a live job; a recording has none */
+    int replay = app.source->cls->replay;
+    if (!replay) { /* the CPU figures of a live job; a recording has none */
         pt_reader_stats_t st;
-        pt_reader_stats(app.reader, &st);
+        Source_stats(app.source, &st);
         Cpu_init(&app.cpu, st.pid, CPU_PERIOD_NS);
     }
-    if (pt_agg_create(NULL, &app.agg)) {
+    app.want_pid = o.pid;
+    app.aggs = malloc(sizeof *app.aggs);
+    app.agg_tags = calloc(1, sizeof *app.agg_tags);
+    app.cpus = calloc(1, sizeof *app.cpus);
+    if (!app.aggs || !app.agg_tags || !app.cpus || pt_agg_create(NULL, &app.agg)) {
         if (interactive_started)
             CRT_done();
         fprintf(stderr, "pytrace-top: out of memory\n");
-        if (app.reader)
-            pt_reader_detach(app.reader, 0);
-        pt_recfile_close(app.recfile);
+        Source_close(app.source);
         return 1;
     }
+    app.aggs[0] = app.agg;
+    app.agg_count = app.agg_cap = 1;
     int status = 0;
     if (o.once) {
-        if (app.recfile)
-            Headless_drainFile(&app, o.duration);
+        if (replay)
+            Headless_drainReplay(&app, o.duration, o.follow);
         else
-            Headless_drain(&app, o.duration);
+            Headless_drainLive(&app, o.duration);
+        if (o.pid && App_selectPid(&app, o.pid)) {
+            fprintf(stderr, "pytrace-top: no process with pid %llu in the stream (its processes:",
+                    (unsigned long long)o.pid);
+            for (size_t i = 0; i < app.agg_count; i++)
+                fprintf(stderr, "%s pid %llu", i ? "," : "",
+                        (unsigned long long)pt_agg_process_info(app.aggs[i])->pid);
+            fprintf(stderr, ")\n");
+            status = 1;
+            goto done;
+        }
+        app.merged = !o.pid;
         App_refresh(&app);
         if (o.json)
             Headless_json(&app, &o);
         else
             Headless_text(&app, &o);
         fflush(stdout);
-        if (app.recfile) {
+        if (replay) {
             /* the table of what was read first, then the damage as one line */
-            if (app.error[0]) {
+            if (App_error(&app)[0]) {
                 char esc[600];
-                Text_escape(app.error, esc, sizeof esc);
+                Text_escape(App_error(&app), esc, sizeof esc);
                 fprintf(stderr, "pytrace-top: %s\n", esc);
                 status = 1;
             }
         } else {
-            status = app.error[0] && !app.counters.events_seen ? 1 : 0;
+            status = App_error(&app)[0] && !app.counters.events_seen ? 1 : 0;
         }
     } else {
         if (!interactive_started && CRT_init()) {
@@ -1221,12 +1382,18 @@ int main(int argc, char **argv)
             CRT_done();
         }
     }
+done:
     pt_agg_table_free(&app.table);
     pt_agg_tree_free(&app.tree);
-    if (app.reader) /* a finished job's segment is spent once read: remove it */
-        pt_reader_detach(app.reader, 1);
-    pt_recfile_close(app.recfile);
-    pt_agg_destroy(app.agg);
+    Source_close(app.source);
+    for (size_t i = 0; i < app.agg_count; i++) {
+        pt_agg_destroy(app.aggs[i]);
+        if (i != app.proc)
+            Cpu_done(&app.cpus[i]);
+    }
+    free(app.aggs);
+    free(app.agg_tags);
+    free(app.cpus);
     Cpu_done(&app.cpu);
     return status;
 }

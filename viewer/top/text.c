@@ -77,21 +77,26 @@ done:
     return width;
 }
 
+/* The character at s: returns its bytes and sets *cols to its columns; an
+ * invalid byte is one byte of one column, an unprintable character one
+ * column. */
+static int char_cols(const unsigned char *s, int *cols)
+{
+    uint32_t cp;
+    int len = utf8_decode(s, &cp);
+    int w = len ? cp_width(cp) : 1;
+    *cols = w < 0 ? 1 : w;
+    return len ? len : 1;
+}
+
 int Text_width(const char *str)
 {
     const unsigned char *s = (const unsigned char *)str;
     int width = 0;
     while (*s) {
-        uint32_t cp;
-        int len = utf8_decode(s, &cp);
-        if (!len) {
-            width++;
-            s++;
-            continue;
-        }
-        int w = cp_width(cp);
-        width += w < 0 ? 1 : w;
-        s += len;
+        int w;
+        s += char_cols(s, &w);
+        width += w;
     }
     return width;
 }
@@ -120,13 +125,8 @@ int Text_fit(const char *str, int width, int keep_tail, char *out, size_t outcap
     if (!keep_tail) {
         size_t i = 0;
         while (i < slen) {
-            uint32_t cp;
-            int len = utf8_decode(s + i, &cp);
-            int w = len ? cp_width(cp) : 1;
-            if (!len)
-                len = 1;
-            if (w < 0)
-                w = 1;
+            int w;
+            int len = char_cols(s + i, &w);
             if (used + w > budget || o + (size_t)len + ell_len + 1 > outcap)
                 break;
             memcpy(out + o, s + i, (size_t)len);
@@ -142,13 +142,8 @@ int Text_fit(const char *str, int width, int keep_tail, char *out, size_t outcap
         size_t i = 0;
         int rest = total;
         while (i < slen && rest > budget) {
-            uint32_t cp;
-            int len = utf8_decode(s + i, &cp);
-            int w = len ? cp_width(cp) : 1;
-            if (!len)
-                len = 1;
-            if (w < 0)
-                w = 1;
+            int w;
+            int len = char_cols(s + i, &w);
             rest -= w;
             i += (size_t)len;
         }

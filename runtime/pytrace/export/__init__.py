@@ -6,6 +6,7 @@
     pytrace export out.pytrace --format collapsed  -o stacks.folded    # flamegraph.pl, inferno
     pytrace export out.pytrace --format pstats     -o profile.pstats   # pstats, snakeviz, gprof2dot
     pytrace export out.pytrace -f pstats --qualnames -o profile.pstats # keyed by qualified names
+    pytrace export all.pytrace -f pstats --pid 4242 -o rank0.pstats   # one process of several
     pytrace export out.pytrace --format html       -o report.html      # a browser, offline
 
 The exporters are C (viewer/core/export.c, through _pytrace.export): the recording is
@@ -17,6 +18,9 @@ damaged recording is exported up to the damage, which is reported with its byte 
 graph, the function table and the per-thread timeline of pytrace's C aggregation
 (pytrace.Profile), embedded as aggregates, not events. `perfetto-json` is the old name of `chrome` (kept for a release);
 `perfetto` is Perfetto's own protobuf trace (it named the Chrome JSON before).
+A recording of several processes (a process tree, `pytrace merge`) puts each process on
+its own track (chrome, perfetto: its pid) or profile (speedscope); pstats and collapsed
+add them up, or take only the processes of `--pid PID` (repeatable).
 """
 
 import os
@@ -60,15 +64,20 @@ class ExportResult:
         self.threads = d["threads"]
         self.symbols = d["symbols"]
         self.timed_out = bool(d["timed_out"])
+        self.processes = d.get("processes", 1)              # processes in the recording
+        self.selected_processes = d.get("selected_processes", 1)  # exported (pids=)
+        self.pids = list(d.get("pids", ()))                 # their pids (ProcessInfo order)
         self.producer_status = _Status(d["status"]) if "status" in d else None
 
 
 def export(recording, fmt, output, weight="ns", per_thread=False, follow=False, timeout=30.0,
-           qualnames=False, uncompressed=False):
+           qualnames=False, uncompressed=False, pids=None):
     """Export `recording` to `output` (a path, or "-" for stdout). pstats keys are
     cProfile's, or with qualnames=True pytrace's qualified names. perfetto packets are
-    zlib-compressed in batches (compressed_packets) unless uncompressed=True. Returns the
-    ExportResult and the RecordingError that stopped the read early, or None."""
+    zlib-compressed in batches (compressed_packets) unless uncompressed=True. A recording
+    of several processes (a process tree, a merge) exports all of them, or with pids=[...]
+    only the processes with those pids. Returns the ExportResult and the RecordingError
+    that stopped the read early, or None."""
     from .. import _output, _pytrace
     fmt = _ALIASES.get(fmt, fmt)
     if fmt not in FORMATS:
@@ -76,6 +85,9 @@ def export(recording, fmt, output, weight="ns", per_thread=False, follow=False, 
     if weight not in ("ns", "calls"):
         raise ValueError("weight must be 'ns' or 'calls'")
     if fmt == "html":
+        if pids:
+            raise ValueError("--pid is for recordings of several processes; the HTML report "
+                             "shows one process")
         return _export_html(recording, output)
     binary = fmt in _BINARY
     tmp = None
@@ -103,7 +115,8 @@ def export(recording, fmt, output, weight="ns", per_thread=False, follow=False, 
                                 per_thread=bool(per_thread) and fmt == "collapsed",
                                 qualnames=qualnames, follow=follow, timeout=timeout,
                                 tmp_dir=tmp_dir,
-                                uncompressed=bool(uncompressed) and fmt == "perfetto")
+                                uncompressed=bool(uncompressed) and fmt == "perfetto",
+                                pids=list(pids) if pids else None)
         except OSError as e:
             if e.errno == 32:       # EPIPE: `pytrace export ... -o - | head`
                 raise BrokenPipeError(e.errno, e.strerror) from None
@@ -111,6 +124,10 @@ def export(recording, fmt, output, weight="ns", per_thread=False, follow=False, 
         finally:
             if f is not None:
                 f.close()
+        if pids and not d.get("selected_processes"):
+            raise ValueError("no process with pid %s in %s (its processes: %s); nothing written" % (
+                ", ".join(str(x) for x in pids), recording,
+                ", ".join("pid %d" % x for x in d.get("pids", ())) or "none"))
         if tmp is not None:
             _output.commit(tmp, output)
         committed = True
@@ -135,6 +152,8 @@ class _HtmlResult:
         self.threads = c["threads_seen"]
         self.symbols = c["symbols"]
         self.timed_out = False
+        self.processes = self.selected_processes = 1
+        self.pids = [c["pid"]]
         self.producer_status = status
 
 
@@ -152,8 +171,16 @@ def _export_html(recording, output):
     error = None
     status = [None]
 
+    processes = [0]
+
     def messages(reader):
         for msg_type, data in reader:
+            if msg_type == MsgType.ProcessInfo:
+                processes[0] += 1
+                if processes[0] > 1:
+                    raise ValueError("the HTML report shows one process, and %s holds several (a "
+                                     "process tree or a merge); export them to perfetto or chrome"
+                                     % os.fspath(recording))
             if msg_type == MsgType.ProducerStatus:
                 try:
                     status[0] = _Status(vars(decode(msg_type, data)))
@@ -214,6 +241,10 @@ def main(argv=None):
     p.add_argument("--uncompressed", action="store_true",
                    help="perfetto: plain packets (default: zlib-compressed batches, which "
                         "Perfetto reads; 10-20x smaller)")
+    p.add_argument("--pid", type=int, action="append", metavar="PID",
+                   help="a recording of several processes: export only the process with this "
+                        "pid (repeat for more; default: every process, pstats and collapsed "
+                        "add them together)")
     p.add_argument("--follow", action="store_true",
                    help="read a recording that is still being written, until the job ends")
     p.add_argument("--timeout", type=float, default=30.0,
@@ -248,7 +279,8 @@ def main(argv=None):
     try:
         walker, error = export(args.recording, fmt, args.output, weight=args.weight,
                                per_thread=args.per_thread, follow=args.follow, timeout=args.timeout,
-                               qualnames=args.qualnames, uncompressed=args.uncompressed)
+                               qualnames=args.qualnames, uncompressed=args.uncompressed,
+                               pids=args.pid)
     except RecordingError as e:       # damage before anything could be read (header)
         print("pytrace export: %s" % e, file=sys.stderr)
         return 1
@@ -264,6 +296,10 @@ def main(argv=None):
         print("pytrace export: %s" % e, file=sys.stderr)
         return 1
     where = "stdout" if args.output == "-" else args.output
+    if walker.processes > 1:
+        print("pytrace export: %d of %d processes (pids %s)" % (
+            walker.selected_processes, walker.processes,
+            ", ".join(str(x) for x in walker.pids)), file=sys.stderr)
     print("pytrace export: %d events, %d threads, %d symbols -> %s (%s)" % (
         walker.events, walker.threads, walker.symbols, where, fmt), file=sys.stderr)
     # The job's own count of dropped events (its final status), as record, pytrace-top and

@@ -9,6 +9,15 @@ to the file, else from the repository root) and its floor compared with the file
 include graph of all files (tests/ and fuzz/ included) has no cycle, so no two files
 include each other, and no header includes itself through others.
 
+The tracer core (runtime/_pytrace): its files -- CORE below: session, threads, symbols and
+their headers -- know nothing of the hook adapters (ADAPTERS: sys.monitoring, frame
+evaluation, PyEval_SetProfile). A core file includes no other file of runtime/_pytrace
+than the core's, and names nothing an adapter defines for others (its functions and
+variables with external linkage): the core reaches an adapter only through the
+pt_hook_ops_t table the adapter registers. Adapters do not name each other's either (a
+fall back goes through the core). Every runtime/_pytrace/pt_* file is one or the other,
+so a new file has to be placed.
+
 Python (runtime/pytrace): no module imports another module's private name
 (`from .x import _name`, `x._name`); importing a package-private module such as
 `pytrace._launch` or the extension `pytrace._pytrace` is allowed.
@@ -83,6 +92,75 @@ def check_c(root, problems):
     return len(graph)
 
 
+TRACER_DIR = "runtime/_pytrace"
+CORE = {"pt_tracer.h", "pt_tracer_inline.h", "pt_tracer_internal.h", "pt_session.c", "pt_threads.c",
+        "pt_symbols.c"}
+ADAPTERS = {"pt_adapters.h", "pt_monitoring.c", "pt_evalframe.c", "pt_profile.c"}
+C_COMMENT_OR_STRING = re.compile(r'/\*.*?\*/|//[^\n]*|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
+IDENT = re.compile(r"\b[A-Za-z_]\w*\b")
+# a file-scope declaration or definition that starts in column 0 and is not static:
+# "int pt_x_register(void)", "PT_HIDDEN int pt_x(void);", "const void *pt_y(...)", "int pt_z = 0;"
+EXTERN_DECL = re.compile(r"^(?!static\b|typedef\b|struct\b|enum\b|union\b|#|extern\b\s*\")"
+                         r"[A-Za-z_][\w \t\*]*?\b([A-Za-z_]\w*)\s*(?:\(|=|;|\[)", re.M)
+
+
+ATTRIBUTE = re.compile(r"__attribute__\s*\(\((?:[^()]|\([^()]*\))*\)\)\s*")
+
+
+def code_only(text):
+    """The C text without comments, string literals and __attribute__((...))."""
+    return ATTRIBUTE.sub("", C_COMMENT_OR_STRING.sub(" ", text))
+
+
+def external_names(text):
+    names = set()
+    for m in EXTERN_DECL.finditer(code_only(text)):
+        if m.group(1) not in ("if", "for", "while", "return", "sizeof"):
+            names.add(m.group(1))
+    return names
+
+
+def check_tracer_core(root, problems):
+    folder = os.path.join(root, TRACER_DIR)
+    if not os.path.isdir(folder):
+        return 0
+    files = sorted(n for n in os.listdir(folder) if n.endswith((".c", ".h")))
+    for name in files:
+        if name.startswith("pt_") and name not in CORE and name not in ADAPTERS:
+            problems.append("%s/%s is neither core nor hook adapter: add it to CORE or ADAPTERS in %s"
+                            % (TRACER_DIR, name, os.path.relpath(__file__, root)))
+    for name in sorted(CORE | ADAPTERS):
+        if name not in files:
+            problems.append("%s/%s is listed in %s but does not exist"
+                            % (TRACER_DIR, name, os.path.relpath(__file__, root)))
+    text = {}
+    for name in files:
+        with open(os.path.join(folder, name), encoding="utf-8", errors="replace") as f:
+            text[name] = f.read()
+    defined_by = {}                                  # external name -> adapter file
+    for name in sorted(ADAPTERS & set(files), key=lambda n: (n.endswith(".h"), n)):
+        for ident in external_names(text[name]):
+            defined_by.setdefault(ident, name)     # the .c that defines it, else the header
+    for name in sorted(CORE & set(files)):
+        for target in INCLUDE.findall(text[name]):
+            local = os.path.basename(target)
+            if os.path.dirname(target) in ("", ".") and local in files and local not in CORE:
+                problems.append("%s/%s includes %s: the tracer core includes only its own files "
+                                "(the hooks reach it through pt_hook_ops_t)" % (TRACER_DIR, name, target))
+    for name in sorted((CORE | ADAPTERS) & set(files)):
+        if name == "pt_adapters.h":
+            continue                                 # declares them for module.c
+        used = set(IDENT.findall(code_only(text[name])))
+        for ident in sorted(used & set(defined_by)):
+            owner = defined_by[ident]
+            if owner == name:
+                continue                             # its own
+            what = "the tracer core" if name in CORE else "a hook adapter"
+            problems.append("%s/%s names %s of %s: %s calls an adapter only through its "
+                            "pt_hook_ops_t" % (TRACER_DIR, name, ident, owner, what))
+    return len([n for n in files if n in CORE])
+
+
 def check_python(root, problems):
     pkg = os.path.join(root, "runtime", "pytrace")
     modules = []
@@ -132,14 +210,16 @@ def main():
     root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".")
     problems = []
     n_c = check_c(root, problems)
+    n_core = check_tracer_core(root, problems)
     n_py = check_python(root, problems)
     for p in problems:
         print(p)
     if problems:
         print("%d problem(s) in the house's layers" % len(problems))
         return 1
-    print("layers: %d C files include only downwards, without cycles; %d Python modules use "
-          "no other module's private names" % (n_c, n_py))
+    print("layers: %d C files include only downwards, without cycles; the tracer core's %d files "
+          "name no hook adapter; %d Python modules use no other module's private names"
+          % (n_c, n_core, n_py))
     return 0
 
 

@@ -50,7 +50,10 @@ def main(path):
         MessageBody.ProcessInfo, MessageBody.ThreadStart, MessageBody.ThreadEnd,
         MessageBody.Symbol, MessageBody.EventChunk, MessageBody.LostCount,
         MessageBody.ProducerStatus, MessageBody.EventChunk, MessageBody.CompressedChunk,
+        MessageBody.ProcessInfo, MessageBody.EventChunk, MessageBody.Symbol,
     ], [m.BodyType() for m in msgs]
+    # Message.process: untagged messages read 0, the tagged ones their process
+    assert [m.Process() for m in msgs] == [0] * 9 + [3, 3, 0xFFFFFFFF], [m.Process() for m in msgs]
 
     p = body(msgs[0], ProcessInfo)
     assert p.Pid() == 4242 and p.Ppid() == 1
@@ -95,6 +98,13 @@ def main(path):
         9, 4096, 5, Codec.ZstdDeltaShuffle, 80)
     assert bytes(cc.Data(i) for i in range(cc.DataLength())) == \
         b"\x28\xb5\x2f\xfd\x01\x02\x03"
+    p = body(msgs[9], ProcessInfo)
+    assert p.Pid() == 4242 and p.Segment() == b"/pytrace-4242-0" and p.DropPolicy() == 1
+    c = body(msgs[10], EventChunk)
+    assert (c.Thread(), c.FirstEvent(), c.EventsLength()) == (7, 1024, 5)
+    assert (c.Events(4).Ticks(), c.Events(4).Id()) == (1004, 21)
+    s = body(msgs[11], Symbol)
+    assert s.Name() == b"Klass.method" and s.ProfileName() == b"method"
     print(f"python: {len(msgs)} messages read with every field as written")
 
 

@@ -264,7 +264,7 @@ static void test_symbol_profile_name_golden(void)
 #define N_EVENTS 5
 
 typedef struct sample { uint8_t buf[1024]; size_t len; } sample_t;
-#define NSAMPLES 9 /* the last one is a CompressedChunk (recording files only) */
+#define NSAMPLES 12 /* 8: a CompressedChunk (recording files only); 9..11 tagged (Message.process) */
 
 static pt_event_t sample_events[N_EVENTS];
 
@@ -301,6 +301,14 @@ static void make_samples(sample_t out[NSAMPLES])
     static const uint8_t frame[7] = {0x28, 0xb5, 0x2f, 0xfd, 1, 2, 3}; /* any bytes: the schema does not look */
     const pt_fb_compressed_chunk_t cc = {9, 4096, 5, PT_CODEC_ZSTD_DELTA_SHUFFLE, 80, frame, sizeof frame};
     out[8].len = pt_fb_build_compressed_chunk(out[8].buf, sizeof out[8].buf, &cc);
+    /* tagged: ProcessInfo and EventChunk of process 3 (pt_fb_tag), and the Symbol
+     * rebuilt from its parse with the largest tag (pt_fb_build) */
+    out[9].len = pt_fb_tag(out[9].buf, sizeof out[9].buf, out[0].buf, out[0].len, 3);
+    out[10].len = pt_fb_tag(out[10].buf, sizeof out[10].buf, out[4].buf, out[4].len, 3);
+    pt_fb_msg_t sym;
+    REQUIRE(pt_fb_parse(out[3].buf, out[3].len, &sym, NULL, 0) == 0);
+    sym.process = UINT32_MAX;
+    out[11].len = pt_fb_build(out[11].buf, sizeof out[11].buf, &sym);
     for (int i = 0; i < NSAMPLES; i++) {
         REQUIRE(out[i].len > 0);
         REQUIRE(out[i].len % 8 == 0); /* streams stay 8-aligned */
@@ -499,6 +507,49 @@ static void test_truncations_and_flips(const sample_t s[NSAMPLES])
     printf("fuzz: %ld accepted, %ld rejected, none crashed\n", accepted, rejected);
 }
 
+/* Message.process: tagging moves the body 8 bytes and nothing in it changes;
+ * untagging gives back the builder's bytes; only builder output is taken. */
+static void test_tags(const sample_t s[NSAMPLES])
+{
+    pt_fb_msg_t a, b;
+    char why[128];
+    for (int i = 0; i < 9; i++) {
+        uint8_t tagged[1100], back[1100];
+        REQUIRE(pt_fb_parse(s[i].buf, s[i].len, &a, why, sizeof why) == 0);
+        CHECK(a.process == 0); /* untagged: the only process */
+        const size_t n = pt_fb_tag(tagged, sizeof tagged, s[i].buf, s[i].len, 77 + (uint32_t)i);
+        CHECK(n == s[i].len + 8);
+        if (pt_fb_parse(tagged, n, &b, why, sizeof why) != 0) {
+            fprintf(stderr, "tagged sample %d: %s\n", i, why);
+            failures++;
+            continue;
+        }
+        CHECK(b.process == 77 + (uint32_t)i && b.type == a.type);
+        /* the body is the same bytes, 8 on */
+        CHECK(memcmp(tagged + PT_MSG_TAGGED_HEADER_BYTES, s[i].buf + PT_MSG_HEADER_BYTES,
+                     s[i].len - PT_MSG_HEADER_BYTES) == 0);
+        /* untag: the builder's bytes again; rebuild from the parse: the same tagged bytes */
+        CHECK(pt_fb_tag(back, sizeof back, tagged, n, 0) == s[i].len);
+        CHECK(memcmp(back, s[i].buf, s[i].len) == 0);
+        CHECK(pt_fb_build(back, sizeof back, &b) == n);
+        CHECK(memcmp(back, tagged, n) == 0);
+        /* retag in place */
+        CHECK(pt_fb_tag(tagged, sizeof tagged, tagged, n, 5) == n);
+        CHECK(pt_fb_parse(tagged, n, &b, NULL, 0) == 0 && b.process == 5);
+        /* too small a buffer */
+        CHECK(pt_fb_tag(back, s[i].len + 7, s[i].buf, s[i].len, 1) == 0);
+    }
+    /* not a builder's message: refused rather than moved */
+    uint8_t odd[1100];
+    memcpy(odd, s[0].buf, s[0].len);
+    odd[16] = 6; /* Message vtable: body_type at +6 */
+    CHECK(pt_fb_tag(odd, sizeof odd, odd, s[0].len, 1) == 0);
+    memcpy(odd, s[0].buf, s[0].len);
+    odd[28] = 0; /* body uoffset 0: the body would be inside the header */
+    CHECK(pt_fb_tag(odd, sizeof odd, odd, s[0].len, 1) == 0);
+    CHECK(pt_fb_tag(odd, sizeof odd, s[0].buf, s[0].len - 8, 1) == 0); /* length != prefix */
+}
+
 int main(int argc, char **argv)
 {
     static sample_t samples[NSAMPLES];
@@ -508,6 +559,7 @@ int main(int argc, char **argv)
     test_symbol_profile_name_golden();
     make_samples(samples);
     test_round_trip(samples);
+    test_tags(samples);
     test_specific_rejections(samples);
     test_truncations_and_flips(samples);
 

@@ -5,6 +5,7 @@
  * after a gap, one call per reported frame, and the rule for spans.
  */
 #include "../check.h"
+#include "viewer/core/u64map_internal.h"
 #include "viewer/core/walk.h"
 
 #include <errno.h>
@@ -149,8 +150,50 @@ static void test_linear(void)
     pt_walk_destroy(w);
 }
 
+/* Threads of a multi-process stream are (process, number): the same number in
+ * two processes is two threads with their own stacks, also when the two pairs
+ * fall on one hash key (walk.c chains them), and the plain calls are process 0. */
+static void test_processes(void)
+{
+    pt_walk_t *w = NULL;
+    int rc;
+    CHECK_EQ(pt_walk_create(&ops, NULL, &w), 0);
+    /* (1, 7) and (2, n2) share walk.c's key: n ^ mix(p | 1 << 63) */
+    const uint64_t n2 = 7 ^ pt_u64map_mix(1ull | 1ull << 63) ^ pt_u64map_mix(2ull | 1ull << 63);
+    pt_walk_thread_t *a = pt_walk_proc_thread(w, 1, 7, &rc);
+    pt_walk_thread_t *b = pt_walk_proc_thread(w, 2, n2, &rc);
+    pt_walk_thread_t *c = pt_walk_proc_thread(w, 2, 7, &rc);
+    pt_walk_thread_t *d = pt_walk_thread(w, 7, &rc);
+    CHECK(a && b && c && d);
+    CHECK(a != b && a != c && b != c && d != a && d != c);
+    CHECK_EQ(a->process, 1);
+    CHECK_EQ(b->process, 2);
+    CHECK_EQ(b->number, n2);
+    CHECK_EQ(d->process, 0);
+    CHECK(pt_walk_proc_thread(w, 1, 7, &rc) == a); /* found again, through the chain */
+    CHECK(pt_walk_proc_thread(w, 2, n2, &rc) == b);
+    CHECK(pt_walk_proc_thread(w, 2, 7, &rc) == c);
+    CHECK_EQ(pt_walk_thread_count(w), 4);
+    transcript[0] = 0;
+    pt_event_t f[] = {E(1, PT_EV_CALL, F, 0)}, g[] = {E(2, PT_EV_CALL, G, 0)}, r[] = {E(3, PT_EV_RETURN, F, 0)};
+    CHECK_EQ(pt_walk_proc_events(w, 1, 7, f, 1), 0);
+    CHECK_EQ(pt_walk_proc_events(w, 2, n2, g, 1), 0);
+    CHECK_EQ(pt_walk_proc_events(w, 2, n2, r, 1), 0); /* f is not open in this thread: ignored */
+    CHECK_EQ(a->depth, 1);
+    CHECK_EQ(b->depth, 1);
+    CHECK_EQ(pt_walk_proc_thread_end(w, 1, 7, 5), 0);
+    CHECK_EQ(a->depth, 0);
+    CHECK_EQ(b->depth, 1);
+    CHECKF(!strcmp(transcript, "+f@1 +g@2 -f@5"), "\n got  %s", transcript);
+    pt_walk_counters_t cnt;
+    pt_walk_counters(w, &cnt);
+    CHECK_EQ(cnt.unmatched, 1);
+    pt_walk_destroy(w);
+}
+
 int main(void)
 {
+    test_processes();
     test_missed_and_unmatched();
     test_span_rule();
     test_gap_and_frames();

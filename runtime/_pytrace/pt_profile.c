@@ -1,26 +1,18 @@
 /*
- * pt_hooks: the two interpreter adapters in front of the core entries
- * (pt_py_open / pt_py_close / pt_c_event, inline in pt_tracer_inline.h).
+ * pt_profile: the PyEval_SetProfile adapter (CPython 3.10/3.11) in front of the
+ * core entries (pt_py_open / pt_py_close / pt_c_event, inline in
+ * pt_tracer_inline.h).
  *
- *   3.12+: sys.monitoring with callback objects of our own vectorcall type,
- *          registered from one static table. Filtered code returns DISABLE
- *          from local events, so it costs nothing after its first event.
- *          C functions: CALL + C_RETURN + C_RAISE, and both sides check that
- *          the callable is a PyCFunction or a method descriptor (and that the
- *          calling code is not filtered), so they pair. CALL returns DISABLE
- *          only in filtered code: elsewhere it would also silence
- *          C_RETURN/C_RAISE of that call site for C callables.
- *   3.11 without C calls: the frame-evaluation function (PEP 523), see
- *          pt_evalframe.c: far cheaper than the profile hook, and it sees
- *          every thread, however it was started.
- *   3.10/3.11: PyEval_SetProfile on every thread of the interpreter
- *          (_PyEval_SetProfile(tstate, ...), exported by both), and for
- *          threads started later through threading.setprofile() with a C
- *          callable that swaps itself for the C profile function on the new
- *          thread's first event (threads started with _thread directly are
- *          not traced on these versions).
+ * The profile function goes on every thread of the interpreter
+ * (_PyEval_SetProfile(tstate, ...), exported by both), and on threads started
+ * later through threading.setprofile() with a C callable that swaps itself for
+ * the C profile function on the new thread's first event (threads started with
+ * _thread directly are not traced on these versions). On 3.11 without C calls
+ * the frame-evaluation adapter (pt_evalframe.c) is tried first: far cheaper,
+ * and it sees every thread, however it was started; it hands the session over
+ * to this one when the C stack runs low (pt_tracer_hook_fall_back).
  *
- * Generators on 3.10/3.11 (no yield/resume events there):
+ * Generators (no yield/resume events on these versions):
  *   3.10: Call on a frame with f_lasti >= 0 is a Resume; Return on a frame
  *         whose f_state is FRAME_SUSPENDED is a Yield.
  *   3.11: the instruction at f_lasti tells: RESUME 0 = first entry (Call),
@@ -29,7 +21,7 @@
  *         Return at YIELD_VALUE is a Yield.
  *   Return with arg NULL (exception) is an Unwind on both.
  *
- * A program's own profile function on 3.10/3.11 (sys.setprofile, cProfile,
+ * A program's own profile function (sys.setprofile, cProfile,
  * threading.setprofile): a thread has one profile slot, and the program's
  * function must run as it would untraced. So pytrace never overwrites it: a
  * thread that holds one when tracing starts is left alone, and a thread whose
@@ -39,345 +31,27 @@
  * _PyEval_SetProfile before the slot changes, for the Python and C APIs
  * alike). The frame-evaluation adapter shares no slot with sys.setprofile:
  * both run, nothing to count.
+ *
+ * Registered with the core as a pt_hook_ops_t (pt_profile_register); on 3.12+
+ * it registers nothing.
  */
+#include "pt_adapters.h"
 #include "pt_tracer_inline.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
+#if !PT_HAVE_MONITORING
+
 #if PY_VERSION_HEX < 0x030B0000
 #include <frameobject.h>
-#elif PY_VERSION_HEX < 0x030C0000
+#else
 #include <opcode.h>
 #endif
 
 static int g_c_calls;
 
-#if PT_HAVE_MONITORING
-/* ======================= sys.monitoring (3.12+) ======================= */
-
-static PyObject *g_disable;  /* sys.monitoring.DISABLE */
-static int g_tool_id = -1;
-
-/* A sys.monitoring callback object. CPython calls its vectorcall slot
- * directly: no PyCFunction wrapper, no recursion check, no thread-state
- * lookup between the event and our code. */
-typedef struct pt_callback {
-    PyObject_HEAD
-    vectorcallfunc vectorcall;
-} pt_callback_t;
-
-static PyTypeObject *g_callback_type; /* process-wide, like the tracer */
-
-#define PT_VC_ARGS PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames
-#define PT_VC_UNUSED \
-    (void)self;      \
-    (void)kwnames
-
-/* The code object of an event (args[0]); NULL if the callback was called
- * with something else (by hand: the objects can be fetched back from
- * sys.monitoring). */
-static inline PyCodeObject *code_arg(PyObject *const *args, size_t nargsf)
-{
-    return PyVectorcall_NARGS(nargsf) >= 2 && PyCode_Check(args[0]) ? (PyCodeObject *)args[0] : NULL;
-}
-
-static inline PyObject *ret_disable(int filtered)
-{
-    if (filtered)
-        return Py_NewRef(g_disable);
-    Py_RETURN_NONE;
-}
-
-static PyObject *mon_py_start(PT_VC_ARGS)
-{
-    PT_VC_UNUSED;
-    PyCodeObject *code = code_arg(args, nargsf);
-    return ret_disable(code && pt_py_open(code, PT_EV_CALL, 0));
-}
-
-static PyObject *mon_py_resume(PT_VC_ARGS)
-{
-    PT_VC_UNUSED;
-    PyCodeObject *code = code_arg(args, nargsf);
-    return ret_disable(code && pt_py_open(code, PT_EV_RESUME, 0));
-}
-
-static PyObject *mon_py_throw(PT_VC_ARGS)
-{
-    PT_VC_UNUSED;
-    PyCodeObject *code = code_arg(args, nargsf);
-    if (code)
-        (void)pt_py_open(code, PT_EV_RESUME, PT_EVF_THROWN); /* not disableable */
-    Py_RETURN_NONE;
-}
-
-static PyObject *mon_py_return(PT_VC_ARGS)
-{
-    PT_VC_UNUSED;
-    PyCodeObject *code = code_arg(args, nargsf);
-    return ret_disable(code && pt_py_close(code, PT_EV_RETURN));
-}
-
-static PyObject *mon_py_yield(PT_VC_ARGS)
-{
-    PT_VC_UNUSED;
-    PyCodeObject *code = code_arg(args, nargsf);
-    return ret_disable(code && pt_py_close(code, PT_EV_YIELD));
-}
-
-static PyObject *mon_py_unwind(PT_VC_ARGS)
-{
-    PT_VC_UNUSED;
-    PyCodeObject *code = code_arg(args, nargsf);
-    if (code)
-        (void)pt_py_close(code, PT_EV_UNWIND); /* not disableable */
-    Py_RETURN_NONE;
-}
-
-/* C events: args = (code, offset, callable, arg0). CALL comes for every call,
- * C_RETURN / C_RAISE only for callables that are not Python functions; both
- * sides record only PyCFunctions and method descriptors called from code that
- * is not filtered, so they pair. */
-static PyObject *mon_call(PT_VC_ARGS)
-{
-    PT_VC_UNUSED;
-    PyCodeObject *code = code_arg(args, nargsf);
-    if (code == NULL || PyVectorcall_NARGS(nargsf) < 3)
-        Py_RETURN_NONE;
-    const PyMethodDef *def = pt_cfunc_def(args[2]);
-    if (def != NULL)
-        return ret_disable(pt_c_event(code, args[2], PyVectorcall_NARGS(nargsf) > 3 ? args[3] : NULL, def,
-                                      PT_EV_CCALL));
-    /* Not a C function. A call site in filtered code is silenced for good:
-     * DISABLE turns off CALL there, and with it C_RETURN and C_RAISE, none of
-     * which we would record from that code. Elsewhere CALL must stay on: the
-     * same site may call a C function next time. */
-    if (!pt_hot.filtering)
-        Py_RETURN_NONE;
-    uint64_t extra = pt_code_extra(code);
-    uint32_t epoch = pt_epoch_now();
-    return ret_disable(epoch != 0 && (uint32_t)(extra >> 33) == epoch && (extra & PT_XTRA_FILTERED));
-}
-
-static inline void c_close(PyObject *const *args, size_t nargsf, uint8_t kind)
-{
-    PyCodeObject *code = code_arg(args, nargsf);
-    if (code == NULL || PyVectorcall_NARGS(nargsf) < 3)
-        return;
-    const PyMethodDef *def = pt_cfunc_def(args[2]);
-    if (def != NULL)
-        (void)pt_c_event(code, args[2], PyVectorcall_NARGS(nargsf) > 3 ? args[3] : NULL, def, kind);
-}
-
-static PyObject *mon_c_return(PT_VC_ARGS)
-{
-    PT_VC_UNUSED;
-    c_close(args, nargsf, PT_EV_CRETURN); /* C_RETURN cannot be disabled */
-    Py_RETURN_NONE;
-}
-
-static PyObject *mon_c_raise(PT_VC_ARGS)
-{
-    PT_VC_UNUSED;
-    c_close(args, nargsf, PT_EV_CUNWIND);
-    Py_RETURN_NONE;
-}
-
-static const struct {
-    const char *event;   /* name in sys.monitoring.events */
-    int c_event;         /* only with c_calls=True */
-    vectorcallfunc fn;
-} pt_mon_table[] = {
-    {"PY_START", 0, mon_py_start},   {"PY_RESUME", 0, mon_py_resume}, {"PY_THROW", 0, mon_py_throw},
-    {"PY_RETURN", 0, mon_py_return}, {"PY_YIELD", 0, mon_py_yield},   {"PY_UNWIND", 0, mon_py_unwind},
-    {"CALL", 1, mon_call},           {"C_RETURN", 1, mon_c_return},   {"C_RAISE", 1, mon_c_raise},
-};
-#define PT_MON_COUNT (sizeof pt_mon_table / sizeof pt_mon_table[0])
-
-static PyMemberDef callback_members[] = {
-    {"__vectorcalloffset__", Py_T_PYSSIZET, offsetof(pt_callback_t, vectorcall), Py_READONLY, NULL},
-    {NULL, 0, 0, 0, NULL},
-};
-
-static PyType_Slot callback_slots[] = {
-    {Py_tp_call, __extension__(void *) PyVectorcall_Call},
-    {Py_tp_members, callback_members},
-    {Py_tp_doc, (void *)"pytrace's sys.monitoring callback (internal)"},
-    {0, NULL},
-};
-
-static PyType_Spec callback_spec = {
-    .name = "pytrace._pytrace.MonitoringCallback",
-    .basicsize = sizeof(pt_callback_t),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_DISALLOW_INSTANTIATION |
-             Py_TPFLAGS_IMMUTABLETYPE,
-    .slots = callback_slots,
-};
-
-static PyObject *callback_new(vectorcallfunc fn)
-{
-    if (g_callback_type == NULL) {
-        g_callback_type = (PyTypeObject *)PyType_FromSpec(&callback_spec);
-        if (g_callback_type == NULL)
-            return NULL;
-    }
-    pt_callback_t *cb = PyObject_New(pt_callback_t, g_callback_type);
-    if (cb == NULL)
-        return NULL;
-    cb->vectorcall = fn;
-    return (PyObject *)cb;
-}
-
-static PyObject *monitoring(void)
-{
-    PyObject *sys_mon = PySys_GetObject("monitoring"); /* borrowed */
-    if (sys_mon == NULL && !PyErr_Occurred())
-        PyErr_SetString(PyExc_RuntimeError, "sys.monitoring is missing");
-    return sys_mon;
-}
-
-static long event_bit(PyObject *mon, const char *name)
-{
-    PyObject *events = PyObject_GetAttrString(mon, "events");
-    if (events == NULL)
-        return -1;
-    PyObject *bit = PyObject_GetAttrString(events, name);
-    Py_DECREF(events);
-    if (bit == NULL)
-        return -1;
-    long v = PyLong_AsLong(bit);
-    Py_DECREF(bit);
-    return v;
-}
-
-int pt_hooks_install(PyObject *module, int c_calls)
-{
-    (void)module;
-    g_c_calls = c_calls;
-    PyObject *mon = monitoring();
-    if (mon == NULL)
-        return -1;
-    if (g_disable == NULL) {
-        g_disable = PyObject_GetAttrString(mon, "DISABLE");
-        if (g_disable == NULL)
-            return -1;
-    }
-    /* Ids 3 and 4: sys.monitoring names 0 (debugger), 1 (coverage), 2
-     * (profiler: cProfile takes it) and 5 (optimizer) for other kinds of
-     * tools, so a program's own cProfile, coverage or debugger keeps its id. */
-    static const int candidates[] = {3, 4};
-    enum { n_candidates = sizeof candidates / sizeof candidates[0] };
-    g_tool_id = -1;
-    for (size_t i = 0; i < n_candidates; i++) {
-        PyObject *r = PyObject_CallMethod(mon, "use_tool_id", "is", candidates[i], "pytrace");
-        if (r) {
-            Py_DECREF(r);
-            g_tool_id = candidates[i];
-            break;
-        }
-        if (!PyErr_ExceptionMatches(PyExc_ValueError))
-            return -1;
-        PyErr_Clear();
-    }
-    if (g_tool_id < 0) {
-        /* Not an error of start(): the program runs as it would untraced,
-         * and stop() reports that nothing was traced (hook error + text). */
-        char holders[2][64] = {"?", "?"};
-        for (size_t i = 0; i < n_candidates; i++) {
-            PyObject *name = PyObject_CallMethod(mon, "get_tool", "i", candidates[i]);
-            const char *text = name && PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
-            if (text)
-                snprintf(holders[i], sizeof holders[i], "%s", text);
-            Py_XDECREF(name);
-            PyErr_Clear();
-        }
-        char msg[256];
-        snprintf(msg, sizeof msg,
-                 "sys.monitoring tool ids 3 and 4 are both taken (by '%s' and '%s'): nothing "
-                 "is traced; free one of them (sys.monitoring.free_tool_id) before starting pytrace",
-                 holders[0], holders[1]);
-        pt_tracer_fail(msg);
-        return 0;
-    }
-    long mask = 0;
-    for (size_t i = 0; i < PT_MON_COUNT; i++) {
-        if (pt_mon_table[i].c_event && !c_calls)
-            continue;
-        long bit = event_bit(mon, pt_mon_table[i].event);
-        if (bit < 0)
-            goto err;
-        PyObject *fn = callback_new(pt_mon_table[i].fn);
-        if (fn == NULL)
-            goto err;
-        PyObject *r = PyObject_CallMethod(mon, "register_callback", "ilO", g_tool_id, bit, fn);
-        Py_DECREF(fn);
-        if (r == NULL)
-            goto err;
-        Py_DECREF(r);
-        mask |= bit;
-    }
-    PyObject *r = PyObject_CallMethod(mon, "set_events", "il", g_tool_id, mask);
-    if (r == NULL)
-        goto err;
-    Py_DECREF(r);
-    /* Re-enable what an earlier session DISABLEd (its filters may differ).
-     * This also re-enables other tools' disabled events: harmless, they
-     * disable them again on their next event. */
-    r = PyObject_CallMethod(mon, "restart_events", NULL);
-    if (r == NULL)
-        goto err;
-    Py_DECREF(r);
-    return 0;
-err:
-    pt_hooks_uninstall(module);
-    return -1;
-}
-
-void pt_hooks_uninstall(PyObject *module)
-{
-    (void)module;
-    if (g_tool_id < 0)
-        return;
-    PyObject *mon = monitoring();
-    if (mon == NULL) {
-        PyErr_Clear();
-        return;
-    }
-    PyObject *saved = PyErr_GetRaisedException();
-    PyObject *r = PyObject_CallMethod(mon, "set_events", "ii", g_tool_id, 0);
-    Py_XDECREF(r);
-    PyErr_Clear();
-    for (size_t i = 0; i < PT_MON_COUNT; i++) {
-        long bit = event_bit(mon, pt_mon_table[i].event);
-        if (bit < 0) {
-            PyErr_Clear();
-            continue;
-        }
-        r = PyObject_CallMethod(mon, "register_callback", "ilO", g_tool_id, bit, Py_None);
-        Py_XDECREF(r);
-        PyErr_Clear();
-    }
-    r = PyObject_CallMethod(mon, "free_tool_id", "i", g_tool_id);
-    Py_XDECREF(r);
-    PyErr_Clear();
-    PyErr_SetRaisedException(saved);
-    g_tool_id = -1;
-}
-
-const char *pt_hooks_name(void)
-{
-    return g_tool_id >= 0 ? "sys.monitoring" : NULL;
-}
-
-int pt_hooks_intact(void)
-{
-    return 1; /* our tool id is ours until we free it */
-}
-
-#else
-/* ===================== PyEval_SetProfile (3.10/3.11) ===================== */
 
 static inline PyCodeObject *frame_code(PyFrameObject *frame)
 {
@@ -517,9 +191,7 @@ static PyMethodDef thread_bootstrap_def = {"_pytrace_thread_bootstrap", thread_b
 static PyObject *g_old_thread_hook; /* threading's previous profile hook */
 static int g_replaced_thread_hook;  /* threading's hook was None and is our bootstrap */
 static int g_installed;
-static int g_evalframe; /* the frame-evaluation adapter is in use instead */
-static int g_fell_back; /* it was, until the C stack ran low (pt_evalframe.c) */
-static PyObject *g_module; /* for the threading hook installed on fall-back */
+static PyObject *g_module; /* for the threading hook set when threading is imported later */
 static int g_audit_added;
 
 static int is_bootstrap(PyObject *obj)
@@ -661,6 +333,8 @@ static void threading_poll(void)
     PyErr_Restore(t, v, tb);
 }
 
+static void profile_uninstall(void);
+
 static int install_profile(PyObject *module)
 {
     if (!g_audit_added) {
@@ -682,7 +356,7 @@ static int install_profile(PyObject *module)
         Py_CLEAR(g_old_thread_hook);
         g_installed = 1;
         if (for_all_threads(pt_profile) < 0) {
-            pt_hooks_uninstall(module);
+            profile_uninstall();
             return -1;
         }
         return 0;
@@ -709,46 +383,22 @@ static int install_profile(PyObject *module)
     }
     g_installed = 1;
     if (for_all_threads(pt_profile) < 0) {
-        pt_hooks_uninstall(module);
+        profile_uninstall();
         return -1;
     }
     return 0;
 }
 
-int pt_hooks_install(PyObject *module, int c_calls)
+/* 1, or -1 (exception set). */
+static int profile_install(PyObject *module, int c_calls)
 {
     g_c_calls = c_calls;
-    g_fell_back = 0;
     Py_XSETREF(g_module, Py_NewRef(module));
-    /* Without C calls, 3.11 has a much cheaper hook (pt_evalframe.c). */
-    if (!c_calls && pt_evalframe_install() == 1) {
-        g_evalframe = 1;
-        return 0;
-    }
-    return install_profile(module);
+    return install_profile(module) < 0 ? -1 : 1;
 }
 
-int pt_hooks_fall_back_to_profile(void)
+static void profile_uninstall(void)
 {
-    g_evalframe = 0;
-    g_fell_back = 1;
-    PyObject *t, *v, *tb; /* a frame may be entered with an exception (throw) */
-    PyErr_Fetch(&t, &v, &tb);
-    int rc = install_profile(g_module);
-    if (rc < 0)
-        PyErr_Clear();
-    PyErr_Restore(t, v, tb);
-    return rc;
-}
-
-void pt_hooks_uninstall(PyObject *module)
-{
-    (void)module;
-    if (g_evalframe) {
-        pt_evalframe_uninstall();
-        g_evalframe = 0;
-        return;
-    }
     PyObject *t, *v, *tb;
     PyErr_Fetch(&t, &v, &tb);
     g_installed = 0; /* first: our own removal is no displacement */
@@ -772,17 +422,28 @@ void pt_hooks_uninstall(PyObject *module)
     PyErr_Restore(t, v, tb);
 }
 
-const char *pt_hooks_name(void)
+static int profile_active(void)
 {
-    if (g_evalframe)
-        return "frame evaluation (PEP 523)";
-    if (g_installed && g_fell_back)
-        return "frame evaluation (PEP 523), then PyEval_SetProfile (deep C stack)";
-    return g_installed ? "PyEval_SetProfile" : NULL;
+    return g_installed;
 }
 
-int pt_hooks_intact(void)
+static const pt_hook_ops_t profile_ops = {
+    .name = "PyEval_SetProfile",
+    .install = profile_install,
+    .uninstall = profile_uninstall,
+    .active = profile_active,
+};
+
+int pt_profile_register(void)
 {
-    return !g_evalframe || pt_evalframe_intact();
+    return pt_tracer_hook_register(&profile_ops);
 }
+
+#else /* PT_HAVE_MONITORING */
+
+int pt_profile_register(void)
+{
+    return 0;
+}
+
 #endif

@@ -1,0 +1,602 @@
+/*
+ * pt_session: the process-wide tracer behind _pytrace -- its sessions, options,
+ * counters and errors, the heartbeat thread, fork and exit, and the registry of
+ * hook adapters.
+ *
+ * Design summary
+ *
+ *   One tracing session at a time per process, so the tracer is a static
+ *   singleton (`g` here, `pt_core` for what pt_threads.c and pt_symbols.c
+ *   share): hooks, pthread-key destructors and Py_AtExit handlers have no
+ *   module object to find state through. The module keeps only Python objects
+ *   (labels, callbacks) in its module state.
+ *
+ *   Sessions are numbered by `pt_hot.epoch` (0 = not tracing). Every cached fact is
+ *   tagged with the epoch it belongs to, so a new start() (new segment, new
+ *   symbol ids) invalidates all caches at once without visiting them:
+ *     - a code object's co_extra slot holds epoch<<33 | filtered<<32 | id;
+ *     - a C function's rculfhash node, and each thread's cache of C function ids
+ *       in front of it, hold epoch<<32 | id (pt_symbols.c);
+ *     - a thread context's ok_epoch says its ring belongs to this session
+ *       (pt_threads.c).
+ *
+ *   Concurrency. Hooks run with the GIL held, and so do start(), stop() and the
+ *   fork handler; that is what makes the hot path lock-free and lets stop()
+ *   write closing records into other threads' rings (their owners cannot be
+ *   inside a hook while we hold the GIL, and with the epoch reset they never
+ *   touch those rings again). Code that runs without the GIL -- the thread
+ *   destructor, the Py_AtExit handler, the heartbeat thread -- takes
+ *   pt_core.lock, as do the GIL holders when they touch the thread list or the
+ *   segment's lifetime. Not supported: free-threaded builds (3.13t).
+ *
+ *   The cold paths (first sight of a code object or thread) call the Python
+ *   C API, and a GC run there may execute arbitrary Python, even stop(). So
+ *   every cold path does its Python work first, then re-checks the epoch,
+ *   then writes to the ring with no Python call in between.
+ *
+ *   Hooks. The core never calls an adapter by name: each adapter registers a
+ *   pt_hook_ops_t (pt_tracer.h), start() installs the first that accepts, and
+ *   an adapter that cannot go on hands the session to the next one
+ *   (pt_tracer_hook_fall_back).
+ *
+ *   The hot path is inline, in pt_tracer_inline.h; its slow paths are in
+ *   pt_threads.c. The heartbeat thread (every 100 ms, no GIL) also serves
+ *   readers' stack requests (shm/ring.h): it only lowers the ring limit of the
+ *   thread concerned, whose next event writes the stack.
+ */
+#include "pt_tracer_internal.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PT_HEARTBEAT_NS 100000000ull   /* 100 ms */
+#define PT_HOOK_ADAPTERS_MAX 4
+
+static struct {
+    uint32_t last_epoch;            /* last one handed out */
+    _Atomic int first_error_set;
+    char first_error[256];
+    /* heartbeat */
+    pthread_t hb_thread;
+    int hb_running;
+    pthread_mutex_t hb_lock;
+    pthread_cond_t hb_cond;
+    int hb_stop;
+    _Atomic int hook_lost;          /* a replaced hook was reported this session */
+    int initialised;
+    /* fork: the child was tracing when fork() returned (set by the C atfork
+     * child handler, consumed by the Python after_in_child hook) */
+    int fork_resume;
+    /* hook adapters, in the order start() tries them */
+    const pt_hook_ops_t *hooks[PT_HOOK_ADAPTERS_MAX];
+    size_t hook_count;
+    /* the session's adapter (also read by the heartbeat thread: pt_tracer_check_hook) */
+    _Atomic(const pt_hook_ops_t *) hook;
+    PyObject *hook_module;          /* strong: what install was given, for a fall back */
+    int hook_c_calls;
+    char hook_name[192];            /* "A, then B (why)" after a fall back, else "" */
+} g = {
+    .hb_lock = PTHREAD_MUTEX_INITIALIZER,
+    .hb_cond = PTHREAD_COND_INITIALIZER,
+};
+
+pt_core_t pt_core = {
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+};
+pt_hot_t pt_hot;
+
+/* ---- errors -------------------------------------------------------------- */
+
+void pt_tracer_set_first_error(const char *fmt, ...)
+{
+    int expected = 0;
+    if (!atomic_compare_exchange_strong_explicit(&g.first_error_set, &expected, 1,
+                                                 memory_order_acq_rel, memory_order_relaxed))
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g.first_error, sizeof g.first_error, fmt, ap);
+    va_end(ap);
+    /* release: the text is complete before readers see 2; pairs with the
+     * acquire in copy_counters() */
+    atomic_store_explicit(&g.first_error_set, 2, memory_order_release);
+}
+
+void pt_tracer_fail(const char *what)
+{
+    pt_segment_t *seg = pt_core.seg;
+    if (seg)
+        /* relaxed: a statistic */
+        atomic_fetch_add_explicit(&pt_segment_header(seg)->hook_errors, 1, memory_order_relaxed);
+    pt_tracer_set_first_error("%s", what);
+}
+
+void pt_tracer_displaced(const char *how, int this_thread)
+{
+    pt_thread_t *t = pt_tls_thread;
+    uint32_t epoch = pt_epoch_now();
+    /* the owner, with the GIL, outside any hook: its ring is ours to write */
+    if (this_thread && t != NULL && epoch != 0 && pt_ok_epoch(t) == epoch)
+        pt_close_synthetic_above(t, 0);
+    pt_segment_t *seg = pt_core.seg;
+    if (seg)
+        /* relaxed: a statistic */
+        atomic_fetch_add_explicit(&pt_segment_header(seg)->tracing_displaced, 1, memory_order_relaxed);
+    pt_tracer_set_first_error("%s", how);
+}
+
+void pt_tracer_check_hook(void)
+{
+    const pt_hook_ops_t *ops = atomic_load_explicit(&g.hook, memory_order_acquire); /* see session_hook */
+    if (ops == NULL || ops->intact == NULL || ops->intact())
+        return;
+    /* relaxed: only makes the report once per session */
+    if (atomic_exchange_explicit(&g.hook_lost, 1, memory_order_relaxed) == 0)
+        pt_tracer_fail(ops->replaced_error);
+}
+
+/* ---- hook adapters ------------------------------------------------------- */
+
+int pt_tracer_hook_register(const pt_hook_ops_t *ops)
+{
+    for (size_t i = 0; i < g.hook_count; i++)
+        if (g.hooks[i] == ops)
+            return 0;
+    if (g.hook_count == PT_HOOK_ADAPTERS_MAX)
+        return -ENOSPC;
+    g.hooks[g.hook_count++] = ops;
+    return 0;
+}
+
+static const pt_hook_ops_t *session_hook(void)
+{
+    /* acquire: pairs with the release in set_session_hook (the tables are
+     * constant; this only keeps the heartbeat thread's read well defined) */
+    return atomic_load_explicit(&g.hook, memory_order_acquire);
+}
+
+static void set_session_hook(const pt_hook_ops_t *ops)
+{
+    atomic_store_explicit(&g.hook, ops, memory_order_release);
+}
+
+/* Install the adapters from index `first` on until one accepts (the session's
+ * adapter is then that one). 1, 0 (none accepted), or -1 (exception set). */
+static int install_from(size_t first)
+{
+    for (size_t i = first; i < g.hook_count; i++) {
+        set_session_hook(g.hooks[i]);
+        int rc = g.hooks[i]->install(g.hook_module, g.hook_c_calls);
+        if (rc != 0)
+            return rc;
+    }
+    set_session_hook(NULL);
+    return 0;
+}
+
+int pt_tracer_hooks_install(PyObject *module, int c_calls)
+{
+    Py_XSETREF(g.hook_module, Py_NewRef(module));
+    g.hook_c_calls = c_calls;
+    g.hook_name[0] = '\0';
+    int rc = install_from(0);
+    if (rc == 0)
+        PyErr_SetString(PyExc_RuntimeError, "no hook adapter can trace this interpreter");
+    return rc > 0 ? 0 : -1;
+}
+
+void pt_tracer_hooks_uninstall(void)
+{
+    const pt_hook_ops_t *ops = session_hook();
+    if (ops != NULL)
+        ops->uninstall();
+}
+
+const char *pt_tracer_hook_name(void)
+{
+    const pt_hook_ops_t *ops = session_hook();
+    if (ops == NULL || !ops->active())
+        return NULL;
+    return g.hook_name[0] ? g.hook_name : ops->name;
+}
+
+int pt_tracer_hook_fall_back(const char *why)
+{
+    const pt_hook_ops_t *from = session_hook();
+    size_t next = g.hook_count;
+    for (size_t i = 0; i < g.hook_count; i++)
+        if (g.hooks[i] == from)
+            next = i + 1;
+    if (from == NULL || next >= g.hook_count)
+        return -1;
+    from->uninstall();
+    snprintf(g.hook_name, sizeof g.hook_name, "%s, then %s (%s)", from->name, g.hooks[next]->name, why);
+    PT_EXC_SAVE; /* a frame may be entered with an exception (throw) */
+    int rc = install_from(next);
+    if (rc < 0)
+        PyErr_Clear();
+    PT_EXC_RESTORE;
+    return rc > 0 ? 0 : -1;
+}
+
+const void *pt_tracer_frame_key(PyFrameObject *frame)
+{
+    const pt_hook_ops_t *ops = session_hook();
+    if (ops != NULL && ops->frame_key != NULL)
+        return ops->frame_key(frame);
+    return frame;
+}
+
+/* ---- heartbeat --------------------------------------------------------------- */
+
+static void *heartbeat_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&g.hb_lock);
+    while (!g.hb_stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += (long)PT_HEARTBEAT_NS;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec += 1;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&g.hb_cond, &g.hb_lock, &ts);
+        if (!g.hb_stop && pt_core.seg) {
+            pt_segment_heartbeat(pt_core.seg); /* seg is replaced only after we are joined */
+            pt_threads_serve_stack_requests(pt_epoch_now());
+        }
+        if (!g.hb_stop)
+            pt_tracer_check_hook();
+    }
+    pthread_mutex_unlock(&g.hb_lock);
+    return NULL;
+}
+
+/* (Re)initialise the heartbeat's lock and condition variable: once at
+ * startup and in a fork child, where the parent's copies may have a waiter
+ * (the parent's heartbeat thread) recorded in them. Never destroy them there:
+ * pthread_cond_destroy would wait for that waiter forever. */
+static void heartbeat_sync_init(void)
+{
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    memset(&g.hb_cond, 0, sizeof g.hb_cond);
+    pthread_cond_init(&g.hb_cond, &attr);
+    pthread_condattr_destroy(&attr);
+    memset(&g.hb_lock, 0, sizeof g.hb_lock);
+    pthread_mutex_init(&g.hb_lock, NULL);
+}
+
+static int heartbeat_start(void)
+{
+    g.hb_stop = 0;
+    /* block all signals in the helper: they belong to the Python main thread */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&g.hb_thread, NULL, heartbeat_main, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0)
+        return -rc;
+    g.hb_running = 1;
+    return 0;
+}
+
+static void heartbeat_stop(void)
+{
+    if (!g.hb_running)
+        return;
+    pthread_mutex_lock(&g.hb_lock);
+    g.hb_stop = 1;
+    pthread_cond_signal(&g.hb_cond);
+    pthread_mutex_unlock(&g.hb_lock);
+    pthread_join(g.hb_thread, NULL);
+    g.hb_running = 0;
+}
+
+/* ---- segment lifetime ---------------------------------------------------------- */
+
+static int consumer_alive(pt_seg_header_t *h)
+{
+    /* acquire: pairs with the reader's CAS that takes the lock */
+    uint64_t pid = atomic_load_explicit(&h->consumer_pid, memory_order_acquire);
+    if (pid == 0)
+        return 0;
+    return kill((pid_t)pid, 0) == 0 || errno == EPERM;
+}
+
+/* Drop the previous (stopped) segment before a new session or at exit:
+ * unlink it if no reader is attached, else leave it to the reader. */
+static void segment_release_locked(int exiting)
+{
+    if (pt_core.seg == NULL)
+        return;
+    if (exiting)
+        pt_segment_set_state(pt_core.seg, PT_STATE_EXITED);
+    pt_seg_header_t *h = pt_segment_header(pt_core.seg);
+    int unlink_it = !consumer_alive(h);
+    if (!exiting && !unlink_it) {
+        /* a reader is attached: it reads to the end of this (stopped) session
+         * and unlinks; tell it nothing more will come */
+        pt_segment_set_state(pt_core.seg, PT_STATE_EXITED);
+    }
+    pt_segment_close(pt_core.seg, unlink_it);
+    pt_core.seg = NULL;
+}
+
+static void free_opts(pt_options_t *o)
+{
+    free(o->cmdline);
+    for (char **p = o->include; p && *p; p++)
+        free(*p);
+    for (char **p = o->exclude; p && *p; p++)
+        free(*p);
+    for (char **p = o->hide; p && *p; p++)
+        free(*p);
+    free(o->include);
+    free(o->exclude);
+    free(o->hide);
+    memset(o, 0, sizeof *o);
+}
+
+static void stop_locked(void)
+{
+    atomic_store_explicit(&pt_hot.epoch, 0, memory_order_relaxed);
+    pt_threads_finish_locked(g.last_epoch);
+}
+
+/* Runs inside fork() in the child, before any Python after-fork hook: from
+ * here on the child must not write a byte into the parent's rings (they are
+ * still mapped and live in the parent), so tracing is switched off at once.
+ * Python hooks registered before ours (random, threading) run next, untraced;
+ * our after_in_child hook then gives the child its own segment. */
+static void atfork_child(void)
+{
+    g.fork_resume = pt_epoch_now() != 0;
+    /* relaxed: the child has one thread */
+    atomic_store_explicit(&pt_hot.epoch, 0, memory_order_relaxed);
+}
+
+static void at_exit(void)
+{
+    /* Runs after the interpreter is gone: no Python API here. */
+    heartbeat_stop();
+    pthread_mutex_lock(&pt_core.lock);
+    int traced = pt_core.seg != NULL;
+    if (pt_core.seg) {
+        if (pt_epoch_now() != 0)
+            stop_locked();
+        segment_release_locked(1);
+    }
+    pthread_mutex_unlock(&pt_core.lock);
+    /* Fork children that left with _exit() (multiprocessing workers do) and
+     * that no reader holds would otherwise stay in /dev/shm for good. */
+    if (traced)
+        (void)pt_segment_collect_children((uint64_t)getpid());
+}
+
+/* ---- public --------------------------------------------------------------------- */
+
+int pt_tracer_global_init(char *err, size_t errlen)
+{
+    if (g.initialised)
+        return 0;
+    heartbeat_sync_init();
+    int rc = pt_symbols_init(err, errlen); /* also liburcu's fork handlers, first */
+    if (rc < 0)
+        return rc;
+    rc = pt_threads_init(err, errlen);
+    if (rc < 0)
+        return rc;
+    pthread_atfork(NULL, NULL, atfork_child);
+    if (Py_AtExit(at_exit) < 0) {
+        snprintf(err, errlen, "cannot register the exit handler (Py_AtExit table full)");
+        return -ENOSPC;
+    }
+    g.initialised = 1;
+    return 0;
+}
+
+static int create_segment(char *err, size_t errlen)
+{
+    pt_segment_config_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.ring_count = pt_core.opts.ring_count;
+    cfg.chunk_bytes = pt_core.opts.chunk_bytes;
+    cfg.chunks_per_ring = pt_core.opts.chunks_per_ring;
+    cfg.symlog_bytes = pt_core.opts.symlog_bytes;
+    cfg.drop_policy = pt_core.opts.policy;
+    cfg.wait_timeout_ns = pt_core.opts.wait_timeout_ns;
+    cfg.cmdline = pt_core.opts.cmdline;
+    char version[PT_PYVERSION_BYTES];
+    snprintf(version, sizeof version, "%s", Py_GetVersion());
+    char *sp = strchr(version, ' ');
+    if (sp)
+        *sp = '\0';
+    cfg.python_version = version;
+    cfg.clock_kind = pt_core.clock.kind;
+    cfg.ticks_per_second = pt_core.clock.ticks_per_second;
+    cfg.base_ticks = pt_core.clock.base_ticks;
+    cfg.base_monotonic_ns = pt_core.clock.base_monotonic_ns;
+    cfg.base_realtime_ns = pt_core.clock.base_realtime_ns;
+    return pt_segment_create(&cfg, &pt_core.seg, err, errlen);
+}
+
+static int begin_session(char *err, size_t errlen)
+{
+    int rc = create_segment(err, errlen);
+    if (rc < 0)
+        return rc;
+    pt_core.retired_written = pt_core.retired_dropped = pt_core.threads_seen = 0;
+    atomic_store_explicit(&g.hook_lost, 0, memory_order_relaxed);
+    atomic_store_explicit(&g.first_error_set, 0, memory_order_relaxed);
+    g.first_error[0] = '\0';
+    if (++g.last_epoch >= (1u << 31) || g.last_epoch == 0)
+        g.last_epoch = 1; /* 31 bits in co_extra; wrapping after 2^31 sessions is harmless
+                             only if no code object survived them all -- accepted */
+    rc = heartbeat_start();
+    if (rc < 0) {
+        snprintf(err, errlen, "cannot start the heartbeat thread: %s", strerror(-rc));
+        pt_segment_close(pt_core.seg, 1);
+        pt_core.seg = NULL;
+        return rc;
+    }
+    atomic_store_explicit(&pt_hot.epoch, g.last_epoch, memory_order_relaxed);
+    return 0;
+}
+
+int pt_tracer_start(pt_options_t *opts, char *err, size_t errlen)
+{
+    if (pt_epoch_now() != 0) {
+        free_opts(opts);
+        snprintf(err, errlen, "already tracing into %s; call stop() first",
+                 pt_core.seg ? pt_segment_name(pt_core.seg) : "?");
+        return -EALREADY;
+    }
+    int rc = pt_clock_init(&pt_core.clock, opts->clock_kind);
+    pt_hot.clock_kind = pt_core.clock.kind;
+    pt_hot.filtering = opts->include != NULL || opts->exclude != NULL;
+    if (rc < 0) {
+        free_opts(opts);
+        snprintf(err, errlen, "cannot initialise the clock: %s", strerror(-rc));
+        return rc;
+    }
+    pthread_mutex_lock(&pt_core.lock);
+    segment_release_locked(0);
+    pthread_mutex_unlock(&pt_core.lock);
+    free_opts(&pt_core.opts);
+    pt_core.opts = *opts;
+    memset(opts, 0, sizeof *opts);
+    return begin_session(err, errlen);
+}
+
+static void copy_counters(pt_counters_t *out)
+{
+    memset(out, 0, sizeof *out);
+    if (pt_core.seg == NULL)
+        return;
+    pt_seg_header_t *h = pt_segment_header(pt_core.seg);
+    snprintf(out->segment, sizeof out->segment, "%s", pt_segment_name(pt_core.seg));
+    out->events_written = pt_core.retired_written;
+    out->events_dropped = pt_core.retired_dropped;
+    uint32_t epoch = pt_epoch_now();
+    pt_threads_add_counters_locked(epoch, &out->events_written, &out->events_dropped);
+    /* relaxed: statistics */
+    out->hook_errors = atomic_load_explicit(&h->hook_errors, memory_order_relaxed);
+    out->symbols = atomic_load_explicit(&h->symbol_count, memory_order_relaxed);
+    out->symbols_dropped = atomic_load_explicit(&h->symbols_dropped, memory_order_relaxed);
+    out->threads_untraced = atomic_load_explicit(&h->threads_untraced, memory_order_relaxed);
+    out->tracing_displaced = atomic_load_explicit(&h->tracing_displaced, memory_order_relaxed);
+    out->events_untraced = atomic_load_explicit(&h->events_untraced, memory_order_relaxed);
+    out->threads = pt_core.threads_seen;
+    /* acquire: pairs with the release in pt_tracer_set_first_error */
+    if (atomic_load_explicit(&g.first_error_set, memory_order_acquire) == 2)
+        snprintf(out->first_error, sizeof out->first_error, "%s", g.first_error);
+}
+
+int pt_tracer_stop(pt_counters_t *out)
+{
+    if (pt_epoch_now() == 0)
+        return -ENOENT;
+    heartbeat_stop();
+    pthread_mutex_lock(&pt_core.lock);
+    stop_locked();
+    pt_segment_set_state(pt_core.seg, PT_STATE_STOPPED);
+    copy_counters(out);
+    pthread_mutex_unlock(&pt_core.lock);
+    /* The segment stays (state STOPPED) until the next start() or exit, so a
+     * reader that attaches late still reads the whole session. */
+    return 0;
+}
+
+int pt_tracer_release(void)
+{
+    if (pt_epoch_now() != 0)
+        return -EBUSY;
+    pthread_mutex_lock(&pt_core.lock);
+    int had = pt_core.seg != NULL;
+    segment_release_locked(0);
+    pthread_mutex_unlock(&pt_core.lock);
+    return had ? 0 : -ENOENT;
+}
+
+int pt_tracer_is_tracing(void)
+{
+    return pt_epoch_now() != 0;
+}
+
+const char *pt_tracer_segment_name(void)
+{
+    return pt_epoch_now() != 0 && pt_core.seg ? pt_segment_name(pt_core.seg) : NULL;
+}
+
+void pt_tracer_counters(pt_counters_t *out)
+{
+    pthread_mutex_lock(&pt_core.lock);
+    copy_counters(out);
+    pthread_mutex_unlock(&pt_core.lock);
+}
+
+int pt_tracer_fork_pending(void)
+{
+    return g.fork_resume;
+}
+
+/* The heartbeat thread is stopped around fork(): a fork child inherits no
+ * threads anyway, and 3.12+ warns about fork() in a multi-threaded process
+ * (it counts threads after fork() returns, before the after_in_parent hooks,
+ * which restart it). */
+void pt_tracer_before_fork(void)
+{
+    heartbeat_stop();
+}
+
+void pt_tracer_after_fork_parent(void)
+{
+    if (pt_epoch_now() != 0 && !g.hb_running && heartbeat_start() != 0)
+        pt_tracer_fail("fork: cannot restart the heartbeat thread");
+}
+
+const pt_options_t *pt_tracer_options(void)
+{
+    return &pt_core.opts;
+}
+
+void pt_tracer_after_fork_child(void)
+{
+    /* Only the forking thread exists; other threads' contexts are garbage and
+     * the parent's segment must not be touched (its rings are live in the
+     * parent): unmap it without changing a byte. */
+    memset(&pt_core.lock, 0, sizeof pt_core.lock);
+    pthread_mutex_init(&pt_core.lock, NULL);
+    heartbeat_sync_init();
+    g.hb_running = 0;
+    pt_threads_after_fork_child();
+    int was_tracing = g.fork_resume;
+    g.fork_resume = 0;
+    pt_core.opts.stack_skip_thread = 0; /* the child's stack is the program's, from the fork down */
+    atomic_store_explicit(&pt_hot.epoch, 0, memory_order_relaxed);
+    if (pt_core.seg) {
+        pt_segment_close(pt_core.seg, 0);
+        pt_core.seg = NULL;
+    }
+    if (!was_tracing)
+        return;
+    char err[256];
+    if (begin_session(err, sizeof err) < 0) {
+        pt_tracer_set_first_error("fork: the child could not create its segment: %s", err);
+        return;
+    }
+    /* Claim now so the child's stream starts with this thread's stack. */
+    (void)pt_thread_current(NULL);
+}

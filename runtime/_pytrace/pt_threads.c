@@ -1,0 +1,550 @@
+/*
+ * pt_threads: the core's threads -- one context per thread, the ring it claims
+ * in each session, its shadow stack, and the slow paths of the hot path.
+ *
+ *   Thread contexts (pt_thread_t) are malloc'd on a thread's first event,
+ *   reached through an initial-exec TLS pointer (one load), kept on a list
+ *   under pt_core.lock, and freed by the pthread-key destructor when the
+ *   thread ends. A context outlives sessions: the thread reclaims a ring into
+ *   it on its first event of the next session (ok_epoch says which session its
+ *   ring belongs to). A thread that finds no free ring runs untraced, counted,
+ *   and tries again every 100 ms.
+ *
+ *   Shadow stack: per thread, PT_SHADOW_CAPACITY entries of (id | C bit).
+ *   Deeper frames still produce events; the shadow only counts them, so the
+ *   stack written after a Lost record and the synthetic closes at stop() use
+ *   id 0 ("<unknown>") for levels beyond the capacity.
+ *   A close whose frame is not on top (a C return or Python return we never
+ *   saw the opening of, e.g. start() itself, or os.fork() in the child) is
+ *   matched against the top few entries: frames above the match are closed
+ *   synthetically, a close that matches nothing is not written. So every
+ *   thread's stream stays balanced whatever the interpreter reports.
+ *   The bottom `prior` levels are the frames that were running when the
+ *   thread's ring was claimed (Frame records), kept with the key the session's
+ *   hook adapter gives them (pt_hook_ops_t.frame_key) and their code, for the
+ *   frame-evaluation adapter, which never sees them return (pt_evalframe.c).
+ *
+ *   stop() writes closing records into other threads' rings: it holds the
+ *   GIL, so their owners are not inside a hook, and with the epoch reset they
+ *   never touch those rings again.
+ */
+#include "pt_tracer_internal.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "shm/ring.h"
+
+#if PY_VERSION_HEX < 0x030B0000
+#include <frameobject.h> /* PyFrame_GetBack */
+#endif
+
+#define PT_CLOSE_SEARCH 16u            /* entries searched for an out-of-order close */
+
+static pt_thread_t *threads;           /* every context, under pt_core.lock */
+static pthread_key_t thread_key;       /* its destructor retires an ending thread's ring */
+
+__thread pt_thread_t *pt_tls_thread __attribute__((tls_model("initial-exec")));
+
+/* ---- shadow stack -------------------------------------------------------- */
+
+static inline uint32_t shadow_at(const pt_thread_t *t, uint32_t level)
+{
+    return level < PT_SHADOW_CAPACITY ? t->shadow[level] : 0;
+}
+
+/* Lower the depth; prior frames above it are gone. */
+static inline void set_depth(pt_thread_t *t, uint32_t depth)
+{
+    t->depth = depth;
+    if (t->prior > depth)
+        t->prior = depth;
+}
+
+void pt_close_synthetic_above(pt_thread_t *t, uint32_t level)
+{
+    while (t->depth > level) {
+        uint32_t e = shadow_at(t, t->depth - 1);
+        int is_c = (e & PT_SHADOW_C_BIT) != 0;
+        pt_emit(t, e & ~PT_SHADOW_C_BIT, is_c ? PT_EV_CRETURN : PT_EV_RETURN, PT_EVF_SYNTHETIC);
+        set_depth(t, t->depth - 1);
+    }
+}
+
+/* The frame `entry` (id | C bit) is not on top of the shadow (pt_close). */
+void pt_close_slow(pt_thread_t *t, uint32_t entry, uint8_t kind)
+{
+    uint32_t d = t->depth;
+    if (d > PT_SHADOW_CAPACITY) { /* beyond the shadow: trust the interpreter */
+        pt_emit(t, entry & ~PT_SHADOW_C_BIT, kind, 0);
+        set_depth(t, d - 1);
+        return;
+    }
+    /* out of order: find it among the top entries */
+    uint32_t floor = d > PT_CLOSE_SEARCH ? d - PT_CLOSE_SEARCH : 0;
+    for (uint32_t level = d; level-- > floor;) {
+        if (t->shadow[level] == entry) {
+            pt_close_synthetic_above(t, level + 1);
+            pt_emit(t, entry & ~PT_SHADOW_C_BIT, kind, 0);
+            set_depth(t, level);
+            return;
+        }
+    }
+    /* nothing matches: its opening was never recorded; writing it would
+     * unbalance the stream */
+}
+
+/* Ring callback: write the current stack (after a Lost record, or for a
+ * reader that started in the middle of the stream; ring.h). */
+static int stack_writer(pt_ring_t *ring, void *ctx, uint32_t room, int whole)
+{
+    pt_thread_t *t = ctx;
+    uint32_t n = t->depth;
+    if (room == 0 || (whole && n > room - 1))
+        return -EAGAIN;
+    if (n > room - 1)
+        n = room - 1; /* outermost frames first; the rest is lost with the gap */
+    uint64_t ticks = pt_now();
+    for (uint32_t level = 0; level < n; level++) {
+        uint32_t e = shadow_at(t, level);
+        pt_ring_push_frame(ring, ticks, e & ~PT_SHADOW_C_BIT, level > 0xFFFFu ? 0xFFFFu : (uint16_t)level,
+                           (e & PT_SHADOW_C_BIT) ? PT_EVF_C_FUNCTION : 0);
+    }
+    return 0;
+}
+
+/* ---- thread contexts ------------------------------------------------------ */
+
+/* The name of a threading.Thread object into out ("" if it is not one). */
+static void thread_object_name(PyObject *threading, PyObject *thr, char *out, size_t len)
+{
+    PyObject *cls = PyObject_GetAttrString(threading, "Thread");
+    int is_thread = cls ? PyObject_IsInstance(thr, cls) : 0;
+    Py_XDECREF(cls);
+    if (is_thread == 1) {
+        PyObject *name = PyObject_GetAttrString(thr, "name");
+        if (name && PyUnicode_Check(name))
+            snprintf(out, len, "%s", pt_utf8_or(name, ""));
+        Py_XDECREF(name);
+    }
+    PyErr_Clear();
+}
+
+static void thread_name_of_threading(char *out, size_t len);
+
+/* The thread's name as threading knows it; the main thread is "MainThread" also
+ * in a program that has not imported threading (yet). */
+static void thread_name(char *out, size_t len)
+{
+    thread_name_of_threading(out, len);
+    if (out[0] == '\0' && syscall(SYS_gettid) == (long)getpid())
+        snprintf(out, len, "MainThread");
+}
+
+static void thread_name_of_threading(char *out, size_t len)
+{
+    out[0] = '\0';
+    PyObject *threading;
+    PyObject *modname = PyUnicode_FromString("threading");
+    if (modname == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    threading = PyImport_GetModule(modname); /* new ref or NULL, never imports */
+    Py_DECREF(modname);
+    if (threading == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    /* threading._active[get_ident()].name: no side effects (current_thread()
+     * would create a _DummyThread for foreign threads) */
+    PyObject *active = PyObject_GetAttrString(threading, "_active");
+    if (active != NULL && PyDict_Check(active)) {
+        PyObject *ident = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
+        PyObject *thr = ident ? PyDict_GetItem(active, ident) : NULL; /* borrowed */
+        Py_XDECREF(ident);
+        if (thr)
+            thread_object_name(threading, thr, out, len);
+    }
+    Py_XDECREF(active);
+    PyErr_Clear();
+#if PY_VERSION_HEX >= 0x030B0000
+    /* 3.12+ report a new thread's first event on entry to Thread._bootstrap,
+     * before the thread is in _active: its frame's `self` is the Thread. */
+    PyFrameObject *frame = out[0] ? NULL : PyEval_GetFrame(); /* borrowed */
+    if (frame != NULL) {
+        PyObject *locals = PyFrame_GetLocals(frame);
+        PyObject *self = locals ? PyMapping_GetItemString(locals, "self") : NULL;
+        if (self)
+            thread_object_name(threading, self, out, len);
+        Py_XDECREF(self);
+        Py_XDECREF(locals);
+        PyErr_Clear();
+    }
+#endif
+    Py_DECREF(threading);
+}
+
+/* An event of a thread that has no ring (slow path: such threads only). */
+static void count_untraced_event(pt_thread_t *t)
+{
+    pt_segment_t *seg = pt_core.seg;
+    if (seg == NULL)
+        return;
+    t->missed++;
+    /* relaxed: a statistic */
+    atomic_fetch_add_explicit(&pt_segment_header(seg)->events_untraced, 1, memory_order_relaxed);
+}
+
+/* First event of this thread in the session: claim a ring and write the
+ * frames already running as Frame records. `opening`: the code whose opening
+ * triggers this, if that frame is already the innermost one on the stack (the
+ * profile and monitoring hooks; the frame-evaluation hook runs before the
+ * frame is linked, so it passes NULL); it is not recorded as a Frame. */
+static pt_thread_t *thread_attach(PyCodeObject *opening)
+{
+    uint32_t epoch = pt_epoch_now();
+    pt_thread_t *t = pt_tls_thread;
+    if (epoch == 0)
+        return NULL;
+    /* This thread already failed to get a ring in this session. If every ring
+     * was taken, try again now and then: a reader frees the rings of threads
+     * that ended, and a long-running thread should show up once it does. */
+    if (t && t->attaching)
+        return NULL; /* our own Python calls below (thread name, frames) */
+    if (t && t->seen_epoch == epoch && (t->retry_ticks == 0 || pt_now() < t->retry_ticks)) {
+        if (t->retry_ticks != 0)
+            count_untraced_event(t); /* waiting for a ring: the program's event is lost, counted */
+        return NULL;
+    }
+    if (t == NULL) {
+        t = calloc(1, sizeof *t);
+        if (t == NULL) {
+            pt_tracer_fail("out of memory for a thread context");
+            return NULL;
+        }
+        pthread_mutex_lock(&pt_core.lock);
+        t->next = threads;
+        if (threads)
+            threads->prev = t;
+        threads = t;
+        pthread_mutex_unlock(&pt_core.lock);
+        pthread_setspecific(thread_key, t);
+        pt_tls_thread = t;
+    }
+    if (t->seen_epoch != epoch)
+        t->missed = 0; /* an earlier session's count went with its segment */
+    t->seen_epoch = epoch;
+
+    /* Python work first: name, and the ids of the frames already running
+     * (innermost first), skipping the frame whose opening triggers us. */
+    char name[PT_THREAD_NAME_BYTES];
+    uint32_t *ids = NULL;
+    pt_prior_frame_t *frames = NULL;
+    size_t n = 0, cap = 0;
+    PT_EXC_SAVE;
+    t->attaching = 1;
+    thread_name(name, sizeof name);
+    /* A launcher's thread starts its picture empty: what runs below the
+     * launcher (site, a sitecustomize) is not the program's. */
+    int skip_stack = pt_core.opts.stack_skip_thread != 0 && pt_core.opts.stack_skip_thread == PyThread_get_thread_ident();
+    PyFrameObject *f = skip_stack ? NULL : PyEval_GetFrame();
+    Py_XINCREF(f);
+    int first = 1;
+    while (f) {
+        PyCodeObject *code = PyFrame_GetCode(f);
+        if (!(first && code == opening)) {
+            uint64_t id = pt_code_lookup(code);
+            if (id != PT_CODE_FILTERED) {
+                if (n == cap) {
+                    size_t ncap = cap ? cap * 2 : 64;
+                    uint32_t *nids = realloc(ids, ncap * sizeof *ids);
+                    if (nids == NULL)
+                        break;
+                    ids = nids;
+                    pt_prior_frame_t *nframes = realloc(frames, ncap * sizeof *frames);
+                    if (nframes == NULL)
+                        break;
+                    frames = nframes;
+                    cap = ncap;
+                }
+                frames[n].frame = pt_tracer_frame_key(f);
+                frames[n].code = code; /* compared, never dereferenced */
+                ids[n++] = (uint32_t)id;
+            }
+        }
+        first = 0;
+        Py_DECREF(code);
+        PyFrameObject *back = PyFrame_GetBack(f);
+        Py_DECREF(f);
+        f = back;
+    }
+    Py_XDECREF(f);
+    t->attaching = 0;
+    PT_EXC_RESTORE;
+
+    /* No Python call below this line. */
+    if (pt_epoch_now() != epoch || pt_core.seg == NULL) {
+        free(ids);
+        free(frames);
+        return NULL;
+    }
+    uint64_t tid = (uint64_t)syscall(SYS_gettid);
+    int rc = pt_segment_claim_ring(pt_core.seg, tid, name, pt_now(), &t->ring);
+    if (rc < 0) {
+        free(ids);
+        free(frames);
+        t->retry_ticks = 0;
+        if (rc == -EAGAIN || rc == -ENOSPC) {
+            if (t->untraced_epoch != epoch) {
+                t->untraced_epoch = epoch;
+                /* relaxed: a statistic */
+                atomic_fetch_add_explicit(&pt_segment_header(pt_core.seg)->threads_untraced, 1, memory_order_relaxed);
+                if (rc == -EAGAIN)
+                    pt_tracer_set_first_error("no free ring for thread %llu (%s): it runs untraced until one frees; "
+                                    "start with a larger ring_count (--rings)",
+                                    (unsigned long long)tid, name);
+                else
+                    pt_tracer_set_first_error("no room in /dev/shm for the ring of thread %llu (%s): it runs untraced "
+                                    "until room returns; free space in /dev/shm or lower --ring-size",
+                                    (unsigned long long)tid, name);
+            }
+            t->retry_ticks = pt_now() + pt_core.clock.ticks_per_second / 10; /* 100 ms */
+            count_untraced_event(t);
+        } else {
+            pt_tracer_fail("cannot claim a ring");
+        }
+        return NULL;
+    }
+    t->retry_ticks = 0;
+    if (skip_stack)
+        pt_core.opts.stack_skip_thread = 0; /* once: the ident may be reused by a later thread */
+    if (t->missed) {
+        /* What the thread did without a ring becomes a gap of its stream:
+         * counted as dropped, a Lost record, then its stack (below). */
+        /* relaxed: a statistic, moved from one counter to the other */
+        atomic_fetch_sub_explicit(&pt_segment_header(pt_core.seg)->events_untraced, t->missed, memory_order_relaxed);
+        pt_ring_count_missed(&t->ring, t->missed);
+        t->missed = 0;
+    }
+    pt_ring_set_stack_writer(&t->ring, stack_writer, t);
+    t->depth = 0;
+    /* release: publishes the ring handle to the heartbeat thread; pairs with
+     * its acquire load in pt_threads_serve_stack_requests */
+    atomic_store_explicit(&t->ok_epoch, epoch, memory_order_release);
+    pthread_mutex_lock(&pt_core.lock);
+    pt_core.threads_seen++;
+    pthread_mutex_unlock(&pt_core.lock);
+    uint64_t ticks = pt_now();
+    for (size_t i = n; i-- > 0;) {
+        uint32_t level = t->depth;
+        (void)pt_ring_push(&t->ring, ticks, ids[i], PT_EV_FRAME, 0,
+                           level > 0xFFFFu ? 0xFFFFu : (uint16_t)level);
+        if (t->depth < PT_SHADOW_CAPACITY)
+            t->shadow[t->depth] = ids[i];
+        t->depth++;
+    }
+    free(ids);
+    /* prior frames, outermost first, as the shadow */
+    for (size_t lo = 0, hi = n; lo + 1 < hi; lo++, hi--) {
+        pt_prior_frame_t tmp = frames[lo];
+        frames[lo] = frames[hi - 1];
+        frames[hi - 1] = tmp;
+    }
+    free(t->prior_frames);
+    t->prior_frames = frames;
+    t->prior = n < PT_SHADOW_CAPACITY ? (uint32_t)n : PT_SHADOW_CAPACITY;
+    return t;
+}
+
+static inline pt_thread_t *thread_get(PyCodeObject *opening)
+{
+    pt_thread_t *t = pt_tls_thread;
+    if (PT_LIKELY(t != NULL && pt_ok_epoch(t) == pt_epoch_now()))
+        return t;
+    return thread_attach(opening);
+}
+
+pt_thread_t *pt_thread_current(PyCodeObject *opening)
+{
+    return thread_get(opening);
+}
+
+/* ---- slow paths of the core entries (pt_tracer_inline.h) ------------------- */
+
+int pt_py_open_slow(PyCodeObject *code, uint8_t kind, uint8_t flags, int linked)
+{
+    uint64_t id = pt_code_lookup(code);
+    if (id == PT_CODE_FILTERED)
+        return 1;
+    pt_thread_t *t = thread_get(linked ? code : NULL);
+    if (PT_UNLIKELY(t == NULL))
+        return 0;
+    pt_open(t, (uint32_t)id, kind, flags);
+    return 0;
+}
+
+int pt_py_close_slow(PyCodeObject *code, uint8_t kind)
+{
+    uint64_t id = pt_code_lookup(code);
+    if (id == PT_CODE_FILTERED)
+        return 1;
+    pt_thread_t *t = thread_get(NULL);
+    if (PT_UNLIKELY(t == NULL))
+        return 0;
+    pt_close(t, (uint32_t)id, kind);
+    return 0;
+}
+
+/* Not in the fast path: the caller's code or this thread is new to the
+ * session, or the C function is not in this thread's cache (its id then
+ * comes from the shared table, or is interned). */
+int pt_c_event_slow(PyCodeObject *caller, PyObject *callable, PyObject *self_arg, const PyMethodDef *def,
+                    uint8_t kind)
+{
+    if (pt_code_lookup(caller) == PT_CODE_FILTERED)
+        return 1;
+    pt_thread_t *t = thread_get(NULL);
+    if (PT_UNLIKELY(t == NULL))
+        return 0;
+    uint32_t epoch = pt_ok_epoch(t);
+    pt_ccache_entry_t *e = &t->ccache[pt_ccache_slot(def)];
+    uint32_t id;
+    if (e->def == def && (uint32_t)(e->value >> 32) == epoch) {
+        id = (uint32_t)e->value;
+    } else {
+        id = pt_symbols_cfunc_id(callable, self_arg, def, epoch);
+        if (PT_UNLIKELY(pt_ok_epoch(t) != pt_epoch_now()))
+            return 0; /* stopped during interning */
+        if (id != 0) { /* 0: interning failed (counted); try again next time */
+            e->def = def;
+            e->value = ((uint64_t)epoch << 32) | id;
+        }
+    }
+    if (kind == PT_EV_CCALL)
+        pt_open(t, id | PT_SHADOW_C_BIT, kind, 0);
+    else
+        pt_close(t, id | PT_SHADOW_C_BIT, kind);
+    return 0;
+}
+
+void pt_tracer_user_event(uint32_t label_id, uint8_t kind)
+{
+    if (pt_epoch_now() == 0)
+        return;
+    pt_thread_t *t = thread_get(NULL);
+    if (t)
+        pt_emit(t, label_id, kind, 0);
+}
+
+/* ---- closing and retiring (pt_core.lock held) ----------------------------------- */
+
+/* Close every open frame of t, publish counters, retire its ring. The caller
+ * either holds the GIL (so t's owner is not in a hook) or is t's own thread
+ * after it stopped running Python (destructor) or the exit handler. */
+static void thread_finish_locked(pt_thread_t *t)
+{
+    pt_close_synthetic_above(t, 0);
+    pt_ring_flush_counters(&t->ring);
+    pt_core.retired_written += pt_ring_written(&t->ring);
+    /* relaxed: counters only */
+    pt_core.retired_dropped += atomic_load_explicit(&t->ring.slot->events_dropped, memory_order_relaxed);
+    pt_segment_retire_ring(pt_core.seg, &t->ring, pt_now());
+    atomic_store_explicit(&t->ok_epoch, 0, memory_order_relaxed); /* pt_core.lock held */
+}
+
+static void thread_destructor(void *arg)
+{
+    pt_thread_t *t = arg;
+    pthread_mutex_lock(&pt_core.lock);
+    uint32_t epoch = pt_epoch_now();
+    if (epoch != 0 && pt_ok_epoch(t) == epoch && pt_core.seg)
+        thread_finish_locked(t);
+    if (t->prev)
+        t->prev->next = t->next;
+    else if (threads == t)
+        threads = t->next;
+    if (t->next)
+        t->next->prev = t->prev;
+    pthread_mutex_unlock(&pt_core.lock);
+    free(t->prior_frames);
+    free(t);
+}
+
+/* A reader that started in the middle of a thread's stream asked for its
+ * stack: send the owner's next event to the ring's slow path, which writes it.
+ * Without the GIL: the thread list and the contexts are held by pt_core.lock. */
+void pt_threads_serve_stack_requests(uint32_t epoch)
+{
+    if (epoch == 0)
+        return;
+    pthread_mutex_lock(&pt_core.lock);
+    for (pt_thread_t *t = threads; t; t = t->next) {
+        /* acquire: pairs with the release store of ok_epoch in thread_attach,
+         * after which the ring handle is complete */
+        if (atomic_load_explicit(&t->ok_epoch, memory_order_acquire) != epoch)
+            continue;
+        /* relaxed: the request carries no data (ring.h) */
+        if (atomic_load_explicit(&t->ring.slot->stack_request, memory_order_relaxed) != 0)
+            pt_ring_request_slow_path(&t->ring);
+    }
+    pthread_mutex_unlock(&pt_core.lock);
+}
+
+/* ---- for the session (pt_session.c) ------------------------------------------ */
+
+int pt_threads_init(char *err, size_t errlen)
+{
+    int rc = pthread_key_create(&thread_key, thread_destructor);
+    if (rc != 0) {
+        snprintf(err, errlen, "pthread_key_create failed: %s", strerror(rc));
+        return -rc;
+    }
+    return 0;
+}
+
+void pt_threads_finish_locked(uint32_t epoch)
+{
+    for (pt_thread_t *t = threads; t; t = t->next)
+        if (pt_ok_epoch(t) != 0 && pt_ok_epoch(t) == epoch)
+            thread_finish_locked(t);
+}
+
+void pt_threads_add_counters_locked(uint32_t epoch, uint64_t *written, uint64_t *dropped)
+{
+    for (pt_thread_t *t = threads; t; t = t->next) {
+        if (epoch == 0 || pt_ok_epoch(t) != epoch)
+            continue;
+        pt_ring_flush_counters(&t->ring); /* GIL held: the owner is not in a hook */
+        *written += pt_ring_written(&t->ring);
+        *dropped += atomic_load_explicit(&t->ring.slot->events_dropped, memory_order_relaxed);
+    }
+}
+
+void pt_threads_after_fork_child(void)
+{
+    /* Only the forking thread exists; other threads' contexts are garbage. */
+    pt_thread_t *me = pt_tls_thread;
+    pt_thread_t *t = threads;
+    while (t) {
+        pt_thread_t *next = t->next;
+        if (t != me) {
+            free(t->prior_frames);
+            free(t);
+        }
+        t = next;
+    }
+    threads = me;
+    if (me) {
+        me->next = me->prev = NULL;
+        atomic_store_explicit(&me->ok_epoch, 0, memory_order_relaxed); /* one thread left */
+        me->seen_epoch = 0;
+        me->depth = 0;
+        me->prior = 0;
+    }
+}
