@@ -306,7 +306,7 @@ def beta():
 
 def gamma():
     x = 0
-    for i in range(20000):
+    for i in range(100000):     # longer than the sleep: gamma is the side thread's top frame
         x += i
     time.sleep(0.001)
 
