@@ -78,7 +78,7 @@ typedef struct pt_fb_compressed_chunk {
 
 typedef struct pt_fb_msg {
     uint32_t type;    /* enum pt_msg_type */
-    uint32_t process; /* Message.process: 0 = untagged (the stream's only process) */
+    uint32_t process; /* Message.process: 0 = untagged (the stream's first process) */
     union {
         pt_fb_process_info_t process_info;
         pt_fb_thread_start_t thread_start;

@@ -5,6 +5,7 @@
  */
 #include "pt_adapters.h"
 #include "pt_tracer.h"
+#include "hubclient_type.h"
 #include "recfile_type.h"
 #include "shm/segment.h"
 
@@ -475,7 +476,9 @@ static int pt_exec(PyObject *module)
     }
     if (pt_recfile_types_add(module) < 0) /* RecFileReader, RecFileWriter, verify_message */
         return -1;
-    if (pt_agg_type_add(module) < 0)
+    if (pt_agg_type_add(module) < 0) /* Aggregator */
+        return -1;
+    if (pt_hubclient_type_add(module) < 0) /* HubClient */
         return -1;
     /* the segment's defaults, for help texts (never retyped in Python) */
     if (PyModule_AddIntConstant(module, "DEFAULT_RING_COUNT", PT_DEFAULT_RING_COUNT) < 0 ||

@@ -11,6 +11,7 @@
     pytrace merge A B ... -o OUT                   merge recordings (pytrace.merge)
     pytrace attach [options] PID | detach PID      trace a running process (pytrace.attach)
     pytrace dump PID                               print every thread's stack (pytrace.dump)
+    pytrace hub PID | SEGMENT                      serve a job to many readers (pytrace-hub)
 
 `top`, `record`, `export`, `merge` and `web` run `pytrace.<name>.main(argv)`.
 """
@@ -31,9 +32,11 @@ USAGE = """usage: pytrace run [options] (script.py | -m module | -c code) [args.
        pytrace web [PID | SEGMENT | --file REC | [options] -- python script.py [args...]]
        pytrace attach [options] PID | pytrace detach PID
        pytrace dump PID
+       pytrace hub PID | SEGMENT
 
 commands:
   run      run a Python program traced; a reader (pytrace top, record) can attach any time
+           (run --hub: with its hub, so any number of readers can)
   ls       list the traced jobs on this machine (--all: also ended ones; --collect: remove those)
   top      the live view of a traced job: pick one, attach to PID, or start a program
   record   write a recording of a job (lossless by default) for export or pytrace top --file
@@ -43,6 +46,7 @@ commands:
   web      the live browser view of a traced job (flame graph, table, timeline) on 127.0.0.1
   attach   start tracing inside a running Python 3.14+ process (PEP 768); detach stops it
   dump     print every thread's current Python stack of a process
+  hub      serve a running job to any number of readers (top, record, pytrace.Reader) at once
 
 `pytrace COMMAND --help` gives each command's options. pytrace -V: the version."""
 
@@ -94,8 +98,27 @@ def _split_run_args(argv):
     return argv, []
 
 
+def _start_run_hub(subprocesses):
+    """pytrace run --hub: a hub for this very process (its pid stays the job's across the
+    exec below); it takes the segment as soon as tracing starts. It prints its socket's
+    path once it listens, which happens after the exec: nobody waits for that here."""
+    import subprocess
+    from .reader import find_hub_binary
+    binary = find_hub_binary()
+    if binary is None:
+        raise UsageError("--hub: pytrace-hub is not installed (pip install pytrace puts it "
+                         "next to python)", "run")
+    argv = [binary, "--quiet", "--wait", "30", str(os.getpid())]
+    if subprocesses:
+        argv.insert(1, "--subprocesses")
+    subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                     start_new_session=True, close_fds=True)
+
+
 def cmd_run(argv):
     ours, program = _split_run_args(argv)
+    hub = "--hub" in ours
+    ours = [a for a in ours if a != "--hub"]
     ns = run_parser().parse_args(ours)
     if ns.module is not None and ns.code is not None:
         raise UsageError("give either -m module or -c code, not both", "run")
@@ -119,6 +142,8 @@ def cmd_run(argv):
     launch = {}
     if ns.subprocesses:
         launch["subprocesses"] = _subprocess_hook()
+    if hub:
+        _start_run_hub(ns.subprocesses)
     argv = _launch.command(sys.executable, _launch.interpreter_flags(), opts, program, **launch)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -174,6 +199,28 @@ def cmd_ls(argv):
     return 0
 
 
+def cmd_hub(argv):
+    p = ArgumentParser(prog="pytrace hub",
+                       description="Start the hub of a running traced job: it becomes the job's one "
+                                   "reader and serves it to any number of readers (pytrace top PID, "
+                                   "pytrace record PID, pytrace.Reader(PID)), which find it by themselves. "
+                                   "It ends when the job ends.")
+    p.add_argument("target", metavar="PID|SEGMENT", help="the job (its pid or segment name)")
+    p.add_argument("--subprocesses", action="store_true",
+                   help="also read every traced process the job starts (each message tagged "
+                        "with its process)")
+    ns = p.parse_args(argv)
+    extension()
+    from .reader import start_hub
+    try:
+        proc, path = start_hub(ns.target, detach=True, subprocesses=ns.subprocesses)
+    except OSError as e:
+        sys.stderr.write("pytrace hub: %s\n" % (e.strerror or e))
+        return 1
+    print("pytrace hub: pid %d serves %s at %s" % (proc.pid, printable(ns.target), path))
+    return 0
+
+
 def cmd_reserved(name, argv):
     import importlib
     try:
@@ -206,6 +253,8 @@ def main(argv=None):
         elif command in ("attach", "detach"):
             from . import attach
             code = attach.main(command, rest)
+        elif command == "hub":
+            code = cmd_hub(rest)
         elif command == "dump":
             from . import dump
             code = dump.main(rest)

@@ -325,6 +325,97 @@ def decode_stream(buf):
 
 # ---- live reader ------------------------------------------------------------
 
+def is_hub_client(handle):
+    """True if handle (what open_reader returned) reads through a hub."""
+    return type(handle).__name__ == "HubClient"
+
+
+def open_reader(target, any_user=False, lock=True, hub=None, defer_release=False,
+                lossless=False):
+    """The extension's reader of target: a _pytrace.Reader on the segment, or, when a
+    hub holds the segment (or hub=True), a _pytrace.HubClient (the same methods).
+    OSError with the segment's own words when neither works."""
+    from . import _pytrace
+    import errno
+    if hub is not True:
+        try:
+            return _pytrace.Reader(target, any_user=any_user, lock=lock,
+                                   defer_release=defer_release)
+        except OSError as e:
+            if hub is False or e.errno != errno.EBUSY or not lock:
+                raise
+            busy = e
+    else:
+        busy = None
+    try:
+        return _pytrace.HubClient(target, lossless=lossless, any_user=any_user)
+    except OSError as e:
+        if busy is not None and e.errno in (errno.ENXIO, errno.ENOENT):
+            raise busy from None        # held by a plain reader: say so, as before
+        raise
+
+
+def find_hub_binary():
+    """pytrace-hub next to this interpreter's scripts, else on PATH (None if absent)."""
+    import os
+    import shutil
+    import sysconfig
+    scripts = sysconfig.get_path("scripts")
+    cand = os.path.join(scripts, "pytrace-hub") if scripts else None
+    if cand and os.access(cand, os.X_OK):
+        return cand
+    return shutil.which("pytrace-hub")
+
+
+def start_hub(target, hold=0, detach=False, timeout=10.0, stderr=None, subprocesses=False,
+              wait=0):
+    """Start pytrace-hub for target (a pid or segment name): -> (Popen, socket path).
+    hold=N: it drains only once N readers joined (so they all get the job from its
+    first event). subprocesses=True: it also reads every traced process of the job's
+    tree, each message tagged with its process. The hub runs in its own session (a
+    Ctrl-C of the caller's terminal does not cut the readers' stream short). OSError
+    with one line when it cannot start or does not come up."""
+    import os
+    import select
+    import subprocess
+    binary = find_hub_binary()
+    if binary is None:
+        raise OSError(2, "pytrace-hub is not installed (pip install pytrace puts it next to python)")
+    argv = [binary, "--quiet"]
+    if hold:
+        argv += ["--hold", str(int(hold))]
+    if subprocesses:
+        argv.append("--subprocesses")
+    if wait:
+        argv += ["--wait", str(wait)]
+    argv.append(str(target))
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=stderr, start_new_session=True, close_fds=True)
+    fd = proc.stdout.fileno()
+    deadline = time.monotonic() + timeout
+    line = b""
+    while b"\n" not in line:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        ready, _, _ = select.select([fd], [], [], left)
+        if not ready:
+            break
+        chunk = os.read(fd, 512)
+        if not chunk:
+            break
+        line += chunk
+    proc.stdout.close()
+    path = line.decode(errors="replace").strip()
+    if not path:
+        try:
+            proc.wait(timeout=1.0 if proc.poll() is None else 0)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        raise OSError(5, "pytrace-hub for %s did not start (exit code %s)" % (target, proc.poll()))
+    return proc, path
+
+
 _TERMINAL_STATES = (ProducerState.Stopped, ProducerState.Exited, ProducerState.Dead)
 
 # A poll that brought less than this found the reader close behind the producer. Polling
@@ -335,9 +426,13 @@ CAUGHT_UP_BYTES = 256 * 1024
 
 
 class Reader:
-    """A reader attached to one segment (by pid, "/pytrace-<pid>-<seq>" or its name).
+    """A reader of one job (by pid, "/pytrace-<pid>-<seq>" or its name).
 
-    Only one reader holds a segment at a time (OSError EBUSY otherwise). Iterating
+    It attaches to the segment itself when no one holds it; when a hub (pytrace-hub,
+    started by `pytrace record`, `pytrace top -- ...` or `pytrace hub PID`) holds it,
+    it reads through the hub instead (`via_hub`), so any number of readers can follow
+    one job. hub=True: only through a hub; hub=False: only directly (OSError EBUSY when
+    another reader holds the segment). Iterating
     yields decoded messages; `raw()` yields (msg_type, bytes). With follow=True the
     iteration keeps polling (sleeping `interval` seconds after a poll that found it
     caught up with the producer, see CAUGHT_UP_BYTES) until the producer stopped or
@@ -346,13 +441,13 @@ class Reader:
     """
 
     def __init__(self, pid_or_segment, any_user=False, follow=False, interval=0.002,
-                 lock=True):
-        from . import _pytrace
+                 lock=True, hub=None):
         target = str(pid_or_segment)
         self.follow = follow
         self.interval = interval
-        self._r = _pytrace.Reader(target, any_user=any_user, lock=lock)
-        self.segment = getattr(self._r, "segment", target)
+        self._r = open_reader(target, any_user=any_user, lock=lock, hub=hub)
+        self.via_hub = is_hub_client(self._r)
+        self.segment = getattr(self._r, "segment", "") or target
         self.events_read = 0
         self.producer_state = None      # last ProducerStatus.state seen in the stream
 
@@ -380,7 +475,7 @@ class Reader:
         while True:
             state = self._state() if follow else None
             try:
-                batch = self._r.poll(0)
+                batch = self._r.poll(0, self.interval) if self.via_hub and follow else self._r.poll(0)
             except BrokenPipeError:
                 return          # producer died; everything it published was handed out
             if batch:
@@ -390,15 +485,18 @@ class Reader:
                     if msg_type == MsgType.ProducerStatus:
                         self._note_status(data)
                     yield msg_type, data
-                if follow and size < CAUGHT_UP_BYTES:
+                if follow and size < CAUGHT_UP_BYTES and not self.via_hub:
                     time.sleep(self.interval)   # caught up: let the producer run ahead
                 continue
             if self._r.finished or not follow:
                 return
             # Both states were read before this empty poll, so nothing more will come.
-            if state in _TERMINAL_STATES or self.producer_state in _TERMINAL_STATES:
+            # (Through a hub the end is the hub closing the stream: `finished`.)
+            if not self.via_hub and (state in _TERMINAL_STATES
+                                     or self.producer_state in _TERMINAL_STATES):
                 return
-            time.sleep(self.interval)
+            if not self.via_hub:            # a hub's poll waited for it already
+                time.sleep(self.interval)
 
     def _note_status(self, data):
         try:

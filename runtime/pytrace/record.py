@@ -35,7 +35,7 @@ import time
 
 from . import _launch
 from .cmdline import ArgumentParser, UsageError, segment_default, start_options
-from .reader import CAUGHT_UP_BYTES
+from .reader import CAUGHT_UP_BYTES, open_reader, start_hub
 from .recording import RecordingWriter
 
 _POLICY_TEXT = {
@@ -78,6 +78,13 @@ def _parser():
                         "it run untraced and are counted" % segment_default("DEFAULT_RING_COUNT"))
     p.add_argument("--ring-size", type=float, default=0, metavar="MiB",
                    help="size of each ring in MiB (new job only)")
+    p.add_argument("--no-hub", dest="hub", action="store_false",
+                   help="new job: read its segment directly instead of starting a hub (pytrace-hub) "
+                        "that other readers (pytrace top, pytrace.Reader) can join")
+    p.add_argument("--no-subprocesses", dest="subprocesses", action="store_false",
+                   help="new job: record only its own process (by default the hub also reads "
+                        "every traced process the job starts, e.g. multiprocessing workers, and "
+                        "the recording holds them all, each message tagged with its process)")
     p.add_argument("--attach-timeout", type=float, default=30.0, metavar="S",
                    help="how long to wait for the job's segment to appear (default 30)")
     p.add_argument("--duration", type=float, default=None, metavar="S",
@@ -143,7 +150,7 @@ def _attach(target, child, timeout):
         # A running job has its segment already: only one started under pytrace a moment
         # ago may still be on its way, so anything else is said at once, not after 30 s.
         try:
-            return _pytrace.Reader(str(target), defer_release=True)
+            return open_reader(str(target), defer_release=True, lossless=True)
         except OSError as e:
             import errno
             if e.errno != errno.ENOENT:
@@ -160,8 +167,10 @@ def _attach(target, child, timeout):
     while True:
         try:
             # The ring advances only past what is written (reader.release() after each
-            # flush): a recorder killed mid-way leaves the rest to the next reader.
-            return _pytrace.Reader(str(target), defer_release=True)
+            # flush): a recorder killed mid-way leaves the rest to the next reader. When a
+            # hub holds the segment, the recorder reads through it (lossless under policy
+            # wait: the hub stops draining while the recorder's queue is full).
+            return open_reader(str(target), defer_release=True, lossless=True)
         except OSError as e:
             last_error = e
             import errno
@@ -172,7 +181,7 @@ def _attach(target, child, timeout):
         if exited or time.monotonic() >= deadline:
             if exited:                      # one last try: the segment outlives the job
                 try:
-                    return _pytrace.Reader(str(target), defer_release=True)
+                    return open_reader(str(target), defer_release=True, lossless=True)
                 except OSError as e:
                     last_error = e
             if exited:
@@ -336,16 +345,23 @@ def _policy_of(data):
 
 def _summary(reader, writer, path):
     from .losses import OTHER_LOSSES, describe, losses_of
-    dropped = writer.lost_events
+    dropped = writer.lost_events        # every Lost record in the file
     other = {}
+    missed = 0
     try:
         stats = reader.stats()
-        dropped = max(dropped, int(stats.get("producer_events_dropped", 0) or 0))
+        # through a hub: the Lost records of the gaps this recorder had in the hub's queue
+        # are not the job's drops; they are said apart
+        missed = int(stats.get("events_missed", 0) or 0)
+        dropped = max(dropped - missed, int(stats.get("producer_events_dropped", 0) or 0))
         other = losses_of(stats, OTHER_LOSSES)
     except Exception:  # noqa: BLE001 - the summary must not fail the recording
         pass
     _say("%d events written, %d events dropped, %d bytes, %s" % (
         writer.events, dropped, writer.bytes_written, path))
+    if missed:
+        _say("%d more events are not in the recording: the recorder fell behind the job's hub "
+             "(policy drop; each gap is marked)" % missed)
     lost = describe(other, OTHER_LOSSES)
     if lost:
         _say("the job also lost: %s" % lost)
@@ -403,8 +419,15 @@ def main(argv=None):
             return 1
         target_pid = child.pid
 
+    hub = None
     with _Interrupts() as interrupts:
         if child is not None:
+            if segment and args.hub:
+                # the job's hub: holds the segment, drains nothing before we joined
+                try:
+                    hub, _ = start_hub(segment, hold=1, subprocesses=args.subprocesses)
+                except OSError as e:
+                    _say("%s; reading the job directly (no other reader can follow it)" % e.strerror)
             try:
                 reader = _attach(segment or target_pid, child, args.attach_timeout)
             finally:
@@ -454,7 +477,18 @@ def main(argv=None):
                 reader.close(unlink_if_finished=True)
             except Exception:  # noqa: BLE001
                 pass
+        _reap(hub)
         return _finish_child(child, failed=(damaged or discarded.error is not None) and child is None)
+
+
+def _reap(hub):
+    """The job's hub ends once every reader has the job's end; do not leave it a zombie."""
+    if hub is None:
+        return
+    try:
+        hub.wait(timeout=15.0)
+    except Exception:  # noqa: BLE001 - a hub still serving other readers goes on alone
+        pass
 
 
 def _finish_child(child, failed):

@@ -214,9 +214,17 @@ def main(argv=None):
         _say("the program did not start tracing (exit code %d); its output is in %s" % (rc, log.name))
         return rc or 1
 
+    # The job's hub: other readers (pytrace record PID, pytrace.Reader) can follow the
+    # job beside the view; it drains nothing before the view joined (--hold 1).
+    from .reader import start_hub
+    hub = None
+    try:
+        hub, _ = start_hub(segment, hold=1, subprocesses=True)
+    except OSError as e:
+        _say("%s; the view reads the job directly" % e.strerror)
     viewer = subprocess.Popen([viewer_path, segment] + view_opts)
     try:
-        if not _wait_attached(segment, viewer, 10.0) and viewer.poll() is None:
+        if hub is None and not _wait_attached(segment, viewer, 10.0) and viewer.poll() is None:
             _say("pytrace-top did not attach within 10 s; the program runs on untraced by it")
     finally:
         os.close(wait_w)        # the program goes on
@@ -237,6 +245,11 @@ def main(argv=None):
     if job.poll() is None:
         _stop_job(job)
     rc = job.wait()
+    if hub is not None:
+        try:
+            hub.wait(timeout=15.0)
+        except subprocess.TimeoutExpired:
+            pass                # still serving another reader: it ends with them
     if rc < 0:
         rc = 128 - rc
     _say("the program's output is in %s (exit code %d)" % (log.name, rc))

@@ -399,6 +399,8 @@ static const char *App_stateName(const App *app)
 static uint64_t App_dropped(const App *app)
 {
     uint64_t d = app->counters.dropped;
+    uint64_t missed = HubSource_missed(app->source); /* this view's gaps in the hub: not the job's drops */
+    d = d > missed ? d - missed : 0;
     return app->stats.producer_events_dropped > d ? app->stats.producer_events_dropped : d;
 }
 
@@ -1314,6 +1316,14 @@ int main(int argc, char **argv)
     char err[512] = "";
     int rc = o.file ? FileSource_open(o.file, o.follow, &app.source, err, sizeof err)
                     : LiveSource_open(o.target, &app.source, err, sizeof err);
+    if (rc == -EBUSY) { /* held: by a hub, read through it (any number of readers may) */
+        char herr[512] = "";
+        int hrc = HubSource_open(o.target, &app.source, herr, sizeof herr);
+        if (hrc == 0)
+            rc = 0;
+        else if (hrc != -ENXIO && hrc != -ENOENT)
+            snprintf(err, sizeof err, "%s", herr);
+    }
     if (rc) {
         if (interactive_started)
             CRT_done();

@@ -10,6 +10,8 @@
  *                (shm/reader.h)            source_live.c
  *   FileSource   a recording file (viewer/core/recfile.h), followed while it
  *                grows                      source_file.c
+ *   HubSource    a job read through its hub (viewer/hub/client.h), when a hub
+ *                holds the segment          source_hub.c
  *
  * Who calls what: one thread (pytrace-top's main loop); a source is not shared.
  * Errors are the source's own lines (error()); what the caller does with a
@@ -84,6 +86,13 @@ struct Source {
 /* Attach to a traced job: a pid or a segment name. 0, or a negative errno
  * with the reason in err. */
 int LiveSource_open(const char *target, Source **out, char *err, size_t errlen);
+
+/* Read a traced job through the hub that holds its segment (pytrace-hub):
+ * -ENOENT/-ENXIO when no hub holds it (the caller keeps the segment's own
+ * "being read by" error). */
+int HubSource_open(const char *target, Source **out, char *err, size_t errlen);
+/* Events a HubSource missed in the hub's queue (0 for any other source). */
+uint64_t HubSource_missed(const Source *src);
 
 /* Open a recording. follow: wait for its end however long it is idle (else a
  * recording that has not ended and stops growing for a second is stalled). */

@@ -1,0 +1,261 @@
+/*
+ * _pytrace.HubClient(target, lossless=False, any_user=False, socket=None):
+ * the same face as _pytrace.Reader (poll, stats, finished, error, segment,
+ * release, close) over a hub's socket instead of a segment. poll() releases
+ * the GIL while it receives; messages are handed out as (type, bytes).
+ * release() is a no-op: the hub holds the ring (README, "Many readers").
+ */
+#include "hubclient_type.h"
+
+#include "pt_tracer.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "viewer/hub/client.h"
+
+typedef struct {
+    PyObject_HEAD
+    pt_hub_client_t *client;
+    int busy;
+    uint8_t *buf; /* [u32 type][u32 len][bytes, 8-aligned] */
+    size_t len, cap, count;
+} hubclient_obj_t;
+
+static int collect(void *vctx, uint32_t type, const uint8_t *msg, size_t len)
+{
+    hubclient_obj_t *self = vctx;
+    if (len > UINT32_MAX)
+        return -EMSGSIZE;
+    size_t need = 8 + ((len + 7) & ~(size_t)7);
+    if (self->len + need > self->cap) {
+        size_t ncap = self->cap ? self->cap : 1u << 16;
+        while (ncap < self->len + need)
+            ncap *= 2;
+        uint8_t *nbuf = realloc(self->buf, ncap);
+        if (nbuf == NULL)
+            return -ENOMEM;
+        self->buf = nbuf;
+        self->cap = ncap;
+    }
+    uint32_t hdr[2] = {type, (uint32_t)len};
+    memcpy(self->buf + self->len, hdr, sizeof hdr);
+    memcpy(self->buf + self->len + 8, msg, len);
+    self->len += need;
+    self->count++;
+    return 0;
+}
+
+static PyObject *hubclient_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"target", "lossless", "any_user", "socket", "queue_kib", NULL};
+    const char *target, *sock = NULL;
+    int lossless = 0, any_user = 0;
+    unsigned int queue_kib = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "s|ppzI:HubClient", kwlist, &target, &lossless, &any_user, &sock,
+                                     &queue_kib))
+        return NULL;
+    hubclient_obj_t *self = (hubclient_obj_t *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    unsigned flags = (lossless ? PT_HUB_CLIENT_LOSSLESS : 0) | (any_user ? PT_HUB_CLIENT_ANY_USER : 0);
+    char err[512] = "";
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    if (sock)
+        rc = pt_hub_client_open(sock, 0, flags, queue_kib, &self->client, err, sizeof err);
+    else
+        rc = pt_hub_client_connect(target, flags, &self->client, err, sizeof err);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        Py_DECREF(self);
+        return pt_oserror(rc, err[0] ? err : strerror(-rc));
+    }
+    return (PyObject *)self;
+}
+
+static void hubclient_dealloc(hubclient_obj_t *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    pt_hub_client_close(self->client);
+    free(self->buf);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static int check_open(hubclient_obj_t *self)
+{
+    if (self->client == NULL) {
+        PyErr_SetString(PyExc_ValueError, "hub client is closed");
+        return -1;
+    }
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "hub client is being polled by another thread");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *hubclient_poll(hubclient_obj_t *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"max_events", "timeout", NULL};
+    unsigned long long max_events = 0;
+    double timeout = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|Kd:poll", kwlist, &max_events, &timeout))
+        return NULL;
+    if (check_open(self) < 0)
+        return NULL;
+    long rc;
+    int timeout_ms = timeout > 0 ? (int)(timeout * 1000 + 0.5) : 0;
+    self->len = self->count = 0;
+    self->busy = 1;
+    Py_BEGIN_ALLOW_THREADS
+    rc = pt_hub_client_poll(self->client, collect, self, max_events, timeout_ms);
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    if (rc < 0 && self->count == 0) {
+        const char *e = pt_hub_client_error(self->client);
+        return pt_oserror((int)rc, e && *e ? e : strerror((int)-rc));
+    }
+    PyObject *list = PyList_New((Py_ssize_t)self->count);
+    if (list == NULL)
+        return NULL;
+    size_t off = 0;
+    for (size_t i = 0; i < self->count; i++) {
+        uint32_t hdr[2];
+        memcpy(hdr, self->buf + off, sizeof hdr);
+        PyObject *item = Py_BuildValue("(Iy#)", hdr[0], (const char *)self->buf + off + 8, (Py_ssize_t)hdr[1]);
+        if (item == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+        off += 8 + ((hdr[1] + 7u) & ~7u);
+    }
+    if (self->cap > (8u << 20)) {
+        free(self->buf);
+        self->buf = NULL;
+        self->cap = 0;
+    }
+    return list;
+}
+
+static PyObject *hubclient_stats(hubclient_obj_t *self, PyObject *unused)
+{
+    (void)unused;
+    if (check_open(self) < 0)
+        return NULL;
+    pt_reader_stats_t s;
+    pt_hub_client_stats(self->client, &s);
+    const pt_hub_welcome_t *w = pt_hub_client_welcome(self->client);
+    return Py_BuildValue(
+        "{sKsKsKsKsKsKsKsKsKsKsKsKsKsIsIsKsKsOsK}", "events_read", (unsigned long long)s.events_read, "chunks_read",
+        (unsigned long long)s.chunks_read, "messages", (unsigned long long)s.messages, "symbols_read",
+        (unsigned long long)s.symbols_read, "threads_seen", (unsigned long long)s.threads_seen, "threads_active",
+        (unsigned long long)s.threads_active, "producer_events_written", (unsigned long long)s.producer_events_written,
+        "producer_events_dropped", (unsigned long long)s.producer_events_dropped, "hook_errors",
+        (unsigned long long)s.hook_errors, "symbols_dropped", (unsigned long long)s.symbols_dropped,
+        "threads_untraced", (unsigned long long)s.threads_untraced, "tracing_displaced",
+        (unsigned long long)s.tracing_displaced, "events_untraced", (unsigned long long)s.events_untraced,
+        "producer_state", (unsigned int)s.producer_state, "corrupt_rings", 0u, "pid", (unsigned long long)s.pid,
+        "hub_pid", (unsigned long long)w->hub_pid, "lossless",
+        (w->flags & PT_HUB_WELCOME_LOSSLESS) ? Py_True : Py_False, "events_missed",
+        (unsigned long long)pt_hub_client_missed(self->client));
+}
+
+static PyObject *hubclient_release(hubclient_obj_t *self, PyObject *unused)
+{
+    (void)unused;
+    if (check_open(self) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *hubclient_close(hubclient_obj_t *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"unlink_if_finished", NULL};
+    int unused = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|p:close", kwlist, &unused))
+        return NULL;
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "hub client is being polled by another thread");
+        return NULL;
+    }
+    pt_hub_client_close(self->client);
+    self->client = NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *hubclient_get_finished(hubclient_obj_t *self, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(self->client ? pt_hub_client_finished(self->client) : 1);
+}
+
+static PyObject *hubclient_get_error(hubclient_obj_t *self, void *closure)
+{
+    (void)closure;
+    const char *e = self->client ? pt_hub_client_error(self->client) : "";
+    return PyUnicode_DecodeUTF8(e, (Py_ssize_t)strlen(e), "replace");
+}
+
+static PyObject *hubclient_get_segment(hubclient_obj_t *self, void *closure)
+{
+    (void)closure;
+    const char *s = self->client ? pt_hub_client_segment(self->client) : "";
+    return PyUnicode_DecodeUTF8(s, (Py_ssize_t)strlen(s), "replace");
+}
+
+static PyObject *hubclient_get_fd(hubclient_obj_t *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromLong(self->client ? pt_hub_client_fd(self->client) : -1);
+}
+
+static PyMethodDef hubclient_methods[] = {
+    {"poll", (PyCFunction)(void (*)(void))hubclient_poll, METH_VARARGS | METH_KEYWORDS,
+     "poll(max_events=0, timeout=0) -> list[tuple[int, bytes]]: the messages that arrived (waiting at most "
+     "timeout seconds for the first)."},
+    {"stats", (PyCFunction)hubclient_stats, METH_NOARGS, "stats() -> dict (as Reader.stats, from the stream)"},
+    {"release", (PyCFunction)hubclient_release, METH_NOARGS, "release(): nothing to do (the hub holds the ring)"},
+    {"close", (PyCFunction)(void (*)(void))hubclient_close, METH_VARARGS | METH_KEYWORDS, "close()"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef hubclient_getset[] = {
+    {"finished", (getter)hubclient_get_finished, NULL, "the hub ended the stream (the job ended)", NULL},
+    {"error", (getter)hubclient_get_error, NULL, "last error, one line ('' if none)", NULL},
+    {"segment", (getter)hubclient_get_segment, NULL, "the job's segment (from its ProcessInfo)", NULL},
+    {"fileno", (getter)hubclient_get_fd, NULL, "the socket's fd (for select)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot hubclient_slots[] = {
+    {Py_tp_new, __extension__(void *) hubclient_new},
+    {Py_tp_dealloc, __extension__(void *) hubclient_dealloc},
+    {Py_tp_methods, hubclient_methods},
+    {Py_tp_getset, hubclient_getset},
+    {Py_tp_doc, "HubClient(target, lossless=False, any_user=False, socket=None, queue_kib=0): read a job "
+                "through its hub (pytrace-hub)."},
+    {0, NULL},
+};
+
+static PyType_Spec hubclient_spec = {
+    .name = "pytrace._pytrace.HubClient",
+    .basicsize = sizeof(hubclient_obj_t),
+    .flags = Py_TPFLAGS_DEFAULT,
+    .slots = hubclient_slots,
+};
+
+int pt_hubclient_type_add(PyObject *module)
+{
+    PyObject *t = PyType_FromModuleAndSpec(module, &hubclient_spec, NULL);
+    if (t == NULL)
+        return -1;
+    if (PyModule_AddObject(module, "HubClient", t) < 0) {
+        Py_DECREF(t);
+        return -1;
+    }
+    return 0;
+}
