@@ -412,6 +412,8 @@ static PyObject *py_after_fork_parent(PyObject *module, PyObject *unused)
 
 /* export_binding.c: the C exporters (viewer/core/export.h) */
 PyObject *pt_py_export(PyObject *module, PyObject *args, PyObject *kw);
+/* agg_binding.c: the aggregation (viewer/core/agg.h) as the type Aggregator */
+int pt_agg_type_add(PyObject *module);
 
 static PyMethodDef pt_methods[] = {
     {"start", (PyCFunction)(void (*)(void))py_start, METH_VARARGS | METH_KEYWORDS,
@@ -473,6 +475,8 @@ static int pt_exec(PyObject *module)
         return -1;
     }
     if (pt_recfile_types_add(module) < 0) /* RecFileReader, RecFileWriter, verify_message */
+        return -1;
+    if (pt_agg_type_add(module) < 0) /* Aggregator */
         return -1;
     if (pt_hubclient_type_add(module) < 0) /* HubClient */
         return -1;

@@ -37,6 +37,7 @@ if "t" in sys.abiflags:
 from ._launch import HIDDEN_FILES as _HIDDEN_FILES  # noqa: E402
 from .losses import describe as _describe_losses
 from .reader import Reader, decode  # noqa: F401  (public)
+from .profile import Profile  # noqa: F401  (public; the C aggregation, viewer/core/agg.h)
 
 try:
     from importlib.metadata import version as _dist_version
@@ -54,7 +55,7 @@ except ImportError as _e:  # the extension is not built: the reader-side helpers
 _HIDDEN = [os.path.join(os.path.dirname(__file__), name) for name in _HIDDEN_FILES]
 
 __all__ = ["start", "stop", "trace", "span", "mark", "counters", "is_tracing", "Reader",
-           "Counters", "decode", "segment_name", "__version__"]
+           "Counters", "decode", "segment_name", "Profile", "__version__"]
 
 
 def _ext():

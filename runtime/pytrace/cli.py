@@ -7,12 +7,13 @@
     pytrace top [PID | SEGMENT | -- python script.py args]   live view (pytrace.top)
     pytrace record -o OUT (-- python script.py args | PID)  record to a file (pytrace.record)
     pytrace export FILE --format F -o OUT         export a recording (pytrace.export)
+    pytrace web [PID | --file REC | -- python script.py args]   browser view (pytrace.web)
     pytrace merge A B ... -o OUT                   merge recordings (pytrace.merge)
     pytrace attach [options] PID | detach PID      trace a running process (pytrace.attach)
     pytrace dump PID                               print every thread's stack (pytrace.dump)
     pytrace hub PID | SEGMENT                      serve a job to many readers (pytrace-hub)
 
-`top`, `record` and `export` run `pytrace.<name>.main(argv)`.
+`top`, `record`, `export`, `merge` and `web` run `pytrace.<name>.main(argv)`.
 """
 
 import json
@@ -26,8 +27,9 @@ USAGE = """usage: pytrace run [options] (script.py | -m module | -c code) [args.
        pytrace ls [--all] [--collect]
        pytrace top [PID | SEGMENT | [options] -- python script.py [args...]]
        pytrace record -o OUT [options] (-- python script.py [args...] | PID)
-       pytrace export FILE --format perfetto|chrome|speedscope|collapsed|pstats -o OUT
+       pytrace export FILE --format perfetto|chrome|speedscope|collapsed|pstats|html -o OUT
        pytrace merge A.pytrace B.pytrace ... -o OUT
+       pytrace web [PID | SEGMENT | --file REC | [options] -- python script.py [args...]]
        pytrace attach [options] PID | pytrace detach PID
        pytrace dump PID
        pytrace hub PID | SEGMENT
@@ -38,15 +40,17 @@ commands:
   ls       list the traced jobs on this machine (--all: also ended ones; --collect: remove those)
   top      the live view of a traced job: pick one, attach to PID, or start a program
   record   write a recording of a job (lossless by default) for export or pytrace top --file
-  export   turn a recording into a Perfetto trace, Chrome JSON, speedscope, collapsed stacks or pstats
+  export   turn a recording into a Perfetto trace, Chrome JSON, speedscope, collapsed stacks, pstats
+           or a self-contained HTML report
   merge    one recording of several (a job's ranks recorded on several machines), aligned by wall clock
+  web      the live browser view of a traced job (flame graph, table, timeline) on 127.0.0.1
   attach   start tracing inside a running Python 3.14+ process (PEP 768); detach stops it
   dump     print every thread's current Python stack of a process
   hub      serve a running job to any number of readers (top, record, pytrace.Reader) at once
 
 `pytrace COMMAND --help` gives each command's options. pytrace -V: the version."""
 
-RESERVED = ("top", "record", "export", "merge")
+RESERVED = ("top", "record", "export", "merge", "web")
 
 
 def _subprocess_hook():
@@ -255,8 +259,8 @@ def main(argv=None):
             from . import dump
             code = dump.main(rest)
         else:
-            raise UsageError("unknown command %r (try: run, ls, top, record, export, merge, attach, detach, "
-                             "dump)" % command)
+            raise UsageError("unknown command %r (try: run, ls, top, record, export, merge, web, attach, "
+                             "detach, dump)" % command)
     except UsageError as e:
         sys.stderr.write("pytrace%s: %s\n" % (" " + e.command if e.command else "", e))
         return 2

@@ -55,6 +55,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         pt_agg_tree_t tree = {0};
         if (pt_agg_tree(agg, &queries[q], &tree) == 0)
             pt_agg_tree_free(&tree);
+        pt_agg_timeline_t tl = {0};
+        if (pt_agg_timeline(agg, &queries[q], threads, 1 + window_tenths % 13, &tl) == 0)
+            pt_agg_timeline_free(&tl);
     }
     pt_agg_counters_t c;
     pt_agg_counters(agg, &c);

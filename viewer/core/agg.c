@@ -1141,3 +1141,232 @@ void pt_agg_tree_free(pt_agg_tree_t *t)
     free(t->nodes);
     memset(t, 0, sizeof *t);
 }
+
+/* ---- timeline (web viewer) -------------------------------------------------
+ * Kept apart from the queries above: it reads the slice ring and the thread
+ * stacks, nothing else. Per cell, (thread index, symbol) -> self ticks is
+ * summed in a small open-addressing table cleared through its list of used
+ * slots, so a cell costs time linear in its slice entries. */
+
+uint64_t pt_agg_ticks_per_second(const pt_agg_t *a) { return a->tps; }
+
+size_t pt_agg_symbol_count(const pt_agg_t *a) { return a->sym_count; }
+
+pt_agg_symbol_t pt_agg_symbol_at(const pt_agg_t *a, size_t index)
+{
+    pt_agg_symbol_t out = {.id = PT_AGG_NONE, .name = "", .file = ""};
+    if (index >= a->sym_count)
+        return out;
+    const sym_t *s = &a->syms[index];
+    out.id = s->id;
+    out.kind = s->kind;
+    out.known = s->known;
+    out.name = s->name;
+    out.file = s->file;
+    out.line = s->line;
+    return out;
+}
+
+typedef struct tl_sum {
+    uint64_t *keys;     /* thread index << 32 | dense symbol; UINT64_MAX = empty */
+    uint64_t *self;
+    uint32_t *used;     /* slots in use, for clearing */
+    uint32_t used_count;
+    uint32_t cap;       /* power of two */
+} tl_sum_t;
+
+static void tl_sum_free(tl_sum_t *m)
+{
+    free(m->keys);
+    free(m->self);
+    free(m->used);
+    memset(m, 0, sizeof *m);
+}
+
+static int tl_sum_init(tl_sum_t *m, uint32_t cap)
+{
+    m->keys = malloc((size_t)cap * sizeof *m->keys);
+    m->self = calloc(cap, sizeof *m->self);
+    m->used = malloc((size_t)cap * sizeof *m->used);
+    m->cap = cap;
+    m->used_count = 0;
+    if (!m->keys || !m->self || !m->used) {
+        tl_sum_free(m);
+        return -ENOMEM;
+    }
+    memset(m->keys, 0xff, (size_t)cap * sizeof *m->keys);
+    return 0;
+}
+
+static int tl_sum_add(tl_sum_t *m, uint64_t key, uint64_t self)
+{
+    if ((m->used_count + 1) * 2 > m->cap) { /* keep the load <= 1/2 */
+        if (m->cap > UINT32_MAX / 4)
+            return -ENOMEM;
+        tl_sum_t big;
+        if (tl_sum_init(&big, m->cap * 2))
+            return -ENOMEM;
+        for (uint32_t i = 0; i < m->used_count; i++)
+            tl_sum_add(&big, m->keys[m->used[i]], m->self[m->used[i]]);
+        tl_sum_free(m);
+        *m = big;
+    }
+    uint32_t mask = m->cap - 1;
+    for (uint32_t i = (uint32_t)pt_u64map_mix(key) & mask;; i = (i + 1) & mask) {
+        if (m->keys[i] == key) {
+            m->self[i] = sat_add(m->self[i], self);
+            return 0;
+        }
+        if (m->keys[i] == UINT64_MAX) {
+            m->keys[i] = key;
+            m->self[i] = self;
+            m->used[m->used_count++] = i;
+            return 0;
+        }
+    }
+}
+
+static void tl_sum_clear(tl_sum_t *m)
+{
+    for (uint32_t i = 0; i < m->used_count; i++) {
+        m->keys[m->used[i]] = UINT64_MAX;
+        m->self[m->used[i]] = 0;
+    }
+    m->used_count = 0;
+}
+
+static int tl_push(pt_agg_timeline_t *out, size_t *cap, const pt_agg_tl_cell_t *cell)
+{
+    if (out->count == *cap) {
+        size_t ncap = *cap ? *cap * 2 : 64;
+        pt_agg_tl_cell_t *p = realloc(out->cells, ncap * sizeof *p);
+        if (!p)
+            return -ENOMEM;
+        out->cells = p;
+        *cap = ncap;
+    }
+    out->cells[out->count++] = *cell;
+    return 0;
+}
+
+int pt_agg_timeline(pt_agg_t *a, const pt_agg_query_t *q, uint64_t since_slice, uint32_t group,
+                    pt_agg_timeline_t *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!group)
+        group = 1;
+    out->slice_ns = a->slice_ns;
+    out->group = group;
+    out->origin_ns = pt_agg_ticks_to_ns(a, a->origin);
+    if (a->max_slice == NO_SLICE)
+        return 0;
+    uint64_t want = a->slice_count;
+    if (q && q->window_seconds > 0) {
+        double w = q->window_seconds * 1e9 / (double)a->slice_ns;
+        want = w < 1 ? 1 : u64_of_double(w + 0.999999);
+        if (want > a->slice_count)
+            want = a->slice_count;
+    }
+    uint64_t first = a->max_slice + 1 >= want ? a->max_slice + 1 - want : 0;
+    out->first_slice = first;
+    out->last_slice = a->max_slice;
+    if (since_slice > first)
+        first = since_slice;
+    first -= first % group;
+    if (first > a->max_slice)
+        return 0;
+
+    int rc = -ENOMEM;
+    size_t cap = 0;
+    uint32_t nthreads = a->thread_count;
+    tl_sum_t sum = {0};
+    uint64_t *busy = calloc((size_t)nthreads + 1, sizeof *busy);
+    uint64_t *calls = calloc((size_t)nthreads + 1, sizeof *calls);
+    uint64_t *best = calloc((size_t)nthreads + 1, sizeof *best);
+    uint32_t *best_sym = malloc(((size_t)nthreads + 1) * sizeof *best_sym);
+    if (!busy || !calls || !best || !best_sym || tl_sum_init(&sum, 1024))
+        goto out;
+    for (uint64_t g = first;; g += group) {
+        /* slice numbers may reach 2^64 - 3 (hostile ticks, a tick per slice): no sum wraps */
+        uint64_t g_end = a->max_slice - g > group - 1 ? g + group - 1 : a->max_slice;
+        for (uint64_t s = g; s <= g_end; s++) {
+            const slice_t *sl = &a->slices[s % a->slice_count];
+            if (sl->no != s)
+                continue;
+            for (uint32_t i = 0; i < sl->count; i++) {
+                const slice_entry_t *e = &sl->entries[i];
+                const node_t *n = &a->nodes[e->node];
+                if (!thread_selected(a, q, n->thread))
+                    continue;
+                calls[n->thread] += e->calls;
+                if (n->sym == PT_AGG_NONE || !e->self)
+                    continue;
+                busy[n->thread] = sat_add(busy[n->thread], e->self);
+                if (tl_sum_add(&sum, (uint64_t)n->thread << 32 | n->sym, e->self))
+                    goto out;
+            }
+        }
+        /* a frame still open runs up to the latest tick (as view_build counts it) */
+        uint64_t c_start = sat_add(a->origin, sat_mul(g, a->slice_ticks));
+        uint64_t c_end = sat_add(a->origin, sat_mul(g_end + 1, a->slice_ticks));
+        for (uint32_t t = 0; t < nthreads; t++) {
+            const thread_t *th = &a->threads[t];
+            if (!thread_selected(a, q, t) || th->ended || !th->have_last || a->latest <= th->last || !th->depth)
+                continue;
+            uint64_t from = th->last > c_start ? th->last : c_start;
+            uint64_t to = a->latest < c_end ? a->latest : c_end;
+            if (to > from) {
+                busy[t] = sat_add(busy[t], to - from);
+                if (tl_sum_add(&sum, (uint64_t)t << 32 | a->nodes[th->stack[th->depth - 1]].sym, to - from))
+                    goto out;
+            }
+        }
+        for (uint32_t t = 0; t < nthreads; t++) {
+            best[t] = 0;
+            best_sym[t] = PT_AGG_NONE;
+        }
+        for (uint32_t i = 0; i < sum.used_count; i++) {
+            uint32_t slot = sum.used[i];
+            uint32_t t = (uint32_t)(sum.keys[slot] >> 32), sym = (uint32_t)sum.keys[slot];
+            uint64_t v = sum.self[slot];
+            /* ties go to the lower symbol id, so the answer does not depend on order */
+            if (v > best[t] || (v == best[t] && best_sym[t] != PT_AGG_NONE && a->syms[sym].id < a->syms[best_sym[t]].id)) {
+                best[t] = v;
+                best_sym[t] = sym;
+            }
+        }
+        tl_sum_clear(&sum);
+        for (uint32_t t = 0; t < nthreads; t++) {
+            if (busy[t] || calls[t]) {
+                pt_agg_tl_cell_t cell = {.slice = g, .thread = a->threads[t].number, .symbol = PT_AGG_NONE,
+                                         .busy_ns = ticks_ns(a, busy[t]), .calls = calls[t]};
+                if (best_sym[t] != PT_AGG_NONE) {
+                    cell.symbol = a->syms[best_sym[t]].id;
+                    cell.top_ns = ticks_ns(a, best[t]);
+                }
+                if (tl_push(out, &cap, &cell))
+                    goto out;
+            }
+            busy[t] = calls[t] = 0;
+        }
+        if (g_end == a->max_slice)
+            break;
+    }
+    rc = 0;
+out:
+    if (rc)
+        pt_agg_timeline_free(out);
+    tl_sum_free(&sum);
+    free(busy);
+    free(calls);
+    free(best);
+    free(best_sym);
+    return rc;
+}
+
+void pt_agg_timeline_free(pt_agg_timeline_t *t)
+{
+    free(t->cells);
+    t->cells = NULL;
+    t->count = 0;
+}

@@ -192,6 +192,49 @@ typedef struct pt_agg_tree {
 int pt_agg_tree(pt_agg_t *agg, const pt_agg_query_t *q, pt_agg_tree_t *out);
 void pt_agg_tree_free(pt_agg_tree_t *t);
 
+/* ---- timeline (web viewer) -------------------------------------------------
+ * Per thread and per cell of `group` consecutive window slices, what ran: the
+ * symbol with the most self time in the cell (summed over every node of the
+ * symbol), how much of the cell the thread spent in any frame, and the calls
+ * started. Slices come from the window ring, so only the last
+ * pt_agg_counters().window_max_seconds are there. */
+
+typedef struct pt_agg_tl_cell {
+    uint64_t slice;        /* first slice of the cell (a multiple of group) */
+    uint64_t thread;       /* thread number */
+    uint32_t symbol;       /* the top symbol's id; PT_AGG_NONE when no frame had time */
+    uint32_t reserved;
+    uint64_t top_ns;       /* self time of that symbol in the cell */
+    uint64_t busy_ns;      /* self time of every frame (not the idle root) in the cell */
+    uint64_t calls;        /* calls started in the cell */
+} pt_agg_tl_cell_t;
+
+typedef struct pt_agg_timeline {
+    pt_agg_tl_cell_t *cells;  /* by cell, then by thread in order of first sight */
+    size_t count;
+    uint64_t slice_ns;        /* length of a slice */
+    uint32_t group;           /* slices per cell */
+    uint64_t first_slice;     /* the oldest slice in the window (slice 0 starts at the origin) */
+    uint64_t last_slice;      /* the newest (current, partial) slice */
+    uint64_t origin_ns;       /* ns since the first tick at which slice 0 starts (0 if before it) */
+} pt_agg_timeline_t;
+
+/* The cells in the last q->window_seconds (0 = all the ring holds) whose
+ * slices are >= since_slice, for q->thread (0 = every thread); group slices
+ * per cell (0 = 1), cells aligned to multiples of group. Threads with nothing
+ * in a cell give no cell. Free with pt_agg_timeline_free. 0 or -ENOMEM. */
+int pt_agg_timeline(pt_agg_t *agg, const pt_agg_query_t *q, uint64_t since_slice, uint32_t group,
+                    pt_agg_timeline_t *out);
+void pt_agg_timeline_free(pt_agg_timeline_t *t);
+
+/* Symbols in order of first sight (ids announced or only used): index <
+ * pt_agg_symbol_count. The strings stay valid until pt_agg_destroy. */
+size_t pt_agg_symbol_count(const pt_agg_t *agg);
+pt_agg_symbol_t pt_agg_symbol_at(const pt_agg_t *agg, size_t index);
+
+/* Ticks per second in use (ProcessInfo's, else 1e9). */
+uint64_t pt_agg_ticks_per_second(const pt_agg_t *agg);
+
 #ifdef __cplusplus
 }
 #endif

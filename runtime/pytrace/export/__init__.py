@@ -7,13 +7,16 @@
     pytrace export out.pytrace --format pstats     -o profile.pstats   # pstats, snakeviz, gprof2dot
     pytrace export out.pytrace -f pstats --qualnames -o profile.pstats # keyed by qualified names
     pytrace export all.pytrace -f pstats --pid 4242 -o rank0.pstats   # one process of several
+    pytrace export out.pytrace --format html       -o report.html      # a browser, offline
 
 The exporters are C (viewer/core/export.c, through _pytrace.export): the recording is
 read message by message and turned into stacks by the walk every reader shares
 (viewer/core/walk.h), so an export shows what pytrace-top shows. Memory holds the open
 stacks, the symbol table and the format's own aggregates, never the event list. A
 damaged recording is exported up to the damage, which is reported with its byte offset
-(exit status 1). `perfetto-json` is the old name of `chrome` (kept for a release);
+(exit status 1). The HTML report is one self-contained page (no network): the flame
+graph, the function table and the per-thread timeline of pytrace's C aggregation
+(pytrace.Profile), embedded as aggregates, not events. `perfetto-json` is the old name of `chrome` (kept for a release);
 `perfetto` is Perfetto's own protobuf trace (it named the Chrome JSON before).
 A recording of several processes (a process tree, `pytrace merge`) puts each process on
 its own track (chrome, perfetto: its pid) or profile (speedscope); pstats and collapsed
@@ -28,7 +31,7 @@ from ..recording import HEADER_BYTES, RecordingError, read_header
 
 __all__ = ["main", "export", "FORMATS", "ExportResult"]
 
-FORMATS = ("perfetto", "chrome", "speedscope", "collapsed", "pstats", "perfetto-json")
+FORMATS = ("perfetto", "chrome", "speedscope", "collapsed", "pstats", "html", "perfetto-json")
 # "perfetto-json" is the old name of the Chrome JSON (kept for a release, with a note).
 _ALIASES = {"perfetto-json": "chrome"}
 _BINARY = ("pstats", "perfetto")
@@ -39,6 +42,7 @@ _SUFFIXES = (
     (".pstats", "pstats"), (".prof", "pstats"),
     (".folded", "collapsed"), (".collapsed", "collapsed"), (".txt", "collapsed"),
     (".json", "chrome"),
+    (".html", "html"), (".htm", "html"),
 )
 
 
@@ -80,6 +84,11 @@ def export(recording, fmt, output, weight="ns", per_thread=False, follow=False, 
         raise ValueError("unknown format %r (choose from %s)" % (fmt, ", ".join(FORMATS)))
     if weight not in ("ns", "calls"):
         raise ValueError("weight must be 'ns' or 'calls'")
+    if fmt == "html":
+        if pids:
+            raise ValueError("--pid is for recordings of several processes; the HTML report "
+                             "shows one process")
+        return _export_html(recording, output)
     binary = fmt in _BINARY
     tmp = None
     if output == "-":
@@ -132,6 +141,77 @@ def export(recording, fmt, output, weight="ns", per_thread=False, follow=False, 
     return ExportResult(d), error
 
 
+class _HtmlResult:
+    """ExportResult's fields for the HTML report, from the Profile's counters."""
+
+    def __init__(self, prof, status):
+        c = prof.counters()
+        self.events = c["events"]
+        self.lost_events = c["dropped_lost_records"]
+        self.unmatched = c["unmatched"]
+        self.threads = c["threads_seen"]
+        self.symbols = c["symbols"]
+        self.timed_out = False
+        self.processes = self.selected_processes = 1
+        self.pids = [c["pid"]]
+        self.producer_status = status
+
+
+def _export_html(recording, output):
+    """The HTML report: the recording read into a pytrace.Profile (the C aggregation),
+    its pictures embedded in the page of pytrace.web. A damaged recording gives the
+    report of everything before the damage, and the error."""
+    from .. import _output
+    from ..profile import Profile
+    from ..reader import MsgType, decode
+    from ..recording import RecordingReader
+    from ..web import data as web_data, page
+    # 10 ms slices for the timeline (grouped to at most 1500 cells), an hour of them
+    prof = Profile(window=3600.0, slice_seconds=0.01)
+    error = None
+    status = [None]
+
+    processes = [0]
+
+    def messages(reader):
+        for msg_type, data in reader:
+            if msg_type == MsgType.ProcessInfo:
+                processes[0] += 1
+                if processes[0] > 1:
+                    raise ValueError("the HTML report shows one process, and %s holds several (a "
+                                     "process tree or a merge); export them to perfetto or chrome"
+                                     % os.fspath(recording))
+            if msg_type == MsgType.ProducerStatus:
+                try:
+                    status[0] = _Status(vars(decode(msg_type, data)))
+                except ValueError:
+                    pass
+            yield msg_type, data
+
+    with RecordingReader(recording) as reader:
+        try:
+            prof.read(messages(reader))
+        except RecordingError as e:
+            error = e
+    title = os.path.basename(os.fspath(recording))
+    text, _csp = page.build(web_data.report_data(prof, title), "pytrace: " + title, live=False)
+    if output == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        if _output.same_file(recording, output):
+            raise ValueError("the output %s is the input recording; choose another path" % output)
+        f, tmp = _output.create(output, binary=True)
+        try:
+            with f:
+                f.write(text.encode("utf-8"))
+            _output.commit(tmp, output)
+        except BaseException:
+            _output.discard(tmp)
+            raise
+    return _HtmlResult(prof, status[0]), error
+
+
 def _guess_format(output):
     low = output.lower()
     for suffix, fmt in _SUFFIXES:
@@ -144,7 +224,8 @@ def main(argv=None):
     p = ArgumentParser(
         prog="pytrace export",
         description="Export a pytrace recording to Perfetto's protobuf trace, Chrome trace-event "
-                    "JSON (Perfetto loads it too), speedscope JSON, collapsed stacks or a pstats file.")
+                    "JSON (Perfetto loads it too), speedscope JSON, collapsed stacks, a pstats file "
+                    "or a self-contained HTML report (flame graph, table, timeline).")
     p.add_argument("recording", help="a file written by `pytrace record`")
     p.add_argument("--format", "-f", choices=FORMATS,
                    help="output format (default: guessed from the -o suffix: .pftrace perfetto, "

@@ -663,6 +663,121 @@ static void test_unmatched_returns_linear(void)
     pt_agg_destroy(agg);
 }
 
+/* The timeline: per slice and thread, the symbol with the most self time,
+ * the busy time and the calls; an open frame runs up to the latest tick; the
+ * window, since_slice and the thread filter cut it. */
+static const pt_agg_tl_cell_t *cell(const pt_agg_timeline_t *t, uint64_t slice, uint64_t thread)
+{
+    for (size_t i = 0; i < t->count; i++)
+        if (t->cells[i].slice == slice && t->cells[i].thread == thread)
+            return &t->cells[i];
+    return NULL;
+}
+
+static void test_timeline(void)
+{
+    pt_agg_t *agg = new_agg();
+    setup_syms(agg);
+    const uint64_t ms = 1000000;
+    stream_t s1 = {.agg = agg, .thread = 1};
+    ev(&s1, PT_EV_CALL, MAIN, 0);
+    ev(&s1, PT_EV_CALL, F, 0);
+    ev(&s1, PT_EV_RETURN, F, 160 * ms);
+    ev(&s1, PT_EV_CALL, G, 0);
+    ev(&s1, PT_EV_RETURN, G, 150 * ms); /* t = 310 ms: slice 3 */
+    flush(&s1);
+    stream_t s2 = {.agg = agg, .thread = 2};
+    ev(&s2, PT_EV_CALL, H, 0); /* never returns: open up to the latest tick */
+    flush(&s2);
+
+    pt_agg_timeline_t tl;
+    CHECK_EQ(pt_agg_timeline(agg, NULL, 0, 1, &tl), 0);
+    CHECK_EQ(tl.slice_ns, 100 * ms);
+    CHECK_EQ(tl.first_slice, 0);
+    CHECK_EQ(tl.last_slice, 3);
+    CHECK_EQ(tl.count, 8); /* two threads, slices 0..3 each */
+    const pt_agg_tl_cell_t *c = cell(&tl, 0, 1);
+    CHECK(c && c->symbol == F && c->top_ns == 100 * ms && c->busy_ns == 100 * ms && c->calls == 2);
+    c = cell(&tl, 1, 1);
+    CHECK(c && c->symbol == F && c->top_ns == 60 * ms && c->busy_ns == 100 * ms && c->calls == 1);
+    c = cell(&tl, 2, 1);
+    CHECK(c && c->symbol == G && c->top_ns == 100 * ms && c->calls == 0);
+    c = cell(&tl, 3, 1);
+    CHECK(c && c->symbol == G && c->top_ns == 10 * ms && c->busy_ns == 10 * ms);
+    for (uint64_t sl = 0; sl < 3; sl++) {
+        c = cell(&tl, sl, 2);
+        CHECK(c && c->symbol == H && c->top_ns == 100 * ms && c->busy_ns == 100 * ms);
+    }
+    c = cell(&tl, 3, 2);
+    CHECK(c && c->symbol == H && c->top_ns == 10 * ms);
+    /* cells come by slice, then thread */
+    for (size_t i = 1; i < tl.count; i++)
+        CHECK(tl.cells[i - 1].slice < tl.cells[i].slice ||
+              (tl.cells[i - 1].slice == tl.cells[i].slice && tl.cells[i - 1].thread < tl.cells[i].thread));
+    pt_agg_timeline_free(&tl);
+
+    /* the last 0.2 s = slices 2 and 3; since_slice 3 leaves slice 3; thread 2 only */
+    pt_agg_query_t q = {.window_seconds = 0.2};
+    CHECK_EQ(pt_agg_timeline(agg, &q, 0, 1, &tl), 0);
+    CHECK_EQ(tl.first_slice, 2);
+    CHECK_EQ(tl.count, 4);
+    pt_agg_timeline_free(&tl);
+    CHECK_EQ(pt_agg_timeline(agg, &q, 3, 1, &tl), 0);
+    CHECK_EQ(tl.count, 2);
+    CHECK(cell(&tl, 3, 1) && cell(&tl, 3, 2));
+    pt_agg_timeline_free(&tl);
+    q.thread = 2;
+    CHECK_EQ(pt_agg_timeline(agg, &q, 0, 1, &tl), 0);
+    CHECK_EQ(tl.count, 2);
+    CHECK(cell(&tl, 2, 2) && cell(&tl, 3, 2) && !cell(&tl, 3, 1));
+    pt_agg_timeline_free(&tl);
+    /* two slices per cell: [0, 200 ms) and [200, 400 ms); since 3 starts at cell 2 */
+    CHECK_EQ(pt_agg_timeline(agg, NULL, 0, 2, &tl), 0);
+    CHECK_EQ(tl.group, 2);
+    CHECK_EQ(tl.count, 4);
+    c = cell(&tl, 0, 1);
+    CHECK(c && c->symbol == F && c->top_ns == 160 * ms && c->busy_ns == 200 * ms && c->calls == 3);
+    c = cell(&tl, 2, 1);
+    CHECK(c && c->symbol == G && c->top_ns == 110 * ms && c->busy_ns == 110 * ms);
+    c = cell(&tl, 2, 2);
+    CHECK(c && c->symbol == H && c->top_ns == 110 * ms);
+    pt_agg_timeline_free(&tl);
+    CHECK_EQ(pt_agg_timeline(agg, NULL, 3, 2, &tl), 0);
+    CHECK_EQ(tl.count, 2);
+    CHECK(cell(&tl, 2, 1) && cell(&tl, 2, 2));
+    pt_agg_timeline_free(&tl);
+    /* hostile clock: one tick a second, so a slice is one tick and slice numbers reach
+     * 2^64 - 3; any group size ends, with the window's cells only */
+    {
+        pt_agg_t *h = NULL;
+        CHECK_EQ(pt_agg_create(&(pt_agg_config_t){.slice_ns = 100000000ull, .slice_count = 50}, &h), 0);
+        pt_fb_msg_t m = {.type = PT_MSG_PROCESS_INFO};
+        m.u.process_info.ticks_per_second = 1;
+        CHECK_EQ(pt_agg_feed_msg(h, &m), 0);
+        symbol(h, F, "f");
+        pt_event_t evs[] = {{.ticks = 0, .id = F, .kind = PT_EV_CALL}, {.ticks = UINT64_MAX - 3, .id = F, .kind = PT_EV_RETURN},
+                            {.ticks = UINT64_MAX - 2, .id = F, .kind = PT_EV_CALL}};
+        CHECK_EQ(pt_agg_feed_events(h, 1, evs, 3), 0);
+        uint32_t groups[] = {1, 7, 50, UINT32_MAX};
+        for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) {
+            CHECK_EQ(pt_agg_timeline(h, NULL, 0, groups[i], &tl), 0);
+            CHECK(tl.count >= 1 && tl.count <= 50);
+            CHECK(tl.last_slice >= UINT64_MAX - 4);
+            pt_agg_timeline_free(&tl);
+            CHECK_EQ(pt_agg_timeline(h, NULL, UINT64_MAX - 1, groups[i], &tl), 0);
+            pt_agg_timeline_free(&tl);
+        }
+        pt_agg_destroy(h);
+    }
+    /* an empty aggregator has no slices */
+    pt_agg_t *empty = new_agg();
+    CHECK_EQ(pt_agg_timeline(empty, NULL, 0, 1, &tl), 0);
+    CHECK_EQ(tl.count, 0);
+    pt_agg_timeline_free(&tl);
+    pt_agg_destroy(empty);
+    pt_agg_destroy(agg);
+}
+
 int main(void)
 {
     test_direct_recursion();
@@ -678,6 +793,7 @@ int main(void)
     test_volume();
     test_hostile_ticks();
     test_unmatched_returns_linear();
+    test_timeline();
     if (failures) {
         fprintf(stderr, "%d check(s) failed\n", failures);
         return 1;

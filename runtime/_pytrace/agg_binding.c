@@ -1,0 +1,577 @@
+/*
+ * _pytrace.Aggregator: the one aggregation of pytrace (viewer/core/agg.h) for
+ * Python. pytrace.Profile (runtime/pytrace/profile.py) is its public face; the
+ * web viewer and the HTML report are built on it, so every picture comes from
+ * the same C rules as pytrace-top and the exporters.
+ *
+ * A pt_agg_t is used by one thread at a time; here a lock per object makes it
+ * safe to feed from one thread (the web server's reader) and query from
+ * others. Feeding and queries run without the GIL (the lock is taken with the
+ * GIL released when it is contended), so a server thread that reads a job at
+ * millions of events per second does not stall the request handlers.
+ *
+ * Strings from the stream are untrusted bytes: they are decoded as UTF-8 with
+ * "replace" (never raise on a bad name) and handed out as str.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <pythread.h>
+
+#include "viewer/core/agg.h"
+
+#include <errno.h>
+#include <string.h>
+
+typedef struct {
+    PyObject_HEAD
+    pt_agg_t *agg;
+    PyThread_type_lock lock;
+    uint64_t messages;   /* fed, for the caller's progress */
+    uint64_t bad;        /* refused by the verifier */
+} agg_obj_t;
+
+static void agg_lock(agg_obj_t *self)
+{
+    if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
+        Py_BEGIN_ALLOW_THREADS
+        PyThread_acquire_lock(self->lock, WAIT_LOCK);
+        Py_END_ALLOW_THREADS
+    }
+}
+
+static void agg_unlock(agg_obj_t *self) { PyThread_release_lock(self->lock); }
+
+static PyObject *raise_rc(int rc)
+{
+    if (rc == -ENOMEM)
+        return PyErr_NoMemory();
+    errno = -rc;
+    return PyErr_SetFromErrno(PyExc_OSError);
+}
+
+static PyObject *str_of(const char *s)
+{
+    return PyUnicode_DecodeUTF8(s ? s : "", s ? (Py_ssize_t)strlen(s) : 0, "replace");
+}
+
+static PyObject *agg_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"slice_ns", "slice_count", NULL};
+    unsigned long long slice_ns = 0;
+    unsigned int slice_count = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|KI:Aggregator", kwlist, &slice_ns, &slice_count))
+        return NULL;
+    if (slice_count > 2000000u) { /* 64 MiB of slice headers */
+        PyErr_SetString(PyExc_ValueError, "slice_count must be at most 2000000");
+        return NULL;
+    }
+    agg_obj_t *self = (agg_obj_t *)type->tp_alloc(type, 0);
+    if (!self)
+        return NULL;
+    self->lock = PyThread_allocate_lock();
+    pt_agg_config_t cfg = {.slice_ns = slice_ns, .slice_count = slice_count};
+    if (!self->lock || pt_agg_create(&cfg, &self->agg)) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    return (PyObject *)self;
+}
+
+static void agg_dealloc(agg_obj_t *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    pt_agg_destroy(self->agg);
+    if (self->lock)
+        PyThread_free_lock(self->lock);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+/* ---- feeding -------------------------------------------------------------------- */
+
+/* The bytes of one item: a bytes-like object, or a (msg_type, bytes) pair as
+ * pytrace.Reader.raw() and the recording reader give. 0 or -1 (exception). */
+static int item_buffer(PyObject *item, Py_buffer *view)
+{
+    if (PyTuple_Check(item) && PyTuple_GET_SIZE(item) == 2)
+        item = PyTuple_GET_ITEM(item, 1);
+    return PyObject_GetBuffer(item, view, PyBUF_SIMPLE);
+}
+
+PyDoc_STRVAR(feed_doc, "feed(data) -> None: one size-prefixed message (bytes, or a (msg_type, bytes) pair).\n"
+                       "ValueError if the verifier refuses it (nothing of it is used).");
+
+static PyObject *agg_feed(agg_obj_t *self, PyObject *item)
+{
+    Py_buffer view;
+    if (item_buffer(item, &view) < 0)
+        return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    PyThread_acquire_lock(self->lock, WAIT_LOCK);
+    rc = pt_agg_feed_bytes(self->agg, view.buf, (size_t)view.len);
+    self->messages++;
+    if (rc == -EBADMSG)
+        self->bad++;
+    PyThread_release_lock(self->lock);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    if (rc == -EBADMSG) {
+        PyErr_SetString(PyExc_ValueError, "not a valid pytrace message (the FlatBuffers verifier refused it)");
+        return NULL;
+    }
+    if (rc)
+        return raise_rc(rc);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(feed_many_doc,
+             "feed_many(items) -> int: feed every message of a sequence (bytes or (msg_type, bytes)), in "
+             "order, with the GIL released once; messages the verifier refuses are skipped and counted "
+             "(the return value).");
+
+static PyObject *agg_feed_many(agg_obj_t *self, PyObject *items)
+{
+    PyObject *seq = PySequence_Fast(items, "feed_many() takes a sequence of messages");
+    if (!seq)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_buffer *views = PyMem_Calloc(n ? (size_t)n : 1, sizeof *views);
+    if (!views) {
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t got = 0;
+    for (; got < n; got++)
+        if (item_buffer(PySequence_Fast_GET_ITEM(seq, got), &views[got]) < 0)
+            break;
+    int rc = 0;
+    Py_ssize_t refused = 0;
+    if (got == n) {
+        Py_BEGIN_ALLOW_THREADS
+        PyThread_acquire_lock(self->lock, WAIT_LOCK);
+        for (Py_ssize_t i = 0; i < n && !rc; i++) {
+            int r = pt_agg_feed_bytes(self->agg, views[i].buf, (size_t)views[i].len);
+            self->messages++;
+            if (r == -EBADMSG) {
+                refused++;
+                self->bad++;
+            } else {
+                rc = r;
+            }
+        }
+        PyThread_release_lock(self->lock);
+        Py_END_ALLOW_THREADS
+    }
+    for (Py_ssize_t i = 0; i < got; i++)
+        PyBuffer_Release(&views[i]);
+    PyMem_Free(views);
+    Py_DECREF(seq);
+    if (got != n)
+        return NULL;
+    if (rc)
+        return raise_rc(rc);
+    return PyLong_FromSsize_t(refused);
+}
+
+/* ---- queries ------------------------------------------------------------------------ */
+
+static int parse_query(PyObject *args, PyObject *kw, const char *fmt, char **kwlist, pt_agg_query_t *q,
+                       void *extra1, void *extra2, void *extra3)
+{
+    unsigned long long thread = 0;
+    double window = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, fmt, kwlist, &thread, &window, extra1, extra2, extra3))
+        return -1;
+    if (!(window >= 0)) {
+        PyErr_SetString(PyExc_ValueError, "window must be a number of seconds >= 0 (0: the whole run)");
+        return -1;
+    }
+    q->thread = thread;
+    q->window_seconds = window;
+    return 0;
+}
+
+#define SET(d, key, expr)                                         \
+    do {                                                          \
+        PyObject *o_ = (expr);                                    \
+        if (!o_ || PyDict_SetItemString(d, key, o_) < 0) {        \
+            Py_XDECREF(o_);                                       \
+            goto err;                                             \
+        }                                                         \
+        Py_DECREF(o_);                                            \
+    } while (0)
+#define U64(v) PyLong_FromUnsignedLongLong((unsigned long long)(v))
+
+PyDoc_STRVAR(counters_doc, "counters() -> dict: pt_agg_counters (events, rates, drops, threads, ...).");
+
+static PyObject *agg_counters(agg_obj_t *self, PyObject *unused)
+{
+    (void)unused;
+    pt_agg_counters_t c;
+    agg_lock(self);
+    pt_agg_counters(self->agg, &c);
+    const pt_fb_process_info_t *pi = pt_agg_process_info(self->agg);
+    uint64_t pid = pi->pid, tps = pt_agg_ticks_per_second(self->agg);
+    agg_unlock(self);
+    PyObject *d = PyDict_New();
+    if (!d)
+        return NULL;
+    SET(d, "events", U64(c.events_seen));
+    SET(d, "events_per_second", PyFloat_FromDouble(c.events_per_second));
+    SET(d, "dropped", U64(c.dropped));
+    SET(d, "dropped_lost_records", U64(c.dropped_lost_records));
+    SET(d, "dropped_lost_counts", U64(c.dropped_lost_counts));
+    SET(d, "dropped_producer", U64(c.dropped_producer));
+    SET(d, "unmatched", U64(c.unmatched_closes));
+    SET(d, "producer_state", U64(c.producer_state));
+    SET(d, "threads_seen", U64(c.threads_seen));
+    SET(d, "threads_active", U64(c.threads_active));
+    SET(d, "hook_errors", U64(c.hook_errors));
+    SET(d, "symbols", U64(c.symbols));
+    SET(d, "nodes", U64(c.nodes));
+    SET(d, "span_ns", U64(c.span_ns));
+    SET(d, "window_max_seconds", PyFloat_FromDouble(c.window_max_seconds));
+    SET(d, "pid", U64(pid));
+    SET(d, "ticks_per_second", U64(tps));
+    SET(d, "messages", U64(self->messages));
+    SET(d, "refused_messages", U64(self->bad));
+    return d;
+err:
+    Py_DECREF(d);
+    return NULL;
+}
+
+PyDoc_STRVAR(process_doc, "process_info() -> dict: the ProcessInfo received (pid 0 until then).");
+
+static PyObject *agg_process_info(agg_obj_t *self, PyObject *unused)
+{
+    (void)unused;
+    PyObject *d = PyDict_New();
+    if (!d)
+        return NULL;
+    agg_lock(self);
+    const pt_fb_process_info_t *pi = pt_agg_process_info(self->agg);
+    /* strings are copies owned by the aggregator; read them under the lock */
+    PyObject *cmd = PyUnicode_DecodeUTF8(pi->command_line.ptr ? pi->command_line.ptr : "",
+                                         pi->command_line.ptr ? pi->command_line.len : 0, "replace");
+    PyObject *ver = PyUnicode_DecodeUTF8(pi->python_version.ptr ? pi->python_version.ptr : "",
+                                         pi->python_version.ptr ? pi->python_version.len : 0, "replace");
+    PyObject *seg = PyUnicode_DecodeUTF8(pi->segment.ptr ? pi->segment.ptr : "",
+                                         pi->segment.ptr ? pi->segment.len : 0, "replace");
+    uint64_t pid = pi->pid, ppid = pi->ppid, tps = pi->ticks_per_second, rt = pi->base_realtime_ns;
+    agg_unlock(self);
+    SET(d, "command_line", cmd);
+    SET(d, "python_version", ver);
+    SET(d, "segment", seg);
+    SET(d, "pid", U64(pid));
+    SET(d, "ppid", U64(ppid));
+    SET(d, "ticks_per_second", U64(tps));
+    SET(d, "base_realtime_ns", U64(rt));
+    return d;
+err:
+    Py_DECREF(d);
+    return NULL;
+}
+
+PyDoc_STRVAR(threads_doc, "threads() -> list[(thread, os_tid, name, ended, events, depth)] in order of first sight.");
+
+static PyObject *agg_threads(agg_obj_t *self, PyObject *unused)
+{
+    (void)unused;
+    PyObject *list = PyList_New(0);
+    if (!list)
+        return NULL;
+    agg_lock(self);
+    size_t n = pt_agg_thread_count(self->agg);
+    for (size_t i = 0; i < n; i++) {
+        pt_agg_thread_info_t ti;
+        if (pt_agg_thread_at(self->agg, i, &ti))
+            continue;
+        PyObject *name = str_of(ti.name);
+        PyObject *t = name ? Py_BuildValue("(KKNiKI)", (unsigned long long)ti.thread, (unsigned long long)ti.os_tid,
+                                           name, ti.ended, (unsigned long long)ti.events, ti.depth)
+                           : NULL;
+        if (!t || PyList_Append(list, t) < 0) {
+            Py_XDECREF(t);
+            agg_unlock(self);
+            Py_DECREF(list);
+            return NULL;
+        }
+        Py_DECREF(t);
+    }
+    agg_unlock(self);
+    return list;
+}
+
+PyDoc_STRVAR(symbols_doc, "symbols(start=0) -> list[(id, kind, known, name, file, line)]: the symbols in order of "
+                          "first sight, from index start (so a caller can ask only for new ones).");
+
+static PyObject *agg_symbols(agg_obj_t *self, PyObject *args)
+{
+    Py_ssize_t start = 0;
+    if (!PyArg_ParseTuple(args, "|n:symbols", &start))
+        return NULL;
+    if (start < 0)
+        start = 0;
+    /* copied under the lock (a feed may grow the table); the strings stay valid until the
+     * aggregator is destroyed, so the objects are built after unlocking */
+    agg_lock(self);
+    size_t n = pt_agg_symbol_count(self->agg);
+    size_t from = (size_t)start < n ? (size_t)start : n;
+    pt_agg_symbol_t *syms = PyMem_RawMalloc((n - from ? n - from : 1) * sizeof *syms);
+    for (size_t i = from; syms && i < n; i++)
+        syms[i - from] = pt_agg_symbol_at(self->agg, i);
+    agg_unlock(self);
+    if (!syms)
+        return PyErr_NoMemory();
+    PyObject *list = PyList_New((Py_ssize_t)(n - from));
+    for (size_t i = 0; list && i < n - from; i++) {
+        const pt_agg_symbol_t *sy = &syms[i];
+        PyObject *name = str_of(sy->name), *file = str_of(sy->file);
+        PyObject *t = name && file ? Py_BuildValue("(IiiNNI)", sy->id, sy->kind, sy->known, name, file, sy->line)
+                                   : NULL;
+        if (!t) {
+            if (!name || !file) {
+                Py_XDECREF(name);
+                Py_XDECREF(file);
+            }
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, t);
+    }
+    PyMem_RawFree(syms);
+    return list;
+}
+
+static const char *const sort_names[PT_AGG_SORT_COUNT] = {"self", "total", "calls", "prim_calls", "name", "file"};
+
+PyDoc_STRVAR(table_doc,
+             "table(thread=0, window=0.0, sort='self', descending=True, filter=None) -> (span_ns, rows): the "
+             "function table (pytrace-top's columns); a row is (id, kind, name, file, line, calls, prim_calls, "
+             "self_ns, total_ns, self_pct, total_pct). thread 0: all threads; window 0: the whole run.");
+
+static PyObject *agg_table(agg_obj_t *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"thread", "window", "sort", "descending", "filter", NULL};
+    pt_agg_query_t q;
+    const char *sort = "self", *filter = NULL;
+    int descending = 1;
+    if (parse_query(args, kw, "|Kdspz:table", kwlist, &q, &sort, &descending, &filter) < 0)
+        return NULL;
+    int key = -1;
+    for (int i = 0; i < PT_AGG_SORT_COUNT; i++)
+        if (!strcmp(sort, sort_names[i]))
+            key = i;
+    if (key < 0) {
+        PyErr_Format(PyExc_ValueError, "unknown sort key %s (self, total, calls, prim_calls, name, file)", sort);
+        return NULL;
+    }
+    /* the filter is copied: the GIL is released while the table is built */
+    char *filt = filter ? PyMem_RawMalloc(strlen(filter) + 1) : NULL;
+    if (filter && !filt)
+        return PyErr_NoMemory();
+    if (filt)
+        strcpy(filt, filter);
+    pt_agg_table_t t;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    PyThread_acquire_lock(self->lock, WAIT_LOCK);
+    rc = pt_agg_table(self->agg, &q, key, descending, filt, &t);
+    PyThread_release_lock(self->lock);
+    Py_END_ALLOW_THREADS
+    PyMem_RawFree(filt);
+    if (rc)
+        return raise_rc(rc);
+    /* the row strings are the aggregator's symbol strings, valid until it is destroyed */
+    PyObject *rows = PyList_New((Py_ssize_t)t.count);
+    for (size_t i = 0; rows && i < t.count; i++) {
+        const pt_agg_row_t *r = &t.rows[i];
+        PyObject *name = str_of(r->name), *file = str_of(r->file);
+        PyObject *row = name && file ? Py_BuildValue("(IiNNIKKKKdd)", r->symbol, r->kind, name, file, r->line,
+                                                     (unsigned long long)r->calls, (unsigned long long)r->prim_calls,
+                                                     (unsigned long long)r->self_ns,
+                                                     (unsigned long long)r->total_ns, r->self_pct, r->total_pct)
+                                     : NULL;
+        if (!row) {
+            if (!name || !file) {
+                Py_XDECREF(name);
+                Py_XDECREF(file);
+            }
+            Py_CLEAR(rows);
+            break;
+        }
+        PyList_SET_ITEM(rows, (Py_ssize_t)i, row);
+    }
+    uint64_t span = t.span_ns;
+    pt_agg_table_free(&t);
+    if (!rows)
+        return NULL;
+    return Py_BuildValue("(KN)", (unsigned long long)span, rows);
+}
+
+PyDoc_STRVAR(tree_doc,
+             "tree(thread=0, window=0.0, min_fraction=0.0) -> (span_ns, nodes): the calling-context tree in "
+             "depth-first order, children by name; a node is (symbol id, parent index, depth, calls, self_ns, "
+             "total_ns); node 0 is the root (symbol and parent -1), whose self time is time with nothing on the "
+             "stack. Subtrees whose total is below min_fraction of the root's are left out (a flame graph "
+             "could not show them).");
+
+static PyObject *agg_tree(agg_obj_t *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"thread", "window", "min_fraction", NULL};
+    pt_agg_query_t q;
+    double min_fraction = 0;
+    if (parse_query(args, kw, "|Kdd:tree", kwlist, &q, &min_fraction, NULL, NULL) < 0)
+        return NULL;
+    if (!(min_fraction >= 0 && min_fraction <= 1)) {
+        PyErr_SetString(PyExc_ValueError, "min_fraction must be between 0 and 1");
+        return NULL;
+    }
+    pt_agg_tree_t t;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    PyThread_acquire_lock(self->lock, WAIT_LOCK);
+    rc = pt_agg_tree(self->agg, &q, &t);
+    PyThread_release_lock(self->lock);
+    Py_END_ALLOW_THREADS
+    if (rc)
+        return raise_rc(rc);
+    double min_ns = t.count ? min_fraction * (double)t.nodes[0].incl_ns : 0;
+    /* preorder over first_child / next_sibling, parents renumbered */
+    uint32_t *order = PyMem_Malloc((t.count ? t.count : 1) * sizeof *order);
+    uint32_t *newidx = PyMem_Malloc((t.count ? t.count : 1) * sizeof *newidx);
+    PyObject *nodes = order && newidx ? PyList_New((Py_ssize_t)t.count) : NULL;
+    if (!nodes) {
+        PyMem_Free(order);
+        PyMem_Free(newidx);
+        pt_agg_tree_free(&t);
+        return order && newidx ? NULL : PyErr_NoMemory();
+    }
+    size_t k = 0;
+    uint32_t n = t.count ? 0 : PT_AGG_NONE;
+    while (n != PT_AGG_NONE) {
+        int keep = n == 0 || min_ns <= 0 || (double)t.nodes[n].incl_ns >= min_ns;
+        if (keep) {
+            newidx[n] = (uint32_t)k;
+            order[k++] = n;
+        }
+        if (keep && t.nodes[n].first_child != PT_AGG_NONE) {
+            n = t.nodes[n].first_child;
+            continue;
+        }
+        while (n != PT_AGG_NONE && t.nodes[n].next_sibling == PT_AGG_NONE)
+            n = t.nodes[n].parent;
+        if (n != PT_AGG_NONE)
+            n = t.nodes[n].next_sibling;
+    }
+    for (size_t i = 0; i < k; i++) {
+        const pt_agg_tnode_t *x = &t.nodes[order[i]];
+        long long sym = x->symbol == PT_AGG_NONE ? -1 : (long long)x->symbol;
+        long long parent = x->parent == PT_AGG_NONE ? -1 : (long long)newidx[x->parent];
+        PyObject *node = Py_BuildValue("(LLIKKK)", sym, parent, x->depth, (unsigned long long)x->calls,
+                                       (unsigned long long)x->self_ns, (unsigned long long)x->incl_ns);
+        if (!node) {
+            Py_CLEAR(nodes);
+            break;
+        }
+        PyList_SET_ITEM(nodes, (Py_ssize_t)i, node);
+    }
+    uint64_t span = t.span_ns;
+    PyMem_Free(order);
+    PyMem_Free(newidx);
+    pt_agg_tree_free(&t);
+    if (!nodes)
+        return NULL;
+    if ((size_t)k != (size_t)PyList_GET_SIZE(nodes) && PyList_SetSlice(nodes, (Py_ssize_t)k, PY_SSIZE_T_MAX, NULL) < 0) {
+        Py_DECREF(nodes);
+        return NULL;
+    }
+    return Py_BuildValue("(KN)", (unsigned long long)span, nodes);
+}
+
+PyDoc_STRVAR(timeline_doc,
+             "timeline(thread=0, window=0.0, since=0, group=1) -> dict(slice_ns, group, first_slice, last_slice, "
+             "origin_ns, cells): per cell of `group` slices and thread, (first slice, thread, top symbol id or "
+             "-1, top_ns, busy_ns, calls), for the slices >= since in the window (0: all the ring holds).");
+
+static PyObject *agg_timeline(agg_obj_t *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"thread", "window", "since", "group", NULL};
+    pt_agg_query_t q;
+    unsigned long long since = 0;
+    unsigned int group = 1;
+    if (parse_query(args, kw, "|KdKI:timeline", kwlist, &q, &since, &group, NULL) < 0)
+        return NULL;
+    pt_agg_timeline_t t;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    PyThread_acquire_lock(self->lock, WAIT_LOCK);
+    rc = pt_agg_timeline(self->agg, &q, since, group, &t);
+    PyThread_release_lock(self->lock);
+    Py_END_ALLOW_THREADS
+    if (rc)
+        return raise_rc(rc);
+    PyObject *cells = PyList_New((Py_ssize_t)t.count), *d = NULL;
+    for (size_t i = 0; cells && i < t.count; i++) {
+        const pt_agg_tl_cell_t *c = &t.cells[i];
+        long long sym = c->symbol == PT_AGG_NONE ? -1 : (long long)c->symbol;
+        PyObject *cell = Py_BuildValue("(KKLKKK)", (unsigned long long)c->slice, (unsigned long long)c->thread, sym,
+                                       (unsigned long long)c->top_ns, (unsigned long long)c->busy_ns,
+                                       (unsigned long long)c->calls);
+        if (!cell) {
+            Py_CLEAR(cells);
+            break;
+        }
+        PyList_SET_ITEM(cells, (Py_ssize_t)i, cell);
+    }
+    if (cells)
+        d = Py_BuildValue("{sKsIsKsKsKsN}", "slice_ns", (unsigned long long)t.slice_ns, "group", t.group,
+                          "first_slice",
+                          (unsigned long long)t.first_slice, "last_slice", (unsigned long long)t.last_slice,
+                          "origin_ns", (unsigned long long)t.origin_ns, "cells", cells);
+    pt_agg_timeline_free(&t);
+    return d;
+}
+
+static PyMethodDef agg_methods[] = {
+    {"feed", (PyCFunction)agg_feed, METH_O, feed_doc},
+    {"feed_many", (PyCFunction)agg_feed_many, METH_O, feed_many_doc},
+    {"counters", (PyCFunction)agg_counters, METH_NOARGS, counters_doc},
+    {"process_info", (PyCFunction)agg_process_info, METH_NOARGS, process_doc},
+    {"threads", (PyCFunction)agg_threads, METH_NOARGS, threads_doc},
+    {"symbols", (PyCFunction)agg_symbols, METH_VARARGS, symbols_doc},
+    {"table", (PyCFunction)(void (*)(void))agg_table, METH_VARARGS | METH_KEYWORDS, table_doc},
+    {"tree", (PyCFunction)(void (*)(void))agg_tree, METH_VARARGS | METH_KEYWORDS, tree_doc},
+    {"timeline", (PyCFunction)(void (*)(void))agg_timeline, METH_VARARGS | METH_KEYWORDS, timeline_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot agg_slots[] = {
+    {Py_tp_new, __extension__(void *) agg_new},
+    {Py_tp_dealloc, __extension__(void *) agg_dealloc},
+    {Py_tp_methods, agg_methods},
+    {Py_tp_doc, (void *)"Aggregator(slice_ns=0, slice_count=0): pytrace's aggregation (viewer/core/agg.h); "
+                        "the window keeps slice_count slices of slice_ns (defaults: 6000 x 100 ms)."},
+    {0, NULL},
+};
+
+static PyType_Spec agg_spec = {
+    .name = "pytrace._pytrace.Aggregator",
+    .basicsize = sizeof(agg_obj_t),
+    .flags = Py_TPFLAGS_DEFAULT,
+    .slots = agg_slots,
+};
+
+int pt_agg_type_add(PyObject *module)
+{
+    PyObject *type = PyType_FromModuleAndSpec(module, &agg_spec, NULL);
+    if (!type)
+        return -1;
+    if (PyModule_AddObject(module, "Aggregator", type) < 0) {
+        Py_DECREF(type);
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,191 @@
+"""What the browser view is sent: pictures computed by the C aggregation
+(`_pytrace.Aggregator`, viewer/core/agg.h), packed as small JSON lists.
+
+Nothing here reads events: the tree, the table and the timeline come from the C core;
+this module only names call paths with stable numbers (so the page can be sent what
+changed since its last picture) and compares pictures.
+
+Shapes (numbers are ns unless said):
+  symbol   [id, name, file, line, kind]
+  node     [key, parent key, symbol id, calls, self_ns, total_ns]    key 0 = the root
+  row      [symbol id, calls, prim_calls, self_ns, total_ns]
+  cell     [first slice, thread, symbol id (-1: none), top_ns, busy_ns, calls]
+  thread   [thread, os_tid, name, ended, events]
+"""
+
+import secrets
+import threading
+import time
+
+STATE_NAMES = {0: "starting", 1: "running", 2: "stopped", 3: "exited", 4: "dead"}
+
+
+class PathKeys:
+    """Stable numbers for call paths: (parent key, symbol id) -> key, for the life of
+    a server, so a node keeps its key from one picture to the next."""
+
+    def __init__(self):
+        self._keys = {}
+        self._lock = threading.Lock()
+
+    def nodes(self, raw):
+        """Aggregator.tree() nodes -> [node] (see the module doc)."""
+        keys = [0] * len(raw)
+        out = []
+        with self._lock:
+            table = self._keys
+            for i, (sym, parent, _depth, calls, self_ns, total_ns) in enumerate(raw):
+                if parent < 0:
+                    out.append((0, -1, -1, calls, self_ns, total_ns))
+                    continue
+                pk = keys[parent]
+                k = table.get((pk, sym))
+                if k is None:
+                    k = table[(pk, sym)] = len(table) + 1
+                keys[i] = k
+                out.append((k, pk, sym, calls, self_ns, total_ns))
+        return out
+
+
+def symbol_list(agg):
+    return [(s[0], s[3], s[4], s[5], s[1]) for s in agg.symbols()]
+
+
+def thread_list(agg):
+    return [list(t[:5]) for t in agg.threads()]
+
+
+def status(agg, processes=1, extra=None):
+    c = agg.counters()
+    p = agg.process_info()
+    d = {"state": STATE_NAMES.get(c["producer_state"], str(c["producer_state"])),
+         "events": c["events"], "events_per_second": round(c["events_per_second"]),
+         "dropped": c["dropped"], "threads": c["threads_seen"], "threads_active": c["threads_active"],
+         "processes": processes, "span_ns": c["span_ns"], "unmatched": c["unmatched"],
+         "pid": p["pid"], "command": p["command_line"], "python": p["python_version"],
+         "window_max": c["window_max_seconds"]}
+    d.update(extra or {})
+    return d
+
+
+def rows_of(table):
+    return [(r[0], r[5], r[6], r[7], r[8]) for r in table]
+
+
+# ---- the HTML report ------------------------------------------------------------
+
+# Call paths under this fraction of the view's time are left out of the flame graph: at
+# 1/100000 a path is a hundredth of a pixel wide, and a big import-heavy program (pip) has
+# ~100k paths, most of them single calls of microseconds. The table keeps every function.
+MIN_FRACTION = 1e-5
+
+
+def report_data(prof, title, timeline_cells=1500, min_fraction=MIN_FRACTION):
+    """Everything the report shows, from a Profile that read a whole recording."""
+    agg = prof.aggregator
+    keys = PathKeys()
+    threads = thread_list(agg)
+    views = {}
+    for thread in [0] + [t[0] for t in threads]:
+        span, raw = agg.tree(thread, 0.0, min_fraction)
+        _span, table = agg.table(thread, 0.0, "self", True, None)
+        view = {"span_ns": span, "nodes": keys.nodes(raw), "rows": rows_of(table)}
+        # a thread that is the whole picture (one thread) is not written twice
+        views[str(thread)] = {"same_as": "0"} if thread and view == views["0"] else view
+    tl = agg.timeline(0, 0.0, 0, 1)
+    slices = tl["last_slice"] - tl["first_slice"] + 1
+    group = max(1, -(-slices // timeline_cells))
+    if group > 1:
+        tl = agg.timeline(0, 0.0, 0, group)
+    return {"report": True, "title": title, "status": status(agg), "threads": threads,
+            "symbols": symbol_list(agg), "views": views,
+            "timeline": {"slice_ns": tl["slice_ns"], "group": tl["group"], "first": tl["first_slice"],
+                         "last": tl["last_slice"], "cells": tl["cells"]}}
+
+
+# ---- the live view: per-page sessions that are sent deltas ----------------------
+
+class Session:
+    """What one page holds: the picture it was last sent, per view."""
+
+    def __init__(self):
+        self.view = None
+        self.version = 0
+        self.nodes = {}
+        self.rows = {}
+        self.symbols = {}
+        self.threads = None
+        self.timeline_from = 0
+        self.used = time.monotonic()
+
+
+class Live:
+    """Deltas for the pages of one aggregator. update() answers a poll."""
+
+    MAX_SESSIONS = 64
+
+    def __init__(self, agg, extra_status=None, min_fraction=MIN_FRACTION):
+        self.agg = agg
+        self.min_fraction = min_fraction
+        self.keys = PathKeys()
+        self.sessions = {}
+        self.lock = threading.Lock()
+        self.extra_status = extra_status or (lambda: {})
+
+    def _session(self, sid):
+        with self.lock:
+            now = time.monotonic()
+            s = self.sessions.get(sid)
+            if s is None:
+                if len(self.sessions) >= self.MAX_SESSIONS:
+                    oldest = min(self.sessions, key=lambda k: self.sessions[k].used)
+                    del self.sessions[oldest]
+                s = self.sessions[sid] = Session()
+            s.used = now
+            return s
+
+    def update(self, sid, version, thread, window, filt):
+        """The delta that brings a page at `version` of view (thread, window, filter) to
+        now. A page that asks for another view, or whose version is not the one it was
+        last sent (a lost answer), gets the whole picture."""
+        s = self._session(sid)
+        view = (thread, window, filt)
+        full = s.view != view or version != s.version
+        if full:
+            s.view, s.nodes, s.rows, s.timeline_from = view, {}, {}, 0
+            s.symbols, s.threads = {}, None
+        agg = self.agg
+        out = {"full": full}
+        # symbols: new or changed ones
+        syms = symbol_list(agg)
+        new_syms = [x for x in syms if s.symbols.get(x[0]) != x]
+        for x in new_syms:
+            s.symbols[x[0]] = x
+        out["symbols"] = new_syms
+        threads = thread_list(agg)
+        if threads != s.threads:
+            out["threads"] = threads
+            s.threads = threads
+        span, raw = agg.tree(thread, window, self.min_fraction)
+        nodes = {n[0]: n for n in self.keys.nodes(raw)}
+        out["nodes"] = [n for k, n in nodes.items() if s.nodes.get(k) != n]
+        out["removed"] = [k for k in s.nodes if k not in nodes]
+        s.nodes = nodes
+        _span, table = agg.table(thread, window, "self", True, filt or None)
+        rows = {r[0]: r for r in rows_of(table)}
+        out["rows"] = [r for k, r in rows.items() if s.rows.get(k) != r]
+        out["rows_removed"] = [k for k in s.rows if k not in rows]
+        s.rows = rows
+        out["span_ns"] = span
+        tl = agg.timeline(thread, window or 60.0, s.timeline_from, 1)
+        out["timeline"] = {"slice_ns": tl["slice_ns"], "group": tl["group"], "first": tl["first_slice"],
+                           "last": tl["last_slice"], "cells": tl["cells"], "since": s.timeline_from}
+        s.timeline_from = tl["last_slice"]
+        out["status"] = status(agg, extra=self.extra_status())
+        s.version += 1
+        out["version"] = s.version
+        return out
+
+
+def new_token():
+    return secrets.token_urlsafe(24)

@@ -1,0 +1,224 @@
+"""The HTTP side of `pytrace web`: one page and one JSON endpoint, behind a token.
+
+    GET /?token=T                    the page (everything inline)
+    GET /api/update?token=T&session=S&version=V&thread=N&window=SECONDS&filter=TEXT
+                                     what changed since version V of that view (data.Live)
+
+A request without the right token gets 403, whatever its path. The pictures come from
+the C aggregation (`_pytrace.Aggregator`), fed by a background thread (Feeder) from a
+`pytrace.Reader` or a recording; Python here only moves bytes and JSON.
+"""
+
+import http.server
+import json
+import os
+import secrets
+import socketserver
+import threading
+import time
+import urllib.parse
+
+from . import data, page
+
+
+def reader_batches(reader, idle=0.002):
+    """Batches of (msg_type, bytes) from a live `pytrace.Reader`, as it drains them
+    (Reader.poll: one C call per batch, so the server keeps up with a job at millions of
+    events per second), until the job is finished and read. Sleeps `idle` after a poll
+    that found it caught up (reader.CAUGHT_UP_BYTES), as every follower does."""
+    from ..reader import CAUGHT_UP_BYTES
+    while True:
+        try:
+            batch = reader.poll()
+        except BrokenPipeError:         # the producer died; everything it published was read
+            return
+        if batch:
+            yield batch
+        if reader.finished:
+            return
+        if not batch or sum(len(d) for _t, d in batch) < CAUGHT_UP_BYTES:
+            time.sleep(idle)
+
+
+class Feeder(threading.Thread):
+    """Feeds the aggregator in the background from an iterable of messages ((msg_type,
+    bytes), batch = how many to feed at once: a RecordingReader) or of lists of them
+    (batch=0: reader_batches of a live job)."""
+
+    def __init__(self, agg, source, batch=1, on_end=None, name="pytrace-web-feeder"):
+        super().__init__(name=name, daemon=True)
+        self.agg = agg
+        self.source = source
+        self.batch = batch
+        self.on_end = on_end
+        self.error = None
+        self.done = threading.Event()
+        self.stop = threading.Event()
+
+    def run(self):
+        try:
+            pending = []
+            for item in self.source:
+                if not self.batch:              # already a batch
+                    self.agg.feed_many(item)
+                    if self.stop.is_set():
+                        break
+                    continue
+                pending.append(item)
+                if len(pending) >= self.batch:
+                    self.agg.feed_many(pending)     # C, without the GIL
+                    pending = []
+                if self.stop.is_set():
+                    break
+            if pending:
+                self.agg.feed_many(pending)
+        except Exception as e:  # noqa: BLE001 - shown on the page and the terminal
+            self.error = "%s: %s" % (type(e).__name__, e)
+        finally:
+            self.done.set()
+            if self.on_end:
+                self.on_end(self)
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    server_version = "pytrace-web"
+    sys_version = ""
+
+    def log_message(self, fmt, *args):  # quiet: the terminal is the user's
+        if self.server.app.verbose:
+            super().log_message(fmt, *args)
+
+    def _send(self, code, body, ctype, extra=()):
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header("Referrer-Policy", "no-referrer")
+        self.send_header("X-Frame-Options", "DENY")
+        for k, v in extra:
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _forbidden(self):
+        self._send(403, b"403 forbidden: this page needs the URL with its token, as pytrace web printed it\n",
+                   "text/plain; charset=utf-8")
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        app = self.server.app
+        url = urllib.parse.urlsplit(self.path)
+        query = urllib.parse.parse_qs(url.query, keep_blank_values=True)
+        token = (query.get("token") or [""])[0]
+        if not secrets.compare_digest(token.encode(), app.token.encode()):
+            self._forbidden()
+            return
+        if url.path in ("/", "/index.html"):
+            body, csp = page.build({"token": app.token, "interval_ms": app.interval_ms, "title": app.title},
+                                   "pytrace web: " + app.title, live=True)
+            self._send(200, body.encode("utf-8"), "text/html; charset=utf-8",
+                       [("Content-Security-Policy", csp)])
+            return
+        if url.path == "/api/update":
+            try:
+                sid = (query.get("session") or [""])[0][:64]
+                version = int((query.get("version") or ["0"])[0])
+                thread = int((query.get("thread") or ["0"])[0])
+                window = float((query.get("window") or ["10"])[0])
+                filt = (query.get("filter") or [""])[0][:200]
+                process = int((query.get("process") or ["0"])[0])
+                if thread < 0 or not (window >= 0) or window > 1e9:
+                    raise ValueError
+            except ValueError:
+                self._send(400, b'{"error": "bad query"}', "application/json")
+                return
+            t0 = time.perf_counter()
+            out = app.live_of(process).update(sid, version, thread, window, filt)
+            out["processes"] = app.process_list()
+            out["server_ms"] = round((time.perf_counter() - t0) * 1000, 2)
+            body = json.dumps(out, separators=(",", ":"), allow_nan=False).encode()
+            self._send(200, body, "application/json")
+            return
+        self._send(404, b"404 not found\n", "text/plain; charset=utf-8")
+
+    do_HEAD = do_GET
+
+
+class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, addr, handler, app):
+        import socket
+        host = addr[0]
+        self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.app = app
+        super().__init__(addr, handler)
+
+
+class WebApp:
+    """The server of one job (or recording): per process its aggregator and the pages'
+    sessions (data.Live); the first process added is the one a page starts on."""
+
+    def __init__(self, agg, title, host="127.0.0.1", port=0, interval_ms=250, extra_status=None, verbose=False):
+        self.title = title
+        self.token = data.new_token()
+        self.interval_ms = interval_ms
+        self.verbose = verbose
+        self.started = time.monotonic()
+        self._extra = extra_status or (lambda: {})
+        self._lock = threading.Lock()
+        self.processes = {}     # key (pid, or 0 for the first) -> (title, data.Live)
+        self.first = None
+        self.add_process(0, agg, title)
+        self.httpd = _Server((host, port), _Handler, self)
+        self.thread = None
+
+    def add_process(self, key, agg, title):
+        """Another process of the job (its own aggregator); key: its pid."""
+        with self._lock:
+            if self.first is None:
+                self.first = key
+            self.processes[key] = (title, data.Live(agg, self._status))
+
+    def live_of(self, key):
+        with self._lock:
+            entry = self.processes.get(key) or self.processes.get(self.first)
+            return entry[1]
+
+    def process_list(self):
+        """[[key, pid, title]] in the order they came."""
+        with self._lock:
+            items = list(self.processes.items())
+        return [[k, live.agg.counters()["pid"], title] for k, (title, live) in items]
+
+    @property
+    def live(self):
+        return self.live_of(self.first)
+
+    def _status(self):
+        cpu = os.times()
+        d = {"server_cpu_s": round(cpu.user + cpu.system, 3),
+             "server_uptime_s": round(time.monotonic() - self.started, 3),
+             "processes": len(self.processes)}
+        d.update(self._extra())
+        return d
+
+    @property
+    def port(self):
+        return self.httpd.server_address[1]
+
+    def url(self, host=None):
+        host = host or self.httpd.server_address[0]
+        if ":" in host:
+            host = "[%s]" % host
+        return "http://%s:%d/?token=%s" % (host, self.port, self.token)
+
+    def serve_in_background(self):
+        self.thread = threading.Thread(target=self.httpd.serve_forever, name="pytrace-web-http", daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()

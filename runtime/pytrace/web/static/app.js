@@ -1,0 +1,468 @@
+/*
+ * pytrace's browser view: the live page of `pytrace web` and the HTML report of
+ * `pytrace export --format html`. It only draws: every number comes computed from
+ * pytrace's C aggregation (viewer/core/agg.h), live as deltas from the server,
+ * or embedded in the report. Names from the traced program are data: they reach
+ * the page through textContent and canvas fillText, never as HTML.
+ */
+"use strict";
+(function () {
+  const DATA = JSON.parse(document.getElementById("pytrace-data").textContent);
+  const LIVE = !DATA.report;
+  const $ = (id) => document.getElementById(id);
+
+  const state = {
+    symbols: new Map(),  // id -> {name, file, line, kind}
+    nodes: new Map(),    // key -> {key, parent, sym, calls, self, total}
+    rows: new Map(),     // sym -> {sym, calls, prim, self, total}
+    threads: [],         // [thread, os_tid, name, ended, events]
+    cells: new Map(),    // "slice:thread" -> [slice, thread, sym, top_ns, busy_ns, calls]
+    tl: { slice_ns: 1e8, group: 1, first: 0, last: 0 },
+    status: {},
+    span: 0,
+    version: 0,
+    updates: 0,
+    view: { process: 0, thread: 0, window: 10, filter: "" },
+    processes: [],       // [key, pid, title] (live: one page, several processes)
+    zoom: 0,
+    search: "",
+    paused: false,
+    sort: { key: "self", desc: true },
+    drawn: [],           // the flame graph's rectangles as last drawn
+    error: "",
+  };
+
+  // ---- formatting ----------------------------------------------------------
+  function fmtNs(ns) {
+    if (ns < 1e3) return ns.toFixed(0) + " ns";
+    if (ns < 1e6) return (ns / 1e3).toPrecision(3) + " \u00b5s";
+    if (ns < 1e9) return (ns / 1e6).toPrecision(3) + " ms";
+    return (ns / 1e9).toPrecision(4) + " s";
+  }
+  function fmtCount(n) {
+    if (n < 1e4) return String(n);
+    if (n < 1e6) return (n / 1e3).toFixed(1) + "k";
+    if (n < 1e9) return (n / 1e6).toFixed(1) + "M";
+    return (n / 1e9).toFixed(2) + "G";
+  }
+  function sym(id) {
+    if (id < 0) return { name: "all", file: "", line: 0, kind: -1 };
+    return state.symbols.get(id) || { name: "<unknown #" + id + ">", file: "", line: 0, kind: 0 };
+  }
+  function where(s) {
+    return s.file ? (s.line > 0 ? s.file + ":" + s.line : s.file) : (s.kind === 1 ? "(C function)" : s.kind === 2 ? "(span)" : "");
+  }
+  function hash(str) {
+    let h = 2166136261;
+    for (let i = 0; i < str.length; i++) { h ^= str.charCodeAt(i); h = Math.imul(h, 16777619); }
+    return h >>> 0;
+  }
+  function color(s) {
+    const h = hash(s.name);
+    if (s.kind === 1) return "hsl(" + (190 + h % 40) + ",55%," + (62 + h % 12) + "%)";   // C: blue
+    if (s.kind === 2) return "hsl(" + (95 + h % 40) + ",45%," + (58 + h % 12) + "%)";    // span: green
+    if (s.kind < 0) return "hsl(0,0%,80%)";
+    return "hsl(" + (h % 55) + ",80%," + (58 + (h >> 8) % 14) + "%)";                    // Python: warm
+  }
+
+  // ---- applying data -----------------------------------------------------------
+  function applySymbols(list) {
+    for (const [id, name, file, line, kind] of list) state.symbols.set(id, { name, file, line, kind });
+  }
+  function applyNodes(list, removed) {
+    for (const k of removed || []) state.nodes.delete(k);
+    for (const [key, parent, s, calls, self, total] of list)
+      state.nodes.set(key, { key, parent, sym: s, calls, self, total });
+    if (!state.nodes.has(state.zoom)) state.zoom = 0;
+  }
+  function applyRows(list, removed) {
+    for (const k of removed || []) state.rows.delete(k);
+    for (const [s, calls, prim, self, total] of list) state.rows.set(s, { sym: s, calls, prim, self, total });
+  }
+  function applyTimeline(tl) {
+    for (const [k, c] of state.cells)
+      if (c[0] < tl.first - (tl.first % tl.group) || (tl.since !== undefined && c[0] >= tl.since - (tl.since % tl.group)))
+        state.cells.delete(k);
+    for (const c of tl.cells) state.cells.set(c[0] + ":" + c[1], c);
+    state.tl = tl;
+  }
+  function applyUpdate(u) {
+    if (u.full) { state.symbols.clear(); state.nodes.clear(); state.rows.clear(); state.cells.clear(); }
+    applySymbols(u.symbols);
+    if (u.threads) state.threads = u.threads;
+    applyNodes(u.nodes, u.removed);
+    applyRows(u.rows, u.rows_removed);
+    applyTimeline(u.timeline);
+    state.span = u.span_ns;
+    state.status = u.status;
+    if (u.processes) state.processes = u.processes;
+    state.version = u.version;
+    state.updates++;
+  }
+  function applyReportView() {
+    let v = DATA.views[String(state.view.thread)] || DATA.views["0"];
+    if (v.same_as !== undefined) v = DATA.views[v.same_as];
+    state.nodes.clear(); state.rows.clear();
+    applyNodes(v.nodes, []);
+    applyRows(v.rows, []);
+    state.span = v.span_ns;
+  }
+
+  // ---- flame graph -------------------------------------------------------------
+  const ROW = 18;
+  function children() {
+    const kids = new Map();
+    for (const n of state.nodes.values()) {
+      if (n.parent < 0) continue;
+      let l = kids.get(n.parent);
+      if (!l) kids.set(n.parent, l = []);
+      l.push(n);
+    }
+    for (const l of kids.values())
+      l.sort((a, b) => { const x = sym(a.sym).name, y = sym(b.sym).name; return x < y ? -1 : x > y ? 1 : a.key - b.key; });
+    return kids;
+  }
+  function matches(s) { return state.search !== "" && s.name.toLowerCase().includes(state.search); }
+
+  function drawFlame() {
+    const canvas = $("flame");
+    const width = canvas.clientWidth || 800;
+    const kids = children();
+    const zoom = state.nodes.get(state.zoom) || state.nodes.get(0);
+    const drawn = [];
+    let matched = 0;
+    if (zoom && zoom.total > 0) {
+      // the path from the root down to the zoomed frame, full width
+      const path = [];
+      for (let n = zoom; n; n = n.parent >= 0 ? state.nodes.get(n.parent) : null) path.unshift(n);
+      path.forEach((n, depth) => drawn.push({ node: n, x: 0, y: depth * ROW, w: width }));
+      const scale = width / zoom.total;
+      const stack = [[zoom, 0, path.length - 1]];
+      while (stack.length) {
+        const [n, x, depth] = stack.pop();
+        let cx = x;
+        for (const c of kids.get(n.key) || []) {
+          const w = c.total * scale;
+          if (w >= 0.5) {
+            drawn.push({ node: c, x: cx, y: (depth + 1) * ROW, w });
+            stack.push([c, cx, depth + 1]);
+          }
+          cx += w;
+        }
+      }
+    }
+    const height = Math.max(ROW * 3, ...drawn.map((r) => r.y + ROW)) + 2;
+    const dpr = window.devicePixelRatio || 1;
+    canvas.width = Math.round(width * dpr);
+    canvas.height = Math.round(height * dpr);
+    canvas.style.height = height + "px";
+    const ctx = canvas.getContext("2d");
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.clearRect(0, 0, width, height);
+    ctx.font = "12px monospace";
+    ctx.textBaseline = "middle";
+    for (const r of drawn) {
+      const s = sym(r.node.sym);
+      const hit = matches(s);
+      if (hit) matched++;
+      ctx.fillStyle = hit ? "#d500f9" : state.search ? "hsl(0,0%,86%)" : color(s);
+      ctx.fillRect(r.x, r.y, Math.max(r.w - 1, 0.5), ROW - 1);
+      if (r.w > 24) {
+        ctx.fillStyle = hit ? "#fff" : "#111";
+        let label = s.name;
+        const room = r.w - 6;
+        if (ctx.measureText(label).width > room) {
+          let lo = 0, hi = label.length;
+          while (lo < hi) { const mid = (lo + hi + 1) >> 1; if (ctx.measureText(label.slice(0, mid) + "\u2026").width <= room) lo = mid; else hi = mid - 1; }
+          label = lo > 0 ? label.slice(0, lo) + "\u2026" : "";
+        }
+        if (label) ctx.fillText(label, r.x + 3, r.y + ROW / 2);
+      }
+    }
+    state.drawn = drawn;
+    $("matches").textContent = state.search ? matched + " matching frame" + (matched === 1 ? "" : "s") : "";
+    if (!drawn.length) {
+      ctx.fillStyle = "#777";
+      ctx.fillText(LIVE ? "(no calls in this view yet)" : "(no calls in this view)", 8, ROW);
+    }
+  }
+  function frameAt(ev) {
+    const rect = $("flame").getBoundingClientRect();
+    const x = ev.clientX - rect.left, y = ev.clientY - rect.top;
+    for (let i = state.drawn.length - 1; i >= 0; i--) {
+      const r = state.drawn[i];
+      if (x >= r.x && x < r.x + r.w && y >= r.y && y < r.y + ROW) return r;
+    }
+    return null;
+  }
+  function showTip(ev, lines) {
+    const tip = $("tip");
+    tip.textContent = lines.join("\n");
+    tip.hidden = false;
+    const x = Math.min(ev.clientX + 14, window.innerWidth - tip.offsetWidth - 8);
+    tip.style.left = Math.max(0, x) + "px";
+    tip.style.top = (ev.clientY + 16) + "px";
+  }
+  function hideTip() { $("tip").hidden = true; }
+  function nodeTip(n) {
+    const s = sym(n.sym);
+    const span = state.span || 1;
+    return [s.name, where(s), "self  " + fmtNs(n.self) + "  (" + (100 * n.self / span).toFixed(1) + "%)",
+            "total " + fmtNs(n.total) + "  (" + (100 * n.total / span).toFixed(1) + "%)", "calls " + n.calls];
+  }
+
+  // ---- timeline ------------------------------------------------------------------
+  const LABEL_W = 140, TL_ROW = 16;
+  let tlLayout = null;
+  function drawTimeline() {
+    const canvas = $("timeline");
+    const width = canvas.clientWidth || 800;
+    const tl = state.tl;
+    const group = tl.group || 1;
+    const first = tl.first - (tl.first % group);
+    const cellsN = Math.max(1, Math.floor((tl.last - first) / group) + 1);
+    const threadIds = [];
+    const seen = new Set();
+    for (const c of state.cells.values()) if (!seen.has(c[1])) { seen.add(c[1]); threadIds.push(c[1]); }
+    const order = new Map(state.threads.map((t, i) => [t[0], i]));
+    threadIds.sort((a, b) => (order.get(a) ?? 1e9) - (order.get(b) ?? 1e9) || a - b);
+    const height = Math.max(1, threadIds.length) * TL_ROW + 4;
+    const dpr = window.devicePixelRatio || 1;
+    canvas.width = Math.round(width * dpr);
+    canvas.height = Math.round(height * dpr);
+    canvas.style.height = height + "px";
+    const ctx = canvas.getContext("2d");
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.clearRect(0, 0, width, height);
+    ctx.font = "11px monospace";
+    ctx.textBaseline = "middle";
+    const cw = (width - LABEL_W) / cellsN;
+    const names = new Map(state.threads.map((t) => [t[0], t[2] || ("thread " + t[0])]));
+    threadIds.forEach((th, i) => {
+      ctx.fillStyle = "#333";
+      ctx.fillText(String(names.get(th) || "thread " + th).slice(0, 18), 2, i * TL_ROW + TL_ROW / 2);
+      ctx.fillStyle = "#f4f4f4";
+      ctx.fillRect(LABEL_W, i * TL_ROW, width - LABEL_W, TL_ROW - 2);
+    });
+    const cellNs = tl.slice_ns * group;
+    for (const c of state.cells.values()) {
+      const i = threadIds.indexOf(c[1]);
+      const k = Math.floor((c[0] - first) / group);
+      if (i < 0 || k < 0) continue;
+      const s = sym(c[2]);
+      ctx.globalAlpha = Math.min(1, 0.25 + 0.75 * c[4] / cellNs);
+      ctx.fillStyle = c[2] >= 0 ? (matches(s) ? "#d500f9" : color(s)) : "#ccc";
+      ctx.fillRect(LABEL_W + k * cw, i * TL_ROW, Math.max(cw - (cw > 3 ? 1 : 0), 1), TL_ROW - 2);
+    }
+    ctx.globalAlpha = 1;
+    tlLayout = { first, group, cw, threadIds, cellNs };
+    const secs = (cellsN * cellNs / 1e9);
+    $("timeline-note").textContent = "(per thread, the function with the most own time in each " +
+      fmtNs(cellNs) + "; the last " + secs.toFixed(secs < 10 ? 1 : 0) + " s)";
+  }
+  function timelineTip(ev) {
+    if (!tlLayout) return null;
+    const rect = $("timeline").getBoundingClientRect();
+    const x = ev.clientX - rect.left, y = ev.clientY - rect.top;
+    const i = Math.floor(y / TL_ROW), k = Math.floor((x - LABEL_W) / tlLayout.cw);
+    if (x < LABEL_W || i < 0 || i >= tlLayout.threadIds.length) return null;
+    const slice = tlLayout.first + k * tlLayout.group;
+    const c = state.cells.get(slice + ":" + tlLayout.threadIds[i]);
+    if (!c) return null;
+    const s = sym(c[2]);
+    const t0 = (state.tl.origin_ns || 0) + slice * state.tl.slice_ns;
+    return ["thread " + c[1] + "  at " + (t0 / 1e9).toFixed(2) + " s", c[2] >= 0 ? s.name : "(idle)",
+            c[2] >= 0 ? where(s) : "", "top  " + fmtNs(c[3]), "busy " + (100 * c[4] / tlLayout.cellNs).toFixed(0) + "%",
+            "calls " + c[5]];
+  }
+
+  // ---- table -----------------------------------------------------------------------
+  const MAX_ROWS = 400;
+  function sortedRows() {
+    const rows = [...state.rows.values()];
+    let filt = "";
+    if (!LIVE && state.view.filter) filt = state.view.filter.toLowerCase();   // the server filters live
+    const list = filt ? rows.filter((r) => sym(r.sym).name.toLowerCase().includes(filt)) : rows;
+    const key = state.sort.key, dir = state.sort.desc ? -1 : 1;
+    const val = {
+      self_pct: (r) => r.self, total_pct: (r) => r.total, self: (r) => r.self, total: (r) => r.total,
+      calls: (r) => r.calls, name: (r) => sym(r.sym).name, file: (r) => where(sym(r.sym)),
+    }[key];
+    list.sort((a, b) => { const x = val(a), y = val(b); return (x < y ? -1 : x > y ? 1 : a.sym - b.sym) * dir; });
+    return list;
+  }
+  function renderTable() {
+    const body = document.querySelector("#table tbody");
+    const rows = sortedRows();
+    const span = state.span || 1;
+    const frag = document.createDocumentFragment();
+    for (const r of rows.slice(0, MAX_ROWS)) {
+      const s = sym(r.sym);
+      const tr = document.createElement("tr");
+      if (matches(s)) tr.className = "match";
+      const cells = [(100 * r.self / span).toFixed(1), (100 * r.total / span).toFixed(1), fmtNs(r.self), fmtNs(r.total),
+                     r.calls === r.prim ? String(r.calls) : r.calls + "/" + r.prim, s.name, where(s)];
+      cells.forEach((text, i) => {
+        const td = document.createElement("td");
+        td.textContent = text;
+        if (i < 5) td.className = "num";
+        if (i >= 5) td.title = text;
+        tr.appendChild(td);
+      });
+      frag.appendChild(tr);
+    }
+    body.replaceChildren(frag);
+    $("table-note").textContent = rows.length > MAX_ROWS ? "(the first " + MAX_ROWS + " of " + rows.length + ")" :
+      "(" + rows.length + " functions)";
+    for (const th of document.querySelectorAll("#table th")) {
+      th.classList.toggle("sorted", th.dataset.key === state.sort.key);
+      th.classList.toggle("asc", th.dataset.key === state.sort.key && !state.sort.desc);
+    }
+  }
+
+  // ---- status and controls ------------------------------------------------------------
+  function renderStatus() {
+    const s = state.status;
+    const el = $("status");
+    const parts = [];
+    if (state.error) parts.push(state.error);
+    if (LIVE) {
+      parts.push(s.state || "connecting", fmtCount(s.events_per_second || 0) + " events/s");
+      if (state.paused) parts.unshift("PAUSED");
+    } else {
+      parts.push("recording", fmtNs(s.span_ns || 0));
+    }
+    parts.push(fmtCount(s.events || 0) + " events", "dropped " + (s.dropped || 0),
+               (s.threads || 0) + " threads", (s.processes || 1) + " process" + ((s.processes || 1) === 1 ? "" : "es"));
+    el.textContent = parts.join(" \u00b7 ");
+    el.classList.toggle("bad", !!state.error || (s.dropped || 0) > 0);
+    $("title").textContent = (s.pid ? "pid " + s.pid + "  " : "") + (s.command || DATA.title || "");
+    document.title = "pytrace " + (s.pid ? s.pid + " " : "") + (s.command || DATA.title || "");
+  }
+  function renderThreads() {
+    const sel = $("thread");
+    const want = ["0"].concat(state.threads.map((t) => String(t[0])));
+    const have = [...sel.options].map((o) => o.value);
+    if (want.join(",") === have.join(",")) return;
+    const cur = String(state.view.thread);
+    sel.replaceChildren();
+    const all = document.createElement("option");
+    all.value = "0"; all.textContent = "all threads";
+    sel.appendChild(all);
+    for (const t of state.threads) {
+      const o = document.createElement("option");
+      o.value = String(t[0]);
+      o.textContent = (t[2] || "thread") + " #" + t[0] + (t[3] ? " (ended)" : "");
+      sel.appendChild(o);
+    }
+    sel.value = want.includes(cur) ? cur : "0";
+  }
+  function renderProcesses() {
+    const sel = $("process");
+    $("process-label").hidden = state.processes.length < 2;
+    const want = state.processes.map((p) => String(p[0]));
+    if (want.join(",") === [...sel.options].map((o) => o.value).join(",")) return;
+    const cur = String(state.view.process);
+    sel.replaceChildren();
+    for (const [key, pid, title] of state.processes) {
+      const o = document.createElement("option");
+      o.value = String(key);
+      o.textContent = "pid " + pid + "  " + String(title).replace(/\s+/g, " ").slice(0, 40);
+      sel.appendChild(o);
+    }
+    sel.value = want.includes(cur) ? cur : want[0] || "0";
+  }
+  function render() {
+    renderProcesses();
+    renderThreads();
+    drawFlame();
+    drawTimeline();
+    renderTable();
+    renderStatus();
+  }
+
+  // ---- live: polling for deltas --------------------------------------------------------
+  const session = Math.random().toString(36).slice(2) + Date.now().toString(36);
+  let inflight = false;
+  async function poll() {
+    if (!state.paused && !inflight) {
+      inflight = true;
+      const v = state.view;
+      const q = new URLSearchParams({ token: DATA.token, session, version: String(state.version),
+                                      process: String(v.process),
+                                      thread: String(v.thread), window: String(v.window), filter: v.filter });
+      try {
+        const r = await fetch("api/update?" + q.toString(), { cache: "no-store" });
+        if (!r.ok) throw new Error("server answered " + r.status);
+        const u = await r.json();
+        if (!state.paused) { state.error = ""; applyUpdate(u); render(); }
+      } catch (e) {
+        state.error = "server unreachable: " + e.message;
+        renderStatus();
+      } finally {
+        inflight = false;
+      }
+    }
+    setTimeout(poll, DATA.interval_ms || 250);
+  }
+  function viewChanged() {
+    state.zoom = 0;
+    if (LIVE) { state.version = -1; } else { applyReportView(); render(); }
+  }
+
+  $("window").addEventListener("change", (e) => { state.view.window = Number(e.target.value); viewChanged(); });
+  $("process").addEventListener("change", (e) => {
+    state.view.process = Number(e.target.value);
+    state.view.thread = 0;
+    viewChanged();
+  });
+  $("thread").addEventListener("change", (e) => { state.view.thread = Number(e.target.value); viewChanged(); });
+  $("filter").addEventListener("input", (e) => {
+    state.view.filter = e.target.value;
+    if (LIVE) state.version = -1; else renderTable();
+  });
+  $("search").addEventListener("input", (e) => { state.search = e.target.value.toLowerCase(); drawFlame(); drawTimeline(); renderTable(); });
+  $("pause").addEventListener("click", () => {
+    state.paused = !state.paused;
+    $("pause").textContent = state.paused ? "resume" : "pause";
+    renderStatus();
+  });
+  $("reset").addEventListener("click", () => { state.zoom = 0; drawFlame(); });
+  $("flame").addEventListener("click", (e) => { const r = frameAt(e); if (r) { state.zoom = r.node.key; drawFlame(); } });
+  $("flame").addEventListener("mousemove", (e) => { const r = frameAt(e); if (r) showTip(e, nodeTip(r.node)); else hideTip(); });
+  $("flame").addEventListener("mouseleave", hideTip);
+  $("timeline").addEventListener("mousemove", (e) => { const l = timelineTip(e); if (l) showTip(e, l); else hideTip(); });
+  $("timeline").addEventListener("mouseleave", hideTip);
+  for (const th of document.querySelectorAll("#table th"))
+    th.addEventListener("click", () => {
+      const key = th.dataset.key;
+      if (state.sort.key === key) state.sort.desc = !state.sort.desc;
+      else state.sort = { key, desc: key !== "name" && key !== "file" };
+      renderTable();
+    });
+  window.addEventListener("resize", () => { drawFlame(); drawTimeline(); });
+
+  // For tests and the curious: what is on the screen, as data.
+  window.pytrace = {
+    state,
+    frames: () => state.drawn.map((r) => ({ key: r.node.key, name: sym(r.node.sym).name, x: r.x, y: r.y, w: r.w,
+                                            total: r.node.total, self: r.node.self, calls: r.node.calls })),
+    width: (name) => state.drawn.filter((r) => sym(r.node.sym).name === name).reduce((a, r) => a + r.w, 0),
+    tooltip: () => ($("tip").hidden ? "" : $("tip").textContent),
+  };
+
+  if (LIVE) {
+    state.view.window = Number($("window").value);
+    poll();
+  } else {
+    $("window-label").hidden = true;
+    $("pause").hidden = true;
+    state.symbols.clear();
+    applySymbols(DATA.symbols);
+    state.threads = DATA.threads;
+    state.status = DATA.status;
+    applyTimeline(DATA.timeline);
+    applyReportView();
+    render();
+  }
+})();
