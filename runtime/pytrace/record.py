@@ -35,7 +35,7 @@ import time
 
 from . import _launch
 from .cmdline import ArgumentParser, UsageError, segment_default, start_options
-from .reader import CAUGHT_UP_BYTES, open_reader, start_hub
+from .reader import CAUGHT_UP_BYTES, find_hub_binary, open_reader, start_hub
 from .recording import RecordingWriter
 
 _POLICY_TEXT = {
@@ -411,9 +411,15 @@ def main(argv=None):
             _say(str(e))
             return 2
         _say(_POLICY_TEXT[args.policy])
+        hook_dir = None
+        if args.hub and args.subprocesses and find_hub_binary() is not None:
+            # the hub reads the whole tree: its Python children (multiprocessing spawn
+            # and forkserver, subprocess) are traced too, not only its fork children
+            hook_dir = _launch.subprocess_hook()
         try:
             child, segment, wait_w = _launch.start_job(interp, flags, options, target,
-                                                       timeout=args.attach_timeout)
+                                                       timeout=args.attach_timeout,
+                                                       subprocesses=hook_dir)
         except OSError as e:
             _say("cannot start %s: %s" % (interp, e))
             return 1
