@@ -131,6 +131,8 @@ typedef struct hub {
     uint64_t hold_until_ns;
     unsigned welcomed;
     int quiet;
+    uint64_t idle_exit_ns;    /* --idle-exit: end after this long without a reader (0: never) */
+    uint64_t idle_since_ns;   /* when the last reader left (or the hub started) */
     uint64_t finished_ns;
     uint64_t events_drained, readers_served;
     uint8_t *scratch;
@@ -991,6 +993,9 @@ static void usage(FILE *f)
             "  --hold-timeout S  (default 30)\n"
             "  --wait S          the job is starting: wait up to S seconds for its segment\n"
             "  --queue-mib M     each reader's queue bound (default %u)\n"
+            "  --idle-exit S     end after S seconds without a reader, releasing the job's segment\n"
+            "                    (a reader that comes later starts a hub again); the hub a reader\n"
+            "                    starts by itself for a job that has none runs with --idle-exit 5\n"
             "  --subprocesses    also read every traced process the job starts (its segments, found\n"
             "                    in /dev/shm by parent pid); each message is tagged with its process\n"
             "  --quiet           no messages on stderr but errors\n"
@@ -1028,6 +1033,14 @@ int main(int argc, char **argv)
                 return 2;
             }
             h->default_bound = (size_t)(mib * (1 << 20));
+            i++;
+        } else if (!strcmp(a, "--idle-exit") && val) {
+            double sec = atof(val);
+            if (!(sec > 0 && sec <= 86400)) {
+                fprintf(stderr, "pytrace-hub: --idle-exit must be 0..86400 seconds, not '%s'\n", val);
+                return 2;
+            }
+            h->idle_exit_ns = (uint64_t)(sec * 1e9);
             i++;
         } else if (!strcmp(a, "--quiet")) {
             h->quiet = 1;
@@ -1105,6 +1118,7 @@ int main(int argc, char **argv)
         }
     }
     h->hold_until_ns = pt_monotonic_ns() + (uint64_t)(hold_timeout * 1e9);
+    h->idle_since_ns = pt_monotonic_ns();
     printf("%s\n", h->sock);
     fflush(stdout);
     say(h, "serving %s (pid %llu) at %s", root->name, (unsigned long long)h->root_pid, h->sock);
@@ -1191,6 +1205,16 @@ int main(int argc, char **argv)
         for (size_t i = h->nreaders; i-- > 0;)
             if (reader_flush(h, h->readers[i]) < 0)
                 reader_drop(h, i, "went away");
+        if (h->nreaders > 0) {
+            h->idle_since_ns = 0;
+        } else if (h->idle_since_ns == 0) {
+            h->idle_since_ns = pt_monotonic_ns();
+        } else if (h->idle_exit_ns && pt_monotonic_ns() - h->idle_since_ns > h->idle_exit_ns) {
+            /* nobody reads: do not drain the job for nobody; the segment goes back
+             * (a later reader attaches, or starts a hub, from where this one stopped) */
+            say(h, "no reader for %.0f s; releasing the job", (double)h->idle_exit_ns / 1e9);
+            break;
+        }
         all_done = 1;
         for (size_t si = 0; si < h->nsegs; si++)
             all_done &= h->segs[si].finished;
