@@ -727,6 +727,16 @@ static int may_drain(const hub_t *h, uint64_t now)
 {
     if (h->welcomed < h->hold && now < h->hold_until_ns)
         return 0;
+    if (h->idle_exit_ns) {
+        /* a hub started by a reader drains only while someone reads: what nobody
+         * takes stays in the rings (the job waits or drops, counted, as it does
+         * for a reader that left), for the next reader or the next hub */
+        int live = 0;
+        for (size_t i = 0; i < h->nreaders && !live; i++)
+            live = h->readers[i]->state == R_LIVE;
+        if (!live)
+            return 0;
+    }
     for (size_t i = 0; i < h->nreaders; i++) {
         const hreader_t *r = h->readers[i];
         if (r->state == R_LIVE && r->lossless && q_len(r) > r->bound / 2)
@@ -993,9 +1003,9 @@ static void usage(FILE *f)
             "  --hold-timeout S  (default 30)\n"
             "  --wait S          the job is starting: wait up to S seconds for its segment\n"
             "  --queue-mib M     each reader's queue bound (default %u)\n"
-            "  --idle-exit S     end after S seconds without a reader, releasing the job's segment\n"
-            "                    (a reader that comes later starts a hub again); the hub a reader\n"
-            "                    starts by itself for a job that has none runs with --idle-exit 5\n"
+            "  --idle-exit S     drain only while a reader is there, and end after S seconds without\n"
+            "                    one, releasing the job's segment as it is (a later reader goes on from\n"
+            "                    there); the hub a reader starts for a job that has none: --idle-exit 5\n"
             "  --subprocesses    also read every traced process the job starts (its segments, found\n"
             "                    in /dev/shm by parent pid); each message is tagged with its process\n"
             "  --quiet           no messages on stderr but errors\n"
