@@ -760,9 +760,17 @@ static long drain(hub_t *h)
             say(h, "out of memory; stopping");
             return -1;
         }
-        if (n < 0 && n != -EPIPE) {
+        if (n == -EBADMSG) { /* a corrupt ring or symbol log: skipped, the rest goes on */
             const char *e = pt_reader_error(s->r);
             say(h, "%s: %s", s->name, e && *e ? e : strerror((int)-n));
+        } else if (n < 0 && n != -EPIPE) {
+            /* the segment cannot be read on (it shrank under us): said even with
+             * --quiet, and its stream ends here, so no reader waits for it forever */
+            const char *e = pt_reader_error(s->r);
+            fprintf(stderr, "pytrace-hub: %s: %s; its stream ends here\n", s->name,
+                    e && *e ? e : strerror((int)-n));
+            s->finished = 1;
+            continue;
         }
         if (n > 0)
             total += n;
@@ -1003,9 +1011,10 @@ static void usage(FILE *f)
             "  --hold-timeout S  (default 30)\n"
             "  --wait S          the job is starting: wait up to S seconds for its segment\n"
             "  --queue-mib M     each reader's queue bound (default %u)\n"
-            "  --idle-exit S     drain only while a reader is there, and end after S seconds without\n"
-            "                    one, releasing the job's segment as it is (a later reader goes on from\n"
-            "                    there); the hub a reader starts for a job that has none: --idle-exit 5\n"
+            "  --idle-exit S     drain only while a reader is there, and end when the last one left\n"
+            "                    (or none came in S seconds), releasing the job's segment as it is (a\n"
+            "                    later reader goes on from there); the hub a reader starts for a job\n"
+            "                    that has none runs with --idle-exit 5\n"
             "  --subprocesses    also read every traced process the job starts (its segments, found\n"
             "                    in /dev/shm by parent pid); each message is tagged with its process\n"
             "  --quiet           no messages on stderr but errors\n"
@@ -1219,10 +1228,11 @@ int main(int argc, char **argv)
             h->idle_since_ns = 0;
         } else if (h->idle_since_ns == 0) {
             h->idle_since_ns = pt_monotonic_ns();
-        } else if (h->idle_exit_ns && pt_monotonic_ns() - h->idle_since_ns > h->idle_exit_ns) {
-            /* nobody reads: do not drain the job for nobody; the segment goes back
-             * (a later reader attaches, or starts a hub, from where this one stopped) */
-            say(h, "no reader for %.0f s; releasing the job", (double)h->idle_exit_ns / 1e9);
+        } else if (h->idle_exit_ns && (h->welcomed > 0 || pt_monotonic_ns() - h->idle_since_ns > h->idle_exit_ns)) {
+            /* its readers left (or none came): the segment goes back at once, as it
+             * stands (nothing is drained for nobody), so a later reader -- a direct one
+             * too, e.g. pytrace dump -- goes on from where this hub stopped */
+            say(h, "no reader left; releasing the job");
             break;
         }
         all_done = 1;
