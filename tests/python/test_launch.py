@@ -95,12 +95,6 @@ SHUTDOWN_STACKS = ({"_shutdown (%s:%d)" % (_SHUTDOWN.co_filename, _SHUTDOWN.co_f
                    if THREADING_AT_START else set())
 
 
-def _module_code(stats, suffix):
-    return [key for key in stats if key[0].endswith(suffix) and key[2] == "<module>"]
-
-
-@pytest.mark.parametrize("c_calls", [True, False], ids=["c_calls", "no_c_calls"])
-
 def _is_hub(pid):
     """A recorder of a pid reads through the hub it starts for a job that has none:
     is pid a pytrace-hub?"""
@@ -111,6 +105,11 @@ def _is_hub(pid):
         return False
 
 
+def _module_code(stats, suffix):
+    return [key for key in stats if key[0].endswith(suffix) and key[2] == "<module>"]
+
+
+@pytest.mark.parametrize("c_calls", [True, False], ids=["c_calls", "no_c_calls"])
 def test_record_a_script_its_module_is_the_only_root_and_no_pytrace_frame(tmp_path, c_calls):
     """`record -- python script.py`: no frame of pytrace (its launcher, the handshake's
     posix.read, stop()) in the pstats and collapsed exports, the script's <module> is the
