@@ -22,15 +22,20 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Li
 # Counts what it reads of a job joined at any moment: per thread, the index of the
 # first live event it got (the events written before it joined: a late joiner's
 # synthetic chunk carries the next live index) plus every live event after it.
+# A reader that fell behind in the hub's queue gets, per gap, a synthetic Lost record of
+# the events it missed (then a resync): those count too.
 ACCOUNT = textwrap.dedent("""
-    from pytrace.reader import MsgType, EventFlags
+    from pytrace.reader import MsgType, EventFlags, EventKind
     def account(messages, state):
         for m in messages:
             if m.type == MsgType.EventChunk:
-                synthetic = m.count and all(e[4] & EventFlags.Synthetic for e in m.iter_events())
+                events = list(m.iter_events())
+                synthetic = m.count and all(e[4] & EventFlags.Synthetic for e in events)
                 state["first"].setdefault((m.process, m.thread), m.first_event)
                 if not synthetic:
                     state["live"] += m.count
+                else:
+                    state["live"] += sum(e[1] | (e[2] << 32) for e in events if e[3] == EventKind.Lost)
             elif m.type == MsgType.ProducerStatus:
                 state["last"] = m
             yield m
@@ -138,7 +143,7 @@ def test_top_then_record_and_reader_join_a_run_job_through_its_own_hub(tmp_path)
     assert top.returncode == 0, top_err
     t = json.loads(top_out)
     assert t["state"] == "ENDED"
-    assert t["events_read"] == written and t["events_dropped"] == 0
+    assert t["events_read"] + t["events_missed_in_hub"] == written and t["events_dropped"] == 0
 
     rec_out, rec_err = rec.communicate(timeout=120)
     assert rec.returncode == 0, rec_err
