@@ -41,6 +41,7 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
@@ -68,7 +69,14 @@ struct pt_segment {
     uint64_t ring_bytes;
     uint64_t symlog_offset;
     uint64_t symlog_bytes;
+    uint64_t symlog_reserved; /* producer: bytes of the log whose pages are reserved (under the
+                                 symbol log's lock, pt_segment_reserve_symlog) */
 };
+
+/* The symbol log's pages are reserved in steps as it fills: a fork child (or a
+ * multiprocessing worker) that names a few hundred functions does not zero 8
+ * MiB of /dev/shm at its start (that was most of a traced fork's cost). */
+#define PT_SYMLOG_FIRST_RESERVE (UINT64_C(256) << 10)
 
 /* Next <seq> of /pytrace-<pid>-<seq>; relaxed: only uniqueness matters, and
  * O_EXCL settles any collision. Reset in a forked child is not needed: the
@@ -584,13 +592,25 @@ int pt_segment_create(const pt_segment_config_t *cfg, pt_segment_t **out, char *
                 seg->name, (unsigned long long)(segment_bytes >> 20), strerror(errno));
         goto err_unlink;
     }
-    /* Reserve the header, the ring table and the symbol log now; a ring's own
-     * pages only when a thread claims it. So a job starts where /dev/shm is
+    /* Reserve the header, the ring table and the symbol log's first pages now
+     * (the rest of the log as it fills); a ring's own pages only when a thread
+     * claims it. So a job starts where /dev/shm is
      * small (a container's 64 MB), and a thread that finds no room later runs
      * untraced, counted, instead of failing the start or faulting. */
+    uint64_t symlog_first = segment_bytes - symlog_offset;
+    if (symlog_first > PT_SYMLOG_FIRST_RESERVE)
+        symlog_first = PT_SYMLOG_FIRST_RESERVE;
     rc = posix_fallocate(fd, 0, (off_t)rings_offset);
     if (rc == 0)
-        rc = posix_fallocate(fd, (off_t)symlog_offset, (off_t)(segment_bytes - symlog_offset));
+        rc = posix_fallocate(fd, (off_t)symlog_offset, (off_t)symlog_first);
+    if (rc == 0) {
+        /* the rest of the log is reserved as it fills; a /dev/shm that could
+         * never hold it is still an error now, not a log cut short later */
+        struct statvfs vfs;
+        if (fstatvfs(fd, &vfs) == 0 && vfs.f_frsize &&
+            (uint64_t)vfs.f_bavail * vfs.f_frsize < segment_bytes - symlog_offset - symlog_first)
+            rc = ENOSPC;
+    }
     if (rc != 0) {
         if (rc == ENOSPC || rc == EFBIG || rc == ENOMEM)
             pt_set_err(err, errlen,
@@ -609,7 +629,8 @@ int pt_segment_create(const pt_segment_config_t *cfg, pt_segment_t **out, char *
                 (unsigned long long)(segment_bytes >> 20), strerror(errno));
         goto err_unlink;
     }
-    seg->fd = fd; /* kept for pt_segment_claim_ring */
+    seg->fd = fd; /* kept for pt_segment_claim_ring and pt_segment_reserve_symlog */
+    seg->symlog_reserved = symlog_first;
     fd = -1;
     seg->base = map;
     seg->bytes = segment_bytes;
@@ -841,6 +862,27 @@ uint8_t *pt_segment_ring_base(const pt_segment_t *seg, uint32_t ring_index)
 uint8_t *pt_segment_symlog(const pt_segment_t *seg)
 {
     return seg->base + seg->symlog_offset;
+}
+
+uint64_t pt_segment_reserve_symlog(pt_segment_t *seg, uint64_t upto)
+{
+    if (seg->fd < 0) /* not the producer's segment (or no file): the log as it is */
+        return seg->symlog_bytes;
+    if (upto > seg->symlog_bytes)
+        upto = seg->symlog_bytes;
+    if (upto <= seg->symlog_reserved)
+        return seg->symlog_reserved;
+    uint64_t want = seg->symlog_reserved * 2; /* doubling: a few calls for the whole log */
+    if (want < upto)
+        want = upto;
+    if (want > seg->symlog_bytes)
+        want = seg->symlog_bytes;
+    /* No room in /dev/shm: the log stays as it is and the symbol that needed
+     * more is dropped, counted (symbols_dropped), as at a full log. */
+    if (posix_fallocate(seg->fd, (off_t)(seg->symlog_offset + seg->symlog_reserved),
+                        (off_t)(want - seg->symlog_reserved)) == 0)
+        seg->symlog_reserved = want;
+    return seg->symlog_reserved;
 }
 
 /* ---- ring slots ------------------------------------------------------------ */

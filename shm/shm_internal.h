@@ -17,4 +17,14 @@
 /* Format a one-line error into err (if err is non-NULL and errlen > 0). */
 PT_SHM_HIDDEN void pt_set_err(char *err, size_t errlen, const char *fmt, ...) PT_SHM_PRINTF(3, 4);
 
+#include <stdint.h>
+
+struct pt_segment;
+
+/* Producer: reserve (posix_fallocate) the symbol log's pages up to byte
+ * `upto` of the log, in doubling steps. Returns the bytes of the log that may
+ * be written now (less than upto when /dev/shm is full). Call under the symbol
+ * log's lock. A segment that is not the producer's returns the log's size. */
+PT_SHM_HIDDEN uint64_t pt_segment_reserve_symlog(struct pt_segment *seg, uint64_t upto);
+
 #endif /* PT_SHM_INTERNAL_H */

@@ -129,7 +129,12 @@ int pt_symlog_append_named(pt_segment_t *seg, uint32_t kind, const char *name, c
      * symlog_lock, which orders them among appenders */
     const uint64_t off = atomic_load_explicit(&h->symlog_published, memory_order_relaxed);
     const uint64_t last_id = atomic_load_explicit(&h->symbol_count, memory_order_relaxed);
-    const uint64_t cap = h->symlog_bytes;
+    uint64_t cap = h->symlog_bytes;
+    if (off <= cap) { /* the pages a record here may use, reserved as the log grows */
+        uint64_t reserved = pt_segment_reserve_symlog(seg, off + PT_MAX_SYMBOL_RECORD_BYTES);
+        if (reserved < cap)
+            cap = reserved;
+    }
     size_t n = 0;
     if (off <= cap && off % 8 == 0 && last_id < UINT32_MAX) {
         sym.id = (uint32_t)(last_id + 1);

@@ -142,16 +142,17 @@ def command(interp, flags, options, program, **launch):
     return [interp] + list(flags) + [launcher_path()] + encode_options(opts) + ["--"] + list(program)
 
 
-def start_job(interp, flags, options, program, timeout=30.0, **popen):
+def start_job(interp, flags, options, program, timeout=30.0, subprocesses=None, **popen):
     """Start `program` traced with the handshake (record, top): -> (Popen, segment name
     or "" if tracing did not start within `timeout` s, wait_fd). The job waits, with
-    tracing on, until wait_fd is closed: attach first, then close it. OSError if the
-    interpreter cannot be started."""
+    tracing on, until wait_fd is closed: attach first, then close it. subprocesses: a
+    directory from write_subprocess_hook() (its Python children are traced too; the
+    job removes it at exit). OSError if the interpreter cannot be started."""
     import subprocess
     report_r, report_w = os.pipe()
     wait_r, wait_w = os.pipe()
     argv = command(interp, flags, options, program, report_fd=report_w, wait_fd=wait_r,
-                   quiet=True)
+                   quiet=True, subprocesses=subprocesses)
     try:
         job = subprocess.Popen(argv, pass_fds=(report_w, wait_r), **popen)
     except OSError:
@@ -750,6 +751,15 @@ def _cmdline():
             return f.read().rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
     except OSError:
         return " ".join(sys.orig_argv)
+
+
+def subprocess_hook():
+    """A new directory holding the sitecustomize.py that traces Python children (the
+    launcher puts it first on their PYTHONPATH and removes it at exit)."""
+    import tempfile
+    hook_dir = tempfile.mkdtemp(prefix="pytrace-site-")
+    write_subprocess_hook(hook_dir)
+    return hook_dir
 
 
 def write_subprocess_hook(hook_dir):

@@ -54,12 +54,7 @@ RESERVED = ("top", "record", "export", "merge", "web")
 
 
 def _subprocess_hook():
-    """A directory holding the sitecustomize.py that traces Python children (the
-    launcher puts it first on their PYTHONPATH and removes it at exit)."""
-    import tempfile
-    hook_dir = tempfile.mkdtemp(prefix="pytrace-site-")
-    _launch.write_subprocess_hook(hook_dir)
-    return hook_dir
+    return _launch.subprocess_hook()
 
 
 def _exit_code(exc):

@@ -331,12 +331,19 @@ def is_hub_client(handle):
 
 
 def open_reader(target, any_user=False, lock=True, hub=None, defer_release=False,
-                lossless=False):
+                lossless=False, start_hub_if_free=False):
     """The extension's reader of target: a _pytrace.Reader on the segment, or, when a
     hub holds the segment (or hub=True), a _pytrace.HubClient (the same methods).
+    start_hub_if_free=True (and hub=None): a running job that no one reads gets a hub
+    of its own (pytrace-hub --idle-exit, see auto_hub) and is read through it, so
+    that other readers can join; hub=False: the segment directly, always.
     OSError with the segment's own words when neither works."""
     from . import _pytrace
     import errno
+    if hub is None and start_hub_if_free and lock and not any_user:
+        client = auto_hub(target, lossless=lossless)
+        if client is not None:
+            return client
     if hub is not True:
         try:
             return _pytrace.Reader(target, any_user=any_user, lock=lock,
@@ -355,6 +362,68 @@ def open_reader(target, any_user=False, lock=True, hub=None, defer_release=False
         raise
 
 
+# A hub a reader starts by itself ends this long after its last reader left: a job
+# nobody reads is not drained for nobody, and a later reader starts a hub again.
+AUTO_HUB_IDLE_EXIT = 5.0
+
+
+def _free_running_segment(target):
+    """The name of target's segment (a pid or a name) if its job runs and no one
+    reads it, else None."""
+    from . import _pytrace
+    name = target if not str(target).isdigit() else None
+    pid = int(target) if name is None else None
+    if name is not None and not name.startswith("/"):
+        name = "/" + name
+    try:
+        segs = _pytrace.list_segments()
+    except OSError:
+        return None
+    found = [s for s in segs
+             if (s.get("name") == name if name is not None else s.get("pid") == pid)
+             and s.get("alive") and s.get("valid", True)]
+    if not found:
+        return None
+    seg = found[0]                  # newest first, as a reader takes a pid's segment
+    if seg.get("consumer_pid") or seg.get("state") != int(ProducerState.Running):
+        return None
+    return seg["name"]
+
+
+def auto_hub(target, lossless=False):
+    """Read target through a hub, starting one when its job runs and no one reads it
+    (or joining the hub that holds it): a HubClient, or None when the job should be
+    read directly instead (no such job, it has ended, another plain reader holds it,
+    or pytrace-hub cannot start). Two readers that start a hub at the same moment
+    both end up on the one that took the segment."""
+    from . import _pytrace
+    import errno
+    try:
+        return _pytrace.HubClient(str(target), lossless=lossless)
+    except OSError as e:
+        if e.errno not in (errno.ENOENT,):
+            return None                 # held by a plain reader: the direct path says so
+    segment = _free_running_segment(str(target))
+    if segment is None or find_hub_binary() is None:
+        return None
+    try:
+        proc, path = start_hub(segment, hold=1, idle_exit=AUTO_HUB_IDLE_EXIT,
+                               stderr=subprocess_devnull())
+    except OSError:
+        proc = None                     # another reader's hub took it first, perhaps
+    try:
+        return _pytrace.HubClient(segment, lossless=lossless)
+    except OSError:
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+        return None
+
+
+def subprocess_devnull():
+    import subprocess
+    return subprocess.DEVNULL
+
+
 def find_hub_binary():
     """pytrace-hub next to this interpreter's scripts, else on PATH (None if absent)."""
     import os
@@ -368,7 +437,7 @@ def find_hub_binary():
 
 
 def start_hub(target, hold=0, detach=False, timeout=10.0, stderr=None, subprocesses=False,
-              wait=0):
+              wait=0, idle_exit=0):
     """Start pytrace-hub for target (a pid or segment name): -> (Popen, socket path).
     hold=N: it drains only once N readers joined (so they all get the job from its
     first event). subprocesses=True: it also reads every traced process of the job's
@@ -388,6 +457,8 @@ def start_hub(target, hold=0, detach=False, timeout=10.0, stderr=None, subproces
         argv.append("--subprocesses")
     if wait:
         argv += ["--wait", str(wait)]
+    if idle_exit:
+        argv += ["--idle-exit", str(idle_exit)]
     argv.append(str(target))
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=stderr, start_new_session=True, close_fds=True)
@@ -445,7 +516,10 @@ class Reader:
         target = str(pid_or_segment)
         self.follow = follow
         self.interval = interval
-        self._r = open_reader(target, any_user=any_user, lock=lock, hub=hub)
+        # a follower of a running job that no one reads starts the job's hub (so others
+        # can join); a one-shot read (follow=False) takes what is there directly
+        self._r = open_reader(target, any_user=any_user, lock=lock, hub=hub,
+                              start_hub_if_free=follow)
         self.via_hub = is_hub_client(self._r)
         self.segment = getattr(self._r, "segment", "") or target
         self.events_read = 0

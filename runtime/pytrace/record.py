@@ -35,7 +35,7 @@ import time
 
 from . import _launch
 from .cmdline import ArgumentParser, UsageError, segment_default, start_options
-from .reader import CAUGHT_UP_BYTES, open_reader, start_hub
+from .reader import CAUGHT_UP_BYTES, find_hub_binary, open_reader, start_hub
 from .recording import RecordingWriter
 
 _POLICY_TEXT = {
@@ -79,8 +79,9 @@ def _parser():
     p.add_argument("--ring-size", type=float, default=0, metavar="MiB",
                    help="size of each ring in MiB (new job only)")
     p.add_argument("--no-hub", dest="hub", action="store_false",
-                   help="new job: read its segment directly instead of starting a hub (pytrace-hub) "
-                        "that other readers (pytrace top, pytrace.Reader) can join")
+                   help="read the job's segment directly instead of starting its hub (pytrace-hub) "
+                        "that other readers (pytrace top, pytrace.Reader) can join; with a PID: "
+                        "also when no hub holds it yet")
     p.add_argument("--no-subprocesses", dest="subprocesses", action="store_false",
                    help="new job: record only its own process (by default the hub also reads "
                         "every traced process the job starts, e.g. multiprocessing workers, and "
@@ -142,15 +143,17 @@ def _pid_not_traced(pid):
             "OUT -- %s`" % (pid, cmdline[:80] or "python script.py"))
 
 
-def _attach(target, child, timeout):
-    """Attach to a segment (name or pid); retries until it exists. -> Reader or None."""
+def _attach(target, child, timeout, auto_hub=False):
+    """Attach to a segment (name or pid); retries until it exists. -> Reader or None.
+    auto_hub: a running job no one reads gets a hub (reader.auto_hub) so others can join."""
     target_pid = child.pid if child is not None else int(target)
     from . import _pytrace
     if child is None:
         # A running job has its segment already: only one started under pytrace a moment
         # ago may still be on its way, so anything else is said at once, not after 30 s.
         try:
-            return open_reader(str(target), defer_release=True, lossless=True)
+            return open_reader(str(target), defer_release=True, lossless=True,
+                               start_hub_if_free=auto_hub)
         except OSError as e:
             import errno
             if e.errno != errno.ENOENT:
@@ -411,9 +414,15 @@ def main(argv=None):
             _say(str(e))
             return 2
         _say(_POLICY_TEXT[args.policy])
+        hook_dir = None
+        if args.hub and args.subprocesses and find_hub_binary() is not None:
+            # the hub reads the whole tree: its Python children (multiprocessing spawn
+            # and forkserver, subprocess) are traced too, not only its fork children
+            hook_dir = _launch.subprocess_hook()
         try:
             child, segment, wait_w = _launch.start_job(interp, flags, options, target,
-                                                       timeout=args.attach_timeout)
+                                                       timeout=args.attach_timeout,
+                                                       subprocesses=hook_dir)
         except OSError as e:
             _say("cannot start %s: %s" % (interp, e))
             return 1
@@ -436,7 +445,7 @@ def main(argv=None):
             attached = _attach_untraced(target_pid, args, interrupts)
             if attached is False:
                 return 1
-            reader = _attach(target_pid, None, args.attach_timeout)
+            reader = _attach(target_pid, None, args.attach_timeout, auto_hub=args.hub)
         if reader is None:
             if attached:
                 _detach_quietly(attached)

@@ -201,6 +201,7 @@ def main(argv=None):
     log = tempfile.NamedTemporaryFile(prefix="pytrace-top-job-", suffix=".log", delete=False)
     try:
         job, segment, wait_w = _launch.start_job(interp, flags, options, target,
+                                                 subprocesses=_launch.subprocess_hook(),
                                                  stdin=subprocess.DEVNULL, stdout=log,
                                                  stderr=subprocess.STDOUT)
     except OSError as e:

@@ -5,7 +5,7 @@ stack per thread and one tree per thread whose nodes are call paths, each with t
 number of calls made along that path:
 
     tree = CallTree()
-    for msg in pytrace.Reader(pid, follow=True):
+    for msg in pytrace.Reader(pid, follow=True, hub=False):   # the segment itself
         tree.feed(msg)
     tree.edges()          # {(fn, fn, ..., fn): calls} over all threads
 

@@ -25,7 +25,7 @@ def main(argv):
     max_seconds = 120.0
     if "--max-seconds" in argv:
         max_seconds = float(argv[argv.index("--max-seconds") + 1])
-    reader = pytrace.Reader(segment, follow=True)
+    reader = pytrace.Reader(segment, follow=True, hub=False)   # the segment itself, not a hub
     if go:
         open(go, "w").close()
     tree = CallTree()

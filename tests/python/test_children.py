@@ -58,7 +58,7 @@ class _SegmentReader(threading.Thread):
     def __init__(self, name):
         super().__init__(daemon=True)
         self.name_ = name
-        self.reader = pytrace.Reader(name, follow=True)
+        self.reader = pytrace.Reader(name, follow=True, hub=False)
         self.calls, self.info, self.dropped, self.error = {}, None, 0, None
         self.symbols = {}
 

@@ -78,7 +78,9 @@ def test_killed_recorder_leaves_no_gap(tmp_path):
     try:
         assert "tracing pid" in proc.stderr.readline()
         first = tmp_path / "first.pytrace"
-        rec1 = subprocess.Popen([PY, "-m", "pytrace", "record", "-o", str(first), str(proc.pid)],
+        # --no-hub: the recorder reads the segment itself, the path whose ring advances only
+        # past what it wrote (through a hub, what the hub queued for a killed reader is its)
+        rec1 = subprocess.Popen([PY, "-m", "pytrace", "record", "--no-hub", "-o", str(first), str(proc.pid)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.time() + 30
         while time.time() < deadline and (not first.exists() or first.stat().st_size < 200_000):
@@ -86,7 +88,7 @@ def test_killed_recorder_leaves_no_gap(tmp_path):
         rec1.send_signal(signal.SIGKILL)
         rec1.wait()
         second = tmp_path / "second.pytrace"
-        rec2 = subprocess.run([PY, "-m", "pytrace", "record", "-o", str(second), str(proc.pid)],
+        rec2 = subprocess.run([PY, "-m", "pytrace", "record", "--no-hub", "-o", str(second), str(proc.pid)],
                               capture_output=True, text=True, timeout=120)
         assert rec2.returncode == 0, rec2.stderr
         assert proc.wait(timeout=60) == 0

@@ -27,7 +27,7 @@ READER = textwrap.dedent("""
     import sys, pytrace
     n = 0
     try:
-        with pytrace.Reader(sys.argv[1], follow=True) as r:
+        with pytrace.Reader(sys.argv[1], follow=True, hub=False) as r:
             for m in r:
                 n += 1
                 if n == 1:
@@ -75,7 +75,7 @@ def test_pytrace_top_survives_shrink(job, tmp_path):
     proc, segment = job
     out = tmp_path / "top.json"
     with open(out, "w") as f:
-        top = subprocess.Popen([top_binary(), segment, "--once", "--json", "--duration", "4"],
+        top = subprocess.Popen([top_binary(), "--no-hub", segment, "--once", "--json", "--duration", "4"],
                                stdout=f, stderr=subprocess.PIPE, text=True)
         time.sleep(1.5)
         _shrink(segment)
@@ -121,7 +121,7 @@ def _calls_in(path):
 def test_record_survives_shrink(job, tmp_path):
     proc, segment = job
     path = tmp_path / "out.pytrace"
-    rec = subprocess.Popen([PY, "-m", "pytrace", "record", "-o", str(path), str(proc.pid)],
+    rec = subprocess.Popen([PY, "-m", "pytrace", "record", "--no-hub", "-o", str(path), str(proc.pid)],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     _wait_read(lambda: path.exists() and _calls_in(path) >= 100000, seconds=60)
     time.sleep(0.5)

@@ -131,6 +131,8 @@ typedef struct hub {
     uint64_t hold_until_ns;
     unsigned welcomed;
     int quiet;
+    uint64_t idle_exit_ns;    /* --idle-exit: end after this long without a reader (0: never) */
+    uint64_t idle_since_ns;   /* when the last reader left (or the hub started) */
     uint64_t finished_ns;
     uint64_t events_drained, readers_served;
     uint8_t *scratch;
@@ -725,6 +727,16 @@ static int may_drain(const hub_t *h, uint64_t now)
 {
     if (h->welcomed < h->hold && now < h->hold_until_ns)
         return 0;
+    if (h->idle_exit_ns) {
+        /* a hub started by a reader drains only while someone reads: what nobody
+         * takes stays in the rings (the job waits or drops, counted, as it does
+         * for a reader that left), for the next reader or the next hub */
+        int live = 0;
+        for (size_t i = 0; i < h->nreaders && !live; i++)
+            live = h->readers[i]->state == R_LIVE;
+        if (!live)
+            return 0;
+    }
     for (size_t i = 0; i < h->nreaders; i++) {
         const hreader_t *r = h->readers[i];
         if (r->state == R_LIVE && r->lossless && q_len(r) > r->bound / 2)
@@ -748,9 +760,17 @@ static long drain(hub_t *h)
             say(h, "out of memory; stopping");
             return -1;
         }
-        if (n < 0 && n != -EPIPE) {
+        if (n == -EBADMSG) { /* a corrupt ring or symbol log: skipped, the rest goes on */
             const char *e = pt_reader_error(s->r);
             say(h, "%s: %s", s->name, e && *e ? e : strerror((int)-n));
+        } else if (n < 0 && n != -EPIPE) {
+            /* the segment cannot be read on (it shrank under us): said even with
+             * --quiet, and its stream ends here, so no reader waits for it forever */
+            const char *e = pt_reader_error(s->r);
+            fprintf(stderr, "pytrace-hub: %s: %s; its stream ends here\n", s->name,
+                    e && *e ? e : strerror((int)-n));
+            s->finished = 1;
+            continue;
         }
         if (n > 0)
             total += n;
@@ -991,6 +1011,10 @@ static void usage(FILE *f)
             "  --hold-timeout S  (default 30)\n"
             "  --wait S          the job is starting: wait up to S seconds for its segment\n"
             "  --queue-mib M     each reader's queue bound (default %u)\n"
+            "  --idle-exit S     drain only while a reader is there, and end when the last one left\n"
+            "                    (or none came in S seconds), releasing the job's segment as it is (a\n"
+            "                    later reader goes on from there); the hub a reader starts for a job\n"
+            "                    that has none runs with --idle-exit 5\n"
             "  --subprocesses    also read every traced process the job starts (its segments, found\n"
             "                    in /dev/shm by parent pid); each message is tagged with its process\n"
             "  --quiet           no messages on stderr but errors\n"
@@ -1028,6 +1052,14 @@ int main(int argc, char **argv)
                 return 2;
             }
             h->default_bound = (size_t)(mib * (1 << 20));
+            i++;
+        } else if (!strcmp(a, "--idle-exit") && val) {
+            double sec = atof(val);
+            if (!(sec > 0 && sec <= 86400)) {
+                fprintf(stderr, "pytrace-hub: --idle-exit must be 0..86400 seconds, not '%s'\n", val);
+                return 2;
+            }
+            h->idle_exit_ns = (uint64_t)(sec * 1e9);
             i++;
         } else if (!strcmp(a, "--quiet")) {
             h->quiet = 1;
@@ -1105,6 +1137,7 @@ int main(int argc, char **argv)
         }
     }
     h->hold_until_ns = pt_monotonic_ns() + (uint64_t)(hold_timeout * 1e9);
+    h->idle_since_ns = pt_monotonic_ns();
     printf("%s\n", h->sock);
     fflush(stdout);
     say(h, "serving %s (pid %llu) at %s", root->name, (unsigned long long)h->root_pid, h->sock);
@@ -1191,6 +1224,17 @@ int main(int argc, char **argv)
         for (size_t i = h->nreaders; i-- > 0;)
             if (reader_flush(h, h->readers[i]) < 0)
                 reader_drop(h, i, "went away");
+        if (h->nreaders > 0) {
+            h->idle_since_ns = 0;
+        } else if (h->idle_since_ns == 0) {
+            h->idle_since_ns = pt_monotonic_ns();
+        } else if (h->idle_exit_ns && (h->welcomed > 0 || pt_monotonic_ns() - h->idle_since_ns > h->idle_exit_ns)) {
+            /* its readers left (or none came): the segment goes back at once, as it
+             * stands (nothing is drained for nobody), so a later reader -- a direct one
+             * too, e.g. pytrace dump -- goes on from where this hub stopped */
+            say(h, "no reader left; releasing the job");
+            break;
+        }
         all_done = 1;
         for (size_t si = 0; si < h->nsegs; si++)
             all_done &= h->segs[si].finished;

@@ -66,6 +66,8 @@ static void usage(FILE *f)
             "  --limit N         with --once: at most N rows\n"
             "  --follow          with --file: wait for the recording's end however long it is idle\n"
             "  --all             the job list shows ended and invalid segments too (as pytrace ls --all)\n"
+            "  --no-hub          read the job's segment directly: no hub is started for a job that has\n"
+            "                    none (by default one is, so that other readers can join) nor joined\n"
             "  -V, --version     print the version;  -h, --help: this help\n"
             "\n"
             "OWN%%WALL and TOT%%WALL are shares of wall time (a sleeping or waiting frame counts; threads add\n"
@@ -919,6 +921,7 @@ typedef struct Options {
     int follow;
     int all;
     uint64_t pid; /* --pid: the process of a multi-process stream to show */
+    int no_hub;   /* --no-hub: read the segment directly, never through a hub */
 } Options;
 
 /* A live stream: what is there now, then --duration seconds more (or until
@@ -1014,6 +1017,9 @@ static void Headless_json(App *app, const Options *o)
            (unsigned long long)app->table.span_ns, o->window, (unsigned long long)o->thread);
     for (size_t i = 0; i < APP_LOSS_COUNT; i++)
         printf("  \"%s\": %llu,\n", App_losses[i].key, (unsigned long long)App_loss(app, i));
+    /* read through a hub: the events this view missed in its queue there (told by Lost
+     * records); events_read + this = what the job wrote while the view was there */
+    printf("  \"events_missed_in_hub\": %llu,\n", (unsigned long long)HubSource_missed(app->source));
     {
         CpuBasis basis = Headless_cpuBasis(app);
         char pct[32], secs[32], measured[32];
@@ -1211,6 +1217,8 @@ static int parse_args(int argc, char **argv, Options *o)
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--once")) {
             o->once = 1;
+        } else if (!strcmp(a, "--no-hub")) {
+            o->no_hub = 1;
         } else if (!strcmp(a, "--json")) {
             o->json = 1;
         } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -1314,9 +1322,21 @@ int main(int argc, char **argv)
     }
     app.thread = o.thread;
     char err[512] = "";
-    int rc = o.file ? FileSource_open(o.file, o.follow, &app.source, err, sizeof err)
+    int rc = -ENOENT;
+    if (!o.file && !o.no_hub && !(o.once && o.duration <= 0)) {
+        /* a view that follows a job reads it through its hub: the one that holds it, or
+         * one started now for a running job that no one reads, so that other readers
+         * (record, pytrace.Reader, another view) can join; a one-shot table of what is
+         * there now (--once without --duration) takes it directly */
+        char herr[512] = "";
+        rc = HubSource_open(o.target, &app.source, herr, sizeof herr);
+        if (rc == -ENOENT && HubSource_startHub(o.target, herr, sizeof herr) == 0)
+            rc = HubSource_open(o.target, &app.source, herr, sizeof herr);
+    }
+    if (rc != 0)
+        rc = o.file ? FileSource_open(o.file, o.follow, &app.source, err, sizeof err)
                     : LiveSource_open(o.target, &app.source, err, sizeof err);
-    if (rc == -EBUSY) { /* held: by a hub, read through it (any number of readers may) */
+    if (rc == -EBUSY && !o.no_hub) { /* held: by a hub, read through it (any number of readers may) */
         char herr[512] = "";
         int hrc = HubSource_open(o.target, &app.source, herr, sizeof herr);
         if (hrc == 0)

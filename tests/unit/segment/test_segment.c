@@ -19,6 +19,7 @@
 #include "../check.h"
 #include "shm/clock.h"
 #include "shm/segment.h"
+#include "shm/symlog.h"
 
 
 /* An error must be one line that contains `want`. */
@@ -620,6 +621,46 @@ static void test_rings_reserved_on_claim(void)
     pt_segment_close(seg, 1);
 }
 
+/* The symbol log's pages are reserved as it fills, not all at create: a fork
+ * child (a pool worker) must not zero the whole log at its start. Every
+ * symbol still lands, and the pages are there before a record is written. */
+static void test_symlog_reserved_as_it_fills(void)
+{
+    printf("symbol log reserved as it fills\n");
+    pt_segment_config_t cfg = small_config();
+    cfg.symlog_bytes = 8u << 20;
+    pt_segment_t *seg = NULL;
+    char err[256] = "";
+    CHECKF(pt_segment_create(&cfg, &seg, err, sizeof err) == 0, "create: %s", err);
+    if (!seg)
+        return;
+    char path[160];
+    snprintf(path, sizeof path, "/dev/shm%s", pt_segment_name(seg));
+    struct stat st;
+    CHECK(stat(path, &st) == 0);
+    uint64_t before = (uint64_t)st.st_blocks * 512;
+    printf("  at create: %" PRIu64 " bytes reserved\n", before);
+    CHECKF(before < (1u << 20), "at create %" PRIu64 " bytes reserved, not the 8 MiB log", before);
+    char name[600];
+    memset(name, 'f', sizeof name - 1);
+    name[sizeof name - 1] = 0;
+    pt_seg_header_t *h = pt_segment_header(seg);
+    uint32_t id = 0, last = 0;
+    int failed = 0;
+    while (atomic_load(&h->symlog_published) < (3u << 20) && !failed) {
+        failed = pt_symlog_append(seg, PT_SYM_PY_FUNCTION, name, "file.py", 1, &id) != 0 || id != last + 1;
+        last = id;
+    }
+    CHECKF(!failed, "every append lands (id %u)", last);
+    CHECKF(atomic_load(&h->symbols_dropped) == 0, "no symbol dropped");
+    CHECK(stat(path, &st) == 0);
+    uint64_t after = (uint64_t)st.st_blocks * 512;
+    CHECKF(after >= before + (3u << 20) - (256u << 10), "the pages written are reserved: %" PRIu64 " -> %" PRIu64,
+           before, after);
+    CHECKF(after < before + (8u << 20), "not the whole log: %" PRIu64, after);
+    pt_segment_close(seg, 1);
+}
+
 static void test_claim_retire(void)
 {
     printf("claim and retire\n");
@@ -672,6 +713,7 @@ int main(void)
     test_foreign_user();
     test_claim_retire();
     test_rings_reserved_on_claim();
+    test_symlog_reserved_as_it_fills();
     test_planted_names();
     test_random_names();
     if (failures) {

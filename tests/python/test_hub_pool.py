@@ -1,0 +1,75 @@
+"""A multiprocessing.Pool recorded whole (issue 13): `pytrace record -o F -- python job.py`
+(--subprocesses on by default) with fork and with spawn, 4 and 50 workers. The recording
+holds every worker: the calls of the worker function counted per process equal the tasks
+that process ran (the job itself says which pid ran each task), and add up to exactly the
+tasks. No time is asserted here: bench/pool_overhead.py prints the pool's times."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from helpers import PY
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
+
+JOB = textwrap.dedent("""
+    import json, multiprocessing as mp, os, sys
+    def work(i):
+        s = 0
+        for k in range(200):
+            s += k
+        return os.getpid()
+    if __name__ == "__main__":
+        method, workers, tasks = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+        with mp.get_context(method).Pool(workers) as p:
+            pids = p.map(work, range(tasks), chunksize=1)
+        per = {}
+        for pid in pids:
+            per[pid] = per.get(pid, 0) + 1
+        print(json.dumps(per))
+""")
+
+TASKS = 1000
+
+
+def recorded_calls(path):
+    """Calls of `work` per pid in the recording, and the pids of every process in it."""
+    from pytrace.recording import RecordingReader
+    from pytrace.reader import EventKind
+    names, pids, calls = {}, {}, {}
+    with RecordingReader(str(path)) as rr:
+        for m in rr.messages():
+            kind = type(m).__name__
+            if kind == "ProcessInfo":
+                pids[m.process] = m.pid
+            elif kind == "Symbol":
+                names[(m.process, m.id)] = m.name
+            elif kind == "EventChunk":
+                for _t, ident, _a, k, _f in m.iter_events():
+                    if k == EventKind.Call and names.get((m.process, ident)) == "work":
+                        pid = pids[m.process]
+                        calls[pid] = calls.get(pid, 0) + 1
+    return calls, set(pids.values())
+
+
+@pytest.mark.parametrize("workers", [4, 50])
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_recorded_pool_counts_every_task_in_the_process_that_ran_it(tmp_path, method, workers):
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    out = tmp_path / "pool.pytrace"
+    p = subprocess.run([PY, "-m", "pytrace", "record", "-o", str(out), "--", PY, str(script),
+                        method, str(workers), str(TASKS)],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    ran = {int(k): v for k, v in json.loads(p.stdout.strip().splitlines()[-1]).items()}
+    assert sum(ran.values()) == TASKS
+    calls, processes = recorded_calls(out)
+    assert calls == ran, (calls, ran, p.stderr[-2000:])
+    assert sum(calls.values()) == TASKS
+    # every worker the pool started is in the recording, with the job itself
+    assert len(processes) >= workers + 1, (len(processes), p.stderr[-2000:])
+    assert "NOT traced" not in p.stderr and "could not be read" not in p.stderr, p.stderr
