@@ -167,6 +167,22 @@ def start_job(interp, flags, options, program, timeout=30.0, subprocesses=None, 
     return job, segment, wait_w
 
 
+def stop_job(job):
+    """Stop a job we started (record, top, web): SIGINT as a terminal's Ctrl-C would, then
+    SIGTERM, then SIGKILL, each after a grace."""
+    import signal
+    import subprocess
+    for sig, grace in ((signal.SIGINT, 5.0), (signal.SIGTERM, 3.0), (signal.SIGKILL, 3.0)):
+        if job.poll() is not None:
+            return
+        job.send_signal(sig)
+        try:
+            job.wait(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
 def read_segment(fd, timeout):
     """The segment name the job reports once tracing started ("" if it never does)."""
     import select

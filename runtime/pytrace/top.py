@@ -19,7 +19,6 @@ still runs stops it (SIGINT, then SIGTERM); the exit code is the program's.
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import sysconfig
@@ -148,18 +147,6 @@ def _still_tracing(segment):
         return True
 
 
-def _stop_job(job):
-    for sig, grace in ((signal.SIGINT, 5.0), (signal.SIGTERM, 3.0), (signal.SIGKILL, 3.0)):
-        if job.poll() is not None:
-            return
-        job.send_signal(sig)
-        try:
-            job.wait(timeout=grace)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     viewer_path = find_viewer()
@@ -244,7 +231,7 @@ def main(argv=None):
         except subprocess.TimeoutExpired:
             pass
     if job.poll() is None:
-        _stop_job(job)
+        _launch.stop_job(job)
     rc = job.wait()
     if hub is not None:
         try:

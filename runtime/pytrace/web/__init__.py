@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 
+from .. import _launch
 from ..cmdline import JOB_OPTIONS, ArgumentParser, UsageError, run_parser, start_options
 
 _USAGE = """pytrace web [options] PID | SEGMENT
@@ -56,19 +57,6 @@ def _parser():
     p.add_argument("--verbose", action="store_true", help="log every request")
     p.set_defaults(rings=0)
     return p
-
-
-def _stop_job(job):
-    """Stop a program we started, as pytrace top does: SIGINT, then SIGTERM, then SIGKILL."""
-    for sig, grace in ((signal.SIGINT, 5.0), (signal.SIGTERM, 3.0), (signal.SIGKILL, 3.0)):
-        if job.poll() is not None:
-            return
-        job.send_signal(sig)
-        try:
-            job.wait(timeout=grace)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def _loopback(host):
@@ -180,7 +168,7 @@ class _Others:
 
 
 def main(argv=None):
-    from .. import _launch, record
+    from .. import record
     from ..profile import Profile
     from .server import Feeder, WebApp, reader_batches
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -265,7 +253,7 @@ def main(argv=None):
                 os.close(wait_w)
             _say("cannot read %s: %s" % (where, e.strerror or e))
             if job is not None:
-                _stop_job(job)
+                _launch.stop_job(job)
             return 1
         finally:
             if wait_w is not None:
@@ -287,7 +275,7 @@ def main(argv=None):
     except OSError as e:
         _say("cannot listen on %s:%d: %s" % (ns.host, ns.port, e.strerror or e))
         if job is not None:
-            _stop_job(job)
+            _launch.stop_job(job)
         return 1
     ended = threading.Event()
     feeder = Feeder(agg, source, batch=batch, on_end=lambda f: ended.set())
@@ -336,7 +324,7 @@ def main(argv=None):
         others.stop()
         app.close()
         if job is not None and job.poll() is None:
-            _stop_job(job)
+            _launch.stop_job(job)
         if job is not None:
             rc = job.wait()
             code = rc if rc >= 0 else 128 - rc
