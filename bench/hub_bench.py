@@ -106,7 +106,7 @@ def main():
     rmiss = re.search(r"(\d+) more events are not in the recording", rec_err)
     print("readers: events read, missed in the hub's queue (told by Lost records), the job's drops as it says them")
     print("  pytrace-top --once --json  %d read, %d missed, %d dropped by the job"
-          % (t["events_read"], t.get("events_missed", 0), t["events_dropped"]))
+          % (t["events_read"], t.get("events_missed_in_hub", 0), t["events_dropped"]))
     if rm:
         print("  pytrace record PID         %s read, %s missed, %s dropped by the job"
               % (rm.group(1), rmiss.group(1) if rmiss else 0, rm.group(2)))

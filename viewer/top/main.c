@@ -1017,9 +1017,6 @@ static void Headless_json(App *app, const Options *o)
            (unsigned long long)app->table.span_ns, o->window, (unsigned long long)o->thread);
     for (size_t i = 0; i < APP_LOSS_COUNT; i++)
         printf("  \"%s\": %llu,\n", App_losses[i].key, (unsigned long long)App_loss(app, i));
-    /* read through a hub: the events this view missed in its queue there (told by Lost
-     * records); events_read + this = what the job wrote while the view was there */
-    printf("  \"events_missed_in_hub\": %llu,\n", (unsigned long long)HubSource_missed(app->source));
     {
         CpuBasis basis = Headless_cpuBasis(app);
         char pct[32], secs[32], measured[32];

@@ -95,8 +95,9 @@ static void HubSource_describe(const Source *src, char *out, size_t cap)
 
 static void HubSource_json(const Source *src, FILE *out)
 {
-    /* events this view missed in the hub's queue (marked as gaps, not in events_dropped) */
-    fprintf(out, "  \"events_missed\": %llu,\n",
+    /* events this view missed in the hub's queue (told by Lost records, not in
+     * events_dropped): events_read + this = what the job wrote while the view was there */
+    fprintf(out, "  \"events_missed_in_hub\": %llu,\n",
             (unsigned long long)pt_hub_client_missed(((const HubSource *)src)->client));
 }
 
