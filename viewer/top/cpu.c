@@ -207,7 +207,10 @@ int Cpu_sample(Cpu *c, const uint64_t *threads, const uint64_t *tids, size_t n, 
     c->last_sample_ns = now_ns;
     uint64_t boot_ns = Cpu_clock(CLOCK_BOOTTIME);
     int rc = 0;
-    Cpu_read(c, &c->process, 0, now_ns, boot_ns);
+    /* threads first, the process last: the process's reading then covers all
+     * the time its threads were read with, so the process line never shows
+     * less than one of its threads (read the other way round, a thread that
+     * runs while we read would gain a tick the process reading missed) */
     for (size_t i = 0; i < n; i++) {
         if (!tids[i])
             continue;
@@ -234,5 +237,6 @@ int Cpu_sample(Cpu *c, const uint64_t *threads, const uint64_t *tids, size_t n, 
         }
         Cpu_read(c, m, tids[i], now_ns, boot_ns);
     }
+    Cpu_read(c, &c->process, 0, now_ns, boot_ns);
     return rc;
 }
