@@ -171,9 +171,12 @@ def test_hub_releases_an_unread_job_and_a_later_reader_gets_roots(tmp_path):
         r = pytrace.Reader(job.pid, follow=True)
         assert r.via_hub
         first_hub = _held(job.pid)
-        it = iter(r)
-        for _ in range(50):
-            next(it)
+        # read until the job has called middle(): from then on outer() and middle()
+        # stay open (the job was seen still in run_path's imports when a wait-policy
+        # job sat on a full ring while the first hub let it go)
+        for m in r:
+            if m.type == MsgType.Symbol and m.name == "middle":
+                break
         r.close()
         _wait_for(lambda: _held(job.pid) == 0, "the hub kept the job after its reader left", job)
         assert not os.path.exists("/proc/%d" % first_hub) or \
