@@ -88,10 +88,35 @@ static uint64_t free_chunks_cached(const pt_ring_t *ring)
     return in_use >= ring->chunks_per_ring ? 0 : ring->chunks_per_ring - in_use;
 }
 
+/* Is chunk head + 1 reserved (its memory taken), reserving more if the first
+ * lap has reached the end of what is? Doubles, so a ring takes its memory in
+ * a few steps and a short-lived thread or fork child only what it wrote. */
+static int next_chunk_reserved(pt_ring_t *ring)
+{
+    uint64_t next = ring->head + 1;
+    if (next < ring->chunks_reserved || ring->chunks_reserved >= ring->chunks_per_ring)
+        return 1;
+    if (ring->reserve_blocked && ring->lost_pending < ring->reserve_retry_lost)
+        return 0;
+    uint32_t want = ring->chunks_reserved * 2;
+    if (want > ring->chunks_per_ring || want == 0)
+        want = ring->chunks_per_ring;
+    if (ring->reserve(ring->reserve_ctx, ring->ring_index, ring->chunks_reserved, want - ring->chunks_reserved) != 0) {
+        ring->reserve_blocked = 1;
+        ring->reserve_retry_lost = ring->lost_pending + ring->events_per_chunk;
+        return 0;
+    }
+    ring->reserve_blocked = 0;
+    ring->chunks_reserved = want;
+    return 1;
+}
+
 /* Can the producer start chunk head + 1 now? Refreshes the cache only when the
  * cached value says no, so a ring that is far from full costs no shared load. */
 static int next_chunk_free(pt_ring_t *ring)
 {
+    if (!next_chunk_reserved(ring))
+        return 0;
     if (free_chunks_cached(ring) > 0)
         return 1;
     /* acquire: the consumer finished reading every chunk below this count
@@ -223,6 +248,7 @@ int pt_ring_init(pt_ring_t *ring, pt_ring_slot_t *slot, uint8_t *ring_base, uint
     atomic_store_explicit(&slot->events_written, 0, memory_order_relaxed);
     atomic_store_explicit(&slot->events_dropped, 0, memory_order_relaxed);
     ring->released_cache = 0;
+    ring->chunks_reserved = chunks_per_ring;
 
     start_chunk(ring, 0);
     atomic_store_explicit(&ring->limit, ring->events_per_chunk, memory_order_relaxed);
@@ -253,6 +279,19 @@ void pt_ring_set_stack_writer(pt_ring_t *ring, pt_ring_stack_writer_fn fn, void 
     ring->stack_ctx = ctx;
 }
 
+void pt_ring_set_reserver(pt_ring_t *ring, pt_ring_reserve_fn fn, void *ctx, uint32_t reserved)
+{
+    if (fn == NULL || reserved == 0 || reserved >= ring->chunks_per_ring) {
+        ring->reserve = NULL;
+        ring->chunks_reserved = ring->chunks_per_ring;
+        return;
+    }
+    ring->reserve = fn;
+    ring->reserve_ctx = ctx;
+    ring->chunks_reserved = reserved;
+    ring->reserve_blocked = 0;
+}
+
 int pt_ring_push_slow(pt_ring_t *ring, uint64_t word0, uint64_t word1)
 {
     if (ring->slot == NULL)
@@ -261,7 +300,8 @@ int pt_ring_push_slow(pt_ring_t *ring, uint64_t word0, uint64_t word1)
     if (!ensure_room(ring)) {
         /* Ring full. The wait policy waits once per gap; after a timeout it
          * drops without waiting until room returns. */
-        if (ring->policy == PT_POLICY_WAIT && !ring->waiting_disabled && ring->lost_pending == 0) {
+        if (ring->policy == PT_POLICY_WAIT && !ring->waiting_disabled && ring->lost_pending == 0 &&
+            !ring->reserve_blocked) {
             if (wait_for_room(ring)) {
                 advance_chunk(ring);
                 pt_ring_store_(ring, ring->index, word0, word1);

@@ -61,6 +61,13 @@ void pt_ring_request_slow_path(pt_ring_t *ring);
 /* Set the callback that writes the thread's stack after a gap (may be NULL). */
 void pt_ring_set_stack_writer(pt_ring_t *ring, pt_ring_stack_writer_fn fn, void *ctx);
 
+/* The ring's first `reserved` chunks have their memory; `fn` reserves the
+ * rest as the producer first reaches them, doubling (the whole ring after
+ * pt_ring_init: every chunk may be written). When `fn` fails the producer
+ * drops, counted, as on a full ring (no waiting: no reader frees memory), and
+ * tries again after another chunk's worth of drops. */
+void pt_ring_set_reserver(pt_ring_t *ring, pt_ring_reserve_fn fn, void *ctx, uint32_t reserved);
+
 /* Records published so far by this producer (exact, producer thread only). */
 uint64_t pt_ring_written(const pt_ring_t *ring);
 

@@ -28,6 +28,12 @@ typedef struct pt_ring pt_ring_t;
  * it wrote, -EAGAIN when whole = 1 and the stack does not fit. */
 typedef int (*pt_ring_stack_writer_fn)(pt_ring_t *ring, void *ctx, uint32_t room, int whole);
 
+/* Called on the producer thread before the ring first starts chunk `from`:
+ * reserve the memory of chunks [from, from + count) of ring `ring_index` (the
+ * segment's file pages), so writing them cannot fault. Returns 0, or a
+ * negative errno when there is no room (the chunk is then not started). */
+typedef int (*pt_ring_reserve_fn)(void *ctx, uint32_t ring_index, uint32_t from, uint32_t count);
+
 struct pt_ring {
     /* hot: touched by every push */
     pt_event_t *events;           /* events of the current chunk */
@@ -52,6 +58,12 @@ struct pt_ring {
     uint64_t thread;              /* segment-unique thread number */
     pt_ring_stack_writer_fn stack_writer;
     void *stack_ctx;
+    /* the ring's memory, reserved in steps during its first lap */
+    uint32_t chunks_reserved;     /* chunks 0 .. chunks_reserved - 1 may be written */
+    uint32_t reserve_blocked;     /* the last reservation failed: drop, retry later */
+    uint64_t reserve_retry_lost;  /* ... once lost_pending reaches this */
+    pt_ring_reserve_fn reserve;
+    void *reserve_ctx;
 };
 
 #ifdef __cplusplus

@@ -71,6 +71,14 @@ struct pt_segment {
     uint64_t symlog_bytes;
     uint64_t symlog_reserved; /* producer: bytes of the log whose pages are reserved (under the
                                  symbol log's lock, pt_segment_reserve_symlog) */
+    /* producer: the rings' memory, reserved in steps (reserve_chunks). A claim
+     * promises the rest of its ring and is refused (the thread runs untraced,
+     * counted) when /dev/shm has no room for that beside what the other rings
+     * of this segment were promised: in a small /dev/shm whole threads are
+     * left out, as when a claim reserved the whole ring, instead of every
+     * thread dropping the tail of its stream. */
+    _Atomic uint32_t *slot_chunks;   /* per slot: chunks reserved */
+    _Atomic uint64_t promised;       /* bytes promised and not yet reserved */
 };
 
 /* The symbol log's pages are reserved in steps as it fills: a fork child (or a
@@ -631,6 +639,8 @@ int pt_segment_create(const pt_segment_config_t *cfg, pt_segment_t **out, char *
     }
     seg->fd = fd; /* kept for pt_segment_claim_ring and pt_segment_reserve_symlog */
     seg->symlog_reserved = symlog_first;
+    /* no table (no memory): each claim reserves its whole ring at once */
+    seg->slot_chunks = calloc(ring_count, sizeof *seg->slot_chunks);
     fd = -1;
     seg->base = map;
     seg->bytes = segment_bytes;
@@ -809,6 +819,7 @@ void pt_segment_close(pt_segment_t *seg, int unlink_it)
     if (seg->fd >= 0)
         close(seg->fd);
     munmap(seg->base, (size_t)seg->bytes);
+    free((void *)seg->slot_chunks);
     free(seg);
 }
 
@@ -887,6 +898,60 @@ uint64_t pt_segment_reserve_symlog(pt_segment_t *seg, uint64_t upto)
 
 /* ---- ring slots ------------------------------------------------------------ */
 
+/* A ring's pages are reserved in steps: its first chunks at claim, the rest
+ * (doubling) as its thread's first lap reaches them. A fork child or pool
+ * worker that writes a few thousand events does not zero 4 MiB of /dev/shm
+ * at its start (1.3 ms of a traced fork's 2 ms). */
+#define PT_RING_FIRST_RESERVE_CHUNKS 2u
+
+/* pt_ring_reserve_fn: chunks [from, from + count) of ring `ring_index`. On
+ * the producer thread; the fd stays open while any ring of the segment is
+ * written (it is closed with the mapping). */
+static int reserve_chunks(void *ctx, uint32_t ring_index, uint32_t from, uint32_t count)
+{
+    pt_segment_t *seg = ctx;
+    if (seg->fd < 0 || seg->slot_chunks == NULL || ring_index >= seg->ring_count || from > seg->chunks_per_ring ||
+        count > seg->chunks_per_ring - from)
+        return -EINVAL;
+    int err = posix_fallocate(seg->fd,
+                              (off_t)(seg->rings_offset + (uint64_t)ring_index * seg->ring_bytes +
+                                      (uint64_t)from * seg->chunk_bytes),
+                              (off_t)((uint64_t)count * seg->chunk_bytes));
+    if (err != 0)
+        return -err;
+    /* relaxed: a tally for the claims' room check; only this slot's owner
+     * thread moves the slot's count */
+    uint32_t had = atomic_load_explicit(&seg->slot_chunks[ring_index], memory_order_relaxed);
+    if (from + count > had) {
+        atomic_store_explicit(&seg->slot_chunks[ring_index], from + count, memory_order_relaxed);
+        atomic_fetch_sub_explicit(&seg->promised, (uint64_t)(from + count - had) * seg->chunk_bytes,
+                                  memory_order_relaxed);
+    }
+    return 0;
+}
+
+/* A claim of slot i promises the part of its ring not reserved yet (once per
+ * slot: a slot claimed again keeps its promise): refused with -ENOSPC when
+ * /dev/shm has not that much room free beside the promises already made. */
+static int ring_promise(pt_segment_t *seg, uint32_t i, uint32_t first, uint64_t *promised)
+{
+    *promised = 0;
+    /* relaxed: see reserve_chunks */
+    uint32_t had = atomic_load_explicit(&seg->slot_chunks[i], memory_order_relaxed);
+    if (had != 0)
+        return 0; /* promised at its first claim */
+    uint64_t rest = (uint64_t)(seg->chunks_per_ring - first) * seg->chunk_bytes;
+    uint64_t total = atomic_fetch_add_explicit(&seg->promised, rest, memory_order_relaxed) + rest;
+    struct statvfs vfs;
+    if (fstatvfs(seg->fd, &vfs) == 0 && vfs.f_frsize &&
+        (uint64_t)vfs.f_bavail * vfs.f_frsize < total + (uint64_t)first * seg->chunk_bytes) {
+        atomic_fetch_sub_explicit(&seg->promised, rest, memory_order_relaxed);
+        return -ENOSPC;
+    }
+    *promised = rest;
+    return 0;
+}
+
 int pt_segment_claim_ring(pt_segment_t *seg, uint64_t os_tid, const char *thread_name, uint64_t start_ticks,
                           pt_ring_t *ring)
 {
@@ -904,13 +969,25 @@ int pt_segment_claim_ring(pt_segment_t *seg, uint64_t os_tid, const char *thread
         if (!atomic_compare_exchange_strong_explicit(&slot->state, &expected, PT_RING_ACTIVE, memory_order_acq_rel,
                                                      memory_order_relaxed))
             continue;
-        /* The ring's pages, reserved on its first claim (again on later ones:
-         * a no-op then). No room: the slot goes back, the caller runs the
+        /* The ring's first chunks, reserved now (a no-op on a later claim of
+         * the slot); the rest as the thread's first lap reaches them
+         * (reserve_chunks). No room: the slot goes back, the caller runs the
          * thread untraced and counts it. */
+        uint32_t first = seg->chunks_per_ring < PT_RING_FIRST_RESERVE_CHUNKS ? seg->chunks_per_ring
+                                                                              : PT_RING_FIRST_RESERVE_CHUNKS;
+        if (seg->slot_chunks == NULL)
+            first = seg->chunks_per_ring;
+        uint64_t promised = 0;
+        if (seg->fd >= 0 && seg->slot_chunks != NULL && ring_promise(seg, i, first, &promised) != 0) {
+            /* release: give the slot back untouched */
+            atomic_store_explicit(&slot->state, PT_RING_FREE, memory_order_release);
+            return -ENOSPC;
+        }
         if (seg->fd >= 0) {
             int err = posix_fallocate(seg->fd, (off_t)(seg->rings_offset + (uint64_t)i * seg->ring_bytes),
-                                      (off_t)seg->ring_bytes);
+                                      (off_t)((uint64_t)first * seg->chunk_bytes));
             if (err != 0) {
+                atomic_fetch_sub_explicit(&seg->promised, promised, memory_order_relaxed);
                 /* release: give the slot back untouched */
                 atomic_store_explicit(&slot->state, PT_RING_FREE, memory_order_release);
                 return err == ENOSPC || err == EFBIG || err == ENOMEM ? -ENOSPC : -err;
@@ -945,6 +1022,13 @@ int pt_segment_claim_ring(pt_segment_t *seg, uint64_t os_tid, const char *thread
             /* release: give the slot back (pairs with the acquire of the next claimer's CAS) */
             atomic_store_explicit(&slot->state, PT_RING_FREE, memory_order_release);
             return rc;
+        }
+        if (seg->fd >= 0 && seg->slot_chunks != NULL) {
+            /* relaxed: see reserve_chunks */
+            uint32_t had = atomic_load_explicit(&seg->slot_chunks[i], memory_order_relaxed);
+            if (had < first)
+                atomic_store_explicit(&seg->slot_chunks[i], first, memory_order_relaxed);
+            pt_ring_set_reserver(ring, reserve_chunks, seg, had > first ? had : first);
         }
         /* relaxed load: only claimers write generation, and we own the slot */
         uint32_t gen = atomic_load_explicit(&slot->generation, memory_order_relaxed) + 1;
@@ -1148,8 +1232,9 @@ static int newest_first(const void *a, const void *b)
     return strcmp(x->info.name, y->info.name);
 }
 
-/* Collect every pytrace-* entry of /dev/shm, inspected, newest first. */
-static int scan(listed_t **out, size_t *count)
+/* Collect every pytrace-* entry of /dev/shm, inspected, newest first; an
+ * entry `skip` says yes to ("/pytrace-...") is left out, never opened. */
+static int scan(listed_t **out, size_t *count, pt_segment_skip_fn skip, void *ctx)
 {
     *out = NULL;
     *count = 0;
@@ -1164,6 +1249,13 @@ static int scan(listed_t **out, size_t *count)
             continue;
         if (strlen(de->d_name) + 2 > sizeof v->info.name)
             continue;
+        if (skip != NULL) {
+            char name[sizeof v->info.name];
+            name[0] = '/';
+            copy_str(name + 1, sizeof name - 1, de->d_name);
+            if (skip(name, ctx))
+                continue;
+        }
         if (n == cap) {
             size_t ncap = cap ? cap * 2 : 16;
             listed_t *nv = realloc(v, ncap * sizeof *nv);
@@ -1200,9 +1292,14 @@ static int scan(listed_t **out, size_t *count)
 
 int pt_segment_list(pt_segment_info_t *out, size_t max, size_t *count)
 {
+    return pt_segment_list_skip(out, max, count, NULL, NULL);
+}
+
+int pt_segment_list_skip(pt_segment_info_t *out, size_t max, size_t *count, pt_segment_skip_fn skip, void *ctx)
+{
     listed_t *v;
     size_t n;
-    int rc = scan(&v, &n);
+    int rc = scan(&v, &n, skip, ctx);
     if (rc != 0)
         return rc;
     for (size_t i = 0; i < n && i < max; i++)
@@ -1222,7 +1319,7 @@ int pt_segment_collect_children(uint64_t parent_pid)
 {
     listed_t *v;
     size_t n;
-    int rc = scan(&v, &n);
+    int rc = scan(&v, &n, NULL, NULL);
     if (rc != 0)
         return rc;
     int removed = 0;

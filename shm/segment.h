@@ -105,11 +105,12 @@ uint8_t *pt_segment_ring_base(const pt_segment_t *seg, uint32_t ring_index);
 uint8_t *pt_segment_symlog(const pt_segment_t *seg);
 
 /* Producer: claim a FREE ring slot for the calling thread (CAS FREE->ACTIVE),
- * reserve the ring's pages in the file (posix_fallocate: a ring's memory is
- * taken on its first claim, not at create), fill its identity, hand out the
- * next thread number, and initialise `ring`. -EAGAIN when every slot is
- * taken, -ENOSPC when /dev/shm has no room for the ring; the caller counts
- * the thread as untraced (header.threads_untraced). */
+ * reserve the ring's first chunks in the file (posix_fallocate; the rest as
+ * the thread's first lap reaches them, and promised now: /dev/shm must have
+ * room for the whole ring beside the other rings promised), fill its
+ * identity, hand out the next thread number, and initialise `ring`. -EAGAIN
+ * when every slot is taken, -ENOSPC when /dev/shm has no room for the ring;
+ * the caller counts the thread as untraced (header.threads_untraced). */
 int pt_segment_claim_ring(pt_segment_t *seg, uint64_t os_tid, const char *thread_name,
                           uint64_t start_ticks, pt_ring_t *ring);
 
@@ -154,6 +155,12 @@ typedef struct pt_segment_info {
 /* Fills up to `max` entries, newest first; *count receives the number found
  * (may exceed max). */
 int pt_segment_list(pt_segment_info_t *out, size_t max, size_t *count);
+
+/* The same, leaving out (never opening) each entry skip(name, ctx) says yes
+ * to: a caller that scans often (the hub following a process tree) inspects
+ * only the segments it has not seen. */
+typedef int (*pt_segment_skip_fn)(const char *name, void *ctx);
+int pt_segment_list_skip(pt_segment_info_t *out, size_t max, size_t *count, pt_segment_skip_fn skip, void *ctx);
 
 /* Unlink every segment whose producer is dead and that no live reader holds
  * (or that is not a valid segment, owned by us, and whose pid is gone).

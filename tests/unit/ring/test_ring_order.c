@@ -404,6 +404,119 @@ static void test_wait_policy_bound(void)
     free_layout(&l);
 }
 
+
+/* A ring whose memory is reserved in steps (pt_ring_set_reserver): the
+ * producer reserves chunks before it writes them, doubling (2, then 2 more,
+ * then 4, ...), never writes a chunk it has not reserved, and takes nothing
+ * after its first lap. When a reservation fails it drops, counted, without
+ * waiting even under the wait policy (no reader frees memory), retries after
+ * another chunk's worth of drops, and then writes Lost(count) and goes on:
+ * every push is written or counted. */
+typedef struct reserver {
+    layout_t *l;
+    uint32_t calls, fail, ring_index;
+    uint32_t from[16], count[16];
+    uint8_t reserved[64]; /* per chunk */
+} reserver_t;
+
+static int reserve_cb(void *vctx, uint32_t ring_index, uint32_t from, uint32_t count)
+{
+    reserver_t *r = vctx;
+    if (r->calls < 16) {
+        r->from[r->calls] = from;
+        r->count[r->calls] = count;
+    }
+    r->calls++;
+    r->ring_index = ring_index;
+    if (r->fail)
+        return -ENOSPC;
+    for (uint32_t i = from; i < from + count && i < 64; i++)
+        r->reserved[i] = 1;
+    return 0;
+}
+
+/* Chunks the producer wrote into (their 0xA5 fill is gone) that were never reserved. */
+static uint32_t written_unreserved(const reserver_t *r, uint32_t chunks)
+{
+    uint32_t bad = 0;
+    for (uint32_t i = 0; i < chunks; i++) {
+        const uint8_t *chunk = r->l->base + (size_t)i * r->l->chunk_bytes;
+        if (!r->reserved[i] && chunk[0] != 0xA5)
+            bad++;
+    }
+    return bad;
+}
+
+static void test_reserve_in_steps(void)
+{
+    const uint32_t chunk_bytes = 4096, chunks = 16;
+    layout_t l = make_layout(chunk_bytes, chunks);
+    pt_ring_t ring;
+    /* wait policy with a 2 s bound: a push that waited on a failed reservation
+     * would show as waiting_disabled (and a slow test), never as a pass */
+    CHECKF(pt_ring_init(&ring, l.slot, l.base, chunk_bytes, chunks, PT_POLICY_WAIT, 2000000000ull, 5, 1) == 0,
+           "init");
+    reserver_t r = {.l = &l};
+    r.reserved[0] = r.reserved[1] = 1; /* what the claim reserved */
+    pt_ring_set_reserver(&ring, reserve_cb, &r, 2);
+    tc_consumer_t c;
+    tc_init(&c, l.slot, l.base, chunk_bytes, chunks, 1);
+    const uint32_t epc = (uint32_t)PT_CHUNK_EVENTS(chunk_bytes);
+    static pt_event_t buf[16 * 256 + 64];
+
+    uint64_t seq = 0;
+    for (; seq < 2 * epc; seq++)
+        CHECKF(push_seq(&ring, seq) == 0, "push %" PRIu64, seq);
+    CHECKF(r.calls == 0, "two reserved chunks filled without a reservation (%u calls)", r.calls);
+    CHECK(push_seq(&ring, seq++) == 0);
+    CHECKF(r.calls == 1 && r.from[0] == 2 && r.count[0] == 2 && r.ring_index == 5, "then chunks 2-3: %u calls, %u+%u",
+           r.calls, r.from[0], r.count[0]);
+    for (; seq < 4 * epc + 1; seq++)
+        CHECK(push_seq(&ring, seq) == 0);
+    CHECKF(r.calls == 2 && r.from[1] == 4 && r.count[1] == 4, "then chunks 4-7: %u+%u", r.from[1], r.count[1]);
+    CHECKF(written_unreserved(&r, chunks) == 0, "no chunk written before it was reserved");
+
+    /* chunk 8 cannot be reserved: drops, counted, no waiting */
+    for (; seq < 8 * epc; seq++)
+        CHECK(push_seq(&ring, seq) == 0);
+    r.fail = 1;
+    uint64_t drops = 0;
+    for (uint32_t i = 0; i < epc / 2; i++, seq++, drops++)
+        CHECKF(push_seq(&ring, seq) == -ENOBUFS, "no room in the file: the push drops");
+    CHECKF(ring.waiting_disabled == 0, "it did not wait for a reader (a reader frees no memory)");
+    CHECKF(r.calls == 3, "one failed attempt, then no retry before a chunk's worth of drops (%u)", r.calls);
+    CHECKF(atomic_load(&l.slot->events_dropped) == drops, "drops counted: %" PRIu64,
+           (uint64_t)atomic_load(&l.slot->events_dropped));
+    CHECKF(written_unreserved(&r, chunks) == 0, "nothing written into the unreserved chunk");
+    /* room in the file again: the retry comes after epc drops in all */
+    r.fail = 0;
+    while (r.calls == 3) {
+        CHECK(push_seq(&ring, seq) == -ENOBUFS || r.calls == 4);
+        if (r.calls == 3)
+            drops++;
+        seq++;
+    }
+    CHECKF(drops == epc, "retried after %" PRIu64 " drops (a chunk is %u)", drops, epc);
+    CHECKF(r.from[3] == 8 && r.count[3] == 8, "then chunks 8-15: %u+%u", r.from[3], r.count[3]);
+    uint64_t n = drain_all(&c, buf, sizeof buf / sizeof buf[0]);
+    CHECKF(n == 8 * epc + 2, "drained %" PRIu64 ": 8 chunks, Lost, the record", n);
+    if (n == 8 * epc + 2) {
+        CHECKF(buf[8 * epc].kind == PT_EV_LOST && buf[8 * epc].id == drops, "Lost(%u)", buf[8 * epc].id);
+        CHECK(record_matches(&buf[8 * epc + 1], seq - 1));
+    }
+    /* the rest of the first lap, then laps more: no more reservations */
+    for (uint64_t i = 0; i < 40 * (uint64_t)epc; i++, seq++) {
+        if (push_seq(&ring, seq) != 0)
+            CHECKF(0, "push %" PRIu64 " after recovery", seq);
+        if (i % epc == 0)
+            (void)drain_all(&c, buf, sizeof buf / sizeof buf[0]);
+    }
+    CHECKF(r.calls == 4, "the whole ring is reserved after its first lap (%u calls)", r.calls);
+    CHECKF(written_unreserved(&r, chunks) == 0, "never a chunk written unreserved");
+    CHECKF(c.header_errors == 0 && c.length_errors == 0, "consumer saw no bad chunk");
+    free_layout(&l);
+}
+
 static void test_misuse(void)
 {
     pt_ring_t zero;
@@ -434,6 +547,7 @@ int main(void)
     test_drop_policy();
     test_stack_request();
     test_wait_policy_bound();
+    test_reserve_in_steps();
     test_misuse();
     if (failures) {
         fprintf(stderr, "test_ring_order: %d check(s) failed\n", failures);

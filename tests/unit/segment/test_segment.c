@@ -73,6 +73,16 @@ static int shm_exists(const char *name)
     return 1;
 }
 
+static char skip_name[128];
+static int skip_calls;
+
+static int skip_one(const char *name, void *ctx)
+{
+    (void)ctx;
+    skip_calls++;
+    return strcmp(name, skip_name) == 0;
+}
+
 static void test_round_trip(void)
 {
     printf("round trip\n");
@@ -148,6 +158,13 @@ static void test_round_trip(void)
         CHECKF(strcmp(info[i].cmdline, "python3 -m demo --flag") == 0, "listed cmdline");
     }
     CHECKF(found, "segment %s not listed", name);
+    /* a caller that settled a segment (the hub) has it left out, never opened */
+    skip_calls = 0;
+    snprintf(skip_name, sizeof skip_name, "%s", name);
+    CHECKF(pt_segment_list_skip(info, 64, &count, skip_one, NULL) == 0, "list, skipping");
+    for (size_t i = 0; i < count && i < 64; i++)
+        CHECKF(strcmp(info[i].name, name) != 0, "skipped segment %s listed", name);
+    CHECKF(skip_calls >= 1, "asked about every entry (%d)", skip_calls);
     pt_segment_close(seg, 1);
     CHECKF(!shm_exists(name), "closed with unlink: gone");
 }
@@ -591,9 +608,10 @@ static void test_random_names(void)
     }
 }
 
-/* A ring's pages are reserved when a thread first claims its slot, not at
- * create: a segment of many slots costs the header, table and symbol log
- * until threads arrive (so a job starts in a container's 64 MB /dev/shm). */
+/* A ring's pages are reserved when a thread claims its slot and writes it,
+ * not at create: a segment of many slots costs the header, table and symbol
+ * log until threads arrive (so a job starts in a container's 64 MB /dev/shm),
+ * and a ring its first chunks until its thread has written more. */
 static void test_rings_reserved_on_claim(void)
 {
     printf("rings reserved on claim\n");
@@ -617,7 +635,27 @@ static void test_rings_reserved_on_claim(void)
     CHECK(pt_segment_claim_ring(seg, 1, "t", 0, &ring) == 0);
     CHECK(stat(path, &st) == 0);
     uint64_t after = (uint64_t)st.st_blocks * 512;
-    CHECKF(after >= before + ring_bytes, "a claim reserves its ring: %" PRIu64 " -> %" PRIu64, before, after);
+    /* the claim takes the ring's first chunks, not the whole ring (a fork
+     * child writing a few thousand events takes 128 KiB, not 4 MiB) */
+    CHECKF(after >= before + 2 * cfg.chunk_bytes, "a claim reserves its first chunks: %" PRIu64 " -> %" PRIu64,
+           before, after);
+    CHECKF(after < before + ring_bytes / 2, "not the whole ring: %" PRIu64 " -> %" PRIu64, before, after);
+    /* its thread's first lap takes the rest, before writing it */
+    uint64_t per_chunk = PT_CHUNK_EVENTS(cfg.chunk_bytes);
+    uint64_t written = 0;
+    for (uint64_t i = 0; i < per_chunk * 5; i++)
+        written += pt_ring_push(&ring, i, 7, PT_EV_CALL, 0, 0) == 0;
+    CHECK(written == per_chunk * 5);
+    CHECK(stat(path, &st) == 0);
+    uint64_t five = (uint64_t)st.st_blocks * 512;
+    CHECKF(five >= before + 8 * cfg.chunk_bytes && five < before + ring_bytes,
+           "5 chunks written: 8 reserved (doubling), %" PRIu64 " -> %" PRIu64, before, five);
+    for (uint64_t i = 0; i < per_chunk * 11; i++)
+        written += pt_ring_push(&ring, i, 7, PT_EV_CALL, 0, 0) == 0;
+    CHECK(written == per_chunk * 16);
+    CHECK(stat(path, &st) == 0);
+    uint64_t lap = (uint64_t)st.st_blocks * 512;
+    CHECKF(lap >= before + ring_bytes, "a whole lap: the whole ring, %" PRIu64 " -> %" PRIu64, before, lap);
     pt_segment_close(seg, 1);
 }
 
@@ -658,6 +696,52 @@ static void test_symlog_reserved_as_it_fills(void)
     CHECKF(after >= before + (3u << 20) - (256u << 10), "the pages written are reserved: %" PRIu64 " -> %" PRIu64,
            before, after);
     CHECKF(after < before + (8u << 20), "not the whole log: %" PRIu64, after);
+    pt_segment_close(seg, 1);
+}
+
+
+/* A claim promises the rest of its ring: where /dev/shm cannot hold the rings
+ * already promised plus this one, the claim is refused (-ENOSPC: its thread
+ * runs untraced, counted) though only the first chunks of each are taken yet.
+ * Real /dev/shm: rings of a third to two thirds of its free room, 4 slots. */
+static void test_claims_promise_their_rings(void)
+{
+    printf("claims promise their rings\n");
+    struct statvfs vfs;
+    CHECKF(statvfs("/dev/shm", &vfs) == 0, "statvfs");
+    uint64_t avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+    pt_segment_config_t cfg = small_config();
+    cfg.chunk_bytes = 1u << 20;
+    uint64_t chunks = 64;
+    while (chunks * cfg.chunk_bytes < avail / 3 && chunks < PT_MAX_CHUNKS_PER_RING)
+        chunks *= 2; /* the first ring size >= a third of the room */
+    cfg.chunks_per_ring = (uint32_t)chunks;
+    cfg.ring_count = 4;
+    uint64_t ring_bytes = chunks * cfg.chunk_bytes;
+    if (ring_bytes * 4 + (64u << 20) > PT_MAX_SEGMENT_BYTES || ring_bytes >= avail) {
+        printf("  skipped: /dev/shm has %" PRIu64 " MiB free\n", avail >> 20);
+        return;
+    }
+    pt_segment_t *seg = NULL;
+    char err[256] = "";
+    CHECKF(pt_segment_create(&cfg, &seg, err, sizeof err) == 0, "create: %s", err);
+    if (!seg)
+        return;
+    pt_ring_t rings[4];
+    int claimed = 0, rc = 0;
+    while (claimed < 4 && (rc = pt_segment_claim_ring(seg, 1, "t", 0, &rings[claimed])) == 0)
+        claimed++;
+    uint64_t fit = avail / ring_bytes; /* 1 or 2 */
+    printf("  rings of %" PRIu64 " MiB, %" PRIu64 " MiB free: %d claimed, then %d\n", ring_bytes >> 20,
+           avail >> 20, claimed, rc);
+    CHECKF(rc == -ENOSPC, "a claim past the room is refused: %d", rc);
+    CHECKF(claimed >= 1 && (uint64_t)claimed <= fit, "%d claimed, %" PRIu64 " fit", claimed, fit);
+    char path[160];
+    snprintf(path, sizeof path, "/dev/shm%s", pt_segment_name(seg));
+    struct stat st;
+    CHECK(stat(path, &st) == 0);
+    CHECKF((uint64_t)st.st_blocks * 512 < (uint64_t)(claimed * 2 + 1) * cfg.chunk_bytes + (8u << 20),
+           "only the first chunks are taken: %lld bytes", (long long)st.st_blocks * 512);
     pt_segment_close(seg, 1);
 }
 
@@ -713,6 +797,7 @@ int main(void)
     test_foreign_user();
     test_claim_retire();
     test_rings_reserved_on_claim();
+    test_claims_promise_their_rings();
     test_symlog_reserved_as_it_fills();
     test_planted_names();
     test_random_names();
