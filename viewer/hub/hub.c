@@ -149,6 +149,10 @@ typedef struct hub {
         int said;             /* given up on, counted and said */
     } *failed;
     size_t nfailed, capfailed;
+    struct hother {
+        char name[96];        /* a valid segment that is not the job's: never opened again */
+    } *others;
+    size_t nothers, capothers;
     char dir[PT_HUB_PATH_MAX];
     uint8_t *tagged;          /* a message tagged with its process */
     size_t tagged_cap;
@@ -898,6 +902,33 @@ static int children_pending(const hub_t *h)
     return 0;
 }
 
+/* pt_segment_skip_fn: a segment the hub has settled (read, given up on, or
+ * not the job's) is not opened again. A scan runs at every new segment in
+ * /dev/shm; opening all of them each time made a 50-worker pool's start
+ * cost the hub O(n^2) opens and maps. */
+static int settled(const char *name, void *ctx)
+{
+    const hub_t *h = ctx;
+    for (size_t i = 0; i < h->nsegs; i++)
+        if (!strcmp(h->segs[i].name, name))
+            return 1;
+    for (size_t i = 0; i < h->nfailed; i++)
+        if (h->failed[i].said && !strcmp(h->failed[i].name, name))
+            return 1;
+    for (size_t i = 0; i < h->nothers; i++)
+        if (!strcmp(h->others[i].name, name))
+            return 1;
+    return 0;
+}
+
+static void not_the_jobs(hub_t *h, const char *name)
+{
+    if (strlen(name) >= sizeof h->others->name ||
+        grow((void **)&h->others, &h->capothers, h->nothers + 1, sizeof *h->others))
+        return; /* then it is looked at again next time: slower, not wrong */
+    snprintf(h->others[h->nothers++].name, sizeof h->others->name, "%s", name);
+}
+
 /* Attach every segment of the job's tree not read yet. Returns how many. */
 static int scan_children(hub_t *h)
 {
@@ -911,7 +942,7 @@ static int scan_children(hub_t *h)
             return 0;
         }
         infos = n;
-        rc = pt_segment_list(infos, max, &count);
+        rc = pt_segment_list_skip(infos, max, &count, settled, h);
         if (rc < 0 || count <= max)
             break;
         max = count + 16;
@@ -933,20 +964,20 @@ static int scan_children(hub_t *h)
                 (void)attach_seg(h, si->name, si->pid);
             continue;
         }
-        int known = 0;
-        for (size_t i = 0; i < h->nsegs && !known; i++)
-            known = !strcmp(h->segs[i].name, si->name);
-        for (size_t i = 0; i < h->nfailed && !known; i++)
-            known = h->failed[i].said && !strcmp(h->failed[i].name, si->name);
-        if (known)
+        if (settled(si->name, h)) /* attached above, from an older entry */
             continue;
         uint64_t cand_start = 0;
         uint64_t live_ppid = proc_stat(si->pid, &cand_start);
-        /* alive: its parent now (an orphan's is 1) or the one its segment names */
-        if (!descends(h, si->ppid, cand_start) && !(live_ppid > 1 && descends(h, live_ppid, cand_start)))
+        /* alive: its parent now (an orphan's is 1) or the one its segment names.
+         * A valid segment's ancestry does not become the job's later. */
+        if (!descends(h, si->ppid, cand_start) && !(live_ppid > 1 && descends(h, live_ppid, cand_start))) {
+            not_the_jobs(h, si->name);
             continue;
-        if (si->state == PT_STATE_EXITED && si->consumer_pid == 0 && si->events_written == 0)
+        }
+        if (si->state == PT_STATE_EXITED && si->consumer_pid == 0 && si->events_written == 0) {
+            not_the_jobs(h, si->name); /* ended having written nothing: nothing to read, ever */
             continue;
+        }
         if (attach_seg(h, si->name, si->pid) == 0)
             added++;
     }
