@@ -95,6 +95,9 @@ typedef struct rd_ring {
     int free_pending;       /* retired and drained: set FREE at the next release */
 } rd_ring_t;
 
+/* A dead producer is noticed within this long of its last event. */
+#define PT_READER_ALIVE_CHECK_NS 20000000ull
+
 struct pt_reader {
     pt_segment_t *seg;
     pt_seg_header_t *h;
@@ -120,6 +123,7 @@ struct pt_reader {
     int dead;
     int finished;
     long last_poll_events;
+    uint64_t alive_checked_ns; /* when the producer's pid was last looked at */
     uint32_t next_ring;       /* ring the next poll starts with */
     pt_reader_stats_t st;
     char err[320];
@@ -813,8 +817,9 @@ static long poll_once(pt_reader_t *r, pt_reader_msg_fn fn, void *ctx, uint64_t m
     long handed = 0;
     int bad = 0;
     const uint32_t corrupt_before = r->st.corrupt_rings;
+    const uint64_t now_ns = pt_monotonic_ns();
     /* relaxed: a liveness hint for `pytrace ls` and for takeovers */
-    atomic_store_explicit(&r->h->consumer_heartbeat_ns, pt_monotonic_ns(), memory_order_relaxed);
+    atomic_store_explicit(&r->h->consumer_heartbeat_ns, now_ns, memory_order_relaxed);
 
     if (!r->sent_info && emit_process_info(r, &sink))
         return sink.stop;
@@ -826,9 +831,15 @@ static long poll_once(pt_reader_t *r, pt_reader_msg_fn fn, void *ctx, uint64_t m
         rd_error(r, "producer state %u is not a valid state (corrupt segment); treating it as running", state);
         state = PT_STATE_RUNNING;
     }
-    /* Checking the pid costs a system call: only when the last poll was idle. */
-    if (!r->dead && state != PT_STATE_EXITED && r->last_poll_events == 0 && !pt_segment_producer_alive(r->seg))
-        r->dead = 1;
+    /* Checking the pid costs a kill() and a read of /proc: only when the last
+     * poll was idle, and at most every PT_READER_ALIVE_CHECK_NS (a hub polls
+     * the idle segments of a 50-worker pool thousands of times a second). */
+    if (!r->dead && state != PT_STATE_EXITED && r->last_poll_events == 0 &&
+        now_ns - r->alive_checked_ns >= PT_READER_ALIVE_CHECK_NS) {
+        r->alive_checked_ns = now_ns;
+        if (!pt_segment_producer_alive(r->seg))
+            r->dead = 1;
+    }
     const uint32_t eff_state = r->dead ? PT_STATE_DEAD : state;
 
     for (uint32_t i = 0; i < r->ring_count; i++)
