@@ -381,30 +381,53 @@ static PyType_Spec rwriter_spec = {
 
 /* ---- verify_message ---------------------------------------------------------------- */
 
-static PyObject *py_verify_message(PyObject *module, PyObject *arg)
+/* Parse one size-prefixed message with the C parser; 0, or -1 with ValueError set. */
+static int parse_message_arg(PyObject *arg, pt_fb_msg_t *m)
 {
-    (void)module;
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
-        return NULL;
-    pt_fb_msg_t m;
+        return -1;
     char why[192] = "";
     const uint8_t *b = view.buf;
     const size_t len = (size_t)view.len;
-    PyObject *result = NULL;
+    int rc = -1;
     if (len < 4) {
         PyErr_Format(PyExc_ValueError, "message of %zu bytes is too short", len);
     } else {
         const size_t size = pt_fb_message_size(b, len) - 4;
         if (size + 4 > len)
             PyErr_Format(PyExc_ValueError, "size prefix %zu exceeds the %zu bytes given", size, len);
-        else if (pt_fb_parse(b, size + 4, &m, why, sizeof why))
+        else if (pt_fb_parse(b, size + 4, m, why, sizeof why))
             PyErr_Format(PyExc_ValueError, "%s", why[0] ? why : "invalid message");
         else
-            result = PyLong_FromUnsignedLong(m.type);
+            rc = 0;
     }
     PyBuffer_Release(&view);
-    return result;
+    return rc;
+}
+
+static PyObject *py_verify_message(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    pt_fb_msg_t m;
+    if (parse_message_arg(arg, &m) < 0)
+        return NULL;
+    return PyLong_FromUnsignedLong(m.type);
+}
+
+/* The recorder's one question about a message, answered by the C parser: the
+ * flatc-generated Python tables import the flatbuffers package, which imports
+ * numpy when it is installed (80 ms and a BLAS thread pool in the recorder,
+ * beside the job it records). */
+static PyObject *py_message_drop_policy(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    pt_fb_msg_t m;
+    if (parse_message_arg(arg, &m) < 0)
+        return NULL;
+    if (m.type != PT_MSG_PROCESS_INFO)
+        Py_RETURN_NONE;
+    return PyLong_FromUnsignedLong(m.u.process_info.drop_policy);
 }
 
 /* ---- merge_recordings ---------------------------------------------------------------- */
@@ -489,6 +512,9 @@ static PyMethodDef recfile_functions[] = {
     {"verify_message", py_verify_message, METH_O,
      "verify_message(data) -> int: verify one size-prefixed message (the verifier every reader of "
      "pytrace uses); returns its MessageBody type, raises ValueError saying what is wrong."},
+    {"message_drop_policy", py_message_drop_policy, METH_O,
+     "message_drop_policy(data) -> int | None: the DropPolicy a ProcessInfo message states (None for "
+     "another message); ValueError if it is not a valid message."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -339,9 +339,11 @@ def _record(reader, writer, child, interrupts, pid_mode, discarded, until=None):
 
 
 def _policy_of(data):
-    from .reader import decode
+    # the C parser: decoding with the generated tables would import the flatbuffers
+    # package, and with it numpy where installed (80 ms of CPU beside the job)
+    from . import _pytrace
     try:
-        return decode(_MSG_PROCESS_INFO, data).drop_policy
+        return _pytrace.message_drop_policy(data)
     except Exception:  # noqa: BLE001 - the file keeps the message either way
         return None
 

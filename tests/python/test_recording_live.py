@@ -316,3 +316,21 @@ def test_record_pid_stops_on_ctrl_c_with_a_readable_file(tmp_path, workload):
     r = rec.RecordingReader(out)
     msgs = list(r)
     assert r.finished_flag and msgs[0][0] == 1 and any(t == 5 for t, _ in msgs)
+
+
+def test_the_recorder_reads_the_policy_without_importing_flatbuffers(tmp_path):
+    """The recorder runs beside the job on the same cores: it learns the job's policy
+    from ProcessInfo with the C parser, and imports neither the flatbuffers package nor
+    what that imports where installed (numpy: 80 ms of CPU and a BLAS thread pool)."""
+    out = tmp_path / "r.pytrace"
+    r = subprocess.run([PY, "-X", "importtime", "-m", "pytrace", "record", "-o", str(out), "--",
+                        PY, "-c", "pass"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "recording lossless (policy wait)" in r.stderr
+    # the recorder's own imports (the job's go to the same stderr: it imports neither)
+    imported = {line.split("|")[-1].strip() for line in r.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "pytrace.record" in imported or "pytrace.cli" in imported, sorted(imported)[:20]
+    assert not {m for m in imported if m.split(".")[0] in ("flatbuffers", "numpy")}
+    reader = rec.RecordingReader(str(out))
+    assert len(list(reader)) > 3 and reader.lossless and reader.finished_flag
