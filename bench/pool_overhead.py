@@ -80,8 +80,10 @@ def main():
     job = os.path.join(tmp, "job.py")
     with open(job, "w") as f:
         f.write(JOB)
-    print("command: python bench/pool_overhead.py --tasks %d --runs %d --workers %s --methods %s"
-          % (a.tasks, a.runs, a.workers, a.methods))
+    print("command: %s bench/pool_overhead.py --tasks %d --runs %d --workers %s --methods %s"
+          % (os.path.basename(py), a.tasks, a.runs, a.workers, a.methods))
+    hook = ("sys.monitoring" if sys.version_info >= (3, 12) else "PyEval_SetProfile (C calls on)")
+    print("python %s, hook %s" % (sys.version.split()[0], hook))
     print("pool time, median of %d interleaved runs (the job's own clock around the pool)" % a.runs)
     for method in a.methods.split(","):
         for workers in [int(w) for w in a.workers.split(",")]:
