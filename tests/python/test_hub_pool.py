@@ -81,3 +81,42 @@ def test_recorded_pool_counts_every_task_in_the_process_that_ran_it(tmp_path, me
         # (with 50 on 2 cores, most never get a task) never ran pytrace, nor the program.
         assert len(processes) >= workers + 1, (len(processes), p.stderr[-2000:])
     assert "NOT traced" not in p.stderr and "could not be read" not in p.stderr, p.stderr
+
+
+CHILD_DIES_WHILE_CREATING = textwrap.dedent("""
+    import os, time
+    pid = os.fork()
+    if pid == 0:
+        # a segment file of this child with no header yet, as when a pool's terminate()
+        # kills a worker between creating its segment and writing it
+        name = "/dev/shm/pytrace-%d-7-00000000deadbeef" % os.getpid()
+        fd = os.open(name, os.O_CREAT | os.O_WRONLY, 0o600)
+        os.ftruncate(fd, 4096)
+        os.close(fd)
+        time.sleep(1.0)          # the hub tries it meanwhile, and fails: no header
+        os._exit(0)
+    os.waitpid(pid, 0)
+    print("done", pid)
+""")
+
+
+def test_a_child_that_ends_before_its_segment_is_readable_is_counted_not_waited_for(tmp_path):
+    """The hub tries a child's segment while it is being created and retries it while the
+    child lives. A child that ends first (its segment never gets a header) is given up on,
+    counted and said, and the recording ends with the job; the hub used to wait for it
+    forever, and the recorder with it."""
+    job = tmp_path / "job.py"
+    job.write_text(CHILD_DIES_WHILE_CREATING)
+    out = tmp_path / "r.pytrace"
+    try:
+        r = subprocess.run([PY, "-m", "pytrace", "record", "-o", str(out), "--", PY, str(job)],
+                           capture_output=True, text=True, timeout=60)
+    finally:
+        import glob
+        import os
+        for f in glob.glob("/dev/shm/pytrace-*-7-00000000deadbeef"):
+            os.unlink(f)
+    assert r.returncode == 0, r.stderr
+    child = int(r.stdout.split()[-1])
+    assert "never became readable" in r.stderr, r.stderr
+    assert "pytrace-%d-7-00000000deadbeef" % child in r.stderr, r.stderr

@@ -982,6 +982,23 @@ static int scan_children(hub_t *h)
             added++;
     }
     free(infos);
+    /* A child tried while its segment was being created, and not retried since
+     * (it ended first, or its segment is gone): given up on after the same
+     * CHILD_RETRY_NS, counted and said. Left pending, it held the hub -- and a
+     * recorder waiting for the end -- forever (a spawn Pool's terminate() can
+     * kill a worker between creating its segment and writing the header). */
+    uint64_t now = pt_monotonic_ns();
+    for (size_t i = 0; i < h->nfailed; i++) {
+        struct hfailed *f = &h->failed[i];
+        if (f->said || now - f->first_ns <= CHILD_RETRY_NS)
+            continue;
+        f->said = 1;
+        h->children_failed++;
+        fprintf(stderr,
+                "pytrace-hub: cannot read child segment %s of the job: it never became readable (the child "
+                "ended first) (%llu child%s of the job not read)\n",
+                f->name, (unsigned long long)h->children_failed, h->children_failed == 1 ? "" : "ren");
+    }
     return added;
 }
 
