@@ -838,6 +838,16 @@ static int descends(const hub_t *h, uint64_t ppid, uint64_t cand_start)
     return 0;
 }
 
+/* A child the hub will not read: counted and said, even with --quiet (a
+ * child nobody reads is never silent). */
+static void give_up(hub_t *h, struct hfailed *f, const char *what, const char *why)
+{
+    f->said = 1;
+    h->children_failed++;
+    fprintf(stderr, "pytrace-hub: cannot read child %s of the job: %s (%llu child%s of the job not read)\n", what,
+            why, (unsigned long long)h->children_failed, h->children_failed == 1 ? "" : "ren");
+}
+
 static int attach_seg(hub_t *h, const char *name, uint64_t pid)
 {
     char err[512] = "";
@@ -858,13 +868,9 @@ static int attach_seg(hub_t *h, const char *name, uint64_t pid)
             f->first_ns = pt_monotonic_ns();
         }
         if (f && !f->said && (rc == -EBUSY || rc == -EACCES || pt_monotonic_ns() - f->first_ns > CHILD_RETRY_NS)) {
-            f->said = 1;
-            h->children_failed++;
-            /* said even with --quiet: a child nobody reads is never silent */
-            fprintf(stderr,
-                    "pytrace-hub: cannot read child pid %llu of the job: %s (%llu child%s of the job not read)\n",
-                    (unsigned long long)pid, err[0] ? err : strerror(-rc), (unsigned long long)h->children_failed,
-                    h->children_failed == 1 ? "" : "ren");
+            char what[64];
+            snprintf(what, sizeof what, "pid %llu", (unsigned long long)pid);
+            give_up(h, f, what, err[0] ? err : strerror(-rc));
         }
         return rc;
     }
@@ -992,12 +998,7 @@ static int scan_children(hub_t *h)
         struct hfailed *f = &h->failed[i];
         if (f->said || now - f->first_ns <= CHILD_RETRY_NS)
             continue;
-        f->said = 1;
-        h->children_failed++;
-        fprintf(stderr,
-                "pytrace-hub: cannot read child segment %s of the job: it never became readable (the child "
-                "ended first) (%llu child%s of the job not read)\n",
-                f->name, (unsigned long long)h->children_failed, h->children_failed == 1 ? "" : "ren");
+        give_up(h, f, f->name, "it never became readable (the child ended first)");
     }
     return added;
 }
