@@ -201,8 +201,11 @@ def test_damage_in_a_compressed_chunk_is_reported_at_its_offset(recorded, tmp_pa
     bad = tmp_path / "bad.pytrace"
     cases = {
         "bad zstd frame": lambda b: b.__setitem__(data_at, b[data_at] ^ 0xFF),
-        "damaged frame body": lambda b: b.__setitem__(data_at + c.DataLength() // 2,
-                                                      b[data_at + c.DataLength() // 2] ^ 0x10),
+        # the frame's last 4 bytes are the checksum of its content: one flipped bit there
+        # is always caught (a flip inside the body can hit a bit the decoder never uses,
+        # see test_damage_in_a_frame_body_never_yields_other_events)
+        "damaged checksum": lambda b: b.__setitem__(data_at + c.DataLength() - 2,
+                                                    b[data_at + c.DataLength() - 2] ^ 0x10),
         "raw_bytes lies": lambda b: struct.pack_into(
             "<I", b, off + c._tab.Pos + c._tab.Offset(12), c.RawBytes() + 16),
         "count lies": lambda b: struct.pack_into(
@@ -217,6 +220,32 @@ def test_damage_in_a_compressed_chunk_is_reported_at_its_offset(recorded, tmp_pa
         assert err.offset == off, (name, err)
         assert "compressed chunk" in err.reason, (name, err.reason)
         assert got == whole[:index], name                    # everything before it, intact
+
+
+def test_damage_in_a_frame_body_never_yields_other_events(recorded, tmp_path):
+    # One flipped bit at each of 64 places in a frame's body: the reader either reports the
+    # chunk as damaged at its offset, or (a bit the zstd decoder does not use, such as
+    # padding) hands out exactly the events that were written. Never other events.
+    good = recorded.read_bytes()
+    whole = list(rec.RecordingReader(recorded))
+    index, off, buf, c = _first_compressed(good)
+    data_at = off + c._tab.Vector(c._tab.Offset(14))
+    body = range(6, c.DataLength() - 4)  # past the frame header, before the checksum
+    step = max(1, len(body) // 64)
+    bad = tmp_path / "bad.pytrace"
+    reported = 0
+    for at in body[::step]:
+        b = bytearray(good)
+        b[data_at + at] ^= 0x10
+        bad.write_bytes(bytes(b))
+        got, err = _read_until_error(bad)
+        if err is None:
+            assert got == whole, at
+            continue
+        reported += 1
+        assert err.offset == off and "compressed chunk" in err.reason, (at, err)
+        assert got == whole[:index], at
+    assert reported > 0
 
 
 def test_truncated_compressed_file(recorded, tmp_path):
