@@ -83,6 +83,16 @@ def table_order(screen, names):
     return pos
 
 
+def table_names(screen):
+    """The FUNCTION column of the table's rows (the lines below its column header)."""
+    lines = screen.splitlines()
+    for i, line in enumerate(lines):
+        if "FUNCTION" in line and "CALLS" in line:
+            start = line.index("FUNCTION")
+            return [l[start:].split()[0] for l in lines[i + 1:] if len(l) > start and l[start:].strip()]
+    return []
+
+
 class Tmux:
     """One detached tmux session running `command` (by default pytrace-top ARGS);
     killed on close."""
