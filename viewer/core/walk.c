@@ -1,7 +1,8 @@
 /*
  * pt_walk implementation. The rules are in walk.h; this file says how.
  *
- *   - A thread's stack is an array of entries {id, span}. Per thread and id, a
+ *   - A thread's stack is an array of entries {id, span, kind, start tick}
+ *     (pt_walk_frames hands them out). Per thread and id, a
  *     count of open frames (and separately of open spans) lives in one hash
  *     map keyed (thread index, span bit, id), so "is there an open frame of
  *     this id?" costs O(1) and a search only runs when it will pop what it
