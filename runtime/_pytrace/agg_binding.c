@@ -304,6 +304,71 @@ static PyObject *agg_threads(agg_obj_t *self, PyObject *unused)
     return list;
 }
 
+PyDoc_STRVAR(stacks_doc,
+             "stacks() -> list[(thread, os_tid, name, ended, known, frames)] in order of first sight: each "
+             "thread's current stack as the walk holds it (viewer/core/walk.h), frames outermost first as "
+             "(symbol id, kind, reported, start_ns); kind 0 Python, 1 C, 2 span; reported: opened by a Frame "
+             "record (its call was not seen; start_ns is when it was reported); start_ns: ns since the first "
+             "tick seen. known: the frames are the thread's whole stack (its stream was read from its start, "
+             "or a Frame run reported it since the last Lost record); an ended thread has none.");
+
+static PyObject *agg_stacks(agg_obj_t *self, PyObject *unused)
+{
+    (void)unused;
+    PyObject *list = PyList_New(0);
+    if (!list)
+        return NULL;
+    pt_agg_frame_t *frames = NULL;
+    uint32_t cap = 0;
+    agg_lock(self);
+    size_t n = pt_agg_thread_count(self->agg);
+    for (size_t i = 0; i < n; i++) {
+        pt_agg_thread_info_t ti;
+        uint32_t depth = 0;
+        int known = 0, rc;
+        if (pt_agg_thread_at(self->agg, i, &ti))
+            continue;
+        while ((rc = pt_agg_stack(self->agg, i, frames, cap, &depth, &known)) == 0 && depth > cap) {
+            pt_agg_frame_t *grown = PyMem_RawRealloc(frames, (size_t)depth * sizeof *frames);
+            if (!grown) {
+                rc = -ENOMEM;
+                break;
+            }
+            frames = grown;
+            cap = depth;
+        }
+        PyObject *fl = NULL, *name = NULL, *t = NULL;
+        if (rc == 0 && (fl = PyList_New((Py_ssize_t)depth)) != NULL) {
+            for (uint32_t k = 0; k < depth; k++) {
+                PyObject *f = Py_BuildValue("(IiOK)", frames[k].symbol, frames[k].kind,
+                                            frames[k].reported ? Py_True : Py_False,
+                                            (unsigned long long)frames[k].start_ns);
+                if (!f) {
+                    Py_CLEAR(fl);
+                    break;
+                }
+                PyList_SET_ITEM(fl, (Py_ssize_t)k, f);
+            }
+        }
+        if (fl && (name = str_of(ti.name)) != NULL)
+            t = Py_BuildValue("(KKNOON)", (unsigned long long)ti.thread, (unsigned long long)ti.os_tid, name,
+                              ti.ended ? Py_True : Py_False, known ? Py_True : Py_False, fl);
+        else
+            Py_XDECREF(fl);
+        if (!t || PyList_Append(list, t) < 0) {
+            Py_XDECREF(t);
+            agg_unlock(self);
+            PyMem_RawFree(frames);
+            Py_DECREF(list);
+            return rc ? raise_rc(rc) : NULL;
+        }
+        Py_DECREF(t);
+    }
+    agg_unlock(self);
+    PyMem_RawFree(frames);
+    return list;
+}
+
 PyDoc_STRVAR(symbols_doc, "symbols(start=0) -> list[(id, kind, known, name, file, line)]: the symbols in order of "
                           "first sight, from index start (so a caller can ask only for new ones).");
 
@@ -542,6 +607,7 @@ static PyMethodDef agg_methods[] = {
     {"process_info", (PyCFunction)agg_process_info, METH_NOARGS, process_doc},
     {"threads", (PyCFunction)agg_threads, METH_NOARGS, threads_doc},
     {"symbols", (PyCFunction)agg_symbols, METH_VARARGS, symbols_doc},
+    {"stacks", (PyCFunction)agg_stacks, METH_NOARGS, stacks_doc},
     {"table", (PyCFunction)(void (*)(void))agg_table, METH_VARARGS | METH_KEYWORDS, table_doc},
     {"tree", (PyCFunction)(void (*)(void))agg_tree, METH_VARARGS | METH_KEYWORDS, tree_doc},
     {"timeline", (PyCFunction)(void (*)(void))agg_timeline, METH_VARARGS | METH_KEYWORDS, timeline_doc},

@@ -3,12 +3,15 @@
 Two sources, tried in this order:
 
 1. The job's own segment, when it is traced: the reader replays the rings from where the
-   last reader left them (nothing is consumed: the cursors are not moved) and rebuilds
-   each thread's stack (_ThreadStacks). A thread whose stream is read from its start is
-   complete; one whose beginning a previous reader took gets its stack from the Frame
-   records the producer writes on the reader's request, which it does on that thread's
-   next event (with room in its ring). C functions on the stack show
-   (time.sleep, lock.acquire); Python frames give the line where the function starts.
+   last reader left them (nothing is consumed: the cursors are not moved) into a
+   pytrace.Profile, and each thread's stack is the one pytrace's walk holds
+   (Profile.stacks(): the C core's rules, viewer/core/walk.h, never a second walker
+   here). A thread whose stream is read from its start is complete; one whose beginning
+   a previous reader took gets its stack from the Frame records the producer writes on
+   the reader's request, which it does on that thread's next event (with room in its
+   ring). C functions on the stack show (time.sleep, lock.acquire), and open
+   pytrace.span spans where the walk puts them; Python frames give the line where the
+   function starts.
 2. The process's memory, on Python 3.14+: the standard library's remote unwinder
    (`_remote_debugging`, which `python -m asyncio ps` and the 3.15 sampling profiler use)
    reads every thread's frames without running anything in the process, so it also
@@ -144,86 +147,34 @@ def stacks_from_memory(target):
 
 # ---- from the segment -----------------------------------------------------------------
 
-class _ThreadStacks:
-    """One thread's current stack, rebuilt from its records as every reader does
-    (README, "The stream and the file format"): calls open a frame, returns close the
-    innermost frame of their function and any above it (a return of a frame not on the
-    stack is one that opened before the stream began: ignored); a run of Frame records
-    is the whole stack, outermost first; after a Lost record the stack is unknown until
-    the Frame records that follow it."""
-
-    __slots__ = ("name", "os_tid", "stack", "frames", "known", "ended")
-
-    def __init__(self, name, os_tid):
-        self.name, self.os_tid = name, os_tid
-        self.stack = []
-        self.frames = None          # a run of Frame records being read
-        self.known = None           # None until the first records: complete or not
-        self.ended = False
-
-    def records(self, chunk):
-        if self.known is None:
-            self.known = chunk.first_event == 0      # read from the thread's start
-        stack = self.stack
-        for ticks, sid, aux, kind, flags in chunk.iter_events():
-            if kind == 13:                           # Frame: the whole stack follows
-                if self.frames is None:
-                    self.frames = []
-                self.frames.append(sid)
-                self.known = True
-                continue
-            if self.frames is not None:
-                stack[:] = self.frames
-                self.frames = None
-            if kind in (1, 3, 8):                    # Call, CCall, Resume
-                stack.append(sid)
-            elif kind in (2, 4, 5, 6, 7):            # Return, CReturn, Unwind, CUnwind, Yield
-                if stack and stack[-1] == sid:
-                    stack.pop()
-                else:
-                    for depth in range(len(stack) - 1, -1, -1):
-                        if stack[depth] == sid:
-                            del stack[depth:]
-                            break
-            elif kind == 12:                         # Lost: the Frame records follow
-                stack.clear()
-                self.frames = []
-                self.known = False
-
-    def current(self):
-        return list(self.frames if self.frames is not None else self.stack)
+def _frame_line(frame):
+    """One line of dump's output for a StackFrame (pytrace.profile)."""
+    from .reader import SymbolKind
+    if frame.kind == "span":
+        return "%s (span)" % _printable(frame.name)
+    if frame.symbol_kind == SymbolKind.PyFunction:
+        return "%s (%s:%d)" % (_printable(frame.name), _printable(frame.file), frame.line)
+    if frame.symbol_kind == SymbolKind.CFunction:
+        return "%s (built-in)" % _printable(frame.name)
+    return "<unknown function %d>" % frame.id
 
 
 def stacks_from_segment(pid, wait=0.5):
     """-> (segment, threads). Raises OSError (no segment, or another reader holds it)."""
     from . import _pytrace
-    from .reader import MsgType, decode
+    from .profile import Profile
 
     reader = _pytrace.Reader(str(pid), defer_release=True)   # never released: nothing consumed
     segment = getattr(reader, "segment", "") or ""
-    symbols, threads = {}, {}
+    # the aggregation's window is not used here: keep it to one slice
+    prof = Profile(window=1.0, slice_seconds=1.0)
     deadline = time.monotonic() + wait
     try:
         while True:
             batch = reader.poll(1 << 20)
-            for msg_type, data in batch:
-                try:
-                    msg = decode(msg_type, data)
-                except ValueError:
-                    continue
-                if msg_type == MsgType.Symbol:
-                    symbols[msg.id] = msg
-                elif msg_type == MsgType.ThreadStart:
-                    threads[msg.thread] = _ThreadStacks(msg.name, msg.os_tid)
-                elif msg_type == MsgType.ThreadEnd and msg.thread in threads:
-                    threads[msg.thread].ended = True
-                elif msg_type == MsgType.EventChunk:
-                    st = threads.get(msg.thread)
-                    if st is None:
-                        st = threads[msg.thread] = _ThreadStacks("", 0)
-                    st.records(msg)
-            active = [st for st in threads.values() if not st.ended]
-            if not batch and all(st.known for st in active):
+            if batch:
+                prof.feed_many(batch)     # messages the verifier refuses are skipped
+            elif all(t.complete for t in prof.stacks() if not t.ended):
                 break
             if reader.finished or time.monotonic() >= deadline:
                 break
@@ -232,20 +183,11 @@ def stacks_from_segment(pid, wait=0.5):
     finally:
         reader.close(unlink_if_finished=False)
     out = []
-    for st in threads.values():
-        if st.ended:
+    for t in prof.stacks():
+        if t.ended:
             continue
-        frames = []
-        for sid in reversed(st.current()):
-            sym = symbols.get(sid)
-            if sym is None:
-                frames.append("<unknown function %d>" % sid)
-            elif sym.kind == 0:
-                frames.append("%s (%s:%d)" % (_printable(sym.name), _printable(sym.file), sym.line))
-            else:
-                frames.append("%s (built-in)" % _printable(sym.name))
-        out.append({"tid": st.os_tid, "name": _printable(st.name), "state": "", "frames": frames,
-                    "complete": bool(st.known)})
+        out.append({"tid": t.os_tid, "name": _printable(t.name), "state": "",
+                    "frames": [_frame_line(f) for f in reversed(t.frames)], "complete": bool(t.complete)})
     out.sort(key=lambda t: (t["tid"] != pid, t["tid"]))
     return segment, out
 

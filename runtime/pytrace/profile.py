@@ -16,15 +16,25 @@ shows the numbers they show. Python only carries the messages in and the results
         for batch in ...: live.feed_many(reader.poll())
         live.functions(window=10)
 
+    for t in prof.stacks():                            # each thread's current stack
+        print(t.name, [f.name for f in t.frames])      # outermost first; kind python, c or span
+
 Threads are named by their segment-unique thread number (`Profile.threads()`); `thread=None`
 merges every thread (by call path). `window=None` is the whole run; a number of seconds is
 the last seconds of trace time (the window keeps `window` seconds at most, in slices of
 `slice_seconds`).
+
+`stacks()` is each thread's stack at the point the stream has been read to, as the walk holds
+it (so spans sit where pytrace-top and the exporters put them, and a stack reported by Frame
+records after a gap replaces what the gap hid); `complete` is False for a thread met
+mid-stream (its older frames were read by an earlier reader) until a Frame run reports it.
+`pytrace dump` prints these.
 """
 
 from collections import namedtuple
 
-__all__ = ["Profile", "Function", "Node", "ThreadInfo", "SymbolInfo", "Timeline", "TimelineCell"]
+__all__ = ["Profile", "Function", "Node", "ThreadInfo", "SymbolInfo", "Timeline", "TimelineCell",
+           "ThreadStack", "StackFrame"]
 
 Function = namedtuple("Function", "id kind name file line calls prim_calls self_ns total_ns self_pct total_pct")
 Function.__doc__ = ("A row of the function table (pytrace-top's columns): calls and primitive calls, self "
@@ -44,6 +54,18 @@ Timeline.__doc__ = ("Per cell of `group` slices (slice_ns long, slice k starting
                     "after the first event; a cell is named by its first slice) and thread: the function "
                     "with the most self time in it (id -1: none), its self time, the time in any frame "
                     "(busy_ns) and the calls started.")
+
+ThreadStack = namedtuple("ThreadStack", "thread os_tid name ended complete frames")
+ThreadStack.__doc__ = ("A thread's current stack: frames outermost first ([StackFrame]); complete: they are "
+                       "its whole stack (read from its start, or reported by a Frame run since the last gap); "
+                       "an ended thread has no frames.")
+StackFrame = namedtuple("StackFrame", "id kind name file line symbol_kind start_ns reported")
+StackFrame.__doc__ = ("An open entry of a thread's stack: kind 'python', 'c' or 'span' (a pytrace.span; its "
+                      "name is the span's); symbol_kind the Symbol's kind (pytrace.reader.SymbolKind, -1 if "
+                      "never announced); start_ns: when it began, in ns since the first event of the stream, "
+                      "or None when only a Frame record reported it (reported True: its call was not seen).")
+
+_FRAME_KINDS = ("python", "c", "span")   # enum pt_walk_frame_kind (viewer/core/walk.h)
 
 _SORTS = ("self", "total", "calls", "prim_calls", "name", "file")
 
@@ -123,6 +145,23 @@ class Profile:
     def threads(self):
         """[ThreadInfo] in order of first sight."""
         return [ThreadInfo(*t) for t in self._agg.threads()]
+
+    def stacks(self):
+        """[ThreadStack] in order of first sight: each thread's current stack, outermost
+        first, as the walk holds it (viewer/core/walk.h)."""
+        raw = self._agg.stacks()
+        symbols = self.symbols()
+        out = []
+        for thread, os_tid, name, ended, known, frames in raw:
+            fs = []
+            for sym, kind, reported, start_ns in frames:
+                s = self._symbol(sym, symbols)
+                fs.append(StackFrame(sym, _FRAME_KINDS[kind] if kind < len(_FRAME_KINDS) else "python",
+                                     s.name if s else "<unknown #%d>" % sym, s.file if s else "",
+                                     s.line if s else 0, s.kind if s and s.known else -1,
+                                     None if reported else start_ns, reported))
+            out.append(ThreadStack(thread, os_tid, name, ended, known, fs))
+        return out
 
     def symbols(self):
         """{id: SymbolInfo} of every function, C function and span label seen."""

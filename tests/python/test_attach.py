@@ -661,6 +661,83 @@ def test_dump_of_a_traced_job_reads_its_segment_and_consumes_nothing(tmp_path):
     assert calls["f"] == 1 and calls["g"] == 1 and calls["h"] == 1, calls
 
 
+SPAN_JOB = r'''
+import sys, threading, pytrace
+def inner():
+    print("ready", flush=True)
+    sys.stdin.readline()            # blocked in C, inside the span
+def outer():
+    with pytrace.span("load batch"):
+        inner()
+def side(started, stop):
+    with pytrace.span("side work"):
+        started.set()
+        stop.wait()                 # blocked in C, inside its own span
+started, stop = threading.Event(), threading.Event()
+t = threading.Thread(target=side, args=(started, stop), name="side")
+t.start()
+started.wait()
+outer()
+stop.set()
+t.join()
+print("finished")
+'''
+
+
+def dump_stack(dump, thread_name):
+    """One thread's block of `pytrace dump` output as names, outermost first (each
+    line's text before its " (...)")."""
+    lines = dump.splitlines()
+    start = [i for i, l in enumerate(lines) if l.startswith("Thread ") and '"%s"' % thread_name in l]
+    assert start, (thread_name, dump)
+    names = []
+    for line in lines[start[0] + 1:]:
+        if not line.startswith("    "):
+            break
+        names.append(line[4:].rsplit(" (", 1)[0])
+    return names[::-1]
+
+
+def test_dump_shows_the_stack_the_walk_holds(tmp_path):
+    """A traced job whose threads are inside user spans (pytrace.span) and blocked in C
+    calls: dump prints each open span where the walk (viewer/core/walk.h) puts it, between
+    the frame that opened it and what runs under it, and its stacks are call paths of
+    the calling-context tree pytrace.Profile builds from a recording of the same stream.
+    (The Python rebuild dump had before ignored spans.)"""
+    script = tmp_path / "spans.py"
+    script.write_text(SPAN_JOB)
+    proc = subprocess.Popen([PY, "-m", "pytrace", "run", str(script)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        r = pytrace("dump", str(proc.pid))
+        assert r.returncode == 0, r.stderr
+        assert "stacks from its pytrace segment" in r.stdout, r.stdout
+        assert "older frames not known" not in r.stdout, r.stdout
+        main, side = dump_stack(r.stdout, "MainThread"), dump_stack(r.stdout, "side")
+        assert "    load batch (span)" in r.stdout.splitlines(), r.stdout
+        i = main.index("<module>")
+        assert main[i:i + 4] == ["<module>", "outer", "load batch", "inner"], r.stdout
+        assert main[-1].endswith("readline"), r.stdout          # the C call in progress
+        j = side.index("side")
+        assert side[j:j + 2] == ["side", "side work"], r.stdout
+        rec = subprocess.Popen([PY, "-m", "pytrace", "record", "-o", str(tmp_path / "all.pytrace"),
+                                str(proc.pid)], stderr=subprocess.PIPE, text=True)
+        assert "recording" in rec.stderr.readline()
+    finally:
+        out, _ = proc.communicate("go\n", timeout=120)
+    rec.wait(timeout=120)
+    assert proc.returncode == 0 and out == "finished\n"
+    import pytrace as pt
+    prof = pt.Profile.from_recording(str(tmp_path / "all.pytrace"))
+    by_name = {t.name: t.thread for t in prof.threads()}
+    for name, stack in (("MainThread", main), ("side", side)):
+        paths = prof.paths(thread=by_name[name])
+        assert tuple(stack) in paths, (name, stack, sorted(p for p in paths if p[-1] == stack[-1]))
+    # the whole stream read: every thread ended, nothing open
+    assert prof.stacks() and all(t.ended and t.complete and not t.frames for t in prof.stacks())
+
+
 @NEEDS_314
 def test_dump_of_an_untraced_process_reads_its_memory(tmp_path):
     """Its main thread is blocked in join() (where a remote script would wait for it): the

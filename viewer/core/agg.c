@@ -96,6 +96,7 @@ typedef struct thread {
     int have_last;
     uint64_t events;
     uint64_t dropped_reported; /* LostCount / ThreadEnd */
+    pt_walk_thread_t *wt;  /* the walk's state of it (NULL until its first event) */
     uint32_t *stack;       /* CCT nodes of the walk's open entries */
     uint32_t depth, stack_cap;
     /* slice cache: ticks [slice_start, slice_end) are slice slice_no */
@@ -511,6 +512,7 @@ static int agg_thread_new(void *ctx, pt_walk_thread_t *wt)
     if (!th)
         return -ENOMEM;
     wt->user = (void *)(uintptr_t)(th - a->threads + 1);
+    th->wt = wt; /* the walk's threads stay put */
     return 0;
 }
 
@@ -670,6 +672,16 @@ int pt_agg_feed_msg(pt_agg_t *a, const pt_fb_msg_t *m)
     case PT_MSG_SYMBOL:
         return feed_symbol(a, &m->u.symbol);
     case PT_MSG_EVENT_CHUNK:
+        if (m->u.event_chunk.first_event == 0) {
+            /* the thread's stream from its first event: nothing was open before it
+             * (walk.h, stack_known) */
+            int rc;
+            pt_walk_thread_t *wt = pt_walk_thread(a->walk, m->u.event_chunk.thread, &rc);
+            if (!wt)
+                return rc ? rc : -ENOMEM;
+            if (wt->events == 0)
+                wt->stack_known = 1;
+        }
         return pt_agg_feed_events(a, m->u.event_chunk.thread, m->u.event_chunk.events, m->u.event_chunk.count);
     case PT_MSG_LOST_COUNT: {
         thread_t *th = thread_get(a, m->u.lost_count.thread);
@@ -726,6 +738,33 @@ static uint64_t ticks_ns(const pt_agg_t *a, uint64_t ticks)
 uint64_t pt_agg_ticks_to_ns(const pt_agg_t *a, uint64_t ticks)
 {
     return ticks <= a->min_tick ? 0 : ticks_ns(a, ticks - a->min_tick);
+}
+
+int pt_agg_stack(const pt_agg_t *a, size_t index, pt_agg_frame_t *out, uint32_t cap, uint32_t *depth, int *known)
+{
+    *depth = 0;
+    if (known)
+        *known = 0;
+    if (index >= a->thread_count)
+        return -EINVAL;
+    const thread_t *th = &a->threads[index];
+    if (!th->wt)
+        return 0; /* no event yet: nothing is known of its stack */
+    uint32_t d = pt_walk_frames(a->walk, th->wt, NULL, 0);
+    uint32_t n = d < cap ? d : cap;
+    pt_walk_frame_t *wf = n ? malloc(n * sizeof *wf) : NULL;
+    if (n && !wf)
+        return -ENOMEM;
+    if (n)
+        pt_walk_frames(a->walk, th->wt, wf, n);
+    for (uint32_t i = 0; i < n; i++)
+        out[i] = (pt_agg_frame_t){.symbol = wf[i].id, .kind = wf[i].kind, .reported = wf[i].reported,
+                                  .start_ns = pt_agg_ticks_to_ns(a, wf[i].start_ticks)};
+    free(wf);
+    *depth = d;
+    if (known)
+        *known = th->wt->stack_known;
+    return 0;
 }
 
 void pt_agg_counters(const pt_agg_t *a, pt_agg_counters_t *out)

@@ -48,6 +48,7 @@
 
 #include "schema/pt_fb.h"
 #include "schema/pt_wire.h"
+#include "walk.h" /* enum pt_walk_frame_kind */
 
 #ifdef __cplusplus
 extern "C" {
@@ -97,6 +98,26 @@ typedef struct pt_agg_thread_info {
 size_t pt_agg_thread_count(const pt_agg_t *agg);
 /* Threads in order of first sight; index < pt_agg_thread_count. */
 int pt_agg_thread_at(const pt_agg_t *agg, size_t index, pt_agg_thread_info_t *out);
+
+/* ---- current stacks -------------------------------------------------------- */
+
+typedef struct pt_agg_frame {
+    uint32_t symbol;       /* symbol id (pt_agg_symbol); a Label symbol for a span */
+    uint8_t kind;          /* enum pt_walk_frame_kind (walk.h): PT_WALK_FRAME_PYTHON, _C, _SPAN */
+    uint8_t reported;      /* 1: opened by a Frame record (its call was not seen): start_ns is when it
+                              was reported, not when it began */
+    uint64_t start_ns;     /* its start, as pt_agg_ticks_to_ns of its tick */
+} pt_agg_frame_t;
+
+/* Thread `index`'s (as pt_agg_thread_at) current stack, outermost first, as
+ * the walk holds it (pt_walk_frames: the one rule, so it is the stack
+ * pytrace-top and the exporters are building on): at most cap frames into
+ * out, the full depth into *depth. *known (may be NULL) is 1 when that is the
+ * thread's whole stack: its stream was read from its first event, or a Frame
+ * run reported it since the last Lost record, or it ended; 0 when frames
+ * opened before the reader began may be missing (a thread met mid-stream). An
+ * ended thread has depth 0. 0, -EINVAL (no such thread) or -ENOMEM. */
+int pt_agg_stack(const pt_agg_t *agg, size_t index, pt_agg_frame_t *out, uint32_t cap, uint32_t *depth, int *known);
 
 typedef struct pt_agg_counters {
     uint64_t events_seen;

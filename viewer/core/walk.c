@@ -1,7 +1,8 @@
 /*
  * pt_walk implementation. The rules are in walk.h; this file says how.
  *
- *   - A thread's stack is an array of entries {id, span}. Per thread and id, a
+ *   - A thread's stack is an array of entries {id, span, kind, start tick}
+ *     (pt_walk_frames hands them out). Per thread and id, a
  *     count of open frames (and separately of open spans) lives in one hash
  *     map keyed (thread index, span bit, id), so "is there an open frame of
  *     this id?" costs O(1) and a search only runs when it will pop what it
@@ -25,7 +26,11 @@
 
 typedef struct entry {
     uint32_t id;
-    uint32_t span;
+    uint8_t span;     /* 1: a user span (the open counts key on it) */
+    uint8_t kind;     /* enum pt_walk_frame_kind */
+    uint8_t reported; /* opened by a Frame record: start is when it was reported */
+    uint8_t reserved;
+    uint64_t start;   /* tick of its call (kept when a span re-enters as a continuation) */
 } entry_t;
 
 typedef struct wthread {
@@ -146,9 +151,9 @@ static inline uint64_t open_key(const wthread_t *t, uint32_t span, uint32_t id)
     return (uint64_t)t->pub.index << 33 | (uint64_t)span << 32 | id;
 }
 
-static inline int do_enter(pt_walk_t *w, wthread_t *t, uint32_t id, uint32_t span, uint64_t ticks,
-                           unsigned flags)
+static inline int do_enter(pt_walk_t *w, wthread_t *t, entry_t e, uint64_t ticks, unsigned flags)
 {
+    const uint32_t id = e.id, span = e.span;
     if (t->pub.depth >= MAX_STACK_DEPTH)
         return -ENOMEM;
     if (t->pub.depth == t->cap && pt_grow((void **)&t->stack, &t->cap, sizeof *t->stack, t->pub.depth + 1))
@@ -157,7 +162,7 @@ static inline int do_enter(pt_walk_t *w, wthread_t *t, uint32_t id, uint32_t spa
     if (!open)
         return -ENOMEM;
     (*open)++;
-    t->stack[t->pub.depth++] = (entry_t){.id = id, .span = span};
+    t->stack[t->pub.depth++] = e;
     return w->ops.enter ? w->ops.enter(w->ctx, &t->pub, id, ticks, flags | (span ? PT_WALK_SPAN : 0)) : 0;
 }
 
@@ -195,7 +200,7 @@ static int truncate_to(pt_walk_t *w, wthread_t *t, uint32_t depth, uint64_t tick
     /* scratch is not touched by enter: copy out first only if a callback
      * could re-enter the walk, which the contract forbids */
     for (uint32_t i = 0; i < nspans; i++)
-        if ((rc = do_enter(w, t, w->scratch[i].id, 1, ticks, PT_WALK_CONTINUED)) != 0)
+        if ((rc = do_enter(w, t, w->scratch[i], ticks, PT_WALK_CONTINUED)) != 0)
             return rc;
     return 0;
 }
@@ -252,7 +257,7 @@ static int close_span(pt_walk_t *w, wthread_t *t, uint32_t id, uint64_t ticks)
     if ((rc = do_exit(w, t, ticks, 0)) != 0)
         return rc;
     for (uint32_t i = 0; i < above; i++)
-        if ((rc = do_enter(w, t, w->scratch[i].id, w->scratch[i].span, ticks, PT_WALK_CONTINUED)) != 0)
+        if ((rc = do_enter(w, t, w->scratch[i], ticks, PT_WALK_CONTINUED)) != 0)
             return rc;
     return 0;
 }
@@ -299,6 +304,7 @@ static int on_frame(pt_walk_t *w, wthread_t *t, const pt_event_t *ev)
         uint32_t pos = skip_spans(t, t->recover_pos);
         if (pos < t->pub.depth && t->stack[pos].id == ev->id) {
             t->recover_pos = pos + 1; /* the same call, still running */
+            t->pub.stack_known = 1;
             return 0;
         }
         t->prefix_intact = 0;
@@ -306,7 +312,12 @@ static int on_frame(pt_walk_t *w, wthread_t *t, const pt_event_t *ev)
             return rc;
     }
     t->recover_pos = t->pub.depth + 1;
-    return do_enter(w, t, ev->id, 0, ev->ticks, PT_WALK_REPORTED);
+    t->pub.stack_known = 1; /* a Frame run reports the whole stack */
+    entry_t e = {.id = ev->id,
+                 .kind = ev->flags & PT_EVF_C_FUNCTION ? PT_WALK_FRAME_C : PT_WALK_FRAME_PYTHON,
+                 .reported = 1,
+                 .start = ev->ticks};
+    return do_enter(w, t, e, ev->ticks, PT_WALK_REPORTED);
 }
 
 static int feed_event(pt_walk_t *w, wthread_t *t, const pt_event_t *ev)
@@ -328,6 +339,7 @@ static int feed_event(pt_walk_t *w, wthread_t *t, const pt_event_t *ev)
         begin_recovery(t);
         t->have_close_ticks = 1;
         t->close_ticks = now;
+        t->pub.stack_known = 0; /* until the Frame records that follow */
         return w->ops.gap ? w->ops.gap(w->ctx, &t->pub, now, lost) : 0;
     }
     if (t->recovering && (rc = end_recovery(w, t, now)) != 0)
@@ -335,10 +347,11 @@ static int feed_event(pt_walk_t *w, wthread_t *t, const pt_event_t *ev)
     switch (ev->kind) {
     case PT_EV_CALL:
     case PT_EV_RESUME:
+        return do_enter(w, t, (entry_t){.id = ev->id, .kind = PT_WALK_FRAME_PYTHON, .start = now}, now, 0);
     case PT_EV_CCALL:
-        return do_enter(w, t, ev->id, 0, now, 0);
+        return do_enter(w, t, (entry_t){.id = ev->id, .kind = PT_WALK_FRAME_C, .start = now}, now, 0);
     case PT_EV_SPAN_BEGIN:
-        return do_enter(w, t, ev->id, 1, now, 0);
+        return do_enter(w, t, (entry_t){.id = ev->id, .span = 1, .kind = PT_WALK_FRAME_SPAN, .start = now}, now, 0);
     case PT_EV_RETURN:
     case PT_EV_YIELD:
     case PT_EV_UNWIND:
@@ -394,6 +407,7 @@ int pt_walk_proc_thread_end(pt_walk_t *w, uint32_t process, uint64_t thread, uin
     }
     uint64_t at = ticks ? ticks : t->pub.last_ticks;
     t->recovering = 0;
+    t->pub.stack_known = 1; /* nothing is open */
     return truncate_to(w, t, 0, at, 0);
 }
 
@@ -423,6 +437,31 @@ uint32_t pt_walk_stack(const pt_walk_t *w, const pt_walk_thread_t *th, uint32_t 
             span_flags[i] = (uint8_t)t->stack[i].span;
     }
     return t->pub.depth;
+}
+
+uint32_t pt_walk_frames(const pt_walk_t *w, const pt_walk_thread_t *th, pt_walk_frame_t *out, uint32_t cap)
+{
+    (void)w;
+    const wthread_t *t = (const wthread_t *)th;
+    /* Inside a Frame run whose frames so far matched the old stack (or after a
+     * Lost record, before any Frame record), the old entries past the match
+     * are still on t->stack; end_recovery would close them and lift their
+     * spans: show that outcome, not the entries about to go. */
+    uint32_t keep = t->pub.depth;
+    if (t->recovering && t->prefix_intact)
+        keep = skip_spans(t, t->recover_pos);
+    if (keep > t->pub.depth)
+        keep = t->pub.depth;
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < t->pub.depth; i++) {
+        const entry_t *e = &t->stack[i];
+        if (i >= keep && !e->span)
+            continue;
+        if (n < cap && out)
+            out[n] = (pt_walk_frame_t){.id = e->id, .kind = e->kind, .reported = e->reported, .start_ticks = e->start};
+        n++;
+    }
+    return n;
 }
 
 void pt_walk_counters(const pt_walk_t *w, pt_walk_counters_t *out) { *out = w->c; }

@@ -126,6 +126,13 @@ typedef struct pt_walk_thread {
     int have_ticks;
     uint64_t events;
     uint64_t lost;         /* sum of its Lost record counts */
+    /* 1: the open entries are the thread's whole stack. The walk cannot know it
+     * for a thread it meets mid-stream, so it starts at 0 and the consumer sets
+     * it when it knows the thread's stream is read from its first event
+     * (EventChunk.first_event 0: nothing was open before it). A Frame record
+     * sets it (a run reports the whole stack), a Lost record clears it (until
+     * the Frame records that follow), ThreadEnd sets it (nothing is open). */
+    int stack_known;
     void *user;            /* the consumer's per-thread state */
 } pt_walk_thread_t;
 
@@ -174,6 +181,32 @@ int pt_walk_finish(pt_walk_t *w);
  * entry i is a span. Returns the depth; fills at most cap. */
 uint32_t pt_walk_stack(const pt_walk_t *w, const pt_walk_thread_t *th, uint32_t *ids, uint8_t *span_flags,
                        uint32_t cap);
+
+/* ---- the current stack, for a reader that shows it (pytrace dump, Profile.stacks) ----
+ * What kind of entry: a Python frame (entered by Call or Resume, or a Frame
+ * record without the CFunction flag), a C function (CCall, or a Frame record
+ * with it), a user span (SpanBegin). */
+enum pt_walk_frame_kind { PT_WALK_FRAME_PYTHON = 0, PT_WALK_FRAME_C = 1, PT_WALK_FRAME_SPAN = 2 };
+
+typedef struct pt_walk_frame {
+    uint32_t id;           /* symbol id (a Label symbol for a span) */
+    uint8_t kind;          /* enum pt_walk_frame_kind */
+    uint8_t reported;      /* 1: opened by a Frame record; its call was not seen, so start_ticks is
+                              the tick it was reported at, not when it began */
+    uint8_t reserved[2];
+    uint64_t start_ticks;  /* raw tick of its Call/CCall/Resume/SpanBegin (a span that moved under a
+                              new parent keeps its SpanBegin tick) */
+} pt_walk_frame_t;
+
+/* The thread's current stack, outermost first: the open entries as the walk
+ * holds them, into out[0 .. cap). Inside a Frame run (or after a Lost record,
+ * before its Frame records) it is the stack as the run will leave it if it
+ * ends here: the reported frames, the spans that survive, and not the old
+ * frames the run has not confirmed. Returns the depth (which may exceed cap:
+ * only cap are written; out may be NULL with cap 0 to ask for the depth).
+ * th->stack_known says whether it is the whole stack. Any time between
+ * feeding calls; does not change the walk. */
+uint32_t pt_walk_frames(const pt_walk_t *w, const pt_walk_thread_t *th, pt_walk_frame_t *out, uint32_t cap);
 
 void pt_walk_counters(const pt_walk_t *w, pt_walk_counters_t *out);
 

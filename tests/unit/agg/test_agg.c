@@ -6,6 +6,7 @@
 #include "../check.h"
 #include "viewer/core/agg.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -381,6 +382,68 @@ static void test_frames_at_start_and_open_time(void)
     CHECK_EQ(c.threads_active, 1);
     CHECK_EQ(c.dropped_lost_counts, 7);
     CHECK_EQ(c.dropped, 7);
+    pt_agg_destroy(agg);
+}
+
+/* One EventChunk message of thread `thread` whose first event is number
+ * first_event of the thread's stream. */
+static void chunk(pt_agg_t *agg, uint64_t thread, uint64_t first_event, const pt_event_t *e, uint32_t n)
+{
+    pt_fb_msg_t m = {.type = PT_MSG_EVENT_CHUNK};
+    m.u.event_chunk = (pt_fb_event_chunk_t){.thread = thread, .first_event = first_event, .events = e, .count = n};
+    CHECK_EQ(pt_agg_feed_msg(agg, &m), 0);
+}
+
+/* pt_agg_stack: the walk's open frames per thread, outermost first, with
+ * kinds and starts (ns since the first tick); whole (known) when the thread's
+ * stream was read from its first event or a Frame run reported it. */
+static void test_stacks(void)
+{
+    pt_agg_t *agg = new_agg();
+    setup_syms(agg);
+    pt_event_t a[] = {{.ticks = 1000, .id = MAIN, .kind = PT_EV_CALL},
+                      {.ticks = 1100, .id = 900, .kind = PT_EV_SPAN_BEGIN},
+                      {.ticks = 1200, .id = F, .kind = PT_EV_CALL},
+                      {.ticks = 1300, .id = G, .kind = PT_EV_CCALL}};
+    chunk(agg, 1, 0, a, 4);
+    /* thread 2 met mid-stream: a return of a call not seen, then a call */
+    pt_event_t b[] = {{.ticks = 1400, .id = H, .kind = PT_EV_RETURN}, {.ticks = 1500, .id = F, .kind = PT_EV_CALL}};
+    chunk(agg, 2, 57, b, 2);
+    pt_agg_frame_t f[8];
+    uint32_t depth = 99;
+    int known = -1;
+    CHECK_EQ(pt_agg_stack(agg, 0, f, 8, &depth, &known), 0);
+    CHECK_EQ(depth, 4);
+    CHECK_EQ(known, 1);
+    CHECK(f[0].symbol == MAIN && f[0].kind == PT_WALK_FRAME_PYTHON && f[0].start_ns == 0 && !f[0].reported);
+    CHECK(f[1].symbol == 900 && f[1].kind == PT_WALK_FRAME_SPAN && f[1].start_ns == 100);
+    CHECK(f[2].symbol == F && f[2].kind == PT_WALK_FRAME_PYTHON && f[2].start_ns == 200);
+    CHECK(f[3].symbol == G && f[3].kind == PT_WALK_FRAME_C && f[3].start_ns == 300);
+    CHECK_EQ(pt_agg_stack(agg, 1, f, 8, &depth, &known), 0);
+    CHECK_EQ(depth, 1);
+    CHECK_EQ(known, 0);
+    CHECK(f[0].symbol == F && f[0].start_ns == 500);
+    /* its stack reported: whole now */
+    pt_event_t c[] = {{.ticks = 1600, .id = MAIN, .aux = 0, .kind = PT_EV_FRAME},
+                      {.ticks = 1600, .id = H, .aux = 1, .kind = PT_EV_FRAME},
+                      {.ticks = 1600, .id = F, .aux = 2, .kind = PT_EV_FRAME},
+                      {.ticks = 1700, .id = G, .kind = PT_EV_CCALL}};
+    chunk(agg, 2, 59, c, 4);
+    CHECK_EQ(pt_agg_stack(agg, 1, f, 2, &depth, &known), 0);
+    CHECK_EQ(depth, 4); /* only cap = 2 written */
+    CHECK_EQ(known, 1);
+    CHECK(f[0].symbol == MAIN && f[0].reported && f[0].start_ns == 600);
+    CHECK(f[1].symbol == H && f[1].reported);
+    pt_agg_thread_info_t ti;
+    CHECK_EQ(pt_agg_thread_at(agg, 1, &ti), 0);
+    CHECK_EQ(ti.depth, 4); /* the aggregation's stack is the same walk's */
+    /* a ThreadEnd: nothing open */
+    pt_fb_msg_t m = {.type = PT_MSG_THREAD_END};
+    m.u.thread_end = (pt_fb_thread_end_t){.thread = 1, .ticks = 2000};
+    CHECK_EQ(pt_agg_feed_msg(agg, &m), 0);
+    CHECK_EQ(pt_agg_stack(agg, 0, f, 8, &depth, &known), 0);
+    CHECK(depth == 0 && known == 1);
+    CHECK_EQ(pt_agg_stack(agg, 2, f, 8, &depth, &known), -EINVAL);
     pt_agg_destroy(agg);
 }
 
@@ -794,6 +857,7 @@ int main(void)
     test_hostile_ticks();
     test_unmatched_returns_linear();
     test_timeline();
+    test_stacks();
     if (failures) {
         fprintf(stderr, "%d check(s) failed\n", failures);
         return 1;

@@ -191,8 +191,96 @@ static void test_processes(void)
     pt_walk_destroy(w);
 }
 
+/* The thread's stack as pt_walk_frames gives it: "name:kind[/r]@start ...",
+ * kind p (Python), c (C), s (span); then "?" if not known to be whole. */
+static const char *frames_of(pt_walk_t *w, pt_walk_thread_t *th)
+{
+    static char out[1024];
+    pt_walk_frame_t f[16];
+    uint32_t d = pt_walk_frames(w, th, f, 16);
+    CHECK_EQ(pt_walk_frames(w, th, NULL, 0), d);
+    out[0] = 0;
+    for (uint32_t i = 0; i < d && i < 16; i++) {
+        size_t n = strlen(out);
+        snprintf(out + n, sizeof out - n, "%s%s:%c%s@%llu", i ? " " : "", nm(f[i].id),
+                 "pcs"[f[i].kind < 3 ? f[i].kind : 0], f[i].reported ? "/r" : "",
+                 (unsigned long long)f[i].start_ticks);
+    }
+    if (!th->stack_known) {
+        size_t n = strlen(out);
+        snprintf(out + n, sizeof out - n, "%s?", n ? " " : "");
+    }
+    return out;
+}
+
+static void feed_check(pt_walk_t *w, pt_walk_thread_t *th, pt_event_t e, const char *want)
+{
+    CHECK_EQ(pt_walk_events(w, th->number, &e, 1), 0);
+    const char *got = frames_of(w, th);
+    CHECKF(!strcmp(got, want), "after kind %u id %s@%llu\n got  %s\n want %s", e.kind, nm(e.id),
+           (unsigned long long)e.ticks, got, want);
+}
+
+/* pt_walk_frames: the stack the walk holds, with kinds and start ticks; spans
+ * in it (where pytrace.span's helpers leave them), C calls in progress, the
+ * outcome of a Frame run while it is read, and whether it is the whole stack. */
+static void test_frames(void)
+{
+    pt_walk_t *w = NULL;
+    pt_walk_ops_t none = {0};
+    int rc;
+    CHECK_EQ(pt_walk_create(&none, NULL, &w), 0);
+    pt_walk_thread_t *th = pt_walk_thread(w, 1, &rc);
+    REQUIRE(th != NULL);
+    CHECK_EQ(th->stack_known, 0); /* met mid-stream, as far as the walk knows */
+    th->stack_known = 1;          /* the consumer read its first event */
+    feed_check(w, th, E(1, PT_EV_CALL, MAIN, 0), "main:p@1");
+    feed_check(w, th, E(2, PT_EV_CALL, ENTER, 0), "main:p@1 enter:p@2");
+    feed_check(w, th, E(3, PT_EV_CCALL, BEGIN, 0), "main:p@1 enter:p@2 begin:c@3");
+    feed_check(w, th, E(4, PT_EV_SPAN_BEGIN, S, 0), "main:p@1 enter:p@2 begin:c@3 s:s@4");
+    feed_check(w, th, E(5, PT_EV_CRETURN, BEGIN, 0), "main:p@1 enter:p@2 s:s@4");
+    feed_check(w, th, E(6, PT_EV_RETURN, ENTER, 0), "main:p@1 s:s@4"); /* the span keeps its start */
+    feed_check(w, th, E(7, PT_EV_CALL, F, 0), "main:p@1 s:s@4 f:p@7");
+    feed_check(w, th, E(8, PT_EV_CALL, G, 0), "main:p@1 s:s@4 f:p@7 g:p@8");
+    /* a gap: the stack is not known; the span outlives it */
+    feed_check(w, th, E(10, PT_EV_LOST, 3, 0), "s:s@4 ?");
+    /* a Frame run: what matches stays (with its start), what it has not
+     * confirmed is not shown, spans survive */
+    feed_check(w, th, E(11, PT_EV_FRAME, MAIN, 0), "main:p@1 s:s@4");
+    feed_check(w, th, E(11, PT_EV_FRAME, F, 1), "main:p@1 s:s@4 f:p@7");
+    pt_event_t c = E(11, PT_EV_FRAME, H, 2);
+    c.flags = PT_EVF_C_FUNCTION;
+    feed_check(w, th, c, "main:p@1 s:s@4 f:p@7 h:c/r@11");
+    feed_check(w, th, E(12, PT_EV_CRETURN, H, 0), "main:p@1 s:s@4 f:p@7");
+    feed_check(w, th, E(13, PT_EV_SPAN_END, S, 0), "main:p@1 f:p@7");
+    CHECK_EQ(pt_walk_thread_end(w, 1, 14), 0);
+    CHECKF(!strcmp(frames_of(w, th), ""), "after ThreadEnd: %s", frames_of(w, th));
+
+    /* a thread met mid-stream: returns of unseen calls are ignored, the stack
+     * is not whole until a Frame run reports it */
+    pt_walk_thread_t *t2 = pt_walk_thread(w, 2, &rc);
+    REQUIRE(t2 != NULL);
+    feed_check(w, t2, E(20, PT_EV_RETURN, H, 0), "?");
+    feed_check(w, t2, E(21, PT_EV_CALL, G, 0), "g:p@21 ?");
+    feed_check(w, t2, E(22, PT_EV_FRAME, MAIN, 0), "main:p/r@22");
+    feed_check(w, t2, E(22, PT_EV_FRAME, F, 1), "main:p/r@22 f:p/r@22");
+    feed_check(w, t2, E(23, PT_EV_CALL, G, 0), "main:p/r@22 f:p/r@22 g:p@23");
+    /* a second run starts at depth 0: it replaces the stack, not appends to it */
+    feed_check(w, t2, E(24, PT_EV_FRAME, MAIN, 0), "main:p/r@22");
+    feed_check(w, t2, E(24, PT_EV_FRAME, F, 1), "main:p/r@22 f:p/r@22");
+    feed_check(w, t2, E(24, PT_EV_FRAME, G, 2), "main:p/r@22 f:p/r@22 g:p@23");
+    feed_check(w, t2, E(24, PT_EV_FRAME, MAIN, 0), "main:p/r@22");
+    feed_check(w, t2, E(24, PT_EV_FRAME, H, 1), "main:p/r@22 h:p/r@24");
+    feed_check(w, t2, E(25, PT_EV_CALL, F, 0), "main:p/r@22 h:p/r@24 f:p@25");
+    pt_walk_frame_t one;
+    CHECK_EQ(pt_walk_frames(w, t2, &one, 1), 3); /* the depth; only cap written */
+    CHECK_EQ(one.id, MAIN);
+    pt_walk_destroy(w);
+}
+
 int main(void)
 {
+    test_frames();
     test_processes();
     test_missed_and_unmatched();
     test_span_rule();
