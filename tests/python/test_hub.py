@@ -169,6 +169,144 @@ def test_three_readers_at_once_each_account_for_every_event(tmp_path):
     assert events == written
 
 
+# The job of the kill test: JOB's work, a pause halfway (marker made, then it waits for
+# `resume`), and its result on stdout, so its output can be compared with an untraced run.
+PAUSING_JOB = textwrap.dedent("""
+    import os, sys, time
+    def leaf(i):
+        return i + 1
+    def middle(n):
+        s = 0
+        for i in range(n):
+            s += leaf(i)
+        return s
+    def outer(rounds, n, marker, resume):
+        total = 0
+        for r in range(rounds):
+            total += middle(n)
+            if marker and r == rounds // 2:
+                open(marker, "w").close()
+                while not os.path.exists(resume):
+                    time.sleep(0.01)
+        return total
+    args = sys.argv[1:] + [None, None]
+    print("total", outer(int(args[0]), int(args[1]), args[2], args[3]))
+""")
+
+# A pytrace.Reader that tells apart what it read and what the hub said it missed (the
+# synthetic Lost records of a resync), with the job's own final counters.
+COUNTING_READER = textwrap.dedent("""
+    import json, sys, pytrace
+    from pytrace.reader import MsgType, EventKind, FLAG_SYNTHETIC
+    read = missed = 0; last = None
+    with pytrace.Reader(sys.argv[1], follow=True) as r:
+        via = r.via_hub
+        print("joined", flush=True)
+        for m in r:
+            if m.type == MsgType.EventChunk:
+                for e in m.events:
+                    if e.flags & FLAG_SYNTHETIC and e.kind == EventKind.Lost:
+                        missed += e.id | (e.aux << 32)
+                    elif not e.flags & FLAG_SYNTHETIC:
+                        read += 1
+            elif m.type == MsgType.ProducerStatus:
+                last = m
+    print(json.dumps({"read": read, "missed": missed, "via_hub": via,
+                      "written": last.events_written, "dropped": last.events_dropped,
+                      "state": last.state}))
+""")
+
+
+@pytest.mark.parametrize("victim", ["top", "reader", "record"])
+def test_one_of_three_readers_killed_mid_run_leaves_the_job_and_the_other_two_whole(tmp_path, victim):
+    """record PID, pytrace-top --once --json and a pytrace.Reader read one job through its
+    hub; halfway (the job waits there until the kill is done) one of the three is killed
+    with SIGKILL. The job ends as it does untraced (same output, exit 0), and each of
+    the other two accounts for every event the job wrote: read + missed = written (the
+    job's own final counters), with nothing missed. The recorder is the lossless one
+    (it holds the job back): killed, it must not hold the job any more."""
+    script = tmp_path / "job.py"
+    script.write_text(PAUSING_JOB)
+    rounds, n = 100, 20000
+    plain = subprocess.run([PY, str(script), str(rounds), str(n)], capture_output=True, text=True,
+                           timeout=120)
+    assert plain.returncode == 0 and plain.stdout.startswith("total "), plain.stderr
+    marker, resume = tmp_path / "halfway", tmp_path / "resume"
+    from pytrace import _launch
+    job, segment, wait_w = _launch.start_job(PY, [], {"c_calls": True, "policy": "wait",
+                                                      "wait_timeout": 120.0},
+                                             [str(script), str(rounds), str(n), str(marker), str(resume)],
+                                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert segment, "the job did not start tracing"
+    # queues larger than the whole job: nothing is missed by a reader slower than the job
+    hub, sock = start_hub(segment, "--hold", "3", "--queue-mib", "1024", "--quiet")
+    rec_path = tmp_path / "out.pytrace"
+    procs = {
+        "record": subprocess.Popen([PY, "-m", "pytrace", "record", "-o", str(rec_path), str(job.pid)],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
+        "top": subprocess.Popen([_bin("pytrace-top"), "--once", "--json", "--duration", "600",
+                                 str(job.pid)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
+    }
+    procs["reader"] = subprocess.Popen([PY, "-c", COUNTING_READER, str(job.pid)], stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, text=True)
+    try:
+        assert procs["reader"].stdout.readline().strip() == "joined", procs["reader"].stderr.read()
+        os.close(wait_w)           # the hold of 3: nothing is drained before all of them joined
+        deadline = time.monotonic() + 120
+        while not marker.exists():
+            assert job.poll() is None and time.monotonic() < deadline, job.stderr.read()
+            time.sleep(0.01)
+        # the job waits halfway; the victim is reading it (it has not ended)
+        assert procs[victim].poll() is None, procs[victim].stderr.read()
+        procs[victim].kill()
+        assert procs[victim].wait(timeout=30) == -signal.SIGKILL
+    finally:
+        resume.write_text("")
+    out, err = job.communicate(timeout=300)     # a job held by the dead recorder hangs here
+    assert job.returncode == 0, err
+    assert out == plain.stdout
+    assert hub.wait(timeout=60) == 0
+
+    survivors = {}
+    if victim != "reader":
+        r_out, r_err = procs["reader"].communicate(timeout=120)
+        assert procs["reader"].returncode == 0, r_err
+        r = json.loads(r_out.strip().splitlines()[-1])
+        assert r["via_hub"] is True and r["state"] == 3 and r["dropped"] == 0
+        survivors["reader"] = (r["read"], r["missed"], r["written"])
+    if victim != "top":
+        t_out, t_err = procs["top"].communicate(timeout=120)
+        assert procs["top"].returncode == 0, t_err
+        t = json.loads(t_out)
+        assert t["state"] == "ENDED" and t["events_dropped"] == 0
+        survivors["top"] = (t["events_read"], t["events_missed_in_hub"], None)
+    if victim != "record":
+        rec_out, rec_err = procs["record"].communicate(timeout=120)
+        assert procs["record"].returncode == 0, rec_err
+        from pytrace.recording import RecordingReader
+        from pytrace.reader import FLAG_SYNTHETIC, EventKind
+        read = missed = 0
+        with RecordingReader(str(rec_path)) as rr:
+            msgs = list(rr.messages())
+        for m in msgs:
+            if type(m).__name__ == "EventChunk":
+                for e in m.events:
+                    if e.flags & FLAG_SYNTHETIC and e.kind == EventKind.Lost:
+                        missed += e.id | (e.aux << 32)
+                    elif not e.flags & FLAG_SYNTHETIC:
+                        read += 1
+        status = [m for m in msgs if type(m).__name__ == "ProducerStatus"][-1]
+        assert status.events_dropped == 0
+        survivors["record"] = (read, missed, status.events_written)
+        assert "%d events written, 0 events dropped" % status.events_written in rec_err, rec_err
+    written = {w for _, _, w in survivors.values() if w is not None}
+    assert len(written) == 1, survivors      # the job's own counter, as each survivor got it
+    written = written.pop()
+    assert written > 1_000_000
+    for name, (read, missed, _) in survivors.items():
+        assert (name, read, missed) == (name, written, 0), survivors
+
+
 def test_stuck_reader_gets_lost_and_resync_and_does_not_stall_the_job(tmp_path):
     """A reader that connects and never reads: its queue (1 MiB) overflows, the job
     (policy wait) and a live reader go on to the end with nothing dropped, and when
