@@ -212,7 +212,8 @@ def cmd_hub(argv):
     except OSError as e:
         sys.stderr.write("pytrace hub: %s\n" % (e.strerror or e))
         return 1
-    print("pytrace hub: pid %d serves %s at %s" % (proc.pid, printable(ns.target), path))
+    print("pytrace hub: pid %d serves %s at %s%s" % (proc.pid, printable(ns.target), path,
+                                                     "; its messages go to %s" % proc.log if proc.log else ""))
     return 0
 
 

@@ -198,7 +198,7 @@ PAUSING_JOB = textwrap.dedent("""
 COUNTING_READER = textwrap.dedent("""
     import json, sys, pytrace
     from pytrace.reader import MsgType, EventKind, FLAG_SYNTHETIC
-    read = missed = 0; last = None
+    read = missed = 0; last = None; names = {}; calls = {}
     with pytrace.Reader(sys.argv[1], follow=True) as r:
         via = r.via_hub
         print("joined", flush=True)
@@ -209,11 +209,16 @@ COUNTING_READER = textwrap.dedent("""
                         missed += e.id | (e.aux << 32)
                     elif not e.flags & FLAG_SYNTHETIC:
                         read += 1
+                        if e.kind == EventKind.Call:
+                            calls[e.id] = calls.get(e.id, 0) + 1
+            elif m.type == MsgType.Symbol:
+                names[m.id] = m.name
             elif m.type == MsgType.ProducerStatus:
                 last = m
     print(json.dumps({"read": read, "missed": missed, "via_hub": via,
                       "written": last.events_written, "dropped": last.events_dropped,
-                      "state": last.state}))
+                      "state": last.state,
+                      "calls": {names.get(i, str(i)): n for i, n in calls.items()}}))
 """)
 
 
@@ -603,3 +608,123 @@ def test_run_hub_serves_two_readers_that_join_later(tmp_path):
     assert ra["state"] == rb["state"] == 3
     assert ra["written"] == rb["written"] > 1_000_000
     assert ra["dropped"] == rb["dropped"] and re.search(r" %d dropped" % ra["dropped"], err), err
+
+
+CLI_HUB_JOB = textwrap.dedent("""
+    import os, sys, time
+    def leaf(i):
+        return i + 1
+    def work(n):
+        return sum(leaf(i) for i in range(n))
+    while not os.path.exists(sys.argv[1]):
+        time.sleep(0.01)
+    print("total", sum(work(10000) for _ in range(10)))
+""")
+
+
+def test_pytrace_hub_command_serves_a_run_job_to_two_readers(tmp_path):
+    """`pytrace hub PID`, as a user types it, on a job started with plain `pytrace run`
+    (no hub of its own): it returns at once, also to a caller that reads its output to
+    the end (the hub it leaves behind holds none of its stdio: it used to keep stderr,
+    and the capture waited for the job's end), saying the hub's pid, its socket (owner
+    only) and where its messages go; that hub becomes the job's one consumer, a pytrace.Reader and `pytrace-top
+    --once --json` both join through it, and each sees every call the job makes after
+    they joined (leaf and work, exactly) and the job's own final counters; the hub ends
+    with the job."""
+    import stat
+    from pytrace import _pytrace
+    script = tmp_path / "job.py"
+    script.write_text(CLI_HUB_JOB)
+    go = tmp_path / "go"
+    job = subprocess.Popen([PY, "-m", "pytrace", "run", "--policy", "wait", str(script), str(go)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    readers = []
+    try:
+        line = job.stderr.readline()
+        segment = re.search(r"tracing pid %d into (/pytrace-\S+?);" % job.pid, line)
+        assert segment, line
+        segment = segment.group(1)
+        assert [s["consumer_pid"] for s in _pytrace.list_segments() if s["name"] == segment] == [0]
+        cli = subprocess.run([PY, "-m", "pytrace", "hub", str(job.pid)], capture_output=True, text=True,
+                             timeout=60)
+        assert cli.returncode == 0, cli.stderr
+        said = re.fullmatch(r"pytrace hub: pid (\d+) serves %d at (\S+)\.sock; its messages go to \2\.log\n"
+                            % job.pid, cli.stdout)
+        assert said, cli.stdout
+        hub_pid, sock, log = int(said.group(1)), said.group(2) + ".sock", said.group(2) + ".log"
+        st = os.lstat(sock)
+        assert stat.S_ISSOCK(st.st_mode) and st.st_uid == os.geteuid()
+        assert stat.S_IMODE(st.st_mode) & 0o077 == 0, oct(st.st_mode)
+        st = os.lstat(log)
+        assert stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600
+        assert stat.S_IMODE(os.stat(os.path.dirname(sock)).st_mode) & 0o077 == 0
+
+        def consumer():
+            return [s["consumer_pid"] for s in _pytrace.list_segments() if s["name"] == segment]
+        assert consumer() == [hub_pid], "the hub the command started holds the job"
+        reader = subprocess.Popen([PY, "-c", COUNTING_READER, str(job.pid)], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        readers.append(reader)
+        assert reader.stdout.readline().strip() == "joined", reader.stderr.read()
+        top = subprocess.Popen([_bin("pytrace-top"), "--once", "--json", "--duration", "600", str(job.pid)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        readers.append(top)
+        # pytrace-top joined once the hub has its second reader: the hub counts them (its
+        # socket directory's fds are not ours to look at), so wait on top's own stream
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and _hub_readers(hub_pid) < 2:
+            time.sleep(0.02)
+        assert _hub_readers(hub_pid) == 2, "pytrace-top did not join the hub"
+        assert consumer() == [hub_pid], "no second hub (a reader would start one for a job no one reads)"
+    finally:
+        go.write_text("")
+    out, err = job.communicate(timeout=120)
+    assert job.returncode == 0, err
+    assert out == "total %d\n" % (10 * sum(i + 1 for i in range(10000)))
+    r_out, r_err = readers[0].communicate(timeout=120)
+    assert readers[0].returncode == 0, r_err
+    r = json.loads(r_out.strip().splitlines()[-1])
+    t_out, t_err = readers[1].communicate(timeout=120)
+    assert readers[1].returncode == 0, t_err
+    t = json.loads(t_out)
+    written = int(re.search(r"(\d+) events written, 0 dropped", err).group(1))
+    assert r["via_hub"] is True and r["state"] == 3 and r["written"] == written and r["dropped"] == 0
+    # the whole stream fits in half a reader's queue in the hub (32 MiB by default): a
+    # reader slower than the job misses nothing here
+    assert written * 16 < 16 << 20
+    assert r["missed"] == 0 and 0 < r["read"] <= written
+    assert r["calls"].get("leaf") == 10 * 10000 and r["calls"].get("work") == 10, r["calls"]
+    assert t["state"] == "ENDED" and t["events_dropped"] == 0 and t["events_missed_in_hub"] == 0
+    assert 0 < t["events_read"] <= written
+    funcs = {f["name"]: f["calls"] for f in t["functions"]}
+    assert funcs.get("leaf") == 10 * 10000 and funcs.get("work") == 10, funcs
+    deadline = time.monotonic() + 30          # the hub ends with the job (it is not our child)
+    while time.monotonic() < deadline and _alive(hub_pid):
+        time.sleep(0.05)
+    assert not _alive(hub_pid), "the hub outlived the job"
+    assert not os.path.exists(sock)
+    assert not os.path.exists(log), "an empty log is removed at the end"
+
+
+def _alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _hub_readers(hub_pid):
+    """Connected sockets the hub holds besides its listening one: its readers."""
+    n = 0
+    try:
+        fds = os.listdir("/proc/%d/fd" % hub_pid)
+    except OSError:
+        return 0
+    for fd in fds:
+        try:
+            if os.readlink("/proc/%d/fd/%s" % (hub_pid, fd)).startswith("socket:"):
+                n += 1
+        except OSError:
+            pass
+    return n - 1
