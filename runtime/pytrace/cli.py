@@ -139,6 +139,8 @@ def cmd_run(argv):
         launch["subprocesses"] = _subprocess_hook()
     if hub:
         _start_run_hub(ns.subprocesses)
+        if ns.subprocesses:       # the hub reads the tree: a child that ends early waits for it
+            opts["exit_wait"] = _launch.HUB_CHILD_EXIT_WAIT
     argv = _launch.command(sys.executable, _launch.interpreter_flags(), opts, program, **launch)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -137,10 +137,12 @@ FORKSERVER_AND_SUBPROCESS_JOB = textwrap.dedent("""
         per = {}
         for pid in pids:
             per[pid] = per.get(pid, 0) + 1
-        child = subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                                             "child.py"), "7"],
-                               capture_output=True, text=True, check=True)
-        print(json.dumps({"ran": per, "child": int(child.stdout)}))
+        # short Python children (each ends in a few ms, maybe before the hub found it)
+        children = [int(subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                                     "child.py"), "7"],
+                                       capture_output=True, text=True, check=True).stdout)
+                    for _ in range(4)]
+        print(json.dumps({"ran": per, "children": children}))
 """)
 
 CHILD = textwrap.dedent("""
@@ -157,8 +159,11 @@ def test_recorded_forkserver_pool_and_python_subprocess_each_in_its_own_process(
     """`pytrace record -o F -- python job.py` (through the job's hub) of a job with a
     forkserver Pool that then runs `subprocess.run([sys.executable, child.py])`: every
     process is in the recording (the forkserver's workers too), `work` is counted in the
-    process that ran each task and adds up to exactly the tasks, and the subprocess's
-    `child_work` is in the child's own process (its pid, the job its parent), nowhere else."""
+    process that ran each task and adds up to exactly the tasks, and each subprocess's
+    `child_work` is in that child's own process (its pid, the job its parent), nowhere
+    else. The children end within milliseconds: one that ended before the hub attached
+    its segment unlinked it at exit, no reader holding it, and was missing from about
+    half the recordings; now such a child waits (bounded) for the hub at exit."""
     (tmp_path / "job.py").write_text(FORKSERVER_AND_SUBPROCESS_JOB)
     (tmp_path / "child.py").write_text(CHILD)
     out = tmp_path / "tree.pytrace"
@@ -168,17 +173,17 @@ def test_recorded_forkserver_pool_and_python_subprocess_each_in_its_own_process(
     assert p.returncode == 0, p.stderr
     said = json.loads(p.stdout.strip().splitlines()[-1])
     ran = {int(k): v for k, v in said["ran"].items()}
-    child = said["child"]
+    children = said["children"]
     assert sum(ran.values()) == tasks
     calls, processes = recorded_calls(out)
     assert calls == ran, (calls, ran, p.stderr[-2000:])
     assert sum(calls.values()) == tasks
     job_pid = int(re.search(r"tracing pid (\d+) into", p.stderr).group(1))
-    assert job_pid not in ran and child not in ran and len(ran) >= 2, ran
+    assert job_pid not in ran and not set(children) & set(ran) and len(ran) >= 2, ran
     traced = {int(pid) for pid in re.findall(r"tracing pid (\d+) into", p.stderr)}
     assert traced <= processes, (sorted(traced - processes), p.stderr[-2000:])
-    assert {job_pid, child} | set(ran) <= processes, (processes, ran, child)
-    assert len(processes) >= len(ran) + 3      # the job, the forkserver, its workers, the child
+    assert {job_pid} | set(children) | set(ran) <= processes, (processes, ran, children)
+    assert len(processes) >= len(ran) + 2 + len(children)   # the job, the forkserver, workers, children
     from pytrace.recording import RecordingReader
     from pytrace.reader import EventKind
     names, pid_of, ppid_of, child_calls = {}, {}, {}, {}
@@ -193,8 +198,8 @@ def test_recorded_forkserver_pool_and_python_subprocess_each_in_its_own_process(
                 for _t, ident, _a, k, _f in m.iter_events():
                     if k == EventKind.Call and names.get((m.process, ident)) == "child_work":
                         child_calls[pid_of[m.process]] = child_calls.get(pid_of[m.process], 0) + 1
-    assert child_calls == {child: 7}, (child_calls, child)
-    assert ppid_of[child] == job_pid
+    assert child_calls == {child: 7 for child in children}, (child_calls, children)
+    assert all(ppid_of[child] == job_pid for child in children)
     # the workers' parent is the forkserver, a child of the job
     forkservers = {ppid_of[w] for w in ran}
     assert len(forkservers) == 1 and ppid_of[forkservers.pop()] == job_pid, ppid_of
