@@ -367,6 +367,30 @@ static void atfork_child(void)
     atomic_store_explicit(&pt_hot.epoch, 0, memory_order_relaxed);
 }
 
+/* exit_wait (a child in a process tree that a hub reads): the hub finds a child
+ * only once it runs, and a child that ends first would unlink its segment, no
+ * reader holding it, with everything it wrote. So a segment with events that no
+ * reader holds waits, bounded, for one; a reader that comes takes it over (it
+ * reads it to the end and unlinks it). No Python API: runs in at_exit. */
+static void copy_counters(pt_counters_t *out);
+
+static void exit_wait_locked(void)
+{
+    if (pt_core.opts.exit_wait_ns == 0)
+        return;
+    pt_segment_set_state(pt_core.seg, PT_STATE_EXITED); /* the reader sees the end is there */
+    pt_seg_header_t *h = pt_segment_header(pt_core.seg);
+    pt_counters_t c;
+    copy_counters(&c);
+    if (c.events_written == 0)
+        return; /* nothing to read: the hub does not take such a segment */
+    uint64_t deadline = pt_monotonic_ns() + pt_core.opts.exit_wait_ns;
+    while (!consumer_alive(h) && pt_monotonic_ns() < deadline) {
+        struct timespec ts = {0, 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
 static void at_exit(void)
 {
     /* Runs after the interpreter is gone: no Python API here. */
@@ -376,6 +400,7 @@ static void at_exit(void)
     if (pt_core.seg) {
         if (pt_epoch_now() != 0)
             stop_locked();
+        exit_wait_locked();
         segment_release_locked(1);
     }
     pthread_mutex_unlock(&pt_core.lock);

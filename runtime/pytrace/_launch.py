@@ -40,8 +40,14 @@ _PY_VALUE_LETTERS = "WX"
 _PY_LONG_VALUE = ("--check-hash-based-pycs",)
 _START_KEYS = {"c_calls": "bool", "policy": "str", "include": "list", "exclude": "list",
                "ring_count": "int", "chunk_bytes": "int", "chunks_per_ring": "int",
-               "symlog_bytes": "int", "wait_timeout": "float"}
+               "symlog_bytes": "int", "wait_timeout": "float", "exit_wait": "float"}
 _LAUNCH_KEYS = {"report_fd": "int", "wait_fd": "int", "quiet": "bool", "subprocesses": "str"}
+
+# A process of a tree that a hub reads (record, top, run --hub --subprocesses) waits at
+# its exit, when no reader holds its segment yet, up to this long for the hub (start()'s
+# exit_wait): a child that ends before the hub found it is read all the same. The hub
+# gives up on a child it cannot attach in the same 2 s (CHILD_RETRY_NS).
+HUB_CHILD_EXIT_WAIT = 2.0
 
 
 # ---- the command line (also used by the parents: cli, record, top) ------------------
@@ -147,8 +153,11 @@ def start_job(interp, flags, options, program, timeout=30.0, subprocesses=None, 
     or "" if tracing did not start within `timeout` s, wait_fd). The job waits, with
     tracing on, until wait_fd is closed: attach first, then close it. subprocesses: a
     directory from write_subprocess_hook() (its Python children are traced too; the
-    job removes it at exit). OSError if the interpreter cannot be started."""
+    job removes it at exit): the job's hub reads them, so each waits for it at exit
+    (HUB_CHILD_EXIT_WAIT). OSError if the interpreter cannot be started."""
     import subprocess
+    if subprocesses:
+        options = dict(options, exit_wait=HUB_CHILD_EXIT_WAIT)
     report_r, report_w = os.pipe()
     wait_r, wait_w = os.pipe()
     argv = command(interp, flags, options, program, report_fd=report_w, wait_fd=wait_r,

@@ -139,6 +139,8 @@ def cmd_run(argv):
         launch["subprocesses"] = _subprocess_hook()
     if hub:
         _start_run_hub(ns.subprocesses)
+        if ns.subprocesses:       # the hub reads the tree: a child that ends early waits for it
+            opts["exit_wait"] = _launch.HUB_CHILD_EXIT_WAIT
     argv = _launch.command(sys.executable, _launch.interpreter_flags(), opts, program, **launch)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -212,7 +214,8 @@ def cmd_hub(argv):
     except OSError as e:
         sys.stderr.write("pytrace hub: %s\n" % (e.strerror or e))
         return 1
-    print("pytrace hub: pid %d serves %s at %s" % (proc.pid, printable(ns.target), path))
+    print("pytrace hub: pid %d serves %s at %s%s" % (proc.pid, printable(ns.target), path,
+                                                     "; its messages go to %s" % proc.log if proc.log else ""))
     return 0
 
 

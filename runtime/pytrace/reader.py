@@ -442,8 +442,12 @@ def start_hub(target, hold=0, detach=False, timeout=10.0, stderr=None, subproces
     hold=N: it drains only once N readers joined (so they all get the job from its
     first event). subprocesses=True: it also reads every traced process of the job's
     tree, each message tagged with its process. The hub runs in its own session (a
-    Ctrl-C of the caller's terminal does not cut the readers' stream short). OSError
-    with one line when it cannot start or does not come up."""
+    Ctrl-C of the caller's terminal does not cut the readers' stream short). detach=True
+    (`pytrace hub PID`, whose hub outlives it): once it listens, the hub holds none of
+    the caller's stdio (a caller whose output is read, `out=$(pytrace hub PID 2>&1)`,
+    would wait for the job's end); its messages go to `proc.log` (the socket's path with
+    .log, removed at its end when empty). OSError with one line when it cannot start or
+    does not come up."""
     import os
     import select
     import subprocess
@@ -459,9 +463,14 @@ def start_hub(target, hold=0, detach=False, timeout=10.0, stderr=None, subproces
         argv += ["--wait", str(wait)]
     if idle_exit:
         argv += ["--idle-exit", str(idle_exit)]
+    if detach:
+        argv.append("--detach")
+        if stderr is None:
+            stderr = subprocess.PIPE    # what it says before it detaches: read on failure below
     argv.append(str(target))
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=stderr, start_new_session=True, close_fds=True)
+    proc.log = None
     fd = proc.stdout.fileno()
     deadline = time.monotonic() + timeout
     line = b""
@@ -483,7 +492,16 @@ def start_hub(target, hold=0, detach=False, timeout=10.0, stderr=None, subproces
             proc.wait(timeout=1.0 if proc.poll() is None else 0)
         except subprocess.TimeoutExpired:
             proc.kill()
-        raise OSError(5, "pytrace-hub for %s did not start (exit code %s)" % (target, proc.poll()))
+        said = ""
+        if detach and proc.stderr is not None:
+            said = proc.stderr.read().decode(errors="replace").strip().splitlines()
+            said = ": " + said[-1] if said else ""
+            proc.stderr.close()
+        raise OSError(5, "pytrace-hub for %s did not start (exit code %s)%s" % (target, proc.poll(), said))
+    if detach:
+        if proc.stderr is not None:
+            proc.stderr.close()
+        proc.log = path[:-len(".sock")] + ".log" if path.endswith(".sock") else None
     return proc, path
 
 

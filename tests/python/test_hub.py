@@ -169,6 +169,149 @@ def test_three_readers_at_once_each_account_for_every_event(tmp_path):
     assert events == written
 
 
+# The job of the kill test: JOB's work, a pause halfway (marker made, then it waits for
+# `resume`), and its result on stdout, so its output can be compared with an untraced run.
+PAUSING_JOB = textwrap.dedent("""
+    import os, sys, time
+    def leaf(i):
+        return i + 1
+    def middle(n):
+        s = 0
+        for i in range(n):
+            s += leaf(i)
+        return s
+    def outer(rounds, n, marker, resume):
+        total = 0
+        for r in range(rounds):
+            total += middle(n)
+            if marker and r == rounds // 2:
+                open(marker, "w").close()
+                while not os.path.exists(resume):
+                    time.sleep(0.01)
+        return total
+    args = sys.argv[1:] + [None, None]
+    print("total", outer(int(args[0]), int(args[1]), args[2], args[3]))
+""")
+
+# A pytrace.Reader that tells apart what it read and what the hub said it missed (the
+# synthetic Lost records of a resync), with the job's own final counters.
+COUNTING_READER = textwrap.dedent("""
+    import json, sys, pytrace
+    from pytrace.reader import MsgType, EventKind, FLAG_SYNTHETIC
+    read = missed = 0; last = None; names = {}; calls = {}
+    with pytrace.Reader(sys.argv[1], follow=True) as r:
+        via = r.via_hub
+        print("joined", flush=True)
+        for m in r:
+            if m.type == MsgType.EventChunk:
+                for e in m.events:
+                    if e.flags & FLAG_SYNTHETIC and e.kind == EventKind.Lost:
+                        missed += e.id | (e.aux << 32)
+                    elif not e.flags & FLAG_SYNTHETIC:
+                        read += 1
+                        if e.kind == EventKind.Call:
+                            calls[e.id] = calls.get(e.id, 0) + 1
+            elif m.type == MsgType.Symbol:
+                names[m.id] = m.name
+            elif m.type == MsgType.ProducerStatus:
+                last = m
+    print(json.dumps({"read": read, "missed": missed, "via_hub": via,
+                      "written": last.events_written, "dropped": last.events_dropped,
+                      "state": last.state,
+                      "calls": {names.get(i, str(i)): n for i, n in calls.items()}}))
+""")
+
+
+@pytest.mark.parametrize("victim", ["top", "reader", "record"])
+def test_one_of_three_readers_killed_mid_run_leaves_the_job_and_the_other_two_whole(tmp_path, victim):
+    """record PID, pytrace-top --once --json and a pytrace.Reader read one job through its
+    hub; halfway (the job waits there until the kill is done) one of the three is killed
+    with SIGKILL. The job ends as it does untraced (same output, exit 0), and each of
+    the other two accounts for every event the job wrote: read + missed = written (the
+    job's own final counters), with nothing missed. The recorder is the lossless one
+    (it holds the job back): killed, it must not hold the job any more."""
+    script = tmp_path / "job.py"
+    script.write_text(PAUSING_JOB)
+    rounds, n = 100, 20000
+    plain = subprocess.run([PY, str(script), str(rounds), str(n)], capture_output=True, text=True,
+                           timeout=120)
+    assert plain.returncode == 0 and plain.stdout.startswith("total "), plain.stderr
+    marker, resume = tmp_path / "halfway", tmp_path / "resume"
+    from pytrace import _launch
+    job, segment, wait_w = _launch.start_job(PY, [], {"c_calls": True, "policy": "wait",
+                                                      "wait_timeout": 120.0},
+                                             [str(script), str(rounds), str(n), str(marker), str(resume)],
+                                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert segment, "the job did not start tracing"
+    # queues larger than the whole job: nothing is missed by a reader slower than the job
+    hub, sock = start_hub(segment, "--hold", "3", "--queue-mib", "1024", "--quiet")
+    rec_path = tmp_path / "out.pytrace"
+    procs = {
+        "record": subprocess.Popen([PY, "-m", "pytrace", "record", "-o", str(rec_path), str(job.pid)],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
+        "top": subprocess.Popen([_bin("pytrace-top"), "--once", "--json", "--duration", "600",
+                                 str(job.pid)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
+    }
+    procs["reader"] = subprocess.Popen([PY, "-c", COUNTING_READER, str(job.pid)], stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, text=True)
+    try:
+        assert procs["reader"].stdout.readline().strip() == "joined", procs["reader"].stderr.read()
+        os.close(wait_w)           # the hold of 3: nothing is drained before all of them joined
+        deadline = time.monotonic() + 120
+        while not marker.exists():
+            assert job.poll() is None and time.monotonic() < deadline, job.stderr.read()
+            time.sleep(0.01)
+        # the job waits halfway; the victim is reading it (it has not ended)
+        assert procs[victim].poll() is None, procs[victim].stderr.read()
+        procs[victim].kill()
+        assert procs[victim].wait(timeout=30) == -signal.SIGKILL
+    finally:
+        resume.write_text("")
+    out, err = job.communicate(timeout=300)     # a job held by the dead recorder hangs here
+    assert job.returncode == 0, err
+    assert out == plain.stdout
+    assert hub.wait(timeout=60) == 0
+
+    survivors = {}
+    if victim != "reader":
+        r_out, r_err = procs["reader"].communicate(timeout=120)
+        assert procs["reader"].returncode == 0, r_err
+        r = json.loads(r_out.strip().splitlines()[-1])
+        assert r["via_hub"] is True and r["state"] == 3 and r["dropped"] == 0
+        survivors["reader"] = (r["read"], r["missed"], r["written"])
+    if victim != "top":
+        t_out, t_err = procs["top"].communicate(timeout=120)
+        assert procs["top"].returncode == 0, t_err
+        t = json.loads(t_out)
+        assert t["state"] == "ENDED" and t["events_dropped"] == 0
+        survivors["top"] = (t["events_read"], t["events_missed_in_hub"], None)
+    if victim != "record":
+        rec_out, rec_err = procs["record"].communicate(timeout=120)
+        assert procs["record"].returncode == 0, rec_err
+        from pytrace.recording import RecordingReader
+        from pytrace.reader import FLAG_SYNTHETIC, EventKind
+        read = missed = 0
+        with RecordingReader(str(rec_path)) as rr:
+            msgs = list(rr.messages())
+        for m in msgs:
+            if type(m).__name__ == "EventChunk":
+                for e in m.events:
+                    if e.flags & FLAG_SYNTHETIC and e.kind == EventKind.Lost:
+                        missed += e.id | (e.aux << 32)
+                    elif not e.flags & FLAG_SYNTHETIC:
+                        read += 1
+        status = [m for m in msgs if type(m).__name__ == "ProducerStatus"][-1]
+        assert status.events_dropped == 0
+        survivors["record"] = (read, missed, status.events_written)
+        assert "%d events written, 0 events dropped" % status.events_written in rec_err, rec_err
+    written = {w for _, _, w in survivors.values() if w is not None}
+    assert len(written) == 1, survivors      # the job's own counter, as each survivor got it
+    written = written.pop()
+    assert written > 1_000_000
+    for name, (read, missed, _) in survivors.items():
+        assert (name, read, missed) == (name, written, 0), survivors
+
+
 def test_stuck_reader_gets_lost_and_resync_and_does_not_stall_the_job(tmp_path):
     """A reader that connects and never reads: its queue (1 MiB) overflows, the job
     (policy wait) and a live reader go on to the end with nothing dropped, and when
@@ -465,3 +608,123 @@ def test_run_hub_serves_two_readers_that_join_later(tmp_path):
     assert ra["state"] == rb["state"] == 3
     assert ra["written"] == rb["written"] > 1_000_000
     assert ra["dropped"] == rb["dropped"] and re.search(r" %d dropped" % ra["dropped"], err), err
+
+
+CLI_HUB_JOB = textwrap.dedent("""
+    import os, sys, time
+    def leaf(i):
+        return i + 1
+    def work(n):
+        return sum(leaf(i) for i in range(n))
+    while not os.path.exists(sys.argv[1]):
+        time.sleep(0.01)
+    print("total", sum(work(10000) for _ in range(10)))
+""")
+
+
+def test_pytrace_hub_command_serves_a_run_job_to_two_readers(tmp_path):
+    """`pytrace hub PID`, as a user types it, on a job started with plain `pytrace run`
+    (no hub of its own): it returns at once, also to a caller that reads its output to
+    the end (the hub it leaves behind holds none of its stdio: it used to keep stderr,
+    and the capture waited for the job's end), saying the hub's pid, its socket (owner
+    only) and where its messages go; that hub becomes the job's one consumer, a pytrace.Reader and `pytrace-top
+    --once --json` both join through it, and each sees every call the job makes after
+    they joined (leaf and work, exactly) and the job's own final counters; the hub ends
+    with the job."""
+    import stat
+    from pytrace import _pytrace
+    script = tmp_path / "job.py"
+    script.write_text(CLI_HUB_JOB)
+    go = tmp_path / "go"
+    job = subprocess.Popen([PY, "-m", "pytrace", "run", "--policy", "wait", str(script), str(go)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    readers = []
+    try:
+        line = job.stderr.readline()
+        segment = re.search(r"tracing pid %d into (/pytrace-\S+?);" % job.pid, line)
+        assert segment, line
+        segment = segment.group(1)
+        assert [s["consumer_pid"] for s in _pytrace.list_segments() if s["name"] == segment] == [0]
+        cli = subprocess.run([PY, "-m", "pytrace", "hub", str(job.pid)], capture_output=True, text=True,
+                             timeout=60)
+        assert cli.returncode == 0, cli.stderr
+        said = re.fullmatch(r"pytrace hub: pid (\d+) serves %d at (\S+)\.sock; its messages go to \2\.log\n"
+                            % job.pid, cli.stdout)
+        assert said, cli.stdout
+        hub_pid, sock, log = int(said.group(1)), said.group(2) + ".sock", said.group(2) + ".log"
+        st = os.lstat(sock)
+        assert stat.S_ISSOCK(st.st_mode) and st.st_uid == os.geteuid()
+        assert stat.S_IMODE(st.st_mode) & 0o077 == 0, oct(st.st_mode)
+        st = os.lstat(log)
+        assert stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600
+        assert stat.S_IMODE(os.stat(os.path.dirname(sock)).st_mode) & 0o077 == 0
+
+        def consumer():
+            return [s["consumer_pid"] for s in _pytrace.list_segments() if s["name"] == segment]
+        assert consumer() == [hub_pid], "the hub the command started holds the job"
+        reader = subprocess.Popen([PY, "-c", COUNTING_READER, str(job.pid)], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        readers.append(reader)
+        assert reader.stdout.readline().strip() == "joined", reader.stderr.read()
+        top = subprocess.Popen([_bin("pytrace-top"), "--once", "--json", "--duration", "600", str(job.pid)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        readers.append(top)
+        # pytrace-top joined once the hub has its second reader: the hub counts them (its
+        # socket directory's fds are not ours to look at), so wait on top's own stream
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and _hub_readers(hub_pid) < 2:
+            time.sleep(0.02)
+        assert _hub_readers(hub_pid) == 2, "pytrace-top did not join the hub"
+        assert consumer() == [hub_pid], "no second hub (a reader would start one for a job no one reads)"
+    finally:
+        go.write_text("")
+    out, err = job.communicate(timeout=120)
+    assert job.returncode == 0, err
+    assert out == "total %d\n" % (10 * sum(i + 1 for i in range(10000)))
+    r_out, r_err = readers[0].communicate(timeout=120)
+    assert readers[0].returncode == 0, r_err
+    r = json.loads(r_out.strip().splitlines()[-1])
+    t_out, t_err = readers[1].communicate(timeout=120)
+    assert readers[1].returncode == 0, t_err
+    t = json.loads(t_out)
+    written = int(re.search(r"(\d+) events written, 0 dropped", err).group(1))
+    assert r["via_hub"] is True and r["state"] == 3 and r["written"] == written and r["dropped"] == 0
+    # the whole stream fits in half a reader's queue in the hub (32 MiB by default): a
+    # reader slower than the job misses nothing here
+    assert written * 16 < 16 << 20
+    assert r["missed"] == 0 and 0 < r["read"] <= written
+    assert r["calls"].get("leaf") == 10 * 10000 and r["calls"].get("work") == 10, r["calls"]
+    assert t["state"] == "ENDED" and t["events_dropped"] == 0 and t["events_missed_in_hub"] == 0
+    assert 0 < t["events_read"] <= written
+    funcs = {f["name"]: f["calls"] for f in t["functions"]}
+    assert funcs.get("leaf") == 10 * 10000 and funcs.get("work") == 10, funcs
+    deadline = time.monotonic() + 30          # the hub ends with the job (it is not our child)
+    while time.monotonic() < deadline and _alive(hub_pid):
+        time.sleep(0.05)
+    assert not _alive(hub_pid), "the hub outlived the job"
+    assert not os.path.exists(sock)
+    assert not os.path.exists(log), "an empty log is removed at the end"
+
+
+def _alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _hub_readers(hub_pid):
+    """Connected sockets the hub holds besides its listening one: its readers."""
+    n = 0
+    try:
+        fds = os.listdir("/proc/%d/fd" % hub_pid)
+    except OSError:
+        return 0
+    for fd in fds:
+        try:
+            if os.readlink("/proc/%d/fd/%s" % (hub_pid, fd)).startswith("socket:"):
+                n += 1
+        except OSError:
+            pass
+    return n - 1

@@ -120,3 +120,87 @@ def test_a_child_that_ends_before_its_segment_is_readable_is_counted_not_waited_
     child = int(r.stdout.split()[-1])
     assert "never became readable" in r.stderr, r.stderr
     assert "pytrace-%d-7-00000000deadbeef" % child in r.stderr, r.stderr
+
+
+FORKSERVER_AND_SUBPROCESS_JOB = textwrap.dedent("""
+    import json, multiprocessing as mp, os, subprocess, sys, time
+    def work(i):
+        s = 0
+        for k in range(200):
+            s += k
+        time.sleep(0.002)      # a task long enough for the other workers to take some
+        return os.getpid()
+    if __name__ == "__main__":
+        tasks = int(sys.argv[1])
+        with mp.get_context("forkserver").Pool(3) as p:
+            pids = p.map(work, range(tasks), chunksize=1)
+        per = {}
+        for pid in pids:
+            per[pid] = per.get(pid, 0) + 1
+        # short Python children (each ends in a few ms, maybe before the hub found it)
+        children = [int(subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                                     "child.py"), "7"],
+                                       capture_output=True, text=True, check=True).stdout)
+                    for _ in range(4)]
+        print(json.dumps({"ran": per, "children": children}))
+""")
+
+CHILD = textwrap.dedent("""
+    import os, sys
+    def child_work(i):
+        return i * i
+    for i in range(int(sys.argv[1])):
+        child_work(i)
+    print(os.getpid())
+""")
+
+
+def test_recorded_forkserver_pool_and_python_subprocess_each_in_its_own_process(tmp_path):
+    """`pytrace record -o F -- python job.py` (through the job's hub) of a job with a
+    forkserver Pool that then runs `subprocess.run([sys.executable, child.py])`: every
+    process is in the recording (the forkserver's workers too), `work` is counted in the
+    process that ran each task and adds up to exactly the tasks, and each subprocess's
+    `child_work` is in that child's own process (its pid, the job its parent), nowhere
+    else. The children end within milliseconds: one that ended before the hub attached
+    its segment unlinked it at exit, no reader holding it, and was missing from about
+    half the recordings; now such a child waits (bounded) for the hub at exit."""
+    (tmp_path / "job.py").write_text(FORKSERVER_AND_SUBPROCESS_JOB)
+    (tmp_path / "child.py").write_text(CHILD)
+    out = tmp_path / "tree.pytrace"
+    tasks = 300
+    p = subprocess.run([PY, "-m", "pytrace", "record", "-o", str(out), "--", PY, str(tmp_path / "job.py"),
+                        str(tasks)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    said = json.loads(p.stdout.strip().splitlines()[-1])
+    ran = {int(k): v for k, v in said["ran"].items()}
+    children = said["children"]
+    assert sum(ran.values()) == tasks
+    calls, processes = recorded_calls(out)
+    assert calls == ran, (calls, ran, p.stderr[-2000:])
+    assert sum(calls.values()) == tasks
+    job_pid = int(re.search(r"tracing pid (\d+) into", p.stderr).group(1))
+    assert job_pid not in ran and not set(children) & set(ran) and len(ran) >= 2, ran
+    traced = {int(pid) for pid in re.findall(r"tracing pid (\d+) into", p.stderr)}
+    assert traced <= processes, (sorted(traced - processes), p.stderr[-2000:])
+    assert {job_pid} | set(children) | set(ran) <= processes, (processes, ran, children)
+    assert len(processes) >= len(ran) + 2 + len(children)   # the job, the forkserver, workers, children
+    from pytrace.recording import RecordingReader
+    from pytrace.reader import EventKind
+    names, pid_of, ppid_of, child_calls = {}, {}, {}, {}
+    with RecordingReader(str(out)) as rr:
+        for m in rr.messages():
+            kind = type(m).__name__
+            if kind == "ProcessInfo":
+                pid_of[m.process], ppid_of[m.pid] = m.pid, m.ppid
+            elif kind == "Symbol":
+                names[(m.process, m.id)] = m.name
+            elif kind == "EventChunk":
+                for _t, ident, _a, k, _f in m.iter_events():
+                    if k == EventKind.Call and names.get((m.process, ident)) == "child_work":
+                        child_calls[pid_of[m.process]] = child_calls.get(pid_of[m.process], 0) + 1
+    assert child_calls == {child: 7 for child in children}, (child_calls, children)
+    assert all(ppid_of[child] == job_pid for child in children)
+    # the workers' parent is the forkserver, a child of the job
+    forkservers = {ppid_of[w] for w in ran}
+    assert len(forkservers) == 1 and ppid_of[forkservers.pop()] == job_pid, ppid_of
+    assert "NOT traced" not in p.stderr and "could not be read" not in p.stderr, p.stderr

@@ -263,3 +263,100 @@ def test_pytrace_top_starts_the_program_under_tmux(tmp_path):
         assert _pids_running(str(script)) == []  # quitting the view stopped the program
     finally:
         t.kill()
+
+
+# ---- a live job of several processes: P cycles them ------------------------------------
+
+FORKING_JOB = r'''
+import os, sys, time
+
+def child_spin():
+    s = 0
+    for i in range(20000):
+        s += i
+    return s
+
+def parent_spin():
+    s = 0
+    for i in range(20000):
+        s += i
+    return s
+
+pidfile, stopfile = sys.argv[1], sys.argv[2]
+parent = os.getpid()
+pid = os.fork()
+if pid == 0:
+    # the child runs until told to stop, or until its parent is gone
+    while os.getppid() == parent and not os.path.exists(stopfile):
+        child_spin()
+    sys.exit(0)          # a normal exit: the child's segment says it exited
+with open(pidfile + ".tmp", "w") as f:
+    f.write(str(pid))
+os.rename(pidfile + ".tmp", pidfile)
+while True:
+    parent_spin()
+    time.sleep(0.001)
+    if pid and os.waitpid(pid, os.WNOHANG)[0]:
+        pid = 0
+'''
+
+
+def _processes_line(screen):
+    return next((ln for ln in screen.splitlines() if "processes (P):" in ln), "")
+
+
+def _shown_pid(screen):
+    """The [marked] pid of the processes line, once the screen is drawn for it (the
+    status line names it, the key line is there)."""
+    lines = screen.splitlines()
+    line = _processes_line(screen)
+    if "[" not in line or not lines or "P:process" not in lines[-1]:
+        return None
+    pid = line.split("[", 1)[1].split()[0]
+    return int(pid) if pid.isdigit() and ("pid %s " % pid) in lines[0] else None
+
+
+def test_pytrace_top_cycles_the_live_processes_of_a_job_with_P(tmp_path):
+    """`pytrace top -- python job.py` on a job that forks a child: the processes line
+    lists both, each running; P shows the child (its pid on the status line, its own
+    function and not the parent's), P again the job; when the child ends, the line says
+    it exited while the job still runs."""
+    script = tmp_path / "forking.py"
+    script.write_text(FORKING_JOB)
+    pidfile, stopfile = tmp_path / "child.pid", tmp_path / "stop"
+    t = Tmux(command="%s -m pytrace top -- %s %s %s %s" % (PY, PY, script, pidfile, stopfile),
+             width=200, name="pttopfork")
+    try:
+        deadline = time.monotonic() + 30
+        while not pidfile.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pidfile.exists(), t.screen()
+        child = int(pidfile.read_text())
+        with open("/proc/%d/stat" % child) as f:
+            parent = int(f.read().rsplit(")", 1)[1].split()[1])
+        assert child in _pids_running(str(script)) and parent in _pids_running(str(script))
+
+        def both_running(s):
+            line = _processes_line(s)
+            return re.search(r"\b%d running\b" % parent, line) and re.search(r"\b%d running\b" % child, line)
+        s = t.wait_for(both_running, what="both processes running on the processes line")
+        s = t.wait_for(lambda s: _shown_pid(s) == parent and "parent_spin" in s, what="the job shown first")
+        assert "child_spin" not in s
+        t.keys("P")
+        s = t.wait_for(lambda s: _shown_pid(s) == child and "child_spin" in s, what="the child after P")
+        assert "parent_spin" not in s, s
+        assert "[%d running" % child in _processes_line(s)
+        t.keys("P")
+        s = t.wait_for(lambda s: _shown_pid(s) == parent and "parent_spin" in s, what="the job after P again")
+        assert "child_spin" not in s
+        stopfile.write_text("")
+        s = t.wait_for(lambda s: re.search(r"\b%d exited\b" % child, _processes_line(s))
+                       and re.search(r"\b%d running\b" % parent, _processes_line(s)),
+                       what="the child exited, the job running")
+        t.keys("q")
+        deadline = time.monotonic() + 20
+        while _pids_running(str(script)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _pids_running(str(script)) == []
+    finally:
+        t.kill()

@@ -131,6 +131,7 @@ typedef struct hub {
     uint64_t hold_until_ns;
     unsigned welcomed;
     int quiet;
+    char log[PT_HUB_PATH_MAX]; /* --detach: stderr goes here (removed at the end when empty) */
     uint64_t idle_exit_ns;    /* --idle-exit: end after this long without a reader (0: never) */
     uint64_t idle_since_ns;   /* when the last reader left (or the hub started) */
     uint64_t finished_ns;
@@ -1067,8 +1068,40 @@ static void usage(FILE *f)
             "  --subprocesses    also read every traced process the job starts (its segments, found\n"
             "                    in /dev/shm by parent pid); each message is tagged with its process\n"
             "  --quiet           no messages on stderr but errors\n"
+            "  --detach          once it listens, leave the caller's stdin, stdout and stderr: its\n"
+            "                    messages go to the socket's name with .log for .sock (removed at the\n"
+            "                    end when empty), so a caller reading its output does not wait for it\n"
             "  -V, --version     print the version;  -h, --help: this help\n",
             DEFAULT_QUEUE_MIB);
+}
+
+/* --detach (pytrace hub PID): the hub outlives the command that started it, so it must
+ * not hold that command's stdout and stderr open: whoever reads them (a pipe, a
+ * capture, `$(...) 2>&1`) would wait for the job's end. Its stdin and stdout become
+ * /dev/null and its stderr a file beside its socket, in the owner-only directory.
+ * Failing that, stderr stays as it was: messages are never thrown away. */
+static void detach_stdio(hub_t *h)
+{
+    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (null >= 0) {
+        (void)dup2(null, STDIN_FILENO);
+        (void)dup2(null, STDOUT_FILENO);
+        close(null);
+    }
+    size_t n = strlen(h->sock);
+    if (n < 5 || strcmp(h->sock + n - 5, ".sock") != 0)
+        return;
+    snprintf(h->log, sizeof h->log, "%.*s.log", (int)(n - 5), h->sock);
+    int fd = open(h->log, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        say(h, "cannot open %s: %s; messages stay on stderr", h->log, strerror(errno));
+        h->log[0] = 0;
+        return;
+    }
+    fflush(stderr);
+    if (dup2(fd, STDERR_FILENO) < 0)
+        h->log[0] = 0;
+    close(fd);
 }
 
 int main(int argc, char **argv)
@@ -1077,6 +1110,7 @@ int main(int argc, char **argv)
     hub_t *h = &hub;
     const char *target = NULL;
     double hold_timeout = 30, wait_seconds = 0;
+    int detach = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -1112,6 +1146,8 @@ int main(int argc, char **argv)
             i++;
         } else if (!strcmp(a, "--quiet")) {
             h->quiet = 1;
+        } else if (!strcmp(a, "--detach")) {
+            detach = 1;
         } else if (!strcmp(a, "--subprocesses")) {
             h->tree = 1;
         } else if (a[0] == '-' && a[1]) {
@@ -1189,6 +1225,8 @@ int main(int argc, char **argv)
     h->idle_since_ns = pt_monotonic_ns();
     printf("%s\n", h->sock);
     fflush(stdout);
+    if (detach)
+        detach_stdio(h);
     say(h, "serving %s (pid %llu) at %s", root->name, (unsigned long long)h->root_pid, h->sock);
 
     struct pollfd *pfd = NULL;
@@ -1333,5 +1371,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "pytrace-hub: %llu child%s of the job could not be read\n",
                 (unsigned long long)h->children_failed, h->children_failed == 1 ? "" : "ren");
     free(pfd);
+    if (h->log[0]) {
+        struct stat st;
+        fflush(stderr);
+        if (fstat(STDERR_FILENO, &st) == 0 && st.st_size == 0)
+            unlink(h->log);
+    }
     return status;
 }
