@@ -22,12 +22,14 @@ case "$build" in /*) ;; *) build=$root/$build ;; esac
 py=$(PYTRACE_PYTHONS=${PYTRACE_SANITIZE_PYTHON:-3.11} bash tests/pythons.sh)
 # What runs C code on untrusted or unusual input: the corpus and generated streams through the
 # walk and every exporter, recordings (format, compression, live, mutated), damaged segments,
-# pytrace-top on recordings, rings (threads, reuse, losses) and the job's lifecycle.
+# pytrace-top on recordings, rings (threads, reuse, losses), the job's lifecycle, the Aggregator
+# binding (pytrace.Profile), merging recordings, multi-process exports and the hub with its clients.
 tests=${PYTRACE_SANITIZE_TESTS:-"test_corpus.py test_export_agreement.py test_export_formats.py
     test_export_perfetto.py test_export_bounds.py test_deep_recursion.py test_spans_filters.py
     test_recording_format.py test_recording_compressed.py test_recording_live.py
     test_segment_damage.py test_fuzz_recordings.py test_top_file.py test_threads_rings.py
-    test_ring_reuse.py test_loss_counters.py test_lifecycle.py"}
+    test_ring_reuse.py test_loss_counters.py test_lifecycle.py test_web_profile.py test_merge.py
+    test_multiprocess_export.py test_hub.py"}
 
 venv=$build/venv
 if [ ! -x "$venv/bin/python" ]; then
