@@ -247,3 +247,43 @@ def test_web_file_lists_the_processes_of_the_stream(pool, tmp_path, browser):
         context.close()
     finally:
         srv.stop()
+
+
+def test_profile_of_a_merged_stream_matches_each_process_alone_and_is_bounded(tmp_path):
+    """streamgen's three processes (two give the same symbol ids to functions of other
+    files): each process of the stream is what that process recorded alone gives; an
+    Aggregator that may hold two processes reads two and counts the third's messages."""
+    from pytrace import Profile
+    from pytrace import _pytrace
+    from pytrace.recording import RecordingReader
+    from streamgen import PROCESSES, multi_recording
+    path = tmp_path / "multi.pytrace"
+    alone = multi_recording(str(path), 1)
+    with RecordingReader(str(path)) as reader:
+        messages = list(reader)
+    order = []      # the tags in order of first sight (the stream interleaves them at random)
+    for _t, data in messages:
+        tag = _msg_process(data)
+        if tag not in order:
+            order.append(tag)
+    pid_of = {tag: pid for tag, pid, _f, _c in PROCESSES}
+    prof = Profile.from_recording(str(path))
+    procs = prof.processes()
+    assert [(p.tag, p.pid) for p in procs] == [(tag, pid_of[tag]) for tag in order]
+    for p in procs:
+        one = Profile.from_recording(alone[p.pid])
+        assert prof.functions(process=p.index, sort="name") == one.functions(sort="name"), p.pid
+        assert prof.paths(process=p.index) == one.paths(), p.pid
+        assert prof.threads(process=p.index) == one.threads(), p.pid
+    agg = _pytrace.Aggregator(max_processes=2)
+    assert agg.feed_many(messages) == 0
+    c = agg.counters()
+    assert [p[2] for p in agg.processes()] == [pid_of[tag] for tag in order[:2]]
+    assert c["processes"] == 2 and c["process_limit"] == 2
+    third = sum(1 for _t, data in messages if _msg_process(data) == order[2])
+    assert c["messages_past_process_limit"] == third > 0
+
+
+def _msg_process(data):
+    from pytrace.reader import decode
+    return decode(0, data).process

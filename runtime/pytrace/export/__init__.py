@@ -155,6 +155,8 @@ class _HtmlResult:
         self.selected_processes = len(shown)
         self.pids = [e.pid for e in shown]
         self.producer_status = status
+        c = prof.counters()
+        self.past_process_limit = (c["process_limit"], c["messages_past_process_limit"])
 
 
 def _export_html(recording, output, pids=None):
@@ -318,6 +320,10 @@ def main(argv=None):
             ", ".join(str(x) for x in walker.pids)), file=sys.stderr)
     print("pytrace export: %d events, %d threads, %d symbols -> %s (%s)" % (
         walker.events, walker.threads, walker.symbols, where, fmt), file=sys.stderr)
+    limit, past = getattr(walker, "past_process_limit", (0, 0))
+    if past:
+        print("pytrace export: the report holds the first %d processes; %d messages of further ones "
+              "were left out (export them to perfetto or chrome)" % (limit, past), file=sys.stderr)
     # The job's own count of dropped events (its final status), as record, pytrace-top and
     # stop() give it. The gaps marked in the stream (Lost records) can be fewer: drops after
     # a thread's last record have no record after them to mark them.
