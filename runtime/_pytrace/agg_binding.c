@@ -10,6 +10,11 @@
  * GIL released when it is contended), so a server thread that reads a job at
  * millions of events per second does not stall the request handlers.
  *
+ * A stream may hold several processes (Message.process: a hub that follows a
+ * job's children, a recorded process tree): feeding routes each message to its
+ * process's aggregation (viewer/core/aggset.h, pytrace-top's rule), and every
+ * query takes a process index (0: the first process seen, the job's root).
+ *
  * Strings from the stream are untrusted bytes: they are decoded as UTF-8 with
  * "replace" (never raise on a bad name) and handed out as str.
  */
@@ -18,13 +23,14 @@
 #include <pythread.h>
 
 #include "viewer/core/agg.h"
+#include "viewer/core/aggset.h"
 
 #include <errno.h>
 #include <string.h>
 
 typedef struct {
     PyObject_HEAD
-    pt_agg_t *agg;
+    pt_aggset_t *set;
     PyThread_type_lock lock;
     uint64_t messages;   /* fed, for the caller's progress */
     uint64_t bad;        /* refused by the verifier */
@@ -49,6 +55,22 @@ static PyObject *raise_rc(int rc)
     return PyErr_SetFromErrno(PyExc_OSError);
 }
 
+/* Process `index`'s aggregation, under the lock; NULL if there is none. */
+static pt_agg_t *agg_at(agg_obj_t *self, Py_ssize_t index)
+{
+    return index < 0 ? NULL : pt_aggset_agg(self->set, (size_t)index);
+}
+
+static PyObject *no_process(Py_ssize_t index)
+{
+    PyErr_Format(PyExc_IndexError, "no process %zd in the stream (processes() lists them)", index);
+    return NULL;
+}
+
+/* Slice headers (32 bytes each) every process may hold, all processes together:
+ * a stream that invents processes stops being read past max_processes. */
+#define SLICE_BUDGET (32u * 1024u * 1024u)
+
 static PyObject *str_of(const char *s)
 {
     return PyUnicode_DecodeUTF8(s ? s : "", s ? (Py_ssize_t)strlen(s) : 0, "replace");
@@ -56,21 +78,34 @@ static PyObject *str_of(const char *s)
 
 static PyObject *agg_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"slice_ns", "slice_count", NULL};
+    static char *kwlist[] = {"slice_ns", "slice_count", "max_processes", NULL};
     unsigned long long slice_ns = 0;
-    unsigned int slice_count = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|KI:Aggregator", kwlist, &slice_ns, &slice_count))
+    unsigned int slice_count = 0, max_processes = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|KII:Aggregator", kwlist, &slice_ns, &slice_count, &max_processes))
         return NULL;
     if (slice_count > 2000000u) { /* 64 MiB of slice headers */
         PyErr_SetString(PyExc_ValueError, "slice_count must be at most 2000000");
         return NULL;
     }
+    if (max_processes > 65536u) {
+        PyErr_SetString(PyExc_ValueError, "max_processes must be at most 65536");
+        return NULL;
+    }
+    if (!max_processes) { /* the default: as many as the slice budget allows, at most 1024 */
+        uint32_t slices = slice_count ? slice_count : 6000u;
+        max_processes = SLICE_BUDGET / slices;
+        if (max_processes > PT_AGGSET_DEFAULT_MAX_PROCESSES)
+            max_processes = PT_AGGSET_DEFAULT_MAX_PROCESSES;
+        if (!max_processes)
+            max_processes = 1;
+    }
     agg_obj_t *self = (agg_obj_t *)type->tp_alloc(type, 0);
     if (!self)
         return NULL;
     self->lock = PyThread_allocate_lock();
-    pt_agg_config_t cfg = {.slice_ns = slice_ns, .slice_count = slice_count};
-    if (!self->lock || pt_agg_create(&cfg, &self->agg)) {
+    pt_aggset_config_t cfg = {.agg = {.slice_ns = slice_ns, .slice_count = slice_count},
+                              .max_processes = max_processes};
+    if (!self->lock || pt_aggset_create(&cfg, &self->set)) {
         Py_DECREF(self);
         return PyErr_NoMemory();
     }
@@ -80,7 +115,7 @@ static PyObject *agg_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 static void agg_dealloc(agg_obj_t *self)
 {
     PyTypeObject *tp = Py_TYPE(self);
-    pt_agg_destroy(self->agg);
+    pt_aggset_destroy(self->set);
     if (self->lock)
         PyThread_free_lock(self->lock);
     tp->tp_free((PyObject *)self);
@@ -109,7 +144,7 @@ static PyObject *agg_feed(agg_obj_t *self, PyObject *item)
     int rc;
     Py_BEGIN_ALLOW_THREADS
     PyThread_acquire_lock(self->lock, WAIT_LOCK);
-    rc = pt_agg_feed_bytes(self->agg, view.buf, (size_t)view.len);
+    rc = pt_aggset_feed_bytes(self->set, view.buf, (size_t)view.len);
     self->messages++;
     if (rc == -EBADMSG)
         self->bad++;
@@ -120,7 +155,7 @@ static PyObject *agg_feed(agg_obj_t *self, PyObject *item)
         PyErr_SetString(PyExc_ValueError, "not a valid pytrace message (the FlatBuffers verifier refused it)");
         return NULL;
     }
-    if (rc)
+    if (rc && rc != -ENOSPC) /* past max_processes: not read, counted (counters()) */
         return raise_rc(rc);
     Py_RETURN_NONE;
 }
@@ -151,12 +186,12 @@ static PyObject *agg_feed_many(agg_obj_t *self, PyObject *items)
         Py_BEGIN_ALLOW_THREADS
         PyThread_acquire_lock(self->lock, WAIT_LOCK);
         for (Py_ssize_t i = 0; i < n && !rc; i++) {
-            int r = pt_agg_feed_bytes(self->agg, views[i].buf, (size_t)views[i].len);
+            int r = pt_aggset_feed_bytes(self->set, views[i].buf, (size_t)views[i].len);
             self->messages++;
             if (r == -EBADMSG) {
                 refused++;
                 self->bad++;
-            } else {
+            } else if (r != -ENOSPC) { /* past max_processes: counted by the set */
                 rc = r;
             }
         }
@@ -177,11 +212,11 @@ static PyObject *agg_feed_many(agg_obj_t *self, PyObject *items)
 /* ---- queries ------------------------------------------------------------------------ */
 
 static int parse_query(PyObject *args, PyObject *kw, const char *fmt, char **kwlist, pt_agg_query_t *q,
-                       void *extra1, void *extra2, void *extra3)
+                       void *extra1, void *extra2, void *extra3, void *extra4)
 {
     unsigned long long thread = 0;
     double window = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, fmt, kwlist, &thread, &window, extra1, extra2, extra3))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, fmt, kwlist, &thread, &window, extra1, extra2, extra3, extra4))
         return -1;
     if (!(window >= 0)) {
         PyErr_SetString(PyExc_ValueError, "window must be a number of seconds >= 0 (0: the whole run)");
@@ -203,16 +238,28 @@ static int parse_query(PyObject *args, PyObject *kw, const char *fmt, char **kwl
     } while (0)
 #define U64(v) PyLong_FromUnsignedLongLong((unsigned long long)(v))
 
-PyDoc_STRVAR(counters_doc, "counters() -> dict: pt_agg_counters (events, rates, drops, threads, ...).");
+PyDoc_STRVAR(counters_doc, "counters(process=0) -> dict: pt_agg_counters of that process (events, rates, drops, "
+                           "threads, ...), and of the stream: messages, refused_messages, processes, "
+                           "process_limit, messages_past_process_limit.");
 
-static PyObject *agg_counters(agg_obj_t *self, PyObject *unused)
+static PyObject *agg_counters(agg_obj_t *self, PyObject *args, PyObject *kw)
 {
-    (void)unused;
+    static char *kwlist[] = {"process", NULL};
+    Py_ssize_t process = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|n:counters", kwlist, &process))
+        return NULL;
     pt_agg_counters_t c;
     agg_lock(self);
-    pt_agg_counters(self->agg, &c);
-    const pt_fb_process_info_t *pi = pt_agg_process_info(self->agg);
-    uint64_t pid = pi->pid, tps = pt_agg_ticks_per_second(self->agg);
+    pt_agg_t *agg = agg_at(self, process);
+    if (!agg) {
+        agg_unlock(self);
+        return no_process(process);
+    }
+    pt_agg_counters(agg, &c);
+    const pt_fb_process_info_t *pi = pt_agg_process_info(agg);
+    uint64_t pid = pi->pid, tps = pt_agg_ticks_per_second(agg);
+    uint64_t processes = pt_aggset_count(self->set), past = pt_aggset_refused(self->set);
+    uint64_t limit = pt_aggset_max_processes(self->set);
     agg_unlock(self);
     PyObject *d = PyDict_New();
     if (!d)
@@ -236,22 +283,34 @@ static PyObject *agg_counters(agg_obj_t *self, PyObject *unused)
     SET(d, "ticks_per_second", U64(tps));
     SET(d, "messages", U64(self->messages));
     SET(d, "refused_messages", U64(self->bad));
+    SET(d, "processes", U64(processes));
+    SET(d, "process_limit", U64(limit));
+    SET(d, "messages_past_process_limit", U64(past));
     return d;
 err:
     Py_DECREF(d);
     return NULL;
 }
 
-PyDoc_STRVAR(process_doc, "process_info() -> dict: the ProcessInfo received (pid 0 until then).");
+PyDoc_STRVAR(process_doc, "process_info(process=0) -> dict: that process's ProcessInfo (pid 0 until received).");
 
-static PyObject *agg_process_info(agg_obj_t *self, PyObject *unused)
+static PyObject *agg_process_info(agg_obj_t *self, PyObject *args, PyObject *kw)
 {
-    (void)unused;
+    static char *kwlist[] = {"process", NULL};
+    Py_ssize_t process = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|n:process_info", kwlist, &process))
+        return NULL;
     PyObject *d = PyDict_New();
     if (!d)
         return NULL;
     agg_lock(self);
-    const pt_fb_process_info_t *pi = pt_agg_process_info(self->agg);
+    pt_agg_t *agg = agg_at(self, process);
+    if (!agg) {
+        agg_unlock(self);
+        Py_DECREF(d);
+        return no_process(process);
+    }
+    const pt_fb_process_info_t *pi = pt_agg_process_info(agg);
     /* strings are copies owned by the aggregator; read them under the lock */
     PyObject *cmd = PyUnicode_DecodeUTF8(pi->command_line.ptr ? pi->command_line.ptr : "",
                                          pi->command_line.ptr ? pi->command_line.len : 0, "replace");
@@ -274,19 +333,29 @@ err:
     return NULL;
 }
 
-PyDoc_STRVAR(threads_doc, "threads() -> list[(thread, os_tid, name, ended, events, depth)] in order of first sight.");
+PyDoc_STRVAR(threads_doc, "threads(process=0) -> list[(thread, os_tid, name, ended, events, depth)] of that "
+                          "process, in order of first sight.");
 
-static PyObject *agg_threads(agg_obj_t *self, PyObject *unused)
+static PyObject *agg_threads(agg_obj_t *self, PyObject *args, PyObject *kw)
 {
-    (void)unused;
+    static char *kwlist[] = {"process", NULL};
+    Py_ssize_t process = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|n:threads", kwlist, &process))
+        return NULL;
     PyObject *list = PyList_New(0);
     if (!list)
         return NULL;
     agg_lock(self);
-    size_t n = pt_agg_thread_count(self->agg);
+    pt_agg_t *agg = agg_at(self, process);
+    if (!agg) {
+        agg_unlock(self);
+        Py_DECREF(list);
+        return no_process(process);
+    }
+    size_t n = pt_agg_thread_count(agg);
     for (size_t i = 0; i < n; i++) {
         pt_agg_thread_info_t ti;
-        if (pt_agg_thread_at(self->agg, i, &ti))
+        if (pt_agg_thread_at(agg, i, &ti))
             continue;
         PyObject *name = str_of(ti.name);
         PyObject *t = name ? Py_BuildValue("(KKNiKI)", (unsigned long long)ti.thread, (unsigned long long)ti.os_tid,
@@ -305,30 +374,39 @@ static PyObject *agg_threads(agg_obj_t *self, PyObject *unused)
 }
 
 PyDoc_STRVAR(stacks_doc,
-             "stacks() -> list[(thread, os_tid, name, ended, known, frames)] in order of first sight: each "
-             "thread's current stack as the walk holds it (viewer/core/walk.h), frames outermost first as "
+             "stacks(process=0) -> list[(thread, os_tid, name, ended, known, frames)] in order of first sight: each "
+             "thread of that process: its's current stack as the walk holds it (viewer/core/walk.h), frames outermost first as "
              "(symbol id, kind, reported, start_ns); kind 0 Python, 1 C, 2 span; reported: opened by a Frame "
              "record (its call was not seen; start_ns is when it was reported); start_ns: ns since the first "
              "tick seen. known: the frames are the thread's whole stack (its stream was read from its start, "
              "or a Frame run reported it since the last Lost record); an ended thread has none.");
 
-static PyObject *agg_stacks(agg_obj_t *self, PyObject *unused)
+static PyObject *agg_stacks(agg_obj_t *self, PyObject *args, PyObject *kw)
 {
-    (void)unused;
+    static char *kwlist[] = {"process", NULL};
+    Py_ssize_t process = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|n:stacks", kwlist, &process))
+        return NULL;
     PyObject *list = PyList_New(0);
     if (!list)
         return NULL;
     pt_agg_frame_t *frames = NULL;
     uint32_t cap = 0;
     agg_lock(self);
-    size_t n = pt_agg_thread_count(self->agg);
+    pt_agg_t *agg = agg_at(self, process);
+    if (!agg) {
+        agg_unlock(self);
+        Py_DECREF(list);
+        return no_process(process);
+    }
+    size_t n = pt_agg_thread_count(agg);
     for (size_t i = 0; i < n; i++) {
         pt_agg_thread_info_t ti;
         uint32_t depth = 0;
         int known = 0, rc;
-        if (pt_agg_thread_at(self->agg, i, &ti))
+        if (pt_agg_thread_at(agg, i, &ti))
             continue;
-        while ((rc = pt_agg_stack(self->agg, i, frames, cap, &depth, &known)) == 0 && depth > cap) {
+        while ((rc = pt_agg_stack(agg, i, frames, cap, &depth, &known)) == 0 && depth > cap) {
             pt_agg_frame_t *grown = PyMem_RawRealloc(frames, (size_t)depth * sizeof *frames);
             if (!grown) {
                 rc = -ENOMEM;
@@ -369,24 +447,31 @@ static PyObject *agg_stacks(agg_obj_t *self, PyObject *unused)
     return list;
 }
 
-PyDoc_STRVAR(symbols_doc, "symbols(start=0) -> list[(id, kind, known, name, file, line)]: the symbols in order of "
-                          "first sight, from index start (so a caller can ask only for new ones).");
+PyDoc_STRVAR(symbols_doc, "symbols(start=0, process=0) -> list[(id, kind, known, name, file, line)]: that "
+                          "process's symbols in order of first sight, from index start (so a caller can ask "
+                          "only for new ones).");
 
-static PyObject *agg_symbols(agg_obj_t *self, PyObject *args)
+static PyObject *agg_symbols(agg_obj_t *self, PyObject *args, PyObject *kw)
 {
-    Py_ssize_t start = 0;
-    if (!PyArg_ParseTuple(args, "|n:symbols", &start))
+    static char *kwlist[] = {"start", "process", NULL};
+    Py_ssize_t start = 0, process = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|nn:symbols", kwlist, &start, &process))
         return NULL;
     if (start < 0)
         start = 0;
     /* copied under the lock (a feed may grow the table); the strings stay valid until the
      * aggregator is destroyed, so the objects are built after unlocking */
     agg_lock(self);
-    size_t n = pt_agg_symbol_count(self->agg);
+    pt_agg_t *agg = agg_at(self, process);
+    if (!agg) {
+        agg_unlock(self);
+        return no_process(process);
+    }
+    size_t n = pt_agg_symbol_count(agg);
     size_t from = (size_t)start < n ? (size_t)start : n;
     pt_agg_symbol_t *syms = PyMem_RawMalloc((n - from ? n - from : 1) * sizeof *syms);
     for (size_t i = from; syms && i < n; i++)
-        syms[i - from] = pt_agg_symbol_at(self->agg, i);
+        syms[i - from] = pt_agg_symbol_at(agg, i);
     agg_unlock(self);
     if (!syms)
         return PyErr_NoMemory();
@@ -413,17 +498,18 @@ static PyObject *agg_symbols(agg_obj_t *self, PyObject *args)
 static const char *const sort_names[PT_AGG_SORT_COUNT] = {"self", "total", "calls", "prim_calls", "name", "file"};
 
 PyDoc_STRVAR(table_doc,
-             "table(thread=0, window=0.0, sort='self', descending=True, filter=None) -> (span_ns, rows): the "
+             "table(thread=0, window=0.0, sort='self', descending=True, filter=None, process=0) -> (span_ns, rows): the "
              "function table (pytrace-top's columns); a row is (id, kind, name, file, line, calls, prim_calls, "
              "self_ns, total_ns, self_pct, total_pct). thread 0: all threads; window 0: the whole run.");
 
 static PyObject *agg_table(agg_obj_t *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"thread", "window", "sort", "descending", "filter", NULL};
+    static char *kwlist[] = {"thread", "window", "sort", "descending", "filter", "process", NULL};
     pt_agg_query_t q;
     const char *sort = "self", *filter = NULL;
     int descending = 1;
-    if (parse_query(args, kw, "|Kdspz:table", kwlist, &q, &sort, &descending, &filter) < 0)
+    Py_ssize_t process = 0;
+    if (parse_query(args, kw, "|Kdspzn:table", kwlist, &q, &sort, &descending, &filter, &process) < 0)
         return NULL;
     int key = -1;
     for (int i = 0; i < PT_AGG_SORT_COUNT; i++)
@@ -443,10 +529,13 @@ static PyObject *agg_table(agg_obj_t *self, PyObject *args, PyObject *kw)
     int rc;
     Py_BEGIN_ALLOW_THREADS
     PyThread_acquire_lock(self->lock, WAIT_LOCK);
-    rc = pt_agg_table(self->agg, &q, key, descending, filt, &t);
+    pt_agg_t *agg = agg_at(self, process);
+    rc = agg ? pt_agg_table(agg, &q, key, descending, filt, &t) : -ESRCH;
     PyThread_release_lock(self->lock);
     Py_END_ALLOW_THREADS
     PyMem_RawFree(filt);
+    if (rc == -ESRCH)
+        return no_process(process);
     if (rc)
         return raise_rc(rc);
     /* the row strings are the aggregator's symbol strings, valid until it is destroyed */
@@ -477,7 +566,7 @@ static PyObject *agg_table(agg_obj_t *self, PyObject *args, PyObject *kw)
 }
 
 PyDoc_STRVAR(tree_doc,
-             "tree(thread=0, window=0.0, min_fraction=0.0) -> (span_ns, nodes): the calling-context tree in "
+             "tree(thread=0, window=0.0, min_fraction=0.0, process=0) -> (span_ns, nodes): the calling-context tree in "
              "depth-first order, children by name; a node is (symbol id, parent index, depth, calls, self_ns, "
              "total_ns); node 0 is the root (symbol and parent -1), whose self time is time with nothing on the "
              "stack. Subtrees whose total is below min_fraction of the root's are left out (a flame graph "
@@ -485,10 +574,11 @@ PyDoc_STRVAR(tree_doc,
 
 static PyObject *agg_tree(agg_obj_t *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"thread", "window", "min_fraction", NULL};
+    static char *kwlist[] = {"thread", "window", "min_fraction", "process", NULL};
     pt_agg_query_t q;
     double min_fraction = 0;
-    if (parse_query(args, kw, "|Kdd:tree", kwlist, &q, &min_fraction, NULL, NULL) < 0)
+    Py_ssize_t process = 0;
+    if (parse_query(args, kw, "|Kddn:tree", kwlist, &q, &min_fraction, &process, NULL, NULL) < 0)
         return NULL;
     if (!(min_fraction >= 0 && min_fraction <= 1)) {
         PyErr_SetString(PyExc_ValueError, "min_fraction must be between 0 and 1");
@@ -498,9 +588,12 @@ static PyObject *agg_tree(agg_obj_t *self, PyObject *args, PyObject *kw)
     int rc;
     Py_BEGIN_ALLOW_THREADS
     PyThread_acquire_lock(self->lock, WAIT_LOCK);
-    rc = pt_agg_tree(self->agg, &q, &t);
+    pt_agg_t *agg = agg_at(self, process);
+    rc = agg ? pt_agg_tree(agg, &q, &t) : -ESRCH;
     PyThread_release_lock(self->lock);
     Py_END_ALLOW_THREADS
+    if (rc == -ESRCH)
+        return no_process(process);
     if (rc)
         return raise_rc(rc);
     double min_ns = t.count ? min_fraction * (double)t.nodes[0].incl_ns : 0;
@@ -557,25 +650,29 @@ static PyObject *agg_tree(agg_obj_t *self, PyObject *args, PyObject *kw)
 }
 
 PyDoc_STRVAR(timeline_doc,
-             "timeline(thread=0, window=0.0, since=0, group=1) -> dict(slice_ns, group, first_slice, last_slice, "
+             "timeline(thread=0, window=0.0, since=0, group=1, process=0) -> dict(slice_ns, group, first_slice, last_slice, "
              "origin_ns, cells): per cell of `group` slices and thread, (first slice, thread, top symbol id or "
              "-1, top_ns, busy_ns, calls), for the slices >= since in the window (0: all the ring holds).");
 
 static PyObject *agg_timeline(agg_obj_t *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"thread", "window", "since", "group", NULL};
+    static char *kwlist[] = {"thread", "window", "since", "group", "process", NULL};
     pt_agg_query_t q;
     unsigned long long since = 0;
     unsigned int group = 1;
-    if (parse_query(args, kw, "|KdKI:timeline", kwlist, &q, &since, &group, NULL) < 0)
+    Py_ssize_t process = 0;
+    if (parse_query(args, kw, "|KdKIn:timeline", kwlist, &q, &since, &group, &process, NULL) < 0)
         return NULL;
     pt_agg_timeline_t t;
     int rc;
     Py_BEGIN_ALLOW_THREADS
     PyThread_acquire_lock(self->lock, WAIT_LOCK);
-    rc = pt_agg_timeline(self->agg, &q, since, group, &t);
+    pt_agg_t *agg = agg_at(self, process);
+    rc = agg ? pt_agg_timeline(agg, &q, since, group, &t) : -ESRCH;
     PyThread_release_lock(self->lock);
     Py_END_ALLOW_THREADS
+    if (rc == -ESRCH)
+        return no_process(process);
     if (rc)
         return raise_rc(rc);
     PyObject *cells = PyList_New((Py_ssize_t)t.count), *d = NULL;
@@ -600,14 +697,51 @@ static PyObject *agg_timeline(agg_obj_t *self, PyObject *args, PyObject *kw)
     return d;
 }
 
+PyDoc_STRVAR(processes_doc,
+             "processes() -> list[(index, tag, pid, ppid, command_line, producer_state, threads_active, events)]: "
+             "the processes of the stream in order of first sight (index 0: the first, the job's root); tag is "
+             "Message.process, pid 0 until its ProcessInfo came.");
+
+static PyObject *agg_processes(agg_obj_t *self, PyObject *unused)
+{
+    (void)unused;
+    PyObject *list = PyList_New(0);
+    if (!list)
+        return NULL;
+    agg_lock(self);
+    size_t n = pt_aggset_count(self->set);
+    for (size_t i = 0; i < n; i++) {
+        pt_agg_t *agg = pt_aggset_agg(self->set, i);
+        const pt_fb_process_info_t *pi = pt_agg_process_info(agg);
+        pt_agg_counters_t c;
+        pt_agg_counters(agg, &c);
+        PyObject *cmd = PyUnicode_DecodeUTF8(pi->command_line.ptr ? pi->command_line.ptr : "",
+                                             pi->command_line.ptr ? pi->command_line.len : 0, "replace");
+        PyObject *t = cmd ? Py_BuildValue("(nIKKNIIK)", (Py_ssize_t)i, pt_aggset_tag(self->set, i),
+                                          (unsigned long long)pi->pid, (unsigned long long)pi->ppid, cmd,
+                                          c.producer_state, c.threads_active, (unsigned long long)c.events_seen)
+                          : NULL;
+        if (!t || PyList_Append(list, t) < 0) {
+            Py_XDECREF(t);
+            agg_unlock(self);
+            Py_DECREF(list);
+            return NULL;
+        }
+        Py_DECREF(t);
+    }
+    agg_unlock(self);
+    return list;
+}
+
 static PyMethodDef agg_methods[] = {
     {"feed", (PyCFunction)agg_feed, METH_O, feed_doc},
     {"feed_many", (PyCFunction)agg_feed_many, METH_O, feed_many_doc},
-    {"counters", (PyCFunction)agg_counters, METH_NOARGS, counters_doc},
-    {"process_info", (PyCFunction)agg_process_info, METH_NOARGS, process_doc},
-    {"threads", (PyCFunction)agg_threads, METH_NOARGS, threads_doc},
-    {"symbols", (PyCFunction)agg_symbols, METH_VARARGS, symbols_doc},
-    {"stacks", (PyCFunction)agg_stacks, METH_NOARGS, stacks_doc},
+    {"processes", (PyCFunction)agg_processes, METH_NOARGS, processes_doc},
+    {"counters", (PyCFunction)(void (*)(void))agg_counters, METH_VARARGS | METH_KEYWORDS, counters_doc},
+    {"process_info", (PyCFunction)(void (*)(void))agg_process_info, METH_VARARGS | METH_KEYWORDS, process_doc},
+    {"threads", (PyCFunction)(void (*)(void))agg_threads, METH_VARARGS | METH_KEYWORDS, threads_doc},
+    {"symbols", (PyCFunction)(void (*)(void))agg_symbols, METH_VARARGS | METH_KEYWORDS, symbols_doc},
+    {"stacks", (PyCFunction)(void (*)(void))agg_stacks, METH_VARARGS | METH_KEYWORDS, stacks_doc},
     {"table", (PyCFunction)(void (*)(void))agg_table, METH_VARARGS | METH_KEYWORDS, table_doc},
     {"tree", (PyCFunction)(void (*)(void))agg_tree, METH_VARARGS | METH_KEYWORDS, tree_doc},
     {"timeline", (PyCFunction)(void (*)(void))agg_timeline, METH_VARARGS | METH_KEYWORDS, timeline_doc},
@@ -618,8 +752,10 @@ static PyType_Slot agg_slots[] = {
     {Py_tp_new, __extension__(void *) agg_new},
     {Py_tp_dealloc, __extension__(void *) agg_dealloc},
     {Py_tp_methods, agg_methods},
-    {Py_tp_doc, (void *)"Aggregator(slice_ns=0, slice_count=0): pytrace's aggregation (viewer/core/agg.h); "
-                        "the window keeps slice_count slices of slice_ns (defaults: 6000 x 100 ms)."},
+    {Py_tp_doc, (void *)"Aggregator(slice_ns=0, slice_count=0, max_processes=0): pytrace's aggregation "
+                        "(viewer/core/agg.h), one per process of the stream (viewer/core/aggset.h); the "
+                        "window keeps slice_count slices of slice_ns (defaults: 6000 x 100 ms); at most "
+                        "max_processes processes (default: 1024, fewer for long windows) are read."},
     {0, NULL},
 };
 

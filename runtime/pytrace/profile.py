@@ -29,12 +29,24 @@ it (so spans sit where pytrace-top and the exporters put them, and a stack repor
 records after a gap replaces what the gap hid); `complete` is False for a thread met
 mid-stream (its older frames were read by an earlier reader) until a Frame run reports it.
 `pytrace dump` prints these.
+
+A stream may hold several processes: a recording of a job that forked or spawned children
+(`pytrace record` follows them by default), a hub that follows a job's children, a
+`pytrace merge`. Each process keeps its own threads, functions and clock (the rule of
+pytrace-top, viewer/core/aggset.h): `processes()` lists them in order of first sight, and
+every query takes `process=` its index (default 0: the first process seen, the job's root).
+
+    for p in prof.processes():                         # index, tag, pid, command line, state, ...
+        print(p.pid, p.command_line, prof.functions(process=p.index)[:3])
+
+At most 1024 processes are read (fewer with a window of more than 32 million slices in all);
+`counters()["messages_past_process_limit"]` counts the messages of the others.
 """
 
 from collections import namedtuple
 
 __all__ = ["Profile", "Function", "Node", "ThreadInfo", "SymbolInfo", "Timeline", "TimelineCell",
-           "ThreadStack", "StackFrame"]
+           "ThreadStack", "StackFrame", "ProcessEntry"]
 
 Function = namedtuple("Function", "id kind name file line calls prim_calls self_ns total_ns self_pct total_pct")
 Function.__doc__ = ("A row of the function table (pytrace-top's columns): calls and primitive calls, self "
@@ -47,6 +59,12 @@ Node.__doc__ = ("A node of the calling-context tree: a call path. index 0 is the
                 "(depth-first, children by name).")
 
 ThreadInfo = namedtuple("ThreadInfo", "thread os_tid name ended events depth")
+ProcessEntry = namedtuple("ProcessEntry", "index tag pid ppid command_line state events threads_active")
+ProcessEntry.__doc__ = ("A process of the stream: its index (what `process=` takes), its Message.process "
+                        "tag, pid and parent pid (0 until its ProcessInfo came), command line, state "
+                        "(running, stopped, exited, died; ? before its first status) and events read.")
+
+_STATES = {1: "running", 2: "stopped", 3: "exited", 4: "died"}
 SymbolInfo = namedtuple("SymbolInfo", "id kind known name file line")
 TimelineCell = namedtuple("TimelineCell", "slice thread id name top_ns busy_ns calls")
 Timeline = namedtuple("Timeline", "slice_ns group first_slice last_slice origin_ns cells")
@@ -94,8 +112,7 @@ class Profile:
             raise ValueError("window / slice_seconds = %d slices; at most 2000000 (a shorter window or "
                              "longer slices)" % count)
         self._agg = _ext().Aggregator(slice_ns=max(1, int(round(slice_seconds * 1e9))), slice_count=count)
-        self._symbols = {}          # id -> SymbolInfo
-        self._symbol_count = -1
+        self._symbols = {}          # process index -> {id: SymbolInfo}
 
     # ---- input ----------------------------------------------------------
     def feed(self, message):
@@ -133,29 +150,39 @@ class Profile:
         return prof
 
     # ---- what it holds --------------------------------------------------
-    def counters(self):
+    def processes(self):
+        """[ProcessEntry] of the stream, in order of first sight (one for a job that did
+        not fork or spawn traced children)."""
+        out = []
+        for index, tag, pid, ppid, cmd, state, active, events in self._agg.processes():
+            name = _STATES.get(state) or ("running" if active else "?")
+            out.append(ProcessEntry(index, tag, pid, ppid, cmd, name, events, active))
+        return out
+
+    def counters(self, process=0):
         """dict: events, events_per_second, dropped (and its three sources), unmatched,
-        producer_state, threads_seen, threads_active, symbols, nodes, span_ns, pid, ..."""
-        return self._agg.counters()
+        producer_state, threads_seen, threads_active, symbols, nodes, span_ns, pid, ...
+        of that process; processes and messages_past_process_limit of the stream."""
+        return self._agg.counters(process=process)
 
-    def process(self):
-        """dict: the job's ProcessInfo (pid, command_line, python_version, segment, ...)."""
-        return self._agg.process_info()
+    def process(self, process=0):
+        """dict: that process's ProcessInfo (pid, command_line, python_version, segment, ...)."""
+        return self._agg.process_info(process=process)
 
-    def threads(self):
-        """[ThreadInfo] in order of first sight."""
-        return [ThreadInfo(*t) for t in self._agg.threads()]
+    def threads(self, process=0):
+        """[ThreadInfo] of that process in order of first sight."""
+        return [ThreadInfo(*t) for t in self._agg.threads(process=process)]
 
-    def stacks(self):
-        """[ThreadStack] in order of first sight: each thread's current stack, outermost
+    def stacks(self, process=0):
+        """[ThreadStack] of that process in order of first sight: each thread's current stack, outermost
         first, as the walk holds it (viewer/core/walk.h)."""
-        raw = self._agg.stacks()
-        symbols = self.symbols()
+        raw = self._agg.stacks(process=process)
+        symbols = self.symbols(process)
         out = []
         for thread, os_tid, name, ended, known, frames in raw:
             fs = []
             for sym, kind, reported, start_ns in frames:
-                s = self._symbol(sym, symbols)
+                s = self._symbol(sym, symbols, process)
                 fs.append(StackFrame(sym, _FRAME_KINDS[kind] if kind < len(_FRAME_KINDS) else "python",
                                      s.name if s else "<unknown #%d>" % sym, s.file if s else "",
                                      s.line if s else 0, s.kind if s and s.known else -1,
@@ -163,18 +190,18 @@ class Profile:
             out.append(ThreadStack(thread, os_tid, name, ended, known, fs))
         return out
 
-    def symbols(self):
-        """{id: SymbolInfo} of every function, C function and span label seen."""
-        count = self._agg.counters()["symbols"]
-        if count != self._symbol_count or any(not s.known for s in self._symbols.values()):
-            self._symbols = {s[0]: SymbolInfo(*s) for s in self._agg.symbols()}
-            self._symbol_count = len(self._symbols)
-        return self._symbols
+    def symbols(self, process=0):
+        """{id: SymbolInfo} of every function, C function and span label that process used."""
+        count = self._agg.counters(process=process)["symbols"]
+        have = self._symbols.get(process)
+        if have is None or len(have) != count or any(not s.known for s in have.values()):
+            have = self._symbols[process] = {s[0]: SymbolInfo(*s) for s in self._agg.symbols(process=process)}
+        return have
 
-    def _symbol(self, sym_id, symbols):
+    def _symbol(self, sym_id, symbols, process):
         s = symbols.get(sym_id)
         if s is None:
-            symbols = self.symbols()
+            symbols = self.symbols(process)
             s = symbols.get(sym_id)
         return s
 
@@ -185,42 +212,42 @@ class Profile:
             raise ValueError("window must be >= 0 seconds (None: the whole run)")
         return int(thread or 0), float(window or 0.0)
 
-    def functions(self, thread=None, window=None, sort="self", descending=True, filter=None):
+    def functions(self, thread=None, window=None, sort="self", descending=True, filter=None, process=0):
         """[Function]: the function table of the view, sorted by `sort` (self, total,
         calls, prim_calls, name, file); filter: case-insensitive substring of the name."""
         if sort not in _SORTS:
             raise ValueError("sort must be one of %s" % ", ".join(_SORTS))
         thread, window = self._query(thread, window)
-        _span, rows = self._agg.table(thread, window, sort, bool(descending), filter or None)
+        _span, rows = self._agg.table(thread, window, sort, bool(descending), filter or None, process=process)
         return [Function(*r) for r in rows]
 
-    def span_ns(self, thread=None, window=None):
+    def span_ns(self, thread=None, window=None, process=0):
         """Wall time of the view (the run, or the window): what percentages refer to."""
         thread, window = self._query(thread, window)
-        return self._agg.tree(thread, window)[0]
+        return self._agg.tree(thread, window, process=process)[0]
 
-    def tree(self, thread=None, window=None, min_fraction=0.0):
+    def tree(self, thread=None, window=None, min_fraction=0.0, process=0):
         """[Node]: the calling-context tree of the view, depth-first; node 0 is the root.
         min_fraction: leave out call paths whose total is below that fraction of the root's."""
         thread, window = self._query(thread, window)
-        _span, nodes = self._agg.tree(thread, window, float(min_fraction))
-        symbols = self.symbols()
+        _span, nodes = self._agg.tree(thread, window, float(min_fraction), process=process)
+        symbols = self.symbols(process)
         out = []
         for i, (sym, parent, depth, calls, self_ns, total_ns) in enumerate(nodes):
             if sym < 0:
                 out.append(Node(i, -1, depth, -1, "<root>", "", 0, -1, calls, self_ns, total_ns))
                 continue
-            s = self._symbol(sym, symbols)
+            s = self._symbol(sym, symbols, process)
             out.append(Node(i, parent, depth, sym, s.name if s else "<unknown #%d>" % sym,
                             s.file if s else "", s.line if s else 0, s.kind if s else -1,
                             calls, self_ns, total_ns))
         return out
 
-    def paths(self, thread=None, window=None, key=None):
+    def paths(self, thread=None, window=None, key=None, process=0):
         """{(name, name, ...): (calls, self_ns, total_ns)} per call path, outermost first.
         key(node) names a node (default: its name)."""
         key = key or (lambda n: n.name)
-        nodes = self.tree(thread, window)
+        nodes = self.tree(thread, window, process=process)
         path = [()] * len(nodes)
         out = {}
         for n in nodes[1:]:
@@ -229,15 +256,15 @@ class Profile:
             out[path[n.index]] = (calls + n.calls, self_ns + n.self_ns, total_ns + n.total_ns)
         return out
 
-    def timeline(self, thread=None, window=None, since=0, group=1):
+    def timeline(self, thread=None, window=None, since=0, group=1, process=0):
         """Timeline of the slices >= since in the window (None: all the window holds),
         `group` slices per cell."""
         thread, window = self._query(thread, window)
-        d = self._agg.timeline(thread, window, int(since), max(1, int(group)))
-        symbols = self.symbols()
+        d = self._agg.timeline(thread, window, int(since), max(1, int(group)), process=process)
+        symbols = self.symbols(process)
         cells = []
         for slice_no, th, sym, top_ns, busy_ns, calls in d["cells"]:
-            s = self._symbol(sym, symbols) if sym >= 0 else None
+            s = self._symbol(sym, symbols, process) if sym >= 0 else None
             cells.append(TimelineCell(slice_no, th, sym, s.name if s else "", top_ns, busy_ns, calls))
         return Timeline(d["slice_ns"], d["group"], d["first_slice"], d["last_slice"], d["origin_ns"], cells)
 
@@ -248,5 +275,6 @@ class Profile:
 
     def __repr__(self):
         c = self._agg.counters()
-        return "<pytrace.Profile %d events, %d threads, %d functions>" % (
-            c["events"], c["threads_seen"], c["symbols"])
+        more = " (process 0 of %d)" % c["processes"] if c["processes"] > 1 else ""
+        return "<pytrace.Profile %d events, %d threads, %d functions%s>" % (
+            c["events"], c["threads_seen"], c["symbols"], more)

@@ -11,6 +11,7 @@
 
 #include "shm/reader.h"
 #include "viewer/core/agg.h"
+#include "viewer/core/aggset.h"
 
 #include "cpu.h"
 #include "source.h"
@@ -40,14 +41,13 @@ extern const PanelClass FlamePanel_class;
 
 typedef struct App {
     Source *source;          /* where the stream comes from (source.h) */
-    pt_agg_t *agg;           /* the shown process's aggregation (aggs[proc]) */
+    pt_agg_t *agg;           /* the shown process's aggregation (index proc of set) */
     /* A stream of several processes (Message.process: a job's process tree, a
      * merged recording) has one aggregation per process; an untagged stream one. */
-    pt_agg_t **aggs;
-    uint32_t *agg_tags;      /* Message.process of each */
-    Cpu *cpus;               /* each one's CPU meters while not shown (the shown one's are in cpu) */
-    size_t agg_count, agg_cap, proc;
-    uint64_t fed;            /* messages aggregated */
+    pt_aggset_t *set;
+    Cpu *cpus;               /* each one's CPU meters while not shown (the shown one's are in cpu);
+                              * room for the set's max_processes */
+    size_t proc;
     int merged;              /* the table adds up every process (--once without --pid) */
     uint64_t want_pid;       /* --pid: show this process once it is seen */
     const PanelClass *panel;

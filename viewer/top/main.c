@@ -78,72 +78,57 @@ static void usage(FILE *f)
 
 /* ---- reading ------------------------------------------------------------ */
 
-/* The aggregation of Message.process `tag` (created on first sight); NULL if
- * out of memory. The first one, made before anything was read, is process 0's
- * until a tagged stream's first message takes it. */
+/* The aggregation of m's process (pt_aggset's rule: made on first sight, the
+ * first tag seen takes the one made before anything was read); NULL if the
+ * process is past the set's limit or out of memory (the set counts it). A new
+ * process gets its CPU meters here (they stay in top). */
 static pt_agg_t *App_aggOf(App *app, const pt_fb_msg_t *m)
 {
-    const uint32_t tag = m->process;
-    for (size_t i = 0; i < app->agg_count; i++)
-        if (app->agg_tags[i] == tag)
-            return app->aggs[i];
-    if (app->agg_count == 1 && !app->fed) {
-        app->agg_tags[0] = tag;
-        return app->aggs[0];
-    }
-    if (app->agg_count == app->agg_cap) {
-        size_t cap = app->agg_cap ? app->agg_cap * 2 : 4;
-        pt_agg_t **a = realloc(app->aggs, cap * sizeof *a);
-        if (a)
-            app->aggs = a;
-        uint32_t *t = realloc(app->agg_tags, cap * sizeof *t);
-        if (t)
-            app->agg_tags = t;
-        Cpu *c = realloc(app->cpus, cap * sizeof *c);
-        if (c)
-            app->cpus = c;
-        if (!a || !t || !c)
-            return NULL;
-        app->agg_cap = cap;
-    }
-    pt_agg_t *agg;
-    if (pt_agg_create(NULL, &agg))
+    size_t i;
+    int rc = pt_aggset_route(app->set, m->process, &i);
+    if (rc < 0)
         return NULL;
-    size_t i = app->agg_count++;
-    app->aggs[i] = agg;
-    app->agg_tags[i] = tag;
-    /* a live stream's process: its CPU from /proc by its own pid */
-    uint64_t pid = m->type == PT_MSG_PROCESS_INFO && !app->source->cls->replay ? m->u.process_info.pid : 0;
-    Cpu_init(&app->cpus[i], pid, CPU_PERIOD_NS);
-    return agg;
+    if (rc == 1) { /* cpus has a place for every process the set may hold */
+        /* a live stream's process: its CPU from /proc by its own pid */
+        uint64_t pid = m->type == PT_MSG_PROCESS_INFO && !app->source->cls->replay ? m->u.process_info.pid : 0;
+        Cpu_init(&app->cpus[i], pid, CPU_PERIOD_NS);
+    }
+    return pt_aggset_agg(app->set, i);
 }
 
 static void App_onMessage(void *ctx, const pt_fb_msg_t *m)
 {
     App *app = ctx;
     pt_agg_t *agg = App_aggOf(app, m);
-    app->fed++;
-    if (!agg || pt_agg_feed_msg(agg, m) == -ENOMEM)
+    if (!agg) {
+        if (pt_aggset_count(app->set) >= pt_aggset_max_processes(app->set))
+            snprintf(app->error, sizeof app->error,
+                     "more than %u processes in the stream; the messages of the others (%llu) are not shown",
+                     pt_aggset_max_processes(app->set), (unsigned long long)pt_aggset_refused(app->set));
+        else
+            snprintf(app->error, sizeof app->error, "out of memory while aggregating; the picture is incomplete");
+    } else if (pt_agg_feed_msg(agg, m) == -ENOMEM) {
         snprintf(app->error, sizeof app->error, "out of memory while aggregating; the picture is incomplete");
+    }
 }
 
 /* Show process i (its aggregation, its CPU meters; all its threads). */
 static void App_showProcess(App *app, size_t i)
 {
-    if (i >= app->agg_count || i == app->proc)
+    if (i >= pt_aggset_count(app->set) || i == app->proc)
         return;
     app->cpus[app->proc] = app->cpu;
     app->cpu = app->cpus[i];
     app->proc = i;
-    app->agg = app->aggs[i];
+    app->agg = pt_aggset_agg(app->set, i);
     app->thread = 0;
 }
 
 /* --pid: the process with this pid, if it was seen. */
 static int App_selectPid(App *app, uint64_t pid)
 {
-    for (size_t i = 0; i < app->agg_count; i++)
-        if (pt_agg_process_info(app->aggs[i])->pid == pid) {
+    for (size_t i = 0; i < pt_aggset_count(app->set); i++)
+        if (pt_agg_process_info(pt_aggset_agg(app->set, i))->pid == pid) {
             App_showProcess(app, i);
             return 0;
         }
@@ -230,7 +215,7 @@ static void App_sampleCpu(App *app, int force)
     }
     (void)Cpu_sample(&app->cpu, threads, tids, k, now); /* a meter it could not keep shows "-" */
     free(threads);
-    for (size_t i = 0; i < app->agg_count; i++) /* the other processes: their process figure */
+    for (size_t i = 0; i < pt_aggset_count(app->set); i++) /* the other processes: their process figure */
         if (i != app->proc && app->cpus[i].pid)
             (void)Cpu_sample(&app->cpus[i], NULL, NULL, 0, now);
 }
@@ -291,9 +276,9 @@ static void App_mergedTable(App *app, const pt_agg_query_t *q, pt_agg_table_t *o
     memset(out, 0, sizeof *out);
     size_t n = 0, cap = 0;
     pt_agg_row_t *rows = NULL;
-    for (size_t i = 0; i < app->agg_count; i++) {
+    for (size_t i = 0; i < pt_aggset_count(app->set); i++) {
         pt_agg_table_t t;
-        if (pt_agg_table(app->aggs[i], q, app->sort, app->sort_desc, app->filter, &t))
+        if (pt_agg_table(pt_aggset_agg(app->set, i), q, app->sort, app->sort_desc, app->filter, &t))
             continue;
         if (n + t.count > cap) {
             size_t nc = cap ? cap : 64;
@@ -345,20 +330,20 @@ void App_refresh(App *app)
         (void)App_selectPid(app, app->want_pid);
     pt_agg_table_free(&app->table);
     pt_agg_tree_free(&app->tree);
-    if (app->merged && app->agg_count > 1)
+    if (app->merged && pt_aggset_count(app->set) > 1)
         App_mergedTable(app, &tq, &app->table);
     else
         pt_agg_table(app->agg, &tq, app->sort, app->sort_desc, app->filter, &app->table);
     if (app->panel == &FlamePanel_class)
         pt_agg_tree(app->agg, &fq, &app->tree);
     pt_agg_counters(app->agg, &app->counters);
-    if (app->merged && app->agg_count > 1) { /* the counts of every process, added up */
+    if (app->merged && pt_aggset_count(app->set) > 1) { /* the counts of every process, added up */
         pt_agg_counters_t *t = &app->counters;
-        for (size_t i = 0; i < app->agg_count; i++) {
+        for (size_t i = 0; i < pt_aggset_count(app->set); i++) {
             if (i == app->proc)
                 continue;
             pt_agg_counters_t c;
-            pt_agg_counters(app->aggs[i], &c);
+            pt_agg_counters(pt_aggset_agg(app->set, i), &c);
             t->events_seen += c.events_seen;
             t->events_per_second += c.events_per_second;
             t->dropped += c.dropped;
@@ -527,8 +512,8 @@ static void App_threadsLine(App *app, char *line, size_t cap)
 static void App_processesLine(App *app, char *line, size_t cap)
 {
     size_t used = (size_t)snprintf(line, cap, " processes (P):");
-    for (size_t i = 0; i < app->agg_count && used < cap; i++) {
-        const pt_fb_process_info_t *pi = pt_agg_process_info(app->aggs[i]);
+    for (size_t i = 0; i < pt_aggset_count(app->set) && used < cap; i++) {
+        const pt_fb_process_info_t *pi = pt_agg_process_info(pt_aggset_agg(app->set, i));
         const Cpu *c = i == app->proc ? &app->cpu : &app->cpus[i];
         char pct[32] = "n/a", cmd[64] = "", esc[200];
         if (c->pid) {
@@ -542,7 +527,7 @@ static void App_processesLine(App *app, char *line, size_t cap)
         Text_fit(esc, 24, 0, cmd, sizeof cmd);
         int sel = i == app->proc;
         int w = snprintf(line + used, cap - used, " %s%llu %s %s %s%s", sel ? "[" : " ",
-                         (unsigned long long)pi->pid, App_procState(app->aggs[i]), pct, cmd, sel ? "]" : "");
+                         (unsigned long long)pi->pid, App_procState(pt_aggset_agg(app->set, i)), pct, cmd, sel ? "]" : "");
         if (w < 0)
             break;
         used += (size_t)w;
@@ -572,7 +557,7 @@ static void App_draw(App *app)
     }
     int other_losses = App_lossText(app, "  ", losses, sizeof losses);
     snprintf(line, sizeof line, " pytrace-top  %spid %llu  [%s]%s  cpu %s  %s  dropped %llu%s%s  threads %u  window %gs  %s  %s: %s  %s",
-             source, (unsigned long long)(app->agg_count > 1 ? pi->pid : app->stats.pid), state, app->paused ? " PAUSED" : "", cpu, speed,
+             source, (unsigned long long)(pt_aggset_count(app->set) > 1 ? pi->pid : app->stats.pid), state, app->paused ? " PAUSED" : "", cpu, speed,
              (unsigned long long)dropped, other_losses ? "  " : "", losses, threads, app->window_seconds, win, app->panel->name,
              app->panel == &TablePanel_class ? (app->table_window ? "window" : "whole run") : "window", cmd);
     App_drawLine(0, CRT_attr(app->status.ended || app->status.died ? CRT_C_ENDED : CRT_C_HEADER) | A_BOLD, line);
@@ -611,7 +596,7 @@ static void App_draw(App *app)
                      " INCOMPLETE: the recording has no end mark and is not growing (its writer stopped or is idle); "
                      "watching the file");
     }
-    if (app->agg_count > 1) {
+    if (pt_aggset_count(app->set) > 1) {
         App_processesLine(app, line, sizeof line);
         App_drawLine(top++, A_NORMAL, line);
     }
@@ -629,7 +614,7 @@ static void App_draw(App *app)
     if (rows > 0)
         app->panel->draw(app, top, rows, COLS);
     snprintf(line, sizeof line, " q:quit space:pause Tab:%s T:thread%s /:filter +/-:window  %s  [sort %s %s]",
-             app->panel == &TablePanel_class ? "flame" : "table", app->agg_count > 1 ? " P:process" : "",
+             app->panel == &TablePanel_class ? "flame" : "table", pt_aggset_count(app->set) > 1 ? " P:process" : "",
              app->panel->help, App_sortNames[app->sort],
              app->sort_desc ? "desc" : "asc");
     App_drawLine(LINES - 1, CRT_attr(CRT_C_HELP_KEY), line);
@@ -698,9 +683,9 @@ static PanelResult App_onKey(App *app, int ch)
         app->table_selected = app->table_scroll = 0;
         return PANEL_REFRESH;
     case 'P': /* the next process of a multi-process stream, as T cycles threads */
-        if (app->agg_count > 1) {
+        if (pt_aggset_count(app->set) > 1) {
             app->want_pid = 0;
-            App_showProcess(app, (app->proc + 1) % app->agg_count);
+            App_showProcess(app, (app->proc + 1) % pt_aggset_count(app->set));
             app->sel_len = app->zoom_len = 0;
             app->table_selected = app->table_scroll = 0;
         }
@@ -1036,30 +1021,30 @@ static void Headless_json(App *app, const Options *o)
     Source_json(app->source, stdout);
     /* every process of the stream (one for a plain segment or recording); "process":
      * the one whose threads follow, or null when the functions add them all up */
-    if (app->merged && app->agg_count > 1)
+    if (app->merged && pt_aggset_count(app->set) > 1)
         printf("  \"process\": null,\n");
     else
-        printf("  \"process\": %u,\n", app->agg_tags[app->proc]);
+        printf("  \"process\": %u,\n", pt_aggset_tag(app->set, app->proc));
     printf("  \"processes\": [");
-    for (size_t i = 0; i < app->agg_count; i++) {
-        const pt_fb_process_info_t *pi = pt_agg_process_info(app->aggs[i]);
+    for (size_t i = 0; i < pt_aggset_count(app->set); i++) {
+        const pt_fb_process_info_t *pi = pt_agg_process_info(pt_aggset_agg(app->set, i));
         pt_agg_counters_t c;
-        pt_agg_counters(app->aggs[i], &c);
+        pt_agg_counters(pt_aggset_agg(app->set, i), &c);
         Text_json(pi->command_line.ptr, a, sizeof a);
         printf("%s\n    {\"process\": %u, \"pid\": %llu, \"ppid\": %llu, \"command\": \"%s\", \"state\": \"%s\", "
                "\"events_seen\": %llu, \"threads\": %u, \"events_dropped\": %llu}",
-               i ? "," : "", app->agg_tags[i], (unsigned long long)pi->pid, (unsigned long long)pi->ppid, a,
-               App_procState(app->aggs[i]), (unsigned long long)c.events_seen, c.threads_seen,
+               i ? "," : "", pt_aggset_tag(app->set, i), (unsigned long long)pi->pid, (unsigned long long)pi->ppid, a,
+               App_procState(pt_aggset_agg(app->set, i)), (unsigned long long)c.events_seen, c.threads_seen,
                (unsigned long long)c.dropped);
     }
     printf("\n  ],\n");
     printf("  \"threads\": [");
     /* the shown process's threads; every process's when the table adds them up */
     int first = 1;
-    for (size_t p = 0; p < app->agg_count; p++) {
-        if (p != app->proc && !(app->merged && app->agg_count > 1))
+    for (size_t p = 0; p < pt_aggset_count(app->set); p++) {
+        if (p != app->proc && !(app->merged && pt_aggset_count(app->set) > 1))
             continue;
-        pt_agg_t *agg = app->aggs[p];
+        pt_agg_t *agg = pt_aggset_agg(app->set, p);
         const Cpu *cpu = p == app->proc ? &app->cpu : &app->cpus[p];
         for (size_t i = 0; i < pt_agg_thread_count(agg); i++) {
             pt_agg_thread_info_t ti;
@@ -1072,7 +1057,7 @@ static void Headless_json(App *app, const Options *o)
             printf("%s\n    {\"thread\": %llu, \"os_tid\": %llu, \"name\": \"%s\", \"ended\": %s, \"events\": %llu, "
                    "\"cpu_pct\": %s, \"cpu_seconds\": %s, \"process\": %u}",
                    first ? "" : ",", (unsigned long long)ti.thread, (unsigned long long)ti.os_tid, a,
-                   ti.ended ? "true" : "false", (unsigned long long)ti.events, pct, secs, app->agg_tags[p]);
+                   ti.ended ? "true" : "false", (unsigned long long)ti.events, pct, secs, pt_aggset_tag(app->set, p));
             first = 0;
         }
     }
@@ -1112,21 +1097,21 @@ static void Headless_text(App *app, const Options *o)
     char rate[32], cpu[96];
     Text_count(app->counters.events_per_second, rate, sizeof rate);
     Headless_cpuLine(app, cpu, sizeof cpu);
-    const int all = app->merged && app->agg_count > 1;
+    const int all = app->merged && pt_aggset_count(app->set) > 1;
     char who[48];
     if (all)
-        snprintf(who, sizeof who, "processes %zu", app->agg_count);
+        snprintf(who, sizeof who, "processes %zu", pt_aggset_count(app->set));
     else
         snprintf(who, sizeof who, "pid %llu",
-                 (unsigned long long)(app->agg_count > 1 ? pt_agg_process_info(app->agg)->pid : app->stats.pid));
+                 (unsigned long long)(pt_aggset_count(app->set) > 1 ? pt_agg_process_info(app->agg)->pid : app->stats.pid));
     printf("%s  [%s]  events read %llu  %s ev/s  dropped %llu  threads %u  %s\n", who, App_stateName(app),
            (unsigned long long)app->stats.events_read, rate, (unsigned long long)App_dropped(app),
            app->counters.threads_seen, cpu);
-    if (app->agg_count > 1) { /* a stream of several processes */
-        printf("processes %zu:", app->agg_count);
-        for (size_t i = 0; i < app->agg_count; i++)
-            printf("%s pid %llu %s", i ? "," : "", (unsigned long long)pt_agg_process_info(app->aggs[i])->pid,
-                   App_procState(app->aggs[i]));
+    if (pt_aggset_count(app->set) > 1) { /* a stream of several processes */
+        printf("processes %zu:", pt_aggset_count(app->set));
+        for (size_t i = 0; i < pt_aggset_count(app->set); i++)
+            printf("%s pid %llu %s", i ? "," : "", (unsigned long long)pt_agg_process_info(pt_aggset_agg(app->set, i))->pid,
+                   App_procState(pt_aggset_agg(app->set, i)));
         if (app->merged)
             printf("; the table adds them up (--pid PID: one of them)\n");
         else
@@ -1144,10 +1129,10 @@ static void Headless_text(App *app, const Options *o)
     /* The function table is what the user came for: a job of many short-lived threads
      * lists the running ones and at most a few ended ones; --json lists every thread. */
     size_t shown = 0, skipped = 0;
-    for (size_t p = 0; p < app->agg_count; p++) {
+    for (size_t p = 0; p < pt_aggset_count(app->set); p++) {
         if (p != app->proc && !all)
             continue; /* the shown process's threads; every process's when the table adds them up */
-        pt_agg_t *agg = app->aggs[p];
+        pt_agg_t *agg = pt_aggset_agg(app->set, p);
         const Cpu *cpu_of = p == app->proc ? &app->cpu : &app->cpus[p];
         size_t threads = pt_agg_thread_count(agg);
         for (size_t i = 0; i < threads; i++) {
@@ -1354,18 +1339,15 @@ int main(int argc, char **argv)
         Cpu_init(&app.cpu, st.pid, CPU_PERIOD_NS);
     }
     app.want_pid = o.pid;
-    app.aggs = malloc(sizeof *app.aggs);
-    app.agg_tags = calloc(1, sizeof *app.agg_tags);
-    app.cpus = calloc(1, sizeof *app.cpus);
-    if (!app.aggs || !app.agg_tags || !app.cpus || pt_agg_create(NULL, &app.agg)) {
+    if (pt_aggset_create(NULL, &app.set) ||
+        !(app.cpus = calloc(pt_aggset_max_processes(app.set), sizeof *app.cpus))) {
         if (interactive_started)
             CRT_done();
         fprintf(stderr, "pytrace-top: out of memory\n");
         Source_close(app.source);
         return 1;
     }
-    app.aggs[0] = app.agg;
-    app.agg_count = app.agg_cap = 1;
+    app.agg = pt_aggset_agg(app.set, 0);
     int status = 0;
     if (o.once) {
         if (replay)
@@ -1375,9 +1357,9 @@ int main(int argc, char **argv)
         if (o.pid && App_selectPid(&app, o.pid)) {
             fprintf(stderr, "pytrace-top: no process with pid %llu in the stream (its processes:",
                     (unsigned long long)o.pid);
-            for (size_t i = 0; i < app.agg_count; i++)
+            for (size_t i = 0; i < pt_aggset_count(app.set); i++)
                 fprintf(stderr, "%s pid %llu", i ? "," : "",
-                        (unsigned long long)pt_agg_process_info(app.aggs[i])->pid);
+                        (unsigned long long)pt_agg_process_info(pt_aggset_agg(app.set, i))->pid);
             fprintf(stderr, ")\n");
             status = 1;
             goto done;
@@ -1413,13 +1395,10 @@ done:
     pt_agg_table_free(&app.table);
     pt_agg_tree_free(&app.tree);
     Source_close(app.source);
-    for (size_t i = 0; i < app.agg_count; i++) {
-        pt_agg_destroy(app.aggs[i]);
+    for (size_t i = 0; i < pt_aggset_count(app.set); i++)
         if (i != app.proc)
             Cpu_done(&app.cpus[i]);
-    }
-    free(app.aggs);
-    free(app.agg_tags);
+    pt_aggset_destroy(app.set);
     free(app.cpus);
     Cpu_done(&app.cpu);
     return status;

@@ -19,8 +19,9 @@ graph, the function table and the per-thread timeline of pytrace's C aggregation
 (pytrace.Profile), embedded as aggregates, not events. `perfetto-json` is the old name of `chrome` (kept for a release);
 `perfetto` is Perfetto's own protobuf trace (it named the Chrome JSON before).
 A recording of several processes (a process tree, `pytrace merge`) puts each process on
-its own track (chrome, perfetto: its pid) or profile (speedscope); pstats and collapsed
-add them up, or take only the processes of `--pid PID` (repeatable).
+its own track (chrome, perfetto: its pid) or profile (speedscope), or in the HTML report's
+process chooser; pstats and collapsed add them up; every format takes only the processes
+of `--pid PID` (repeatable) when given.
 """
 
 import os
@@ -85,10 +86,7 @@ def export(recording, fmt, output, weight="ns", per_thread=False, follow=False, 
     if weight not in ("ns", "calls"):
         raise ValueError("weight must be 'ns' or 'calls'")
     if fmt == "html":
-        if pids:
-            raise ValueError("--pid is for recordings of several processes; the HTML report "
-                             "shows one process")
-        return _export_html(recording, output)
+        return _export_html(recording, output, pids)
     binary = fmt in _BINARY
     tmp = None
     if output == "-":
@@ -142,25 +140,30 @@ def export(recording, fmt, output, weight="ns", per_thread=False, follow=False, 
 
 
 class _HtmlResult:
-    """ExportResult's fields for the HTML report, from the Profile's counters."""
+    """ExportResult's fields for the HTML report, from the Profile's counters of the
+    processes shown, added up."""
 
-    def __init__(self, prof, status):
-        c = prof.counters()
-        self.events = c["events"]
-        self.lost_events = c["dropped_lost_records"]
-        self.unmatched = c["unmatched"]
-        self.threads = c["threads_seen"]
-        self.symbols = c["symbols"]
+    def __init__(self, prof, shown, status):
+        counts = [prof.counters(process=e.index) for e in shown]
+        self.events = sum(c["events"] for c in counts)
+        self.lost_events = sum(c["dropped_lost_records"] for c in counts)
+        self.unmatched = sum(c["unmatched"] for c in counts)
+        self.threads = sum(c["threads_seen"] for c in counts)
+        self.symbols = sum(c["symbols"] for c in counts)
         self.timed_out = False
-        self.processes = self.selected_processes = 1
-        self.pids = [c["pid"]]
+        self.processes = len(prof.processes())
+        self.selected_processes = len(shown)
+        self.pids = [e.pid for e in shown]
         self.producer_status = status
+        c = prof.counters()
+        self.past_process_limit = (c["process_limit"], c["messages_past_process_limit"])
 
 
-def _export_html(recording, output):
+def _export_html(recording, output, pids=None):
     """The HTML report: the recording read into a pytrace.Profile (the C aggregation),
-    its pictures embedded in the page of pytrace.web. A damaged recording gives the
-    report of everything before the damage, and the error."""
+    its pictures embedded in the page of pytrace.web; every process of a recording of
+    several (each its own pictures, a chooser), or those of `pids`. A damaged recording
+    gives the report of everything before the damage, and the error."""
     from .. import _output
     from ..profile import Profile
     from ..reader import MsgType, decode
@@ -169,21 +172,14 @@ def _export_html(recording, output):
     # 10 ms slices for the timeline (grouped to at most 1500 cells), an hour of them
     prof = Profile(window=3600.0, slice_seconds=0.01)
     error = None
-    status = [None]
-
-    processes = [0]
+    status = {}     # the last ProducerStatus of each process (by Message.process tag)
 
     def messages(reader):
         for msg_type, data in reader:
-            if msg_type == MsgType.ProcessInfo:
-                processes[0] += 1
-                if processes[0] > 1:
-                    raise ValueError("the HTML report shows one process, and %s holds several (a "
-                                     "process tree or a merge); export them to perfetto or chrome"
-                                     % os.fspath(recording))
             if msg_type == MsgType.ProducerStatus:
                 try:
-                    status[0] = _Status(vars(decode(msg_type, data)))
+                    d = decode(msg_type, data)
+                    status[d.process] = _Status(vars(d))
                 except ValueError:
                     pass
             yield msg_type, data
@@ -193,8 +189,15 @@ def _export_html(recording, output):
             prof.read(messages(reader))
         except RecordingError as e:
             error = e
+    entries = prof.processes()
+    shown = [e for e in entries if not pids or e.pid in pids]
+    if not shown:
+        raise ValueError("no process with pid %s in %s (its processes: %s); nothing written" % (
+            ", ".join(str(x) for x in pids), recording,
+            ", ".join("pid %d" % e.pid for e in entries) or "none"))
     title = os.path.basename(os.fspath(recording))
-    text, _csp = page.build(web_data.report_data(prof, title), "pytrace: " + title, live=False)
+    report = web_data.report_data(prof, title, processes=[e.index for e in shown])
+    text, _csp = page.build(report, "pytrace: " + title, live=False)
     if output == "-":
         sys.stdout.write(text)
         sys.stdout.flush()
@@ -209,7 +212,22 @@ def _export_html(recording, output):
         except BaseException:
             _output.discard(tmp)
             raise
-    return _HtmlResult(prof, status[0]), error
+    return _HtmlResult(prof, shown, _status_of(status, [e.tag for e in shown])), error
+
+
+def _status_of(status, tags):
+    """The ProducerStatus of the processes shown, their counts added up (None if none came)."""
+    got = [status[t] for t in tags if t in status]
+    if not got:
+        return None
+    if len(got) == 1:
+        return got[0]
+    out = dict(vars(got[0]))
+    for other in got[1:]:
+        for k, v in vars(other).items():
+            if isinstance(v, int) and k != "state" and k in out and isinstance(out[k], int):
+                out[k] += v
+    return _Status(out)
 
 
 def _guess_format(output):
@@ -302,6 +320,10 @@ def main(argv=None):
             ", ".join(str(x) for x in walker.pids)), file=sys.stderr)
     print("pytrace export: %d events, %d threads, %d symbols -> %s (%s)" % (
         walker.events, walker.threads, walker.symbols, where, fmt), file=sys.stderr)
+    limit, past = getattr(walker, "past_process_limit", (0, 0))
+    if past:
+        print("pytrace export: the report holds the first %d processes; %d messages of further ones "
+              "were left out (export them to perfetto or chrome)" % (limit, past), file=sys.stderr)
     # The job's own count of dropped events (its final status), as record, pytrace-top and
     # stop() give it. The gaps marked in the stream (Lost records) can be fewer: drops after
     # a thread's last record have no record after them to mark them.

@@ -47,6 +47,36 @@ class PathKeys:
         return out
 
 
+class ProcessView:
+    """One process of an aggregator (`_pytrace.Aggregator` of a stream of several processes):
+    the aggregator's queries with process= fixed, which is what Live and report_data read."""
+
+    def __init__(self, agg, index):
+        self.agg = agg
+        self.index = index
+
+    def counters(self):
+        return self.agg.counters(process=self.index)
+
+    def process_info(self):
+        return self.agg.process_info(process=self.index)
+
+    def threads(self):
+        return self.agg.threads(process=self.index)
+
+    def symbols(self, start=0):
+        return self.agg.symbols(start, process=self.index)
+
+    def table(self, thread=0, window=0.0, sort="self", descending=True, filter=None):
+        return self.agg.table(thread, window, sort, descending, filter, process=self.index)
+
+    def tree(self, thread=0, window=0.0, min_fraction=0.0):
+        return self.agg.tree(thread, window, min_fraction, process=self.index)
+
+    def timeline(self, thread=0, window=0.0, since=0, group=1):
+        return self.agg.timeline(thread, window, since, group, process=self.index)
+
+
 def symbol_list(agg):
     return [(s[0], s[3], s[4], s[5], s[1]) for s in agg.symbols()]
 
@@ -80,9 +110,8 @@ def rows_of(table):
 MIN_FRACTION = 1e-5
 
 
-def report_data(prof, title, timeline_cells=1500, min_fraction=MIN_FRACTION):
-    """Everything the report shows, from a Profile that read a whole recording."""
-    agg = prof.aggregator
+def _process_report(agg, title, timeline_cells, min_fraction, processes):
+    """One process's pictures (agg: an aggregator or a ProcessView)."""
     keys = PathKeys()
     threads = thread_list(agg)
     views = {}
@@ -97,10 +126,37 @@ def report_data(prof, title, timeline_cells=1500, min_fraction=MIN_FRACTION):
     group = max(1, -(-slices // timeline_cells))
     if group > 1:
         tl = agg.timeline(0, 0.0, 0, group)
-    return {"report": True, "title": title, "status": status(agg), "threads": threads,
+    return {"title": title, "status": status(agg, processes=processes), "threads": threads,
             "symbols": symbol_list(agg), "views": views,
             "timeline": {"slice_ns": tl["slice_ns"], "group": tl["group"], "first": tl["first_slice"],
                          "last": tl["last_slice"], "cells": tl["cells"]}}
+
+
+def report_data(prof, title, timeline_cells=1500, min_fraction=MIN_FRACTION, processes=None):
+    """Everything the report shows, from a Profile that read a whole recording: every
+    process of it (or the indexes in `processes`), each with its own pictures; the first
+    one's at the top level, all of them under "procs" by index, listed in "processes" as
+    the live page's chooser lists them ([index, pid, title])."""
+    agg = prof.aggregator
+    entries = prof.processes()
+    if processes is not None:
+        entries = [e for e in entries if e.index in set(processes)]
+    shown = []
+    procs = {}
+    for e in entries:
+        name = title if e.index == 0 else (e.command_line or "pid %d" % e.pid)
+        procs[str(e.index)] = _process_report(ProcessView(agg, e.index), name, timeline_cells, min_fraction,
+                                              len(entries))
+        shown.append([e.index, e.pid, name])
+    first = procs[str(shown[0][0])] if shown else _process_report(ProcessView(agg, 0), title, timeline_cells,
+                                                                   min_fraction, 1)
+    out = {"report": True, "title": title}
+    out.update({k: v for k, v in first.items() if k != "title"})
+    if len(shown) > 1:
+        out["processes"] = shown
+        out["procs"] = procs
+        out["first_process"] = shown[0][0]
+    return out
 
 
 # ---- the live view: per-page sessions that are sent deltas ----------------------

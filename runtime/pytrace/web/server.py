@@ -158,8 +158,10 @@ class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
 
 
 class WebApp:
-    """The server of one job (or recording): per process its aggregator and the pages'
-    sessions (data.Live); the first process added is the one a page starts on."""
+    """The server of one job (or recording): per process its view of an aggregator and the
+    pages' sessions (data.Live); the first process of the first stream is the one a page
+    starts on. A stream (an aggregator) may hold several processes (a hub that follows the
+    job's children, a recording of a process tree): each is listed on its own."""
 
     def __init__(self, agg, title, host="127.0.0.1", port=0, interval_ms=250, extra_status=None, verbose=False):
         self.title = title
@@ -169,29 +171,53 @@ class WebApp:
         self.started = time.monotonic()
         self._extra = extra_status or (lambda: {})
         self._lock = threading.Lock()
-        self.processes = {}     # key (pid, or 0 for the first) -> (title, data.Live)
+        self.streams = []       # [key of its first process, aggregator, title]
+        self.processes = {}     # key -> (title, data.Live); in the order they came
+        self._keys = {}         # (stream number, process index) -> key
+        self._next_key = -1     # the keys of a stream's later processes: -1, -2, ...
         self.first = None
         self.add_process(0, agg, title)
         self.httpd = _Server((host, port), _Handler, self)
         self.thread = None
 
     def add_process(self, key, agg, title):
-        """Another process of the job (its own aggregator); key: its pid."""
+        """Another stream of the job (its own aggregator); key (its pid) names its first
+        process, the stream's later processes get keys of their own."""
         with self._lock:
             if self.first is None:
                 self.first = key
-            self.processes[key] = (title, data.Live(agg, self._status))
+            self.streams.append([key, agg, title])
+            self._keys[(len(self.streams) - 1, 0)] = key
+            self.processes[key] = (title, data.Live(data.ProcessView(agg, 0), self._status))
+
+    def _scan(self):
+        """[(key, pid, title)] of every process of every stream, new ones added."""
+        streams = self.streams[:]
+        out = []
+        for n, (_key, agg, title) in enumerate(streams):
+            for index, _tag, pid, _ppid, cmd, *_rest in agg.processes():
+                with self._lock:
+                    key = self._keys.get((n, index))
+                    if key is None:
+                        key = self._keys[(n, index)] = self._next_key
+                        self._next_key -= 1
+                        self.processes[key] = (cmd or "pid %d" % pid,
+                                               data.Live(data.ProcessView(agg, index), self._status))
+                    out.append((key, pid, title if index == 0 else self.processes[key][0]))
+        return out
 
     def live_of(self, key):
         with self._lock:
-            entry = self.processes.get(key) or self.processes.get(self.first)
-            return entry[1]
+            entry = self.processes.get(key)
+        if entry is None:           # a process that came since the page's last list
+            self._scan()
+            with self._lock:
+                entry = self.processes.get(key) or self.processes.get(self.first)
+        return entry[1]
 
     def process_list(self):
         """[[key, pid, title]] in the order they came."""
-        with self._lock:
-            items = list(self.processes.items())
-        return [[k, live.agg.counters()["pid"], title] for k, (title, live) in items]
+        return [list(p) for p in self._scan()]
 
     @property
     def live(self):
@@ -201,7 +227,7 @@ class WebApp:
         cpu = os.times()
         d = {"server_cpu_s": round(cpu.user + cpu.system, 3),
              "server_uptime_s": round(time.monotonic() - self.started, 3),
-             "processes": len(self.processes)}
+             "processes": len(self._scan())}
         d.update(self._extra())
         return d
 

@@ -23,7 +23,7 @@
     version: 0,
     updates: 0,
     view: { process: 0, thread: 0, window: 10, filter: "" },
-    processes: [],       // [key, pid, title] (live: one page, several processes)
+    processes: [],       // [key, pid, title] (one page, several processes; a report: its processes)
     zoom: 0,
     search: "",
     paused: false,
@@ -99,9 +99,24 @@
     state.version = u.version;
     state.updates++;
   }
+  // A report of several processes: each one's pictures (DATA.procs by process key)
+  function reportProcess() {
+    if (!DATA.procs) return DATA;
+    return DATA.procs[String(state.view.process)] || DATA.procs[String(DATA.first_process)];
+  }
+  function applyReportProcess() {
+    const P = reportProcess();
+    state.symbols.clear();
+    applySymbols(P.symbols);
+    state.threads = P.threads;
+    state.status = P.status;
+    state.cells.clear();
+    applyTimeline(P.timeline);
+  }
   function applyReportView() {
-    let v = DATA.views[String(state.view.thread)] || DATA.views["0"];
-    if (v.same_as !== undefined) v = DATA.views[v.same_as];
+    const P = reportProcess();
+    let v = P.views[String(state.view.thread)] || P.views["0"];
+    if (v.same_as !== undefined) v = P.views[v.same_as];
     state.nodes.clear(); state.rows.clear();
     applyNodes(v.nodes, []);
     applyRows(v.rows, []);
@@ -414,6 +429,7 @@
   $("process").addEventListener("change", (e) => {
     state.view.process = Number(e.target.value);
     state.view.thread = 0;
+    if (!LIVE) applyReportProcess();
     viewChanged();
   });
   $("thread").addEventListener("change", (e) => { state.view.thread = Number(e.target.value); viewChanged(); });
@@ -457,11 +473,11 @@
   } else {
     $("window-label").hidden = true;
     $("pause").hidden = true;
-    state.symbols.clear();
-    applySymbols(DATA.symbols);
-    state.threads = DATA.threads;
-    state.status = DATA.status;
-    applyTimeline(DATA.timeline);
+    if (DATA.processes) {
+      state.processes = DATA.processes;
+      state.view.process = DATA.first_process;
+    }
+    applyReportProcess();
     applyReportView();
     render();
   }
