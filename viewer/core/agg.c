@@ -32,6 +32,7 @@
 
 #define DEFAULT_SLICE_NS 100000000ull
 #define DEFAULT_SLICE_COUNT 6000u
+#define INITIAL_SLICE_CAP 256u /* slots a new aggregation allocates (slice_ring_fit grows them) */
 #define NO_SLICE UINT64_MAX
 
 /* Ticks come from untrusted input and may sit anywhere up to 2^64 - 1: every
@@ -101,7 +102,7 @@ typedef struct thread {
     uint32_t depth, stack_cap;
     /* slice cache: ticks [slice_start, slice_end) are slice slice_no */
     uint64_t slice_no, slice_start, slice_end;
-    uint32_t slice_slot;   /* slice_no % slice_count */
+    uint32_t slice_slot;   /* slice_no % slice_cap when it was cached (checked against sl->no) */
 } thread_t;
 
 typedef struct slice_entry {
@@ -123,9 +124,13 @@ struct pt_agg {
     uint64_t tps;          /* ticks per second */
     uint64_t slice_ns;
     uint64_t slice_ticks;
-    uint32_t slice_count;
-    slice_t *slices;
+    uint32_t slice_count;  /* the window's slices at most */
+    uint32_t slice_cap;    /* slots allocated: grows to slice_count as the span of the
+                              stream's slices does, so a short-lived process of a long
+                              window (a pool worker in an hour's report) holds few */
+    slice_t *slices;       /* slice no is in slot no % slice_cap */
     uint64_t max_slice;    /* NO_SLICE until the first event */
+    uint64_t min_slice;    /* the first slice made current */
     uint64_t origin;       /* tick of slice 0 */
     int have_ticks;
     uint64_t min_tick, latest;
@@ -183,10 +188,11 @@ int pt_agg_create(const pt_agg_config_t *cfg, pt_agg_t **out)
     a->pinfo.ticks_per_second = a->tps;
     recompute_slice_ticks(a);
     a->max_slice = NO_SLICE;
-    a->slices = calloc(a->slice_count, sizeof *a->slices);
+    a->slice_cap = a->slice_count < INITIAL_SLICE_CAP ? a->slice_count : INITIAL_SLICE_CAP;
+    a->slices = calloc(a->slice_cap, sizeof *a->slices);
     if (!a->slices)
         goto err;
-    for (uint32_t i = 0; i < a->slice_count; i++)
+    for (uint32_t i = 0; i < a->slice_cap; i++)
         a->slices[i].no = NO_SLICE;
     if (pt_u64map_init(&a->node_map, 1024) || pt_u64map_init(&a->sym_map, 256) || pt_u64map_init(&a->thread_map, 16))
         goto err;
@@ -204,7 +210,7 @@ void pt_agg_destroy(pt_agg_t *a)
     if (!a)
         return;
     if (a->slices)
-        for (uint32_t i = 0; i < a->slice_count; i++)
+        for (uint32_t i = 0; i < a->slice_cap; i++)
             free(a->slices[i].entries);
     free(a->slices);
     free(a->nodes);
@@ -367,23 +373,59 @@ static inline uint32_t child_of(pt_agg_t *a, uint32_t parent, uint32_t id)
 
 /* Make slice `no` current if it is newer than every slice seen; returns the
  * slot, or NULL if `no` fell out of the ring. */
+/* Room for the slices [lo, no] (at most slice_count of them): the ring grows,
+ * doubling, and each slice held moves to its slot in the larger ring (they are
+ * consecutive numbers, so no two meet). Out of memory: the ring stays as it is
+ * and the window holds the last slice_cap slices. */
+static void slice_ring_fit(pt_agg_t *a, uint64_t lo, uint64_t no)
+{
+    uint64_t span = no - lo + 1;
+    if (span > a->slice_count)
+        span = a->slice_count;
+    if (span <= a->slice_cap)
+        return;
+    uint64_t ncap = a->slice_cap;
+    while (ncap < span)
+        ncap *= 2;
+    if (ncap > a->slice_count)
+        ncap = a->slice_count;
+    slice_t *n = calloc((size_t)ncap, sizeof *n);
+    if (!n)
+        return;
+    for (uint64_t i = 0; i < ncap; i++)
+        n[i].no = NO_SLICE;
+    for (uint32_t i = 0; i < a->slice_cap; i++) {
+        const slice_t *old = &a->slices[i];
+        if (old->no != NO_SLICE)
+            n[old->no % ncap] = *old;
+        else
+            free(old->entries);
+    }
+    free(a->slices);
+    a->slices = n;
+    a->slice_cap = (uint32_t)ncap;
+}
+
 static slice_t *slice_get(pt_agg_t *a, uint64_t no)
 {
     if (a->max_slice == NO_SLICE || no > a->max_slice) {
+        if (a->max_slice == NO_SLICE)
+            a->min_slice = no;
+        slice_ring_fit(a, a->min_slice, no);
         uint64_t from = a->max_slice == NO_SLICE ? no : a->max_slice + 1;
-        if (no - from >= a->slice_count)
-            from = no - a->slice_count + 1;
+        if (no - from >= a->slice_cap)
+            from = no - a->slice_cap + 1;
         for (uint64_t s = from; s <= no; s++) {
-            slice_t *sl = &a->slices[s % a->slice_count];
+            slice_t *sl = &a->slices[s % a->slice_cap];
             sl->no = s;
             sl->count = 0;
             sl->events = 0;
         }
         a->max_slice = no;
     }
-    if (a->max_slice - no >= a->slice_count) /* no <= max_slice here */
+    if (a->max_slice - no >= a->slice_cap) /* no <= max_slice here */
         return NULL;
-    slice_t *sl = &a->slices[no % a->slice_count];
+    slice_t *sl = &a->slices[no % a->slice_cap];
     return sl->no == no ? sl : NULL;
 }
 
@@ -401,7 +443,7 @@ static inline uint64_t thread_slice(pt_agg_t *a, thread_t *th, uint64_t t)
         return th->slice_no;
     uint64_t no = slice_of_ticks(a, t);
     th->slice_no = no;
-    th->slice_slot = (uint32_t)(no % a->slice_count);
+    th->slice_slot = (uint32_t)(no % a->slice_cap);
     th->slice_start = no == 0 ? 0 : sat_add(a->origin, sat_mul(no, a->slice_ticks));
     /* saturates at 2^64 - 1: the last slice then ends at the last tick, and
      * account() treats an end that does not move forward as the end */
@@ -794,6 +836,7 @@ void pt_agg_counters(const pt_agg_t *a, pt_agg_counters_t *out)
     out->nodes = a->node_count;
     out->span_ns = a->have_ticks ? ticks_ns(a, a->latest - a->min_tick) : 0;
     out->window_max_seconds = (double)a->slice_ns * a->slice_count / 1e9;
+    out->window_slots = a->slice_cap;
     if (a->max_slice != NO_SLICE) {
         uint64_t k = 1000000000ull / a->slice_ns;
         if (k < 1)
@@ -801,7 +844,7 @@ void pt_agg_counters(const pt_agg_t *a, pt_agg_counters_t *out)
         uint64_t first = a->max_slice + 1 >= k ? a->max_slice + 1 - k : 0;
         uint64_t ev = 0;
         for (uint64_t s = first; s <= a->max_slice; s++) {
-            const slice_t *sl = &a->slices[s % a->slice_count];
+            const slice_t *sl = &a->slices[s % a->slice_cap];
             if (sl->no == s)
                 ev += sl->events;
         }
@@ -852,7 +895,7 @@ static int view_build(pt_agg_t *a, const pt_agg_query_t *q, view_t *v)
             ns = a->slice_count;
         uint64_t first = a->max_slice + 1 >= ns ? a->max_slice + 1 - ns : 0;
         for (uint64_t s = first; s <= a->max_slice; s++) {
-            const slice_t *sl = &a->slices[s % a->slice_count];
+            const slice_t *sl = &a->slices[s % a->slice_cap];
             if (sl->no != s)
                 continue;
             for (uint32_t i = 0; i < sl->count; i++) {
@@ -1329,7 +1372,7 @@ int pt_agg_timeline(pt_agg_t *a, const pt_agg_query_t *q, uint64_t since_slice, 
         /* slice numbers may reach 2^64 - 3 (hostile ticks, a tick per slice): no sum wraps */
         uint64_t g_end = a->max_slice - g > group - 1 ? g + group - 1 : a->max_slice;
         for (uint64_t s = g; s <= g_end; s++) {
-            const slice_t *sl = &a->slices[s % a->slice_count];
+            const slice_t *sl = &a->slices[s % a->slice_cap];
             if (sl->no != s)
                 continue;
             for (uint32_t i = 0; i < sl->count; i++) {

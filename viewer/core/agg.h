@@ -135,6 +135,8 @@ typedef struct pt_agg_counters {
     uint64_t nodes;
     uint64_t span_ns;            /* first to latest tick seen */
     double window_max_seconds;   /* slice_ns * slice_count */
+    uint32_t window_slots;       /* slices allocated for the window: as many as the stream's span
+                                    has needed (from 256), at most slice_count */
 } pt_agg_counters_t;
 
 void pt_agg_counters(const pt_agg_t *agg, pt_agg_counters_t *out);

@@ -507,6 +507,79 @@ static void test_window(void)
     pt_agg_destroy(agg);
 }
 
+/* The window's ring of slices grows with the stream's span, never past
+ * slice_count, and the window reads the same across each growth: a short
+ * stream of a long window (an hour of 10 ms slices) holds few slices. */
+static void window_ring_stream(uint32_t slice_count, pt_agg_t **out)
+{
+    pt_agg_t *agg = NULL;
+    pt_agg_config_t cfg = {.slice_ns = 100000000ull, .slice_count = slice_count};
+    CHECK_EQ(pt_agg_create(&cfg, &agg), 0);
+    pt_fb_msg_t m = {.type = PT_MSG_PROCESS_INFO};
+    m.u.process_info.ticks_per_second = 1000000000ull;
+    CHECK_EQ(pt_agg_feed_msg(agg, &m), 0);
+    setup_syms(agg);
+    stream_t s = {.agg = agg, .thread = 1};
+    const uint64_t ms = 1000000;
+    ev(&s, PT_EV_CALL, MAIN, 0);
+    for (int i = 0; i < 700; i++) { /* one call of f a slice, 70 s */
+        ev(&s, PT_EV_CALL, F, 0);
+        ev(&s, PT_EV_RETURN, F, 100 * ms);
+    }
+    ev(&s, PT_EV_MARK, MAIN, 5 * ms); /* latest 70.005 s: slice 700 */
+    flush(&s);
+    *out = agg;
+}
+
+static void test_window_ring_grows(void)
+{
+    const uint64_t ms = 1000000;
+    pt_agg_counters_t c;
+    pt_agg_t *agg = NULL;
+    /* short: 2 s of a 10-hour window */
+    CHECK_EQ(pt_agg_create(&(pt_agg_config_t){.slice_ns = 100000000ull, .slice_count = 360000}, &agg), 0);
+    setup_syms(agg);
+    stream_t s = {.agg = agg, .thread = 1};
+    for (int i = 0; i < 20; i++) {
+        ev(&s, PT_EV_CALL, F, 0);
+        ev(&s, PT_EV_RETURN, F, 100 * ms);
+    }
+    flush(&s);
+    pt_agg_counters(agg, &c);
+    CHECK_EQ(c.window_slots, 256);
+    CHECK(c.window_max_seconds > 35999.0);
+    pt_agg_table_t t = {0};
+    const pt_agg_row_t *r = get_row(agg, &t, 0, 3600.0, "f");
+    CHECK_EQ(r->calls, 20);
+    pt_agg_table_free(&t);
+    pt_agg_destroy(agg);
+
+    /* 70 s in a 100 s window: 256 -> 512 -> 1000 slots; the last 60 s are
+     * slices 101..700, the calls started in 101..699 */
+    window_ring_stream(1000, &agg);
+    pt_agg_counters(agg, &c);
+    CHECK_EQ(c.window_slots, 1000);
+    r = get_row(agg, &t, 0, 60.0, "f");
+    CHECK_EQ(r->calls, 599);
+    CHECK_EQ(r->self_ns, 599 * 100 * ms);
+    r = get_row(agg, &t, 0, 0, "f");
+    CHECK_EQ(r->calls, 700);
+    pt_agg_table_free(&t);
+    pt_agg_destroy(agg);
+
+    /* 70 s in a 30 s window: the ring stops at 300 slots; 30 s hold 299 calls */
+    window_ring_stream(300, &agg);
+    pt_agg_counters(agg, &c);
+    CHECK_EQ(c.window_slots, 300);
+    r = get_row(agg, &t, 0, 30.0, "f");
+    CHECK_EQ(r->calls, 299);
+    r = get_row(agg, &t, 0, 0, "f");
+    CHECK_EQ(r->calls, 700);
+    CHECK_EQ(r->self_ns, 700 * 100 * ms);
+    pt_agg_table_free(&t);
+    pt_agg_destroy(agg);
+}
+
 /* Missed returns, unknown ids, unmatched closes. */
 static void test_robustness(void)
 {
@@ -850,6 +923,7 @@ int main(void)
     test_lost_and_frames();
     test_frames_at_start_and_open_time();
     test_window();
+    test_window_ring_grows();
     test_robustness();
     test_threads_merge();
     test_feed_bytes();
