@@ -282,6 +282,10 @@ def test_profile_of_a_merged_stream_matches_each_process_alone_and_is_bounded(tm
     assert c["processes"] == 2 and c["process_limit"] == 2
     third = sum(1 for _t, data in messages if _msg_process(data) == order[2])
     assert c["messages_past_process_limit"] == third > 0
+    # the page's status line says so (pytrace web's status of any process of the stream)
+    from pytrace.web import data as web_data
+    st = web_data.status(web_data.ProcessView(agg, 1), processes=2)
+    assert st["messages_past_process_limit"] == third and st["process_limit"] == 2
 
 
 def _msg_process(data):

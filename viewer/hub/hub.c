@@ -1086,7 +1086,8 @@ static void detach_stdio(hub_t *h)
     if (null >= 0) {
         (void)dup2(null, STDIN_FILENO);
         (void)dup2(null, STDOUT_FILENO);
-        close(null);
+        if (null > STDERR_FILENO) /* a caller that closed stdin/stdout gave us fd 0 or 1 */
+            close(null);
     }
     size_t n = strlen(h->sock);
     if (n < 5 || strcmp(h->sock + n - 5, ".sock") != 0)
@@ -1101,7 +1102,8 @@ static void detach_stdio(hub_t *h)
     fflush(stderr);
     if (dup2(fd, STDERR_FILENO) < 0)
         h->log[0] = 0;
-    close(fd);
+    if (fd > STDERR_FILENO)
+        close(fd);
 }
 
 int main(int argc, char **argv)

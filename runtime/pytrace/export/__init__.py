@@ -192,9 +192,14 @@ def _export_html(recording, output, pids=None):
     entries = prof.processes()
     shown = [e for e in entries if not pids or e.pid in pids]
     if not shown:
-        raise ValueError("no process with pid %s in %s (its processes: %s); nothing written" % (
+        c = prof.counters()
+        beyond = (" (the report reads the first %d processes; %d messages of further ones were "
+                  "not read: export them to perfetto or chrome)" % (
+                      c["process_limit"], c["messages_past_process_limit"])
+                  if c["messages_past_process_limit"] else "")
+        raise ValueError("no process with pid %s in %s (its processes: %s)%s; nothing written" % (
             ", ".join(str(x) for x in pids), recording,
-            ", ".join("pid %d" % e.pid for e in entries) or "none"))
+            ", ".join("pid %d" % e.pid for e in entries) or "none", beyond))
     title = os.path.basename(os.fspath(recording))
     report = web_data.report_data(prof, title, processes=[e.index for e in shown])
     text, _csp = page.build(report, "pytrace: " + title, live=False)

@@ -93,7 +93,11 @@ def status(agg, processes=1, extra=None):
          "dropped": c["dropped"], "threads": c["threads_seen"], "threads_active": c["threads_active"],
          "processes": processes, "span_ns": c["span_ns"], "unmatched": c["unmatched"],
          "pid": p["pid"], "command": p["command_line"], "python": p["python_version"],
-         "window_max": c["window_max_seconds"]}
+         "window_max": c["window_max_seconds"],
+         # a stream of more processes than the aggregation reads (process_limit): their
+         # messages are counted, never shown
+         "process_limit": c.get("process_limit", 0),
+         "messages_past_process_limit": c.get("messages_past_process_limit", 0)}
     d.update(extra or {})
     return d
 

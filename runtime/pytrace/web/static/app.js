@@ -349,8 +349,10 @@
     }
     parts.push(fmtCount(s.events || 0) + " events", "dropped " + (s.dropped || 0),
                (s.threads || 0) + " threads", (s.processes || 1) + " process" + ((s.processes || 1) === 1 ? "" : "es"));
+    const past = s.messages_past_process_limit || 0;
+    if (past) parts.push(fmtCount(past) + " messages of processes past the first " + s.process_limit + " not shown");
     el.textContent = parts.join(" \u00b7 ");
-    el.classList.toggle("bad", !!state.error || (s.dropped || 0) > 0);
+    el.classList.toggle("bad", !!state.error || (s.dropped || 0) > 0 || past > 0);
     $("title").textContent = (s.pid ? "pid " + s.pid + "  " : "") + (s.command || DATA.title || "");
     document.title = "pytrace " + (s.pid ? s.pid + " " : "") + (s.command || DATA.title || "");
   }
@@ -399,10 +401,11 @@
   // ---- live: polling for deltas --------------------------------------------------------
   const session = Math.random().toString(36).slice(2) + Date.now().toString(36);
   let inflight = false;
+  let viewGen = 0;     // bumped at each change of view: replies asked for an older one are dropped
   async function poll() {
     if (!state.paused && !inflight) {
       inflight = true;
-      const v = state.view;
+      const v = state.view, gen = viewGen;
       const q = new URLSearchParams({ token: DATA.token, session, version: String(state.version),
                                       process: String(v.process),
                                       thread: String(v.thread), window: String(v.window), filter: v.filter });
@@ -410,7 +413,9 @@
         const r = await fetch("api/update?" + q.toString(), { cache: "no-store" });
         if (!r.ok) throw new Error("server answered " + r.status);
         const u = await r.json();
-        if (!state.paused) { state.error = ""; applyUpdate(u); render(); }
+        // a reply to a view the user has left since (another process, thread, window or
+        // filter) is dropped: its delta belongs to that view's session, not this one's
+        if (!state.paused && gen === viewGen) { state.error = ""; applyUpdate(u); render(); }
       } catch (e) {
         state.error = "server unreachable: " + e.message;
         renderStatus();
@@ -422,6 +427,7 @@
   }
   function viewChanged() {
     state.zoom = 0;
+    viewGen++;
     if (LIVE) { state.version = -1; } else { applyReportView(); render(); }
   }
 
@@ -435,6 +441,7 @@
   $("thread").addEventListener("change", (e) => { state.view.thread = Number(e.target.value); viewChanged(); });
   $("filter").addEventListener("input", (e) => {
     state.view.filter = e.target.value;
+    viewGen++;
     if (LIVE) state.version = -1; else renderTable();
   });
   $("search").addEventListener("input", (e) => { state.search = e.target.value.toLowerCase(); drawFlame(); drawTimeline(); renderTable(); });
