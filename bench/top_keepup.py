@@ -31,14 +31,20 @@ def spin(seconds, out, i):
     # C calls (CCall + CReturn records) are cheaper for the job than Python calls
     n = 0
     s = "x"
-    end = time.monotonic() + seconds
+    start = time.monotonic()
+    end = start + seconds
     while time.monotonic() < end:
         for _ in range(10000):
             len(s); len(s); len(s); len(s); len(s); len(s); len(s); len(s)
         n += 80000
+        if rate:  # paced: this thread's share of `rate` events/s (2 events a call)
+            ahead = start + n * 2 / (rate / 2) - time.monotonic()
+            if ahead > 0:
+                time.sleep(ahead)
     out[i] = n
 
 seconds = float(sys.argv[1])
+rate = float(sys.argv[2]) if len(sys.argv) > 2 else 0.0   # events/s of both threads; 0: no pacing
 out = [0, 0]
 ts = [threading.Thread(target=spin, args=(seconds, out, i)) for i in range(2)]
 t0 = time.monotonic()

@@ -136,13 +136,13 @@ def latency_part(work, rounds):
                                                                 ", ".join("%.0f" % x for x in ms)))
 
 
-def cpu_part(work, seconds, ring_size):
+def cpu_part(work, seconds, ring_size, rate):
     script = os.path.join(work, "keepup_job.py")
     with open(script, "w") as f:
         f.write(KEEPUP_JOB)
     log = open(os.path.join(work, "web.log"), "w+")
     proc, cmd, url = start_web(["--policy", "drop", "--ring-size", str(ring_size), "--", sys.executable, script,
-                                str(seconds)], os.path.join(work, "url-cpu"), stdout=log, stderr=subprocess.STDOUT)
+                                str(seconds), str(rate)], os.path.join(work, "url-cpu"), stdout=log, stderr=subprocess.STDOUT)
     base, token = url.split("?", 1)[0], url.split("token=", 1)[1]
     version, answers, times, server_ms, last = 0, 0, [], [], None
     cpu0 = proc_cpu_seconds(proc.pid) or 0.0
@@ -177,8 +177,9 @@ def cpu_part(work, seconds, ring_size):
     job_seconds = float(job_line.group(2)) if job_line else seconds
     print("Server CPU at 10 M events/s (pytrace web --policy drop of a job calling len() on two threads,")
     print("a client polling for deltas 4x a second, window 10 s)")
-    print("command: python -m pytrace web --policy drop --ring-size %s -- python keepup_job.py %s"
-          % (ring_size, seconds))
+    print("command: python -m pytrace web --policy drop --ring-size %s -- python keepup_job.py %s %s"
+          % (ring_size, seconds, rate))
+    print("         (the job paced to %s events/s; 0: as fast as it goes)" % ("%.3g" % rate if rate else "0"))
     if produced:
         print("job     : %.1f M events/s produced over %.2f s" % (produced / job_seconds / 1e6, job_seconds))
     print("server  : read %d events, dropped %d (%.2f%%); CPU %.2f s over %.2f s wall (%.0f%% of one core)"
@@ -216,6 +217,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--ring-size", type=float, default=64, help="MiB per ring for the 10 M events/s job")
+    ap.add_argument("--rate", type=float, default=10e6,
+                    help="events/s the job is paced to (the issue's 10 M); 0: as fast as it goes")
     ap.add_argument("--report-mb", type=float, default=3.0, help="JSON size for the report (MB; 3 MB: ~13 M events)")
     ap.add_argument("--skip-latency", action="store_true")
     ap.add_argument("--skip-cpu", action="store_true")
@@ -226,7 +229,7 @@ def main():
         if not args.skip_latency:
             latency_part(work, args.rounds)
         if not args.skip_cpu:
-            cpu_part(work, args.seconds, args.ring_size)
+            cpu_part(work, args.seconds, args.ring_size, args.rate)
         if not args.skip_report:
             report_part(work, args.report_mb)
     finally:
