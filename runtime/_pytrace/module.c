@@ -125,17 +125,17 @@ static PyObject *py_start(PyObject *module, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"c_calls", "include", "exclude", "policy", "ring_count", "chunk_bytes",
                              "chunks_per_ring", "symlog_bytes", "wait_timeout", "clock", "cmdline",
-                             "hide", "caller_stack", "exit_wait", NULL};
-    int c_calls = 1, caller_stack = 1;
+                             "hide", "caller_stack", "exit_wait", "fork_children", NULL};
+    int c_calls = 1, caller_stack = 1, fork_children = 1;
     PyObject *include = Py_None, *exclude = Py_None, *cmdline = Py_None, *hide = Py_None;
     const char *policy = "drop", *clock = "auto";
     unsigned long ring_count = 0, chunk_bytes = 0, chunks_per_ring = 0;
     unsigned long long symlog_bytes = 0;
     double wait_timeout = 1.0, exit_wait = 0.0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$pOOskkkKdsOOpd:start", kwlist, &c_calls, &include,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$pOOskkkKdsOOpdp:start", kwlist, &c_calls, &include,
                                      &exclude, &policy, &ring_count, &chunk_bytes, &chunks_per_ring,
                                      &symlog_bytes, &wait_timeout, &clock, &cmdline, &hide,
-                                     &caller_stack, &exit_wait))
+                                     &caller_stack, &exit_wait, &fork_children))
         return NULL;
     if (pt_tracer_is_tracing()) {
         PyErr_Format(PyExc_RuntimeError, "already tracing into %s; call stop() first",
@@ -176,6 +176,7 @@ static PyObject *py_start(PyObject *module, PyObject *args, PyObject *kwargs)
         return NULL;
     }
     opts.exit_wait_ns = (uint64_t)(exit_wait * 1e9);
+    opts.fork_untraced = !fork_children;
     opts.ring_count = (uint32_t)ring_count;
     opts.chunk_bytes = (uint32_t)chunk_bytes;
     opts.chunks_per_ring = (uint32_t)chunks_per_ring;

@@ -615,8 +615,8 @@ void pt_tracer_after_fork_child(void)
         pt_segment_close(pt_core.seg, 0);
         pt_core.seg = NULL;
     }
-    if (!was_tracing)
-        return;
+    if (!was_tracing || pt_core.opts.fork_untraced)
+        return; /* not tracing: py_after_fork_child removes the hooks */
     char err[256];
     if (begin_session(err, sizeof err) < 0) {
         pt_tracer_set_first_error("fork: the child could not create its segment: %s", err);

@@ -55,6 +55,9 @@ typedef struct pt_options {
                                    include says: pytrace's own runtime (launcher, API) */
     unsigned long stack_skip_thread; /* ident of the thread whose frames running at start
                                    are not recorded (0: none): a launcher's own caller chain */
+    int fork_untraced;          /* a fork() child is not traced (its hooks are removed): no
+                                   reader would take its segment, and under policy wait its
+                                   threads would wait on full rings */
     uint64_t exit_wait_ns;      /* at exit, a segment with events that no reader holds waits
                                    up to this long for one (0: not at all): the hub of a
                                    process tree, which finds a child only once it runs */

@@ -121,13 +121,14 @@ def _label(name):
 
 def start(c_calls=True, include=None, exclude=None, policy="drop", *, ring_count=0,
           chunk_bytes=0, chunks_per_ring=0, symlog_bytes=0, wait_timeout=1.0, clock="auto",
-          cmdline=None):
+          cmdline=None, fork_children=True):
     """Start tracing every thread of this process into a new segment; return its name.
 
     include/exclude: module names or path prefixes (a string or a list). policy "drop"
     (a full ring drops events and says so with a Lost record) or "wait" (the producer
-    waits up to wait_timeout seconds for the reader). Raises RuntimeError if tracing is
-    already on, OSError if the segment cannot be created.
+    waits up to wait_timeout seconds for the reader). fork_children: a fork() child traces
+    into a segment of its own (True), or is not traced (False). Raises RuntimeError if
+    tracing is already on, OSError if the segment cannot be created.
     """
     ext = _ext()
     if isinstance(include, str):
@@ -142,7 +143,8 @@ def start(c_calls=True, include=None, exclude=None, policy="drop", *, ring_count
     name = ext.start(c_calls=c_calls, include=include, exclude=exclude, policy=policy,
                      ring_count=ring_count, chunk_bytes=chunk_bytes,
                      chunks_per_ring=chunks_per_ring, symlog_bytes=symlog_bytes,
-                     wait_timeout=wait_timeout, clock=clock, cmdline=cmdline, hide=_HIDDEN)
+                     wait_timeout=wait_timeout, clock=clock, cmdline=cmdline, hide=_HIDDEN,
+                     fork_children=fork_children)
     now = ext.counters()
     if now["tracing_displaced"] or not now["hook"]:
         # No hook (3.12: every free sys.monitoring id is taken) or a thread already runs

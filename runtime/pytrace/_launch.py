@@ -40,7 +40,8 @@ _PY_VALUE_LETTERS = "WX"
 _PY_LONG_VALUE = ("--check-hash-based-pycs",)
 _START_KEYS = {"c_calls": "bool", "policy": "str", "include": "list", "exclude": "list",
                "ring_count": "int", "chunk_bytes": "int", "chunks_per_ring": "int",
-               "symlog_bytes": "int", "wait_timeout": "float", "exit_wait": "float"}
+               "symlog_bytes": "int", "wait_timeout": "float", "exit_wait": "float",
+               "fork_children": "bool"}
 _LAUNCH_KEYS = {"report_fd": "int", "wait_fd": "int", "quiet": "bool", "subprocesses": "str"}
 
 # A process of a tree that a hub reads (record, top, run --hub --subprocesses) waits at
@@ -681,7 +682,8 @@ def _main(args):
             os.close(wait_fd)
         return 1
     _handshake(report_fd, wait_fd, segment)
-    _watch_forks(ext, hook_dir)
+    if options.get("fork_children", True):
+        _watch_forks(ext, hook_dir)
     if sys.stderr is not None:
         sys.stderr.write("pytrace: tracing pid %d into %s; attach with: pytrace-top %d\n"
                          % (os.getpid(), segment, os.getpid()))
@@ -739,7 +741,8 @@ def autostart(hook_file):
         session = _Session(ext, False, None, list(sys.orig_argv[1:]))
         _register_at_exit(session.stop_at_exit)
         segment = _start(ext, options)
-        _watch_forks(ext, hook_dir)
+        if options.get("fork_children", True):
+            _watch_forks(ext, hook_dir)
     except Exception as e:  # noqa: BLE001 - the child program must run regardless
         _say("child %d not traced: %s" % (os.getpid(), e))
         _ledger_note(os.path.dirname(os.path.abspath(hook_file)), "untraced", str(e))

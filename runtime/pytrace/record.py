@@ -421,6 +421,10 @@ def main(argv=None):
             # the hub reads the whole tree: its Python children (multiprocessing spawn
             # and forkserver, subprocess) are traced too, not only its fork children
             hook_dir = _launch.subprocess_hook()
+        else:
+            # nothing would read a fork() child's segment (no hub, or --no-subprocesses):
+            # it is not traced, rather than waiting on full rings (policy wait) for nobody
+            options = dict(options, fork_children=False)
         try:
             child, segment, wait_w = _launch.start_job(interp, flags, options, target,
                                                        timeout=args.attach_timeout,

@@ -52,3 +52,45 @@ def test_fork_children_get_own_segments_and_leave_none_behind(tmp_path):
     # the parent's exit removed its own segment and its dead children's
     left = _segments_of(child_pids | {parent_pid})
     assert left == [], left
+
+
+FORKING_JOB = textwrap.dedent("""
+    import glob, os
+    def work(n):
+        return sum(range(n))
+    pids = []
+    for _ in range(2):
+        pid = os.fork()
+        if pid == 0:
+            work(1000)
+            # the child's own segments (pytrace-PID-...): one if it traces, none if not
+            mine = glob.glob("/dev/shm/pytrace-%d-*" % os.getpid())
+            os.write(1, ("child segments %d\\n" % len(mine)).encode())
+            os._exit(0)
+        pids.append(pid)
+    for pid in pids:
+        os.waitpid(pid, 0)
+    print("parent done")
+""")
+
+
+def _record(tmp_path, *opts):
+    script = tmp_path / "job.py"
+    script.write_text(FORKING_JOB)
+    out = tmp_path / "job.pytrace"
+    r = subprocess.run([sys.executable, "-m", "pytrace", "record", "-o", str(out), *opts, "--",
+                        sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return r
+
+
+def test_record_without_subprocesses_leaves_fork_children_untraced(tmp_path):
+    # `record --no-subprocesses`: nothing reads a fork child's segment, so the child is
+    # not traced (no segment; under the recorder's policy wait its threads would sit on
+    # full rings for nobody). Its output and the job's are the program's own.
+    r = _record(tmp_path, "--no-subprocesses")
+    assert r.stdout.splitlines() == ["child segments 0", "child segments 0", "parent done"], r.stdout
+    assert "not traced" not in r.stderr, r.stderr
+    # the default follows them: each child traces into a segment of its own
+    r = _record(tmp_path)
+    assert r.stdout.splitlines() == ["child segments 1", "child segments 1", "parent done"], r.stdout
