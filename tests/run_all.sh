@@ -26,6 +26,9 @@ for py in $(bash tests/pythons.sh); do
     # Run from outside the tree so the installed package is the one under test.
     # That interpreter's scripts (pytrace, pytrace-top) come first on PATH.
     scripts=$("$py" -c 'import sysconfig; print(sysconfig.get_path("scripts"))')
-    (cd /tmp && PATH="$scripts:$PATH" PYTRACE_BUILD_DIR="$root/$build" "$py" -m pytest "$root/tests/python" -q -p no:cacheprovider)
+    # screenshots of the browser tests stay after the run: build/artifacts/<python>/web
+    artifacts="$root/build/artifacts/$("$py" -c 'import sys; print("python%d.%d" % sys.version_info[:2])')"
+    (cd /tmp && PATH="$scripts:$PATH" PYTRACE_BUILD_DIR="$root/$build" PYTRACE_ARTIFACTS="$artifacts" \
+        "$py" -m pytest "$root/tests/python" -q -p no:cacheprovider)
     echo "== pytest on $($py --version): $((SECONDS - start)) s"
 done
