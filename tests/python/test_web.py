@@ -213,6 +213,24 @@ def test_report_offline_shows_the_pstats_numbers(tmp_path, browser, artifacts):
     top = max(rows, key=lambda r: r[6])
     assert top[0] in page.inner_text("#table")
     assert page.evaluate("pytrace.frames().length") > 3
+    # the table sorts by a clicked header (again: the other way) and filters by name
+    def table():
+        return page.evaluate("""() => [...document.querySelectorAll('#table tbody tr')].map(
+            tr => [tr.cells[5].textContent, Number(tr.cells[4].textContent.split('/')[0])])""")
+    page.click("#table th[data-key=calls]")
+    shown_calls = [c for _n, c in table()]
+    assert len(shown_calls) > 5 and shown_calls == sorted(shown_calls, reverse=True)
+    assert shown_calls[0] == max(r[4] for r in rows)
+    page.click("#table th[data-key=calls]")
+    shown_calls = [c for _n, c in table()]
+    assert shown_calls == sorted(shown_calls) and shown_calls[0] == min(r[4] for r in rows)
+    page.click("#table th[data-key=name]")
+    names = [n for n, _c in table()]
+    assert names == sorted(names)
+    page.fill("#filter", top[0])
+    filtered = table()
+    assert filtered and all(top[0].lower() in n.lower() for n, _c in filtered)
+    assert len(filtered) == sum(1 for r in rows if top[0].lower() in r[0].lower())
     assert requests == [] and errors == []
     context.close()
 
