@@ -103,16 +103,19 @@ def test_profile_each_process_equals_its_pstats_export(pool, tmp_path):
     assert prof.counters()["processes"] == len(procs)
     for p in procs:
         rows = prof.functions(process=p.index)
-        mine = {}
+        mine, merged = {}, {}
         for f in rows:
             c, pc, s, t = mine.get(_key(f), (0, 0, 0, 0))
             mine[_key(f)] = (c + f.calls, pc + f.prim_calls, s + f.self_ns, t + f.total_ns)
+            merged[_key(f)] = merged.get(_key(f), 0) + 1   # functions pstats names alike
         st = _pstats_rows(rec, p.pid, tmp_path / ("%d.pstats" % p.pid))
         assert set(mine) == set(st), (p.pid, set(mine) ^ set(st))
         for key, (cc, nc, tt, ct, _callers) in st.items():
             calls, prim, self_ns, total_ns = mine[key]
             assert (calls, prim) == (nc, cc), (p.pid, key)
-            assert abs(self_ns - tt * 1e9) <= 2 and abs(total_ns - ct * 1e9) <= 2, (p.pid, key)
+            # ns rounding: up to 2 ns for each function that pstats adds up under this key
+            slack = 2 * merged[key]
+            assert abs(self_ns - tt * 1e9) <= slack and abs(total_ns - ct * 1e9) <= slack, (p.pid, key)
         work = sum(f.calls for f in rows if f.name == "work")
         side = sum(f.calls for f in rows if f.name == "parent_side")
         assert work == ran.get(p.pid, 0), (p.pid, work, ran)
