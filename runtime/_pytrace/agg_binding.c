@@ -67,6 +67,19 @@ static PyObject *no_process(Py_ssize_t index)
     return NULL;
 }
 
+/* Take the lock and return process `index`'s aggregation, the lock held; NULL
+ * with IndexError set and the lock released if there is no such process. */
+static pt_agg_t *agg_lock_process(agg_obj_t *self, Py_ssize_t index)
+{
+    agg_lock(self);
+    pt_agg_t *agg = agg_at(self, index);
+    if (!agg) {
+        agg_unlock(self);
+        no_process(index);
+    }
+    return agg;
+}
+
 /* Slice headers (32 bytes each) every process may hold, all processes together:
  * a stream that invents processes stops being read past max_processes. */
 #define SLICE_BUDGET (32u * 1024u * 1024u)
@@ -249,17 +262,15 @@ static PyObject *agg_counters(agg_obj_t *self, PyObject *args, PyObject *kw)
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|n:counters", kwlist, &process))
         return NULL;
     pt_agg_counters_t c;
-    agg_lock(self);
-    pt_agg_t *agg = agg_at(self, process);
-    if (!agg) {
-        agg_unlock(self);
-        return no_process(process);
-    }
+    pt_agg_t *agg = agg_lock_process(self, process);
+    if (!agg)
+        return NULL;
     pt_agg_counters(agg, &c);
     const pt_fb_process_info_t *pi = pt_agg_process_info(agg);
     uint64_t pid = pi->pid, tps = pt_agg_ticks_per_second(agg);
     uint64_t processes = pt_aggset_count(self->set), past = pt_aggset_refused(self->set);
     uint64_t limit = pt_aggset_max_processes(self->set);
+    uint64_t messages = self->messages, bad = self->bad; /* written by feed, under the lock */
     agg_unlock(self);
     PyObject *d = PyDict_New();
     if (!d)
@@ -281,8 +292,8 @@ static PyObject *agg_counters(agg_obj_t *self, PyObject *args, PyObject *kw)
     SET(d, "window_max_seconds", PyFloat_FromDouble(c.window_max_seconds));
     SET(d, "pid", U64(pid));
     SET(d, "ticks_per_second", U64(tps));
-    SET(d, "messages", U64(self->messages));
-    SET(d, "refused_messages", U64(self->bad));
+    SET(d, "messages", U64(messages));
+    SET(d, "refused_messages", U64(bad));
     SET(d, "processes", U64(processes));
     SET(d, "process_limit", U64(limit));
     SET(d, "messages_past_process_limit", U64(past));
@@ -303,12 +314,10 @@ static PyObject *agg_process_info(agg_obj_t *self, PyObject *args, PyObject *kw)
     PyObject *d = PyDict_New();
     if (!d)
         return NULL;
-    agg_lock(self);
-    pt_agg_t *agg = agg_at(self, process);
+    pt_agg_t *agg = agg_lock_process(self, process);
     if (!agg) {
-        agg_unlock(self);
         Py_DECREF(d);
-        return no_process(process);
+        return NULL;
     }
     const pt_fb_process_info_t *pi = pt_agg_process_info(agg);
     /* strings are copies owned by the aggregator; read them under the lock */
@@ -345,12 +354,10 @@ static PyObject *agg_threads(agg_obj_t *self, PyObject *args, PyObject *kw)
     PyObject *list = PyList_New(0);
     if (!list)
         return NULL;
-    agg_lock(self);
-    pt_agg_t *agg = agg_at(self, process);
+    pt_agg_t *agg = agg_lock_process(self, process);
     if (!agg) {
-        agg_unlock(self);
         Py_DECREF(list);
-        return no_process(process);
+        return NULL;
     }
     size_t n = pt_agg_thread_count(agg);
     for (size_t i = 0; i < n; i++) {
@@ -392,12 +399,10 @@ static PyObject *agg_stacks(agg_obj_t *self, PyObject *args, PyObject *kw)
         return NULL;
     pt_agg_frame_t *frames = NULL;
     uint32_t cap = 0;
-    agg_lock(self);
-    pt_agg_t *agg = agg_at(self, process);
+    pt_agg_t *agg = agg_lock_process(self, process);
     if (!agg) {
-        agg_unlock(self);
         Py_DECREF(list);
-        return no_process(process);
+        return NULL;
     }
     size_t n = pt_agg_thread_count(agg);
     for (size_t i = 0; i < n; i++) {
@@ -461,12 +466,9 @@ static PyObject *agg_symbols(agg_obj_t *self, PyObject *args, PyObject *kw)
         start = 0;
     /* copied under the lock (a feed may grow the table); the strings stay valid until the
      * aggregator is destroyed, so the objects are built after unlocking */
-    agg_lock(self);
-    pt_agg_t *agg = agg_at(self, process);
-    if (!agg) {
-        agg_unlock(self);
-        return no_process(process);
-    }
+    pt_agg_t *agg = agg_lock_process(self, process);
+    if (!agg)
+        return NULL;
     size_t n = pt_agg_symbol_count(agg);
     size_t from = (size_t)start < n ? (size_t)start : n;
     pt_agg_symbol_t *syms = PyMem_RawMalloc((n - from ? n - from : 1) * sizeof *syms);

@@ -127,6 +127,11 @@ def test_profile_each_process_equals_its_pstats_export(pool, tmp_path):
         assert prof.threads(process=p.index)
     with pytest.raises(IndexError):
         prof.functions(process=len(procs))
+    agg = prof.aggregator      # every query of the binding refuses a process it does not hold
+    for query in (agg.counters, agg.process_info, agg.threads, agg.stacks, agg.symbols):
+        for bad in (len(procs), -1):
+            with pytest.raises(IndexError):
+                query(process=bad)
 
 
 def _report_rows(page):
