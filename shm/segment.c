@@ -154,6 +154,29 @@ static uint64_t self_start_time(void)
     return start;
 }
 
+/* "NAME" of pid from /proc/PID/comm (at most 15 characters, each printable ASCII, else
+ * '?'), or "" when it cannot be read: how an error names a process without guessing. */
+static void process_comm(uint64_t pid, char *out, size_t cap)
+{
+    char path[48];
+    out[0] = 0;
+    if (cap < 2)
+        return;
+    snprintf(path, sizeof path, "/proc/%llu/comm", (unsigned long long)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        return;
+    char buf[32];
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return;
+    size_t len = 0;
+    for (ssize_t i = 0; i < n && buf[i] != '\n' && len + 1 < cap; i++)
+        out[len++] = (buf[i] >= 0x20 && buf[i] < 0x7f) ? buf[i] : '?';
+    out[len] = 0;
+}
+
 /* Is (pid, start) a live process? start 0 = unknown, trust the pid alone. */
 static int process_alive(uint64_t pid, uint64_t start)
 {
@@ -1098,9 +1121,10 @@ int pt_segment_lock_consumer(pt_segment_t *seg, char *err, size_t errlen)
         int taking_over = 0;
         if (holder != 0) {
             if (process_alive(holder, holder_start)) {
-                pt_set_err(err, errlen,
-                        "segment %s is being read by pid %llu (pytrace-top?); stop that reader first", seg->name,
-                        (unsigned long long)holder);
+                char comm[32];
+                process_comm(holder, comm, sizeof comm);
+                pt_set_err(err, errlen, "segment %s is being read by pid %llu%s%s%s; stop that reader first",
+                        seg->name, (unsigned long long)holder, comm[0] ? " (" : "", comm, comm[0] ? ")" : "");
                 return -EBUSY;
             }
             taking_over = 1;

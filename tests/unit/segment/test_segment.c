@@ -395,8 +395,17 @@ static void test_consumer_lock(void)
     pt_segment_t *r = NULL;
     char err[256] = "";
     CHECKF(pt_segment_attach(name, 0, &r, err, sizeof err) == 0, "attach: %s", err);
-    char want[64];
-    snprintf(want, sizeof want, "being read by pid %ld", (long)child);
+    /* the holder is named by its own process name (its comm), not a guess */
+    char comm[32] = "";
+    FILE *cf = fopen("/proc/self/comm", "r");
+    if (cf != NULL) {
+        if (fgets(comm, sizeof comm, cf) == NULL)
+            comm[0] = 0;
+        fclose(cf);
+    }
+    comm[strcspn(comm, "\n")] = 0;
+    char want[96];
+    snprintf(want, sizeof want, "being read by pid %ld (%s); stop", (long)child, comm);
     CHECK_ERR(pt_segment_lock_consumer(r, err, sizeof err), -EBUSY, err, want);
     pt_seg_header_t *h = pt_segment_header(r);
     CHECKF(atomic_load(&h->consumer_pid) == (uint64_t)child, "holder recorded");
