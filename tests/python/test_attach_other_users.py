@@ -43,7 +43,7 @@ PLANTER = """
     how, secret = sys.argv[1], sys.argv[2]
     planted = []
     def plant():
-        seen = set()
+        seen = set(os.listdir("/tmp"))      # only what root makes from now on
         end = time.time() + 60
         while time.time() < end:
             for name in os.listdir("/tmp"):
