@@ -114,6 +114,34 @@ def test_root_attach_follows_no_file_the_other_user_plants(other_uid, secret, ho
 
 @NEEDS_314
 @NEEDS_ROOT
+def test_root_attaches_to_and_detaches_another_users_process(other_uid):  # noqa: F811
+    """The answer of a process of another uid comes back through the FIFO root made (the
+    only thing in root's directory that user may write): attach and detach both work, the
+    segment is that user's, and the process ends unchanged."""
+    proc = popen_other(JOB, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True)
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        r = pytrace("attach", "--timeout", "10", str(proc.pid), timeout=60)
+        assert r.returncode == 0 and "tracing pid %d" % proc.pid in r.stderr, r.stderr
+        segments = segments_of(proc.pid)
+        assert len(segments) == 1 and os.stat("/dev/shm/" + segments[0]).st_uid == other_uid
+        proc.stdin.write("100\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().startswith("done 100 ")
+        r = pytrace("detach", "--timeout", "10", str(proc.pid), timeout=60)
+        assert r.returncode == 0 and "no longer traced" in r.stderr, r.stderr
+        assert segments_of(proc.pid) == []
+        out, err = proc.communicate("quit\n", timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 3 and err == "", err
+    assert "tools [None, None, None, None, None, None]\n" in out, out
+
+
+@NEEDS_314
+@NEEDS_ROOT
 def test_other_user_cannot_take_the_attach_lock(other_uid, tmp_path):  # noqa: F811
     """The other user binds the abstract socket name that was the lock (root's attach failed
     at once, record PID waited its whole timeout) and makes the lock directories of the
