@@ -20,7 +20,7 @@ import pytest
 
 from helpers import PY
 from test_attach import JOB, STACKS_JOB, Job, python_frames, segments_of, start_stacks_job
-from test_other_users import OTHER, other_uid, popen_other  # noqa: F401 - other_uid: a fixture
+from test_other_users import other_uid, popen_other  # noqa: F401 - other_uid: a fixture
 
 NEEDS_314 = pytest.mark.skipif(sys.version_info < (3, 14), reason="attaching needs Python 3.14+ "
                                "(PEP 768 sys.remote_exec); this is %d.%d" % sys.version_info[:2])
