@@ -52,6 +52,13 @@ PLANTER = """
                 seen.add(name)
                 folder = os.path.join("/tmp", name)
                 try:
+                    if how == "result-held-open":
+                        # the one thing root's directory lets this user do: write into the
+                        # FIFO root made; half an answer, and never closed
+                        fd = os.open(os.path.join(folder, "result"), os.O_WRONLY | os.O_NONBLOCK)
+                        os.write(fd, b"{'status': 'ok', ")
+                        planted.append(fd)
+                        continue
                     if how == "cancelled-symlink":
                         os.symlink(secret, os.path.join(folder, "cancelled"))
                     else:
@@ -87,12 +94,14 @@ def secret(tmp_path):
 
 @NEEDS_314
 @NEEDS_ROOT
-@pytest.mark.parametrize("how", ["cancelled-symlink", "result-fifo", "result-symlink"])
+@pytest.mark.parametrize("how", ["cancelled-symlink", "result-fifo", "result-symlink", "result-held-open"])
 def test_root_attach_follows_no_file_the_other_user_plants(other_uid, secret, how):  # noqa: F811
     """A symlink as `cancelled` (root wrote it at the timeout: the file was truncated), a
     FIFO as `result` (root's read hung past its --timeout), a symlink as `result` (root
     printed the file): the directory is root's, the other user can plant nothing in it,
-    root's file stays whole and unread, and root's attach says its timeout in one line."""
+    root's file stays whole and unread, and root's attach says its timeout in one line.
+    The FIFO root made is the user's to write: half an answer held open past the timeout
+    still ends root's attach at its timeout."""
     proc = popen_other(PLANTER, how, str(secret), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True)
     try:
@@ -108,6 +117,9 @@ def test_root_attach_follows_no_file_the_other_user_plants(other_uid, secret, ho
     assert "secret" not in r.stderr and "secret" not in r.stdout, r.stderr
     assert r.returncode == 1 and "did not run the attach code within 1.5 s" in r.stderr, r.stderr
     assert took < 15, "root's attach took %.1f s with a 1.5 s --timeout" % took
+    if how == "result-held-open":
+        assert out == "planted 1\n", (out, err)    # it wrote, and held it past the timeout
+        return
     assert out == "planted 0\n", (out, err)
     assert "refused pytrace-attach-" in err and "Permission denied" in err, err
 
