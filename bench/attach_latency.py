@@ -7,7 +7,8 @@ plus the attach itself (loading _pytrace, creating the segment, instrumenting th
     python3.14 bench/attach_latency.py [--rounds N]
 
 Each target is a fresh process of this interpreter; the figures are the wall time of
-pytrace.attach.attach() / detach() in this process (from the request to the result file).
+pytrace.attach.attach() / detach() in this process (from the request to the answer in
+its result FIFO).
 A main thread blocked in C (time.sleep, a lock, join) runs nothing until it wakes: those
 rows give the time until it woke, or the timeout.
 """

@@ -154,6 +154,43 @@ static uint64_t self_start_time(void)
     return start;
 }
 
+/* How an error names process pid without guessing: its command line (arguments joined
+ * by spaces; past 80 characters it ends at a word, with " ..."), else its /proc/PID/comm,
+ * else "". Every character that is not printable ASCII becomes '?'. */
+static void process_name(uint64_t pid, char *out, size_t cap)
+{
+    enum { MAX_SHOWN = 80 };
+    char path[48], buf[MAX_SHOWN + 2];
+    out[0] = 0;
+    if (cap < MAX_SHOWN + 8)
+        return;
+    ssize_t n = -1;
+    for (int pass = 0; pass < 2 && n <= 0; pass++) {
+        snprintf(path, sizeof path, "/proc/%llu/%s", (unsigned long long)pid, pass == 0 ? "cmdline" : "comm");
+        int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+        if (fd < 0)
+            continue;
+        n = read(fd, buf, sizeof buf - 1);
+        close(fd);
+    }
+    if (n <= 0)
+        return;
+    while (n > 0 && (buf[n - 1] == 0 || buf[n - 1] == '\n'))
+        n--;                                    /* the last argument's NUL, comm's newline */
+    size_t len = (size_t)n;
+    int cut = len > MAX_SHOWN;
+    if (cut) {
+        len = MAX_SHOWN;
+        while (len > 0 && buf[len] != 0 && buf[len] != ' ')
+            len--;                              /* end at a word */
+        if (len == 0)
+            len = MAX_SHOWN;
+    }
+    for (size_t i = 0; i < len; i++)
+        out[i] = buf[i] == 0 ? ' ' : (buf[i] >= 0x20 && buf[i] < 0x7f) ? buf[i] : '?';
+    snprintf(out + len, cap - len, "%s", cut ? " ..." : "");
+}
+
 /* Is (pid, start) a live process? start 0 = unknown, trust the pid alone. */
 static int process_alive(uint64_t pid, uint64_t start)
 {
@@ -1098,9 +1135,10 @@ int pt_segment_lock_consumer(pt_segment_t *seg, char *err, size_t errlen)
         int taking_over = 0;
         if (holder != 0) {
             if (process_alive(holder, holder_start)) {
-                pt_set_err(err, errlen,
-                        "segment %s is being read by pid %llu (pytrace-top?); stop that reader first", seg->name,
-                        (unsigned long long)holder);
+                char name[96];
+                process_name(holder, name, sizeof name);
+                pt_set_err(err, errlen, "segment %s is being read by pid %llu%s%s%s; stop that reader first",
+                        seg->name, (unsigned long long)holder, name[0] ? " (" : "", name, name[0] ? ")" : "");
                 return -EBUSY;
             }
             taking_over = 1;

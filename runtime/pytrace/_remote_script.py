@@ -5,9 +5,9 @@ call line with the parameters (a Python literal) and hands the result to `sys.re
 The target's main thread runs it at its next eval-breaker check, in a fresh namespace.
 
 Rules for everything here:
-- It never raises into the target: every outcome, errors included, goes to the result
-  file the attacher waits for (written whole, then renamed into place), never to the
-  target's stdout or stderr.
+- It never raises into the target: every outcome, errors included, goes to the FIFO the
+  attacher made and reads (in its own directory: nothing there is the target user's to
+  change), never to the target's stdout or stderr.
 - It imports nothing the target had not imported: it uses only modules every 3.14+
   interpreter has loaded at startup, even under -S (posix, time, _thread, and the import
   machinery through `_frozen_importlib*`), and its result is a Python literal (repr),
@@ -62,17 +62,27 @@ def _pytrace_remote(params):
 
 
 def _pytrace_write_result(path, result):
+    """Into the attacher's FIFO (it made it, in its own directory, and holds the reading
+    end): opened for writing without blocking (no reader: the attacher gave up, and the
+    answer goes nowhere), nothing created. A full pipe is waited for briefly, never long:
+    this runs on the program's main thread."""
     import posix
+    import time
     try:
         data = repr(result).encode()
-        tmp = path + ".tmp"
-        fd = posix.open(tmp, posix.O_WRONLY | posix.O_CREAT | posix.O_EXCL | posix.O_NOFOLLOW, 0o600)
+        fd = posix.open(path, posix.O_WRONLY | posix.O_NONBLOCK | posix.O_NOFOLLOW)
         try:
+            tries = 0
             while data:
-                data = data[posix.write(fd, data):]
+                try:
+                    data = data[posix.write(fd, data):]
+                except BlockingIOError:
+                    tries += 1
+                    if tries > 100:
+                        break
+                    time.sleep(0.001)
         finally:
             posix.close(fd)
-        posix.replace(tmp, path)
     except BaseException:  # noqa: BLE001 - the attacher times out and says so
         pass
 

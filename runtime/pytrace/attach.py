@@ -10,12 +10,13 @@ call line of parameters appended), which loads a `_pytrace` built for the target
 interpreter and calls its start() (or stop()) there. The frames already running on
 every thread become the roots, as for `pytrace.start()` anywhere.
 
-How the attaching side learns the outcome: the script writes a result file (a Python
-literal) into a private directory and the attacher waits for it, with a timeout. The
-script never raises into the target and prints nothing there. A script that comes too
-late (its main thread was blocked in C past the timeout) does nothing: the attacher
-replaces the pending request by an empty one, and the script checks a deadline (on
-CLOCK_MONOTONIC, shared by both processes) before it changes anything.
+How the attaching side learns the outcome: the script writes its result (a Python
+literal) into a FIFO in the attacher's own directory, and the attacher reads it without
+blocking, with a timeout (see _Folder for why the target never gets a directory of its
+own). The script never raises into the target and prints nothing there. A script that
+comes too late (its main thread was blocked in C past the timeout) does nothing: the
+attacher replaces the pending request by an empty one, and the script checks a deadline
+(on CLOCK_MONOTONIC, shared by both processes) before it changes anything.
 
 `sys.remote_exec` talks only to an interpreter of its own major.minor version: when the
 target runs another one, the call is made by the target's own interpreter binary
@@ -27,10 +28,11 @@ with one line that says how to install pytrace there.
 
 import ast
 import errno
+import fcntl
 import os
+import stat
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -197,9 +199,13 @@ def _safe_to_run(path):
 
 
 def describe(target):
-    """"pid N (its command line)", escaped for the terminal (it is the process's to choose)."""
+    """"pid N (its command line)", escaped for the terminal (it is the process's to choose).
+    A long one ends at a word, with "...", never cut mid-word."""
     from .cmdline import printable
-    cmd = target.cmdline[:80] or target.exe or "?"
+    cmd = target.cmdline or target.exe or "?"
+    if len(cmd) > 80:
+        cut = cmd.rfind(" ", 0, 80)
+        cmd = (cmd[:cut] if cut > 0 else cmd[:80]) + " ..."
     return "pid %d (%s)" % (target.pid, printable(cmd))
 
 
@@ -332,34 +338,126 @@ def _script_source():
 
 class _PidLock:
     """One attach or detach of a pid at a time: the target has a single slot for a pending
-    script (a second request would overwrite the first). An abstract Unix socket name is
-    the lock: no file, and it goes with the process that holds it."""
+    script (a second request would overwrite the first).
+
+    The lock is flock() on a file in a directory that only this user can write
+    (/run/pytrace for root, else $XDG_RUNTIME_DIR/pytrace, else TMPDIR/pytrace-locks-UID),
+    opened without following links and checked on the fd: a directory of ours that no one
+    else may write, a regular file of ours. It was an abstract Unix socket name, which any
+    user can bind first (root's attach then failed at once, and `record PID` waited its
+    whole timeout): a name in a shared namespace is a lock anyone can take. So only this
+    user's own commands share the lock. Root and the target's owner do not: the owner can
+    always fill its own process's slot (sys.remote_exec needs nothing of pytrace), and a
+    request that is overwritten ends in the timeout, changing nothing (the script checks
+    its deadline and cancel marker first). A directory of the name that is not ours
+    (another user made it first) is passed over; with none left we go on without a lock
+    rather than be stopped by another user."""
 
     def __init__(self, pid, timeout):
         self.pid = pid
         self.timeout = timeout
-        self.sock = None
+        self.dir_fd = None
+        self.fd = None
+        self.name = "attach-%d.lock" % pid
+
+    @staticmethod
+    def _directories():
+        uid = os.geteuid()
+        places = ["/run/pytrace"] if uid == 0 else []
+        runtime = os.environ.get("XDG_RUNTIME_DIR")
+        if runtime and os.path.isabs(runtime):
+            places.append(os.path.join(runtime, "pytrace"))
+        try:
+            places.append(os.path.join(tempfile.gettempdir(), "pytrace-locks-%d" % uid))
+        except OSError:
+            pass                            # none usable (a full disk)
+        return places
+
+    @staticmethod
+    def _open_private_dir(path):
+        """-> an fd of directory path if it is this user's and no one else may write in it."""
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass
+        except OSError:
+            return None
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return None
+        st = os.fstat(fd)
+        if st.st_uid == os.geteuid() and not st.st_mode & 0o022:
+            return fd
+        os.close(fd)
+        return None
+
+    def _try_lock(self):
+        """-> True (held), False (another of ours holds it), None (no lock to be had here)."""
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        try:
+            fd = os.open(self.name, flags, 0o600, dir_fd=self.dir_fd)
+        except OSError:
+            return None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                return None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            except OSError:
+                return None
+            # the holder before us unlinks the file as it lets go: a lock on that file
+            # locks nothing, so the name must still be this file
+            try:
+                now = os.stat(self.name, dir_fd=self.dir_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                return False
+            if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+                return False
+            self.fd, fd = fd, None
+            return True
+        finally:
+            if fd is not None:
+                os.close(fd)
 
     def __enter__(self):
+        for path in self._directories():
+            self.dir_fd = self._open_private_dir(path)
+            if self.dir_fd is not None:
+                break
+        if self.dir_fd is None:
+            return self                     # no place of our own: go on without
         deadline = time.monotonic() + self.timeout
         while True:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                sock.bind("\0pytrace-attach-%d" % self.pid)
-                self.sock = sock
+            held = self._try_lock()
+            if held is None:
+                self._close()
+                return self                 # no lock to be had here: go on without
+            if held:
                 return self
-            except OSError as e:
-                sock.close()
-                if e.errno != errno.EADDRINUSE:
-                    return self             # no lock to be had here: go on without
             if time.monotonic() >= deadline:
+                self._close()
                 raise AttachError("another pytrace attach or detach of pid %d is under way" % self.pid,
                                   "busy")
             time.sleep(0.02)
 
+    def _close(self):
+        if self.fd is not None:
+            try:
+                os.unlink(self.name, dir_fd=self.dir_fd)
+            except OSError:
+                pass
+            os.close(self.fd)
+            self.fd = None
+        if self.dir_fd is not None:
+            os.close(self.dir_fd)
+            self.dir_fd = None
+
     def __exit__(self, *exc):
-        if self.sock is not None:
-            self.sock.close()
+        self._close()
 
 
 def _main_thread_state(pid):
@@ -384,47 +482,161 @@ def run_in_target(target, action, params, timeout, say=None, tick=None, cancelle
     while waiting (a recorder drains the job's rings meanwhile); cancelled() (and Ctrl-C)
     gives up as the timeout does."""
     with _PidLock(target.pid, timeout):
-        folder = tempfile.mkdtemp(prefix="pytrace-attach-")
-        keep = []
+        start = time.monotonic()
+        deadline = start + timeout
+
+        def script(folder):
+            # compiled under a name that says what it is: its frames are on the main thread's
+            # stack when tracing starts (and stops), so they show in the picture
+            p = dict(params, action=action, script=folder.script, result=folder.result,
+                     deadline=deadline, cancel=folder.cancel)
+            return "exec(compile(%r, %r, 'exec'))\n_pytrace_remote(%r)\n" % (
+                _script_source(), "<pytrace %s>" % action, p)
+
+        folder = _Folder(target, action, script)
         try:
-            return _run_in(target, action, params, timeout, say, tick, cancelled, folder, keep)
+            return _run_in(target, action, start, deadline, timeout, say, tick, cancelled, folder)
         finally:
-            if not keep:
-                shutil.rmtree(folder, ignore_errors=True)
+            folder.close()
 
 
-def _run_in(target, action, params, timeout, say, tick, cancelled, folder, keep):
-    if os.geteuid() == 0 and target.uid not in (None, 0):
-        os.chown(folder, target.uid, -1)     # the target writes its result here
-    script = os.path.join(folder, "pytrace_%s.py" % action)
-    result_path = os.path.join(folder, "result")
-    start = time.monotonic()
-    deadline = start + timeout
-    cancel_path = os.path.join(folder, "cancelled")
-    params = dict(params, action=action, script=script, result=result_path, deadline=deadline,
-                  cancel=cancel_path)
-    fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "w") as f:
-        # compiled under a name that says what it is: its frames are on the main thread's
-        # stack when tracing starts (and stops), so they show in the picture
-        f.write("exec(compile(%r, %r, 'exec'))\n_pytrace_remote(%r)\n"
-                % (_script_source(), "<pytrace %s>" % action, params))
-    remote_exec(target, script)
+def _folder_places():
+    """Where the request is written: the temporary directory, else /dev/shm (memory: a
+    detach on a full disk still detaches). Both must be shared with the target (README:
+    Limits). tempfile passes over a directory it cannot write a file in, and has none to
+    give when the disk is full."""
+    try:
+        places = [tempfile.gettempdir()]
+    except OSError:
+        places = []
+    return places + ["/dev/shm"] if "/dev/shm" not in places else places
+
+
+class _Folder:
+    """The request's directory: the script the target runs, and `result`, the FIFO its
+    answer comes back through.
+
+    Root attaching to another user's process must never open anything that user can
+    plant. The directory used to be chowned to the target's user, so that the script
+    could write its result file there; that user could then replace `result` or
+    `cancelled` with a symlink to a root-only file (root truncated or printed it) or a
+    FIFO (root's read hung past its --timeout). Checking each open (O_NOFOLLOW,
+    O_NONBLOCK, fstat) would leave every future open in that directory one mistake
+    from the same hole, so the directory stays ours: mode 0711 (the target may read the
+    script by its name, and list nothing), nothing in it writable by another user but the
+    FIFO we make ourselves, whose writing end is given to the target's user (mode 0200).
+    We read it without blocking, at most RESULT_MAX bytes; a writer that never closes it
+    only runs us into our own deadline. Whatever comes through it is the target user's
+    word about its own process, parsed as a literal and cleaned (_parse_result)."""
+
+    RESULT_MAX = 1 << 20
+
+    def __init__(self, target, action, script):
+        self.path = None
+        self.keep = False
+        self.result_fd = None
+        self.data = b""
+        errors = []
+        for place in _folder_places():
+            try:
+                self._make(place, target, action)
+                self._write_script(script(self))
+                return
+            except OSError as e:
+                errors.append("in %s: %s" % (place, e.strerror or e))
+                self._remove()
+        raise AttachError("cannot write the %s request for %s (%s); nothing was changed in it"
+                          % (action, describe(target), "; ".join(errors) or "no place to write it"),
+                          "no-space")
+
+    def _make(self, place, target, action):
+        other = os.geteuid() == 0 and target.uid not in (None, 0)
+        self.path = tempfile.mkdtemp(prefix="pytrace-attach-" if place != "/dev/shm" else ".pytrace-attach-",
+                                     dir=place)
+        if other:
+            os.chmod(self.path, 0o711)
+        self.script = os.path.join(self.path, "pytrace_%s.py" % action)
+        self.result = os.path.join(self.path, "result")
+        self.cancel = os.path.join(self.path, "cancelled")
+        os.mkfifo(self.result, 0o600)
+        if other:
+            os.chown(self.result, target.uid, -1, follow_symlinks=False)
+            os.chmod(self.result, 0o200)      # our directory: no one can swap the name
+        # the reading end first: the script's non-blocking open for writing fails without it
+        self.result_fd = os.open(self.result, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        if not stat.S_ISFIFO(os.fstat(self.result_fd).st_mode):
+            raise OSError(errno.EINVAL, "result is not our FIFO")
+
+    def _write_script(self, text):
+        fd = os.open(self.script, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+
+    def mark_cancelled(self):
+        try:
+            os.close(os.open(self.cancel, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                             0o644))
+        except OSError:
+            pass
+
+    def read_result(self):
+        """-> the result dict once a writer has written it and closed the FIFO, else None."""
+        if self.result_fd is None:
+            return None
+        while True:
+            try:
+                chunk = os.read(self.result_fd, 65536)
+            except BlockingIOError:
+                return None             # a writer has it open, and has not finished
+            except OSError as e:
+                return {"status": "error", "error": "reading the result failed: %s" % (e.strerror or e)}
+            if not chunk:
+                break                   # no writer (now): what came is whole
+            self.data += chunk
+            if len(self.data) > self.RESULT_MAX:
+                self.data = b""
+                return {"status": "error", "error": "the result is larger than %d bytes" % self.RESULT_MAX}
+        if not self.data:
+            return None
+        data, self.data = self.data, b""
+        return _parse_result(data.decode("utf-8", errors="replace"))
+
+    def _remove(self):
+        if self.result_fd is not None:
+            os.close(self.result_fd)
+            self.result_fd = None
+        if self.path is not None:
+            shutil.rmtree(self.path, ignore_errors=True)
+            self.path = None
+
+    def close(self):
+        if self.keep:
+            # the request may still name our script: it stays (the FIFO closed, so a late
+            # script's answer goes nowhere, and `cancelled` tells it to do nothing)
+            if self.result_fd is not None:
+                os.close(self.result_fd)
+                self.result_fd = None
+        else:
+            self._remove()
+
+
+def _run_in(target, action, start, deadline, timeout, say, tick, cancelled, folder):
+    remote_exec(target, folder.script)
     # From here on the process may read the script at any moment: every way out either
     # has its result, or has replaced the request by an empty one (a script file that is
     # gone when it looks would be reported on the process's stderr).
     try:
-        result, interrupted = _wait_result(target, action, result_path, start, deadline, timeout,
+        result, interrupted = _wait_result(target, action, folder, start, deadline, timeout,
                                            say, tick, cancelled)
     except BaseException:
-        _give_up(target, cancel_path, folder, keep, always_keep=True)
+        _give_up(target, folder, always_keep=True)
         raise
     if result is not None:
         return result
-    _give_up(target, cancel_path, folder, keep)
+    _give_up(target, folder)
     grace = time.monotonic() + 0.5          # one that started ours just now gets to finish
     while time.monotonic() < grace:
-        result = _read_result(result_path)
+        result = folder.read_result()
         if result is not None and result.get("status") != "late":
             return result
         if tick is not None:
@@ -440,13 +652,13 @@ def _run_in(target, action, params, timeout, say, tick, cancelled, folder, keep)
         % (describe(target), action, timeout, _main_thread_state(target.pid)), "timeout")
 
 
-def _wait_result(target, action, result_path, start, deadline, timeout, say, tick, cancelled):
+def _wait_result(target, action, folder, start, deadline, timeout, say, tick, cancelled):
     """-> (result, False), or (None, interrupted) at the deadline, cancelled() or Ctrl-C."""
     said = False
     delay = 0.001
     try:
         while True:
-            result = _read_result(result_path)
+            result = folder.read_result()
             if result is not None:
                 return result, False
             if not alive(target):
@@ -469,36 +681,28 @@ def _wait_result(target, action, result_path, start, deadline, timeout, say, tic
         return None, True
 
 
-def _give_up(target, cancel_path, folder, keep, always_keep=False):
+def _give_up(target, folder, always_keep=False):
     """The script must do nothing if it still runs: the request is replaced by an empty
     one, and the marker file makes ours do nothing (it checks it, and its deadline,
     first). The folder is kept if the request may still name our script."""
-    try:
-        with open(cancel_path, "w"):
-            pass
-    except OSError:
-        pass
+    folder.mark_cancelled()
     try:
         remote_exec(target, os.devnull)
         replaced = True
     except AttachError:
         replaced = False
     if (always_keep or not replaced) and alive(target):
-        keep.append(folder)
+        folder.keep = True
 
 
-def _read_result(path):
-    try:
-        with open(path) as f:
-            text = f.read()
-    except FileNotFoundError:
-        return None
+def _parse_result(text):
     try:
         result = ast.literal_eval(text)
     except (ValueError, SyntaxError, MemoryError, RecursionError):
         result = None
     if not isinstance(result, dict):
-        return {"status": "error", "error": "unreadable result %r" % text[:200]}
+        from .cmdline import printable
+        return {"status": "error", "error": "unreadable result %r" % printable(text[:200])}
     # written by the other process: its strings reach a terminal, its segment name a reader
     from .cmdline import printable
     clean = {}
@@ -782,6 +986,9 @@ def main(command, argv):
                 % (pid, c.get("events_written", 0), c.get("events_dropped", 0)))
     except AttachError as e:
         say(str(e))
+        return 1
+    except OSError as e:        # one line, whatever the system refused
+        say("%s of pid %d failed: %s" % (command, pid, e))
         return 1
     except KeyboardInterrupt:
         say("interrupted")

@@ -16,9 +16,10 @@ Two sources, tried in this order:
    (`_remote_debugging`, which `python -m asyncio ps` and the 3.15 sampling profiler use)
    reads every thread's frames without running anything in the process, so it also
    works when the main thread is blocked (where `sys.remote_exec` would wait for it).
-   Used for an untraced process, and for a traced one whose segment another reader holds
-   or where a thread has not answered the stack request (it is blocked). Lines are the
-   current ones.
+   Used for an untraced process, and for a traced one whose segment a reader that is not
+   a hub holds (a hub's is read through the hub, which serves every thread's stack to a
+   reader that joins) or where a thread has not answered the stack request (it is
+   blocked). Lines are the current ones.
 
 Anything older than 3.14 and not traced gets one line saying so.
 """
@@ -72,8 +73,78 @@ def _printable(text):
 
 # ---- from the process's memory (3.14+) -------------------------------------------------
 
+def _other_root(target):
+    """pid's root directory as we see it (/proc/PID/root) when it is not ours: it runs in a
+    chroot (or another mount namespace's root). None when it is ours or cannot be told."""
+    import os
+    try:
+        theirs = os.stat(target.proc + "/root/")
+        ours = os.stat("/")
+    except OSError:
+        return None
+    if (theirs.st_dev, theirs.st_ino) == (ours.st_dev, ours.st_ino):
+        return None
+    try:
+        return os.readlink(target.proc + "/root")
+    except OSError:
+        return "?"
+
+
+def _exe_inside(target, root):
+    """The target's interpreter as a path inside its root (its /proc/PID/exe reads as a
+    path of ours, under root), checked to be that very file; None if it cannot be told."""
+    import os
+    exe = target.exe or ""
+    if root in ("?", "/") or not exe.startswith(root.rstrip("/") + "/"):
+        return None
+    inside = exe[len(root.rstrip("/")):]
+    try:
+        a = os.stat(target.proc + "/exe")
+        b = os.stat(target.proc + "/root" + inside)
+    except OSError:
+        return None
+    return inside if (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino) else None
+
+
+def _trusted_root(proc_root, inside):
+    """May root run inside's interpreter in that root? Root must never run a program (or a
+    library) another user chose: the root directory, every directory down to the
+    interpreter, the interpreter, and the library directories the loader searches must
+    each be root's and writable by no one else (then none of them can be swapped between
+    this check and the run)."""
+    import os
+    import stat as st_
+    paths = ["/"]
+    parts = [p for p in inside.split("/") if p]
+    for i in range(1, len(parts) + 1):
+        paths.append("/" + "/".join(parts[:i]))
+    paths += ["/lib", "/lib64", "/usr", "/usr/lib", "/usr/lib64", "/etc"]
+    for path in paths:
+        try:
+            st = os.lstat(proc_root + path)
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return False
+        if st_.S_ISLNK(st.st_mode):
+            try:            # /lib -> usr/lib (merged /usr): the link's target is checked too
+                st = os.stat(proc_root + path)
+            except OSError:
+                continue
+        if st.st_uid != 0 or st.st_mode & 0o022:
+            return False
+    return True
+
+
 def _unwind(target):
     """-> [(os thread id, [(function, file, line), ...innermost first])]. Raises AttachError."""
+    root = _other_root(target)
+    if root is not None:
+        # The unwinder finds the interpreter's data through the files /proc/PID/maps names,
+        # which are paths inside the target's root; and a chroot's interpreter may need
+        # that root's C library (run from here it printed nothing, and dump said "list
+        # index out of range"). Read it with its own interpreter, chrooted into its root.
+        return _unwind_in_root(target, root)
     if target.version == sys.version_info[:2] or (target.version is None and sys.version_info >= MIN_VERSION):
         namespace = {"__name__": "pytrace_unwind"}
         exec(compile(_UNWIND, "<pytrace unwind>", "exec"), namespace)
@@ -89,19 +160,60 @@ def _unwind(target):
         raise AttachError("%s runs Python %d.%d (in %s): dump it with a pytrace installed for Python "
                           "%d.%d" % (describe(target), *target.version, target.embedded_in or target.exe,
                                      *target.version))
+    return _run_unwinder(target, [target.proc + "/exe"], target.exe, None)
+
+
+def _unwind_in_root(target, root):
+    import os
+    where = "pid %d runs in another root (%s: a chroot or container)" % (target.pid, _printable(root))
+    if target.version is None or target.version < MIN_VERSION:
+        raise AttachError("%s, with no Python %d.%d+ found there; run pytrace dump inside it"
+                          % (where, *MIN_VERSION), "other-root")
+    inside = _exe_inside(target, root) if target.runnable else None
+    if inside is not None and not _trusted_root(target.proc + "/root", inside):
+        raise AttachError("%s that is not root's alone (a directory of it, or of its interpreter or "
+                          "libraries, belongs to or is writable by another user): root does not run "
+                          "programs there; run pytrace dump inside it" % where, "other-root")
+    if inside is None:
+        raise AttachError("%s, and its interpreter (%s) is not one pytrace may run there; run "
+                          "pytrace dump inside it" % (where, _printable(target.exe or "?")), "other-root")
+    if os.geteuid() != 0:
+        raise AttachError("%s: reading its stacks from here means running its interpreter in that "
+                          "root (chroot), which needs root; run pytrace dump inside it, or as root"
+                          % where, "permission")
+    proc_root = target.proc + "/root"
+
+    def enter():
+        os.chroot(proc_root)
+        os.chdir("/")
+
+    return _run_unwinder(target, [inside], "%s in %s" % (inside, root), enter)
+
+
+def _run_unwinder(target, exe, shown, preexec):
+    """Run _UNWIND with the interpreter exe (an argv prefix); -> its threads."""
     try:
-        r = subprocess.run([target.proc + "/exe", "-I", "-S", "-c", _UNWIND, str(target.pid)],
-                           capture_output=True, text=True, timeout=60)
-        answer = ast.literal_eval(r.stdout.strip().splitlines()[-1])
+        r = subprocess.run(exe + ["-I", "-S", "-c", _UNWIND, str(target.pid)], capture_output=True,
+                           text=True, timeout=60, preexec_fn=preexec, errors="replace")
     except FileNotFoundError:
         raise AttachError("%s exited" % describe(target), "exited") from None
-    except (OSError, subprocess.SubprocessError, ValueError, SyntaxError, IndexError) as e:
-        raise AttachError("reading the stacks of %s through %s failed: %s" % (describe(target), target.exe, e)) from None
+    except (OSError, subprocess.SubprocessError) as e:
+        raise AttachError("reading the stacks of %s through %s failed: %s"
+                          % (describe(target), _printable(shown), e)) from None
+    lines = r.stdout.strip().splitlines()
+    try:
+        answer = ast.literal_eval(lines[-1]) if lines else None
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        answer = None
+    if not (isinstance(answer, tuple) and len(answer) >= 2 and answer[0] in ("ok", "error")):
+        said = (r.stderr.strip().splitlines() or ["exit status %d" % r.returncode])[-1]
+        raise AttachError("reading the stacks of %s through %s failed: it gave no answer (%s)"
+                          % (describe(target), _printable(shown), _printable(said[:300])))
     if answer[0] == "ok":
         return answer[1]
     if answer[1] == "PermissionError":
         raise permission_error(target, "read the stacks of")
-    return _unwind_failed(target, "%s: %s" % (answer[1], answer[2]))
+    return _unwind_failed(target, "%s: %s" % (answer[1], answer[2] if len(answer) > 2 else ""))
 
 
 def _unwind_failed(target, text):
@@ -160,27 +272,35 @@ def _frame_line(frame):
 
 
 def stacks_from_segment(pid, wait=0.5):
-    """-> (segment, threads). Raises OSError (no segment, or another reader holds it)."""
-    from . import _pytrace
+    """-> (segment, hub, threads): hub is None (read directly), else the hub's pid (True
+    when it cannot be told). A segment a hub holds is read through the
+    hub: it serves a reader that joins late every thread's open frames as Frame records
+    (the walk's own stacks), so those are complete. Raises OSError (no segment, or a
+    reader that is not a hub holds it)."""
     from .profile import Profile
+    from .reader import is_hub_client, open_reader
 
-    reader = _pytrace.Reader(str(pid), defer_release=True)   # never released: nothing consumed
-    segment = getattr(reader, "segment", "") or ""
+    # never released: nothing consumed; EBUSY (a hub holds it): through the hub
+    reader = open_reader(str(pid), defer_release=True)
+    hub = (_segment_holder(pid) or True) if is_hub_client(reader) else None
     # the aggregation's window is not used here: keep it to one slice
     prof = Profile(window=1.0, slice_seconds=1.0)
     deadline = time.monotonic() + wait
+    got = False
     try:
         while True:
             batch = reader.poll(1 << 20)
             if batch:
+                got = True
                 prof.feed_many(batch)     # messages the verifier refuses are skipped
-            elif all(t.complete for t in prof.stacks() if not t.ended):
-                break
+            elif got and all(t.complete for t in prof.stacks() if not t.ended):
+                break                     # (a hub's first answer may take a moment)
             if reader.finished or time.monotonic() >= deadline:
                 break
             if not batch:
                 time.sleep(0.01)
     finally:
+        segment = getattr(reader, "segment", "") or ""     # a hub's: from the ProcessInfo it sent
         reader.close(unlink_if_finished=False)
     out = []
     for t in prof.stacks():
@@ -189,7 +309,19 @@ def stacks_from_segment(pid, wait=0.5):
         out.append({"tid": t.os_tid, "name": _printable(t.name), "state": "",
                     "frames": [_frame_line(f) for f in reversed(t.frames)], "complete": bool(t.complete)})
     out.sort(key=lambda t: (t["tid"] != pid, t["tid"]))
-    return segment, out
+    return segment, hub, out
+
+
+def _segment_holder(pid):
+    """The pid of the reader that holds pid's segment (its hub), or None."""
+    try:
+        from . import _pytrace
+        for s in _pytrace.list_segments():
+            if s.get("pid") == pid and s.get("alive") and s.get("consumer_pid"):
+                return int(s["consumer_pid"])
+    except (ImportError, OSError, ValueError, TypeError):
+        pass
+    return None
 
 
 # ---- command line ---------------------------------------------------------------------
@@ -240,8 +372,10 @@ def main(argv=None):
         segment = None
     if segment:
         try:
-            name, threads = stacks_from_segment(pid)
+            name, hub, threads = stacks_from_segment(pid)
             source = "stacks from its pytrace segment %s" % _printable(name)
+            if hub is not None:
+                source += " through the hub that holds it%s" % (" (pid %d)" % hub if hub is not True else "")
             if all(t["complete"] for t in threads) or denied is not None:
                 _print(target, source, threads)
                 return 0

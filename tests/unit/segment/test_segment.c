@@ -395,9 +395,19 @@ static void test_consumer_lock(void)
     pt_segment_t *r = NULL;
     char err[256] = "";
     CHECKF(pt_segment_attach(name, 0, &r, err, sizeof err) == 0, "attach: %s", err);
-    char want[64];
-    snprintf(want, sizeof want, "being read by pid %ld", (long)child);
+    /* the holder is named by its own command line (this program's), not a guess */
+    char argv0[64] = "";
+    FILE *cf = fopen("/proc/self/cmdline", "r");
+    if (cf != NULL) {
+        size_t got = fread(argv0, 1, sizeof argv0 - 1, cf);
+        argv0[got] = 0;
+        fclose(cf);
+    }
+    char want[128];
+    snprintf(want, sizeof want, "being read by pid %ld (%s", (long)child, argv0);
     CHECK_ERR(pt_segment_lock_consumer(r, err, sizeof err), -EBUSY, err, want);
+    CHECKF(strstr(err, "pytrace-top?") == NULL && strstr(err, "); stop that reader first") != NULL,
+           "holder named: %s", err);
     pt_seg_header_t *h = pt_segment_header(r);
     CHECKF(atomic_load(&h->consumer_pid) == (uint64_t)child, "holder recorded");
     /* the holder dies without unlocking: its lock is taken over */

@@ -1,0 +1,387 @@
+"""Root's `pytrace attach` / `detach` against a second local user (issue 18, 1-2), detach
+with no room on disk, and `pytrace dump` of a job a hub holds or that runs in a chroot
+(issue 19, 12).
+
+The second user is the suite's (test_other_users: a real second uid). It owns the target
+process and plants, in every `pytrace-attach-*` directory root makes under /tmp, `cancelled`
+as a symlink to a root-only file, `result` as a FIFO or as a symlink to that file; or it
+binds the abstract socket name that was the attach lock. Root's file must stay whole and
+unread, and root's attach end within its own --timeout. Every command has a timeout."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from helpers import PY
+from test_attach import JOB, STACKS_JOB, Job, python_frames, segments_of, start_stacks_job
+from test_other_users import other_uid, popen_other  # noqa: F401 - other_uid: a fixture
+
+NEEDS_314 = pytest.mark.skipif(sys.version_info < (3, 14), reason="attaching needs Python 3.14+ "
+                               "(PEP 768 sys.remote_exec); this is %d.%d" % sys.version_info[:2])
+NEEDS_ROOT = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None,
+                                reason="needs root and useradd to act as a second user")
+
+SECRET = "root's secret, never to be read or truncated by another user\n"
+
+
+def pytrace(*args, timeout=60, **kw):
+    return subprocess.run([PY, "-m", "pytrace", *args], capture_output=True, text=True,
+                          timeout=timeout, **kw)
+
+
+# The other user's process: its main thread blocks in C (stdin) so that root's attach runs
+# into its timeout (and writes `cancelled`); a thread of it plants its files in every new
+# attach directory under /tmp as soon as it appears.
+PLANTER = """
+    import threading, time
+    how, secret = sys.argv[1], sys.argv[2]
+    planted = []
+    def plant():
+        seen = set(os.listdir("/tmp"))      # only what root makes from now on
+        end = time.time() + 60
+        while time.time() < end:
+            for name in os.listdir("/tmp"):
+                if not name.startswith("pytrace-attach-") or name in seen:
+                    continue
+                seen.add(name)
+                folder = os.path.join("/tmp", name)
+                try:
+                    if how == "result-held-open":
+                        # the one thing root's directory lets this user do: write into the
+                        # FIFO root made; half an answer, and never closed
+                        fd = os.open(os.path.join(folder, "result"), os.O_WRONLY | os.O_NONBLOCK)
+                        os.write(fd, b"{'status': 'ok', ")
+                        planted.append(fd)
+                        continue
+                    if how == "cancelled-symlink":
+                        os.symlink(secret, os.path.join(folder, "cancelled"))
+                    else:
+                        path = os.path.join(folder, "result")
+                        try:
+                            os.unlink(path)
+                        except FileNotFoundError:
+                            pass
+                        if how == "result-fifo":
+                            os.mkfifo(path, 0o666)
+                        else:
+                            os.symlink(secret, path)
+                    planted.append(name)
+                except OSError as e:
+                    sys.stderr.write("refused %s: %s\\n" % (name, e.strerror))
+                    sys.stderr.flush()
+            time.sleep(0.001)
+    threading.Thread(target=plant, daemon=True).start()
+    print("ready", flush=True)
+    sys.stdin.readline()        # the main thread blocked in C: root's attach times out
+    print("planted", len(planted), flush=True)
+"""
+
+
+@pytest.fixture
+def secret(tmp_path):
+    path = tmp_path / "secret"
+    path.write_text(SECRET)
+    os.chmod(path, 0o600)
+    os.chmod(tmp_path, 0o755)       # the other user may name the file, not read it
+    return path
+
+
+@NEEDS_314
+@NEEDS_ROOT
+@pytest.mark.parametrize("how", ["cancelled-symlink", "result-fifo", "result-symlink", "result-held-open"])
+def test_root_attach_follows_no_file_the_other_user_plants(other_uid, secret, how):  # noqa: F811
+    """A symlink as `cancelled` (root wrote it at the timeout: the file was truncated), a
+    FIFO as `result` (root's read hung past its --timeout), a symlink as `result` (root
+    printed the file): the directory is root's, the other user can plant nothing in it,
+    root's file stays whole and unread, and root's attach says its timeout in one line.
+    The FIFO root made is the user's to write: half an answer held open past the timeout
+    still ends root's attach at its timeout."""
+    proc = popen_other(PLANTER, how, str(secret), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        start = time.monotonic()
+        r = pytrace("attach", "--timeout", "1.5", str(proc.pid), timeout=30)
+        took = time.monotonic() - start
+        out, err = proc.communicate("go\n", timeout=30)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert secret.read_text() == SECRET, "root's file was changed through a planted link"
+    assert "secret" not in r.stderr and "secret" not in r.stdout, r.stderr
+    assert r.returncode == 1 and "did not run the attach code within 1.5 s" in r.stderr, r.stderr
+    assert took < 15, "root's attach took %.1f s with a 1.5 s --timeout" % took
+    if how == "result-held-open":
+        assert out == "planted 1\n", (out, err)    # it wrote, and held it past the timeout
+        return
+    assert out == "planted 0\n", (out, err)
+    assert "refused pytrace-attach-" in err and "Permission denied" in err, err
+
+
+@NEEDS_314
+@NEEDS_ROOT
+def test_root_attaches_to_and_detaches_another_users_process(other_uid):  # noqa: F811
+    """The answer of a process of another uid comes back through the FIFO root made (the
+    only thing in root's directory that user may write): attach and detach both work, the
+    segment is that user's, and the process ends unchanged."""
+    proc = popen_other(JOB, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True)
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        r = pytrace("attach", "--timeout", "10", str(proc.pid), timeout=60)
+        assert r.returncode == 0 and "tracing pid %d" % proc.pid in r.stderr, r.stderr
+        segments = segments_of(proc.pid)
+        assert len(segments) == 1 and os.stat("/dev/shm/" + segments[0]).st_uid == other_uid
+        proc.stdin.write("100\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().startswith("done 100 ")
+        r = pytrace("detach", "--timeout", "10", str(proc.pid), timeout=60)
+        assert r.returncode == 0 and "no longer traced" in r.stderr, r.stderr
+        assert segments_of(proc.pid) == []
+        out, err = proc.communicate("quit\n", timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 3 and err == "", err
+    assert "tools [None, None, None, None, None, None]\n" in out, out
+
+
+@NEEDS_314
+@NEEDS_ROOT
+def test_other_user_cannot_take_the_attach_lock(other_uid, tmp_path):  # noqa: F811
+    """The other user binds the abstract socket name that was the lock (root's attach failed
+    at once, record PID waited its whole timeout) and makes the lock directories of the
+    fallback names first: root's attach, record and detach of root's own job still work,
+    and exact."""
+    job = Job(tmp_path)
+    squat = popen_other("""
+        import socket
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.bind("\\0pytrace-attach-%d" % int(sys.argv[1]))
+        s.listen(1)
+        for d in ("/tmp/pytrace-locks-0", "/tmp/pytrace-locks-%d" % os.getuid()):
+            try:
+                os.mkdir(d, 0o777)
+                os.chmod(d, 0o777)
+            except OSError:
+                pass
+        print("ready", flush=True)
+        sys.stdin.readline()
+    """, str(job.pid), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert squat.stdout.readline() == "ready\n"
+        r = pytrace("attach", "--timeout", "5", str(job.pid), timeout=30)
+        assert r.returncode == 0 and "tracing pid %d" % job.pid in r.stderr, r.stderr
+        job.run(100)
+        r = pytrace("detach", "--timeout", "5", str(job.pid), timeout=30)
+        assert r.returncode == 0 and "no longer traced" in r.stderr, r.stderr
+        rec = tmp_path / "rec.pytrace"
+        r = pytrace("record", "-o", str(rec), "--duration", "0.5", "--attach-timeout", "5",
+                    str(job.pid), timeout=30)
+        assert r.returncode == 0, r.stderr
+        assert segments_of(job.pid) == []
+    finally:
+        squat.kill()
+        squat.wait()
+        for d in ("/tmp/pytrace-locks-0", "/tmp/pytrace-locks-%d" % other_uid):
+            if os.path.isdir(d) and os.stat(d).st_uid == other_uid:
+                shutil.rmtree(d, ignore_errors=True)
+        code, output = job.finish()
+        job.kill()
+    assert code == 3 and "pytrace modules []\n" in output
+
+
+# Run as root in a mount namespace of its own (unshare -m), with the job inside it too
+# (/proc/PID/maps names files of the namespace a process started in, and the remote
+# debugging code opens them by those names). It starts the job, attaches, then fills the
+# disk: every temporary directory tempfile may pick (/tmp, /var/tmp, the working directory;
+# TMPDIR unset) becomes a filled tmpfs of 64 KiB. Detach with /dev/shm full too, then with
+# only the disk full. Prints what it saw as JSON.
+FULL_DISK_DRIVER = r"""
+import json, os, re, subprocess, sys
+PY = sys.executable
+for k in ("TMPDIR", "TEMP", "TMP"):
+    os.environ.pop(k, None)
+job = subprocess.Popen([PY, sys.argv[1]], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+assert job.stdout.readline() == "ready\n"
+def pytrace(*args):
+    r = subprocess.run([PY, "-m", "pytrace", *args, str(job.pid)], capture_output=True, text=True,
+                       timeout=60)
+    return [r.returncode, r.stderr]
+def segments():
+    return [n for n in os.listdir("/dev/shm") if re.fullmatch(r"pytrace-%d-.*" % job.pid, n)]
+def fill(path):
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", path], check=True)
+    subprocess.run(["dd", "if=/dev/zero", "of=%s/fill" % path, "bs=4k"], capture_output=True)
+def run(n):
+    job.stdin.write("%d\n" % n)
+    job.stdin.flush()
+    return job.stdout.readline()
+seen = {"attach": pytrace("attach", "--timeout", "10"), "run1": run(100)}
+for path in ("/tmp", "/var/tmp", "/usr/tmp"):
+    if os.path.isdir(path):
+        fill(path)
+os.chdir("/tmp")
+fill("/dev/shm")
+seen["both_full"] = pytrace("detach", "--timeout", "10")
+subprocess.run(["umount", "/dev/shm"], check=True)
+seen["traced_after_failure"] = segments()
+seen["disk_full"] = pytrace("detach", "--timeout", "10")
+seen["traced_after_detach"] = segments()
+seen["left_in_shm"] = [n for n in os.listdir("/dev/shm") if n.startswith(".pytrace-attach-")]
+seen["run2"] = run(100)
+out, _ = job.communicate("quit\n", timeout=60)
+seen["exit"] = [job.returncode, out]
+print(json.dumps(seen))
+"""
+
+
+@NEEDS_314
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                    reason="needs root and unshare to mount a full tmpfs")
+def test_detach_with_a_full_disk_still_detaches(tmp_path):
+    """The disk full: detach writes its request to /dev/shm instead and the job is detached
+    (it was a raw OSError traceback, and the job stayed traced). With /dev/shm full too:
+    one line, nothing changed (still traced)."""
+    import json
+    job = tmp_path / "job.py"
+    job.write_text(JOB)
+    driver = tmp_path / "driver.py"
+    driver.write_text(FULL_DISK_DRIVER)
+    r = subprocess.run(["unshare", "-m", "--propagation", "private", PY, str(driver), str(job)],
+                       capture_output=True, text=True, timeout=120, cwd="/")
+    assert r.returncode == 0, r.stderr
+    seen = json.loads(r.stdout)
+    assert seen["attach"][0] == 0, seen["attach"]
+    assert seen["run1"].startswith("done 100 "), seen
+    code, err = seen["both_full"]
+    lines = err.strip().splitlines()
+    assert code == 1 and len(lines) == 1, err
+    assert "No space left on device" in lines[0] and "nothing was changed" in lines[0], err
+    assert seen["traced_after_failure"] != [], seen
+    code, err = seen["disk_full"]
+    assert code == 0 and "no longer traced" in err and "Traceback" not in err, err
+    assert seen["traced_after_detach"] == [] and seen["left_in_shm"] == [], seen
+    assert seen["run2"].startswith("done 100 "), seen
+    assert seen["exit"][0] == 3 and "pytrace modules []\n" in seen["exit"][1], seen
+
+
+def _hub_pid(out):
+    m = re.search(r"pytrace hub: pid (\d+) serves", out)
+    assert m, out
+    return int(m.group(1))
+
+
+def test_dump_of_a_job_a_hub_holds_reads_through_the_hub(tmp_path):
+    """A hub holds the job's segment: dump reads the stacks through it (the hub serves a
+    reader that joins late every thread's open frames), complete, and names the hub by its
+    pid; it said "is being read by pid N (pytrace-top?)" of the hub, or (3.14+) read the
+    process's memory instead."""
+    proc = start_stacks_job(tmp_path, traced=True)
+    hub = None
+    try:
+        r = pytrace("hub", str(proc.pid), timeout=60)
+        assert r.returncode == 0, r.stderr
+        hub = _hub_pid(r.stdout + r.stderr)
+        r = pytrace("dump", str(proc.pid), timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert "stacks from its pytrace segment /pytrace-%d-" % proc.pid in r.stdout, r.stdout
+        assert "through the hub that holds it (pid %d)" % hub in r.stdout, r.stdout
+        assert "older frames not known" not in r.stdout, r.stdout
+        assert python_frames(r.stdout, "blocked")[:3] == ["h", "g", "f"], r.stdout
+        assert "<module>" in python_frames(r.stdout, "MainThread"), r.stdout
+    finally:
+        out, _ = proc.communicate("go\n", timeout=120)
+        if hub is not None:
+            try:
+                os.kill(hub, 15)
+            except ProcessLookupError:
+                pass
+    assert proc.returncode == 0 and out == "finished\n"
+
+
+def test_a_plain_reader_holding_the_segment_is_named_by_its_name(tmp_path):
+    """A reader that is not a hub holds the segment: the message names it by its own
+    command line (it guessed "pytrace-top?"), and a long command line, the holder's and
+    the job's, ends at a word."""
+    script = tmp_path / ("stacks_job_with_a_rather_long_name_" + "x" * 40 + ".py")
+    script.write_text(STACKS_JOB)
+    proc = subprocess.Popen([PY, "-m", "pytrace", "run", str(script), "argument-one", "argument-two"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    holder = None
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        holder = subprocess.Popen([PY, "-c", textwrap.dedent("""
+            import sys, time
+            from pytrace import _pytrace
+            r = _pytrace.Reader(sys.argv[1])
+            print("holding", flush=True)
+            sys.stdin.readline()
+        """), str(proc.pid)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert holder.stdout.readline() == "holding\n"
+        r = subprocess.run([PY, "-c", textwrap.dedent("""
+            import sys
+            from pytrace.attach import inspect_target, describe
+            from pytrace.dump import stacks_from_segment
+            print(describe(inspect_target(int(sys.argv[1]))))
+            try:
+                stacks_from_segment(int(sys.argv[1]))
+            except OSError as e:
+                print(e)
+        """), str(proc.pid)], capture_output=True, text=True, timeout=60)
+        described, error = r.stdout.splitlines()[:2]
+        # the holder by its own command line, ended at a word: "PY -c ..."
+        assert "is being read by pid %d (%s -c " % (holder.pid, PY) in error, error
+        assert " ...); stop that reader first" in error and "pytrace-top?" not in error, error
+        assert described.endswith(" ...)"), described
+        words = described[len("pid %d (" % proc.pid):-len(" ...)")].split(" ")
+        assert all(w in proc.args for w in words[2:]), described   # whole words only
+    finally:
+        if holder is not None:
+            holder.kill()
+            holder.wait()
+        out, _ = proc.communicate("go\n", timeout=120)
+    assert proc.returncode == 0 and out == "finished\n"
+
+
+def _sidroot():
+    here = os.path.dirname(os.path.abspath(__file__))
+    return os.path.join(here, "..", "sidroot.sh")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/opt/pytrace-sid/usr/bin/python3.14")
+                    or sys.version_info >= (3, 14),
+                    reason="needs root, and the Debian root's python3.14 as a chrooted process seen "
+                           "from this machine's older Python")
+def test_dump_of_a_process_in_a_chroot(tmp_path):
+    """A Python 3.14 process inside the Debian root (a chroot: its interpreter needs that
+    root's C library), dumped from outside: its own interpreter reads its stacks, run in its
+    root. It said "list index out of range"."""
+    script = "/tmp/pytrace-chroot-dump-%d.py" % os.getpid()
+    inside = "/opt/pytrace-sid" + script
+    with open(inside, "w") as f:
+        f.write(STACKS_JOB)
+    proc = subprocess.Popen(["bash", _sidroot(), "run", "/usr/bin/python3.14", script],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd="/tmp")
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        pids = subprocess.run(["pgrep", "-f", script], capture_output=True, text=True).stdout.split()
+        target = [int(p) for p in pids
+                  if os.readlink("/proc/%s/exe" % p).endswith("/python3.14")]
+        assert len(target) == 1, pids
+        r = pytrace("dump", str(target[0]), timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert "stacks read from its memory" in r.stdout, r.stdout
+        assert python_frames(r.stdout, "blocked")[:3] == ["h", "g", "f"], r.stdout
+        assert "Thread.join" in python_frames(r.stdout, "MainThread"), r.stdout
+    finally:
+        out, _ = proc.communicate("go\n", timeout=120)
+        os.unlink(inside)
+    assert out == "finished\n"
