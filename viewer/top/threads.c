@@ -121,13 +121,13 @@ static void ThreadsPanel_draw(App *app, int top, int rows, int cols)
             if (pt_agg_thread_at(app->agg, r.index[row - 1], &ti))
                 continue;
             const CpuMeter *m = Cpu_thread(&app->cpu, ti.thread);
-            char pct[32], secs[32] = "n/a", name[128];
+            char pct[32], secs[32] = "n/a", name[256];
             App_cpuText(app, m, pct, sizeof pct);
             if (app->cpu.pid && m && CpuMeter_seconds(m) >= 0)
                 snprintf(secs, sizeof secs, "%.2fs", CpuMeter_seconds(m));
             else if (app->cpu.pid)
                 snprintf(secs, sizeof secs, "-");
-            App_threadName(&ti, name, sizeof name);
+            Text_escape(ti.name, name, sizeof name); /* whole: the line is cut to the screen */
             snprintf(line, sizeof line, " %8llu %9llu %-7s %7s %9s %10llu  %s%s", (unsigned long long)ti.thread,
                      (unsigned long long)ti.os_tid, ti.ended ? "ended" : "live", pct, secs,
                      (unsigned long long)ti.events, name, ti.thread == app->thread ? "  (shown)" : "");
