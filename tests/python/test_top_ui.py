@@ -373,14 +373,21 @@ def evil():
 
 evil.__code__ = evil.__code__.replace(co_name="ev\u202eil\u2028x\u200b", co_qualname="ev\u202eil\u2028x\u200b",
                                       co_filename="/tmp/fi\u2029le\u202e.py")
-end = time.monotonic() + float(sys.argv[1])
-while time.monotonic() < end:
-    evil()
+def loop():
+    end = time.monotonic() + float(sys.argv[1])
+    while time.monotonic() < end:
+        evil()
+
+import threading
+t = threading.Thread(target=loop, name="wo\u202erker\u2028")
+t.start()
+t.join()
 '''
 
 RAW = ("\u202e", "\u2028", "\u2029", "\u200b")
 ESCAPED_NAME = "ev\\u202eil\\u2028x\\u200b"
 ESCAPED_FILE = "fi\\u2029le\\u202e.py"
+ESCAPED_THREAD = "wo\\u202erker\\u2028"
 
 
 def test_bidi_and_separator_characters_are_escaped_in_once_output(tmp_path):
@@ -388,7 +395,7 @@ def test_bidi_and_separator_characters_are_escaped_in_once_output(tmp_path):
     r = subprocess.run([TOP, "--file", rec, "--once"], capture_output=True, timeout=60)
     out = r.stdout.decode("utf-8")  # strict: invalid UTF-8 would raise
     assert r.returncode == 0, r.stderr
-    assert ESCAPED_NAME in out and ESCAPED_FILE in out, out
+    assert ESCAPED_NAME in out and ESCAPED_FILE in out and ESCAPED_THREAD in out, out
     assert not any(c in out for c in RAW), out
     # JSON: the same name once parsed, and nothing raw in the text
     r = subprocess.run([TOP, "--file", rec, "--once", "--json"], capture_output=True, timeout=60)
@@ -404,6 +411,12 @@ def test_bidi_and_separator_characters_are_escaped_in_the_table_and_flame(tmp_pa
     try:
         s = t.wait_for(lambda s: ESCAPED_NAME in s, what="the escaped name in the table")
         assert ESCAPED_FILE in s and not any(c in s for c in RAW), s
+        assert ESCAPED_THREAD in s, s  # the threads line
+        t.keys("T")
+        s = t.wait_for(lambda s: "pick a thread" in s, what="the thread list")
+        assert ESCAPED_THREAD in s and not any(c in s for c in RAW), s
+        t.keys("Escape")
+        t.wait_for(lambda s: "pick a thread" not in s, what="the table again")
         t.keys("Tab")
         s = t.wait_for(lambda s: "flame" in s.splitlines()[0] and ESCAPED_NAME in s, what="the flame graph")
         assert not any(c in s for c in RAW), s
