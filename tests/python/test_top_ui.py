@@ -275,7 +275,7 @@ def test_filter_highlights_matching_frames_and_dims_the_others_in_the_flame(flam
         assert hot is not None and cold is not None, screen
         assert {"1", "4", "44"} <= hot, (hot, screen)  # bold, underlined, on blue
         assert "2" in cold and "2" not in hot, (cold, screen)  # the others dimmed
-        assert "[1 frame match the filter]" in t.screen()
+        assert "[1 frame in view matches the filter]" in t.screen()
         # Esc clears the filter: nothing dimmed any more
         t.keys("/", "Escape")
         t.wait_for(lambda s: "filter:" not in s, what="the filter cleared")

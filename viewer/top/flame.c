@@ -75,20 +75,28 @@ static int FlamePanel_matches(const char *name, const char *filter)
     return 0;
 }
 
-/* Where each node of the zoomed subtree lies: its columns [c0, c1) and its
- * level below the zoomed node; levels == -1 for a node too narrow to draw
+/* Where each node of the zoomed subtree lies: its x and width in columns and
+ * its level below the zoomed node; level -1 for a node too narrow to draw
  * (and so its children). Found by an explicit walk, not recursion: a deep
  * recursion in the job is a deep tree here. */
 typedef struct FlameLayout {
-    int *c0, *c1, *level;
+    int *level;
     double *x0, *width;
     int levels; /* the deepest level drawn + 1 */
 } FlameLayout;
 
+/* The columns [*c0, *c1) of a box at x0 of width; 0 if it has none. */
+static int FlameLayout_columns(double x0, double width, int cols, int *c0, int *c1)
+{
+    *c0 = (int)(x0 + 0.5);
+    *c1 = (int)(x0 + width + 0.5);
+    if (*c1 > cols)
+        *c1 = cols;
+    return *c1 > *c0;
+}
+
 static void FlameLayout_free(FlameLayout *l)
 {
-    free(l->c0);
-    free(l->c1);
     free(l->level);
     free(l->x0);
     free(l->width);
@@ -98,13 +106,11 @@ static int FlameLayout_build(App *app, uint32_t zoom, int cols, FlameLayout *l)
 {
     size_t n = app->tree.count;
     memset(l, 0, sizeof *l);
-    l->c0 = malloc(n * sizeof *l->c0);
-    l->c1 = malloc(n * sizeof *l->c1);
     l->level = malloc(n * sizeof *l->level);
     l->x0 = malloc(n * sizeof *l->x0);
     l->width = malloc(n * sizeof *l->width);
     uint32_t *stack = malloc(n * sizeof *stack);
-    if (!l->c0 || !l->c1 || !l->level || !l->x0 || !l->width || !stack) {
+    if (!l->level || !l->x0 || !l->width || !stack) {
         free(stack);
         FlameLayout_free(l);
         return -1;
@@ -119,15 +125,11 @@ static int FlameLayout_build(App *app, uint32_t zoom, int cols, FlameLayout *l)
     while (sp) { /* each node is pushed once: by its parent, when it is wide enough */
         uint32_t v = stack[--sp];
         const pt_agg_tnode_t *node = FlamePanel_node(app, v);
-        int c0 = (int)(l->x0[v] + 0.5), c1 = (int)(l->x0[v] + l->width[v] + 0.5);
-        if (c1 > cols)
-            c1 = cols;
-        if (c1 <= c0) {
+        int c0, c1;
+        if (!FlameLayout_columns(l->x0[v], l->width[v], cols, &c0, &c1)) {
             l->level[v] = -1;
             continue;
         }
-        l->c0[v] = c0;
-        l->c1[v] = c1;
         if (l->level[v] + 1 > l->levels)
             l->levels = l->level[v] + 1;
         if (!node->incl_ns)
@@ -229,10 +231,10 @@ static void FlamePanel_draw(App *app, int top, int rows, int cols)
         first_row++;
     int matches = 0;
     for (size_t i = 0; i < app->tree.count; i++) {
-        int row = l.level[i] - above;
-        if (l.level[i] < 0 || row < 0 || row >= avail)
+        int row = l.level[i] - above, c0, c1;
+        if (l.level[i] < 0 || row < 0 || row >= avail || !FlameLayout_columns(l.x0[i], l.width[i], cols, &c0, &c1))
             continue;
-        FlamePanel_drawNode(app, (uint32_t)i, first_row + row, l.c0[i], l.c1[i], (uint32_t)i == sel, &matches);
+        FlamePanel_drawNode(app, (uint32_t)i, first_row + row, c0, c1, (uint32_t)i == sel, &matches);
     }
     char more[160];
     if (above > 0) {
@@ -268,8 +270,8 @@ static void FlamePanel_draw(App *app, int top, int rows, int cols)
     Text_duration(s->incl_ns, incl, sizeof incl);
     Text_duration(s->self_ns, self, sizeof self);
     if (app->filter[0])
-        snprintf(extra + strlen(extra), sizeof extra - strlen(extra), "  [%d frame%s match the filter]", matches,
-                 matches == 1 ? "" : "s");
+        snprintf(extra + strlen(extra), sizeof extra - strlen(extra), "  [%d frame%s in view match%s the filter]",
+                 matches, matches == 1 ? "" : "s", matches == 1 ? "es" : "");
     if (app->hide_idle && !app->thread)
         snprintf(extra + strlen(extra), sizeof extra - strlen(extra), "  [idle threads hidden: i]");
     double pct = app->tree.nodes[0].incl_ns ? 100.0 * (double)s->incl_ns / (double)app->tree.nodes[0].incl_ns : 0;
