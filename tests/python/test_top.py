@@ -174,14 +174,16 @@ def test_sorting_changes_order(tmux_top):
 def test_thread_selection_changes_rows(tmux_top):
     tmux_top.wait_for(lambda s: "work3" in s and "side_work" in s, what="both threads' functions")
     screens = []
-    for _ in range(2):
+    for row in (1, 2):  # the thread list: "all threads", then the live threads (main, side)
         tmux_top.keys("T")
+        tmux_top.wait_for(lambda s: "pick a thread" in s, what="the thread list")
+        tmux_top.keys("PPage", *["Down"] * row, "Enter")  # PgUp: the top row
         s = tmux_top.wait_for(lambda s: re.search(r"thread \d+", s.splitlines()[0]), what="one thread selected")
         time.sleep(0.8)
         screens.append(tmux_top.screen())
     assert any("work3" in s and "side_work" not in s for s in screens), screens
     assert any("side_work" in s and "work3" not in s for s in screens), screens
-    tmux_top.keys("T")  # back to all threads
+    tmux_top.keys("T", "a")  # back to all threads
     tmux_top.wait_for(lambda s: "all threads" in s.splitlines()[0], what="all threads")
 
 

@@ -210,8 +210,12 @@ def test_status_line_names_the_selected_thread(workload):
             return m.group(1) if m else None
         labels = [label(t.screen())]
         assert labels == ["all threads"], labels
-        for _ in range(3):       # all threads -> each thread -> all threads
+        # all threads -> each thread -> all threads, from the thread list (T): its rows are
+        # "all threads", then the live threads; the cursor opens on the shown one (PgUp: the top)
+        for keys in (("PPage", "Down", "Enter"), ("PPage", "Down", "Down", "Enter"), ("a",)):
             t.keys("T")
+            t.wait_for(lambda s: "pick a thread" in s, what="the thread list")
+            t.keys(*keys)
             s = t.wait_for(lambda s: label(s) not in (None, labels[-1]), what="the next thread")
             labels.append(label(s))
         assert labels[-1] == "all threads"

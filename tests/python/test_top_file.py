@@ -395,14 +395,16 @@ def test_interactive_views_of_a_recording(recording):
         t.wait_for(lambda s: "OWN%" in s, what="back to the table")
         # threads and filter
         screens = []
-        for _ in range(2):
+        for row in (1, 2):  # the thread list (T): "all threads", then each (ended) thread
             t.keys("T")
+            t.wait_for(lambda s: "pick a thread" in s, what="the thread list")
+            t.keys("PPage", *["Down"] * row, "Enter")  # PgUp: the top row
             t.wait_for(lambda s: re.search(r"thread \d+", s.splitlines()[0]), what="one thread selected")
             time.sleep(0.5)
             screens.append(t.screen())
         assert any("work3" in s and "side_work" not in s for s in screens), screens
         assert any("side_work" in s and "work3" not in s for s in screens), screens
-        t.keys("T")
+        t.keys("T", "a")
         t.wait_for(lambda s: "all threads" in s.splitlines()[0], what="all threads")
         t.keys("/", "work3", "Enter")
         s = t.wait_for(lambda s: "filter: work3" in s and "work1" not in s, what="filtered table")

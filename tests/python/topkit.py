@@ -108,6 +108,12 @@ class Tmux:
         r = subprocess.run(["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True, text=True)
         return r.stdout
 
+    def screen_sgr(self):
+        """The screen with its attributes: `tmux capture-pane -e` keeps the SGR escape
+        sequences (bold, dim, underline, colours) that the terminal was sent."""
+        r = subprocess.run(["tmux", "capture-pane", "-p", "-e", "-t", self.name], capture_output=True, text=True)
+        return r.stdout
+
     def keys(self, *keys):
         subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
 
@@ -129,3 +135,56 @@ class Tmux:
         time.sleep(0.5)
         self.kill()
         time.sleep(0.3)  # the consumer lock is released by the exiting viewer
+
+
+_SGR = re.compile(r"\x1b\[([0-9;]*)m")
+
+
+def sgr_at(screen, text, plain_line=None):
+    """The SGR parameters in force where `text` first starts in a `capture-pane -e`
+    screen: a set of strings such as {"1", "4", "44"} (bold, underline, blue background);
+    None if the text is not there. tmux sends an attribute only when it changes, so the
+    state carries over from line to line. plain_line(line without escapes) -> bool: only
+    the lines it accepts are searched."""
+    for line, state, i in _sgr_walk(screen):
+        if line.startswith(text, i) and (plain_line is None or plain_line(_SGR.sub("", line))):
+            return state
+    return None
+
+
+def _sgr_walk(screen):
+    """(line, SGR state, index) at every character of the screen."""
+    state = set()
+    for line in screen.splitlines():
+        yield from _sgr_line(line, state)
+
+
+def _sgr_line(line, state):
+    i = 0
+    while i < len(line):
+        m = _SGR.match(line, i)
+        if m:
+            params = m.group(1).split(";") if m.group(1) else ["0"]
+            j = 0
+            while j < len(params):
+                p = params[j]
+                if p in ("0", ""):
+                    state.clear()
+                elif p in ("38", "48") and j + 1 < len(params):  # 256 colours / rgb: keep as one
+                    n = 3 if params[j + 1] == "5" else 5
+                    state.difference_update({s for s in state if s.startswith(p + ":")})
+                    state.add(p + ":" + ":".join(params[j + 1:j + n]))
+                    j += n - 1
+                elif p in ("22",):
+                    state -= {"1", "2"}
+                elif p == "24":
+                    state.discard("4")
+                else:
+                    if len(p) == 2 and p[0] in "349":  # a colour replaces the one of its kind
+                        state.difference_update({s for s in state if len(s) == 2 and s[0] == p[0]})
+                    state.add(p)
+                j += 1
+            i = m.end()
+            continue
+        yield line, set(state), i
+        i += 1

@@ -1106,6 +1106,15 @@ static int tnode_cmp(const void *pa, const void *pb)
     return c ? c : cmp_u64(nx->symbol, ny->symbol);
 }
 
+/* The tree's threads: the selected ones, less the idle ones when asked (a
+ * thread's calls in the view are its root's sub_calls). */
+static int tree_thread_shown(const pt_agg_t *a, const pt_agg_query_t *q, const view_t *v, uint32_t t)
+{
+    if (!thread_selected(a, q, t))
+        return 0;
+    return !q || q->thread || !q->hide_idle || v->sub_calls[a->threads[t].root] > 0;
+}
+
 int pt_agg_tree(pt_agg_t *a, const pt_agg_query_t *q, pt_agg_tree_t *out)
 {
     memset(out, 0, sizeof *out);
@@ -1130,7 +1139,7 @@ int pt_agg_tree(pt_agg_t *a, const pt_agg_query_t *q, pt_agg_tree_t *out)
         const node_t *n = &a->nodes[i];
         map_to[i] = PT_AGG_NONE;
         if (n->parent == PT_AGG_NONE) {
-            if (thread_selected(a, q, n->thread))
+            if (tree_thread_shown(a, q, &v, n->thread))
                 map_to[i] = 0;
             continue;
         }
@@ -1155,7 +1164,7 @@ int pt_agg_tree(pt_agg_t *a, const pt_agg_query_t *q, pt_agg_tree_t *out)
     }
     /* root self: time with nothing on the stack */
     for (uint32_t t = 0; t < a->thread_count; t++)
-        if (thread_selected(a, q, t))
+        if (tree_thread_shown(a, q, &v, t))
             nodes[0].self_ns += v.self[a->threads[t].root];
     self_t = malloc(count * sizeof *self_t);
     kids = malloc(count * sizeof *kids);

@@ -152,6 +152,8 @@ uint64_t pt_agg_ticks_to_ns(const pt_agg_t *agg, uint64_t ticks);
 typedef struct pt_agg_query {
     uint64_t thread;        /* 0 = all threads merged */
     double window_seconds;  /* 0 = whole run; else the last N seconds (clamped) */
+    int hide_idle;          /* with thread 0, pt_agg_tree leaves out the threads that started no
+                               call in the view (idle: blocked or waiting in one call, or gone) */
 } pt_agg_query_t;
 
 enum pt_agg_sort {

@@ -35,6 +35,7 @@ typedef struct PanelClass {
 
 extern const PanelClass TablePanel_class;
 extern const PanelClass FlamePanel_class;
+extern const PanelClass ThreadsPanel_class; /* the thread list (threads.c), opened by T */
 
 #define APP_PATH_MAX 256
 #define APP_FILTER_MAX 128
@@ -80,6 +81,18 @@ typedef struct App {
     uint32_t zoom_path[APP_PATH_MAX];
     int zoom_len;
 
+    int flame_scroll;        /* flame levels scrolled off the top (PgUp/PgDn) */
+    int flame_follow;        /* the selection moved: scroll so that it is in view */
+    int hide_idle;           /* flame: leave out threads that started no call in the window (i) */
+
+    /* thread list (threads.c): the panel it returns to, the thread under the cursor
+     * (0: the "all threads" row), its scroll */
+    const PanelClass *threads_back;
+    uint64_t threads_cursor;
+    int threads_scroll;
+
+    int help;                /* the help screen is shown over the panel (?); any key closes it */
+
     char error[256];         /* the view's own error (aggregating), shown when the source has none */
 } App;
 
@@ -91,5 +104,14 @@ void App_refresh(App *app);
 const char *App_symbolName(App *app, uint32_t id);
 /* "thread 2 (worker)" / "all threads", escaped, for the status line and the flame root. */
 void App_threadLabel(App *app, char *out, size_t cap);
+/* The thread's name (escaped, at most 24 columns), "" if it has none. */
+void App_threadName(const pt_agg_thread_info_t *ti, char *out, size_t cap);
+/* A CPU meter as text: "98.7%", "n/a" (a recording, or nothing the kernel would
+ * tell), "-" (no full period yet). */
+void App_cpuText(const App *app, const CpuMeter *m, char *out, size_t cap);
+/* Open the thread list over the current panel (T). */
+void ThreadsPanel_open(App *app);
+/* Draw the help screen (every key of every mode) over rows [top, top + rows). */
+void Help_draw(int top, int rows, int cols);
 
 #endif

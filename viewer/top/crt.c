@@ -108,6 +108,7 @@ int CRT_init(void)
         init_pair(CRT_C_SELECTED, COLOR_BLACK, COLOR_GREEN);
         init_pair(CRT_C_HELP_KEY, COLOR_BLACK, COLOR_CYAN);
         init_pair(CRT_C_ENDED, COLOR_BLACK, COLOR_YELLOW);
+        init_pair(CRT_C_MATCH, COLOR_WHITE, COLOR_BLUE);
         init_pair(CRT_C_FLAME0 + 0, COLOR_BLACK, COLOR_RED);
         init_pair(CRT_C_FLAME0 + 1, COLOR_BLACK, COLOR_YELLOW);
         init_pair(CRT_C_FLAME0 + 2, COLOR_BLACK, COLOR_MAGENTA);

@@ -15,7 +15,8 @@ enum CRT_color {
     CRT_C_SELECTED = 3,
     CRT_C_HELP_KEY = 4,
     CRT_C_ENDED = 5,
-    CRT_C_FLAME0 = 6, /* CRT_FLAME_COLORS pairs from here */
+    CRT_C_MATCH = 6,  /* a flame frame that matches the filter */
+    CRT_C_FLAME0 = 7, /* CRT_FLAME_COLORS pairs from here */
 };
 #define CRT_FLAME_COLORS 4
 

@@ -1,6 +1,9 @@
 /* FlamePanel: the rolling window as an icicle graph (root on top), zoomable. */
+#include <ctype.h>
 #include <curses.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "app.h"
@@ -57,48 +60,120 @@ static void FlamePanel_label(App *app, const pt_agg_tnode_t *node, int width, ch
     Text_fit(esc, width, 0, out, outcap);
 }
 
-typedef struct FlameDraw {
-    App *app;
-    int top, rows, cols;
-    uint32_t selected;
-} FlameDraw;
-
-static void FlamePanel_drawNode(FlameDraw *d, uint32_t n, double x0, double width, int row)
+/* The filter (/) as the table applies it (pt_agg_table): a part of the
+ * name, ASCII letters in any case. */
+static int FlamePanel_matches(const char *name, const char *filter)
 {
-    if (row >= d->rows)
-        return;
-    const pt_agg_tnode_t *node = FlamePanel_node(d->app, n);
-    int c0 = (int)(x0 + 0.5), c1 = (int)(x0 + width + 0.5);
-    if (c1 > d->cols)
-        c1 = d->cols;
-    if (c1 <= c0)
-        return;
+    size_t fl = strlen(filter);
+    for (const char *h = name; *h; h++) {
+        size_t i = 0;
+        while (i < fl && h[i] && tolower((unsigned char)h[i]) == tolower((unsigned char)filter[i]))
+            i++;
+        if (i == fl)
+            return 1;
+    }
+    return 0;
+}
+
+/* Where each node of the zoomed subtree lies: its x and width in columns and
+ * its level below the zoomed node; level -1 for a node too narrow to draw
+ * (and so its children). Found by an explicit walk, not recursion: a deep
+ * recursion in the job is a deep tree here. */
+typedef struct FlameLayout {
+    int *level;
+    double *x0, *width;
+    int levels; /* the deepest level drawn + 1 */
+} FlameLayout;
+
+/* The columns [*c0, *c1) of a box at x0 of width; 0 if it has none. */
+static int FlameLayout_columns(double x0, double width, int cols, int *c0, int *c1)
+{
+    *c0 = (int)(x0 + 0.5);
+    *c1 = (int)(x0 + width + 0.5);
+    if (*c1 > cols)
+        *c1 = cols;
+    return *c1 > *c0;
+}
+
+static void FlameLayout_free(FlameLayout *l)
+{
+    free(l->level);
+    free(l->x0);
+    free(l->width);
+}
+
+static int FlameLayout_build(App *app, uint32_t zoom, int cols, FlameLayout *l)
+{
+    size_t n = app->tree.count;
+    memset(l, 0, sizeof *l);
+    l->level = malloc(n * sizeof *l->level);
+    l->x0 = malloc(n * sizeof *l->x0);
+    l->width = malloc(n * sizeof *l->width);
+    uint32_t *stack = malloc(n * sizeof *stack);
+    if (!l->level || !l->x0 || !l->width || !stack) {
+        free(stack);
+        FlameLayout_free(l);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++)
+        l->level[i] = -1;
+    size_t sp = 0;
+    l->x0[zoom] = 0;
+    l->width[zoom] = cols;
+    l->level[zoom] = 0;
+    stack[sp++] = zoom;
+    while (sp) { /* each node is pushed once: by its parent, when it is wide enough */
+        uint32_t v = stack[--sp];
+        const pt_agg_tnode_t *node = FlamePanel_node(app, v);
+        int c0, c1;
+        if (!FlameLayout_columns(l->x0[v], l->width[v], cols, &c0, &c1)) {
+            l->level[v] = -1;
+            continue;
+        }
+        if (l->level[v] + 1 > l->levels)
+            l->levels = l->level[v] + 1;
+        if (!node->incl_ns)
+            continue;
+        double scale = l->width[v] / (double)node->incl_ns, x = l->x0[v];
+        for (uint32_t c = node->first_child; c != PT_AGG_NONE; c = FlamePanel_node(app, c)->next_sibling) {
+            l->x0[c] = x;
+            l->width[c] = (double)FlamePanel_node(app, c)->incl_ns * scale;
+            l->level[c] = l->level[v] + 1;
+            x += l->width[c];
+            stack[sp++] = c;
+        }
+    }
+    free(stack);
+    return 0;
+}
+
+/* One frame's box on screen row y. With a filter, matching frames are
+ * highlighted and the others dimmed (without their colour). */
+static void FlamePanel_drawNode(App *app, uint32_t n, int y, int c0, int c1, int selected, int *matches)
+{
+    const pt_agg_tnode_t *node = FlamePanel_node(app, n);
     int w = c1 - c0;
-    int color = CRT_C_FLAME0 + (int)(node->symbol % CRT_FLAME_COLORS);
-    int attr = n == d->selected ? (int)(CRT_attr(CRT_C_SELECTED) | A_BOLD) : CRT_attr(color);
+    int attr = CRT_attr(CRT_C_FLAME0 + (int)(node->symbol % CRT_FLAME_COLORS));
+    if (app->filter[0]) {
+        int match = node->symbol != PT_AGG_NONE && FlamePanel_matches(App_symbolName(app, node->symbol), app->filter);
+        *matches += match;
+        attr = match ? (int)(CRT_attr(CRT_C_MATCH) | A_BOLD | A_UNDERLINE) : (int)A_DIM;
+    }
+    if (selected)
+        attr = (int)(CRT_attr(CRT_C_SELECTED) | A_BOLD);
     attrset(attr);
     char label[1024];
     int used = 0;
     if (w >= 2) {
-        used = Text_fit("", 0, 0, label, sizeof label);
-        FlamePanel_label(d->app, node, w - 1, label, sizeof label);
-        mvaddstr(d->top + row, c0, label);
+        FlamePanel_label(app, node, w - 1, label, sizeof label);
+        mvaddstr(y, c0, label);
         used = Text_width(label);
     } else {
-        move(d->top + row, c0);
+        move(y, c0);
     }
     for (int i = used; i < w; i++)
         addch(i == w - 1 && w > 1 ? '|' : ' ');
     attrset(A_NORMAL);
-    if (!node->incl_ns)
-        return;
-    double scale = width / (double)node->incl_ns;
-    double x = x0;
-    for (uint32_t c = node->first_child; c != PT_AGG_NONE; c = FlamePanel_node(d->app, c)->next_sibling) {
-        double cw = (double)FlamePanel_node(d->app, c)->incl_ns * scale;
-        FlamePanel_drawNode(d, c, x, cw, row + 1);
-        x += cw;
-    }
 }
 
 static void FlamePanel_draw(App *app, int top, int rows, int cols)
@@ -106,7 +181,8 @@ static void FlamePanel_draw(App *app, int top, int rows, int cols)
     if (rows < 3)
         return;
     if (!app->tree.count || !app->tree.nodes[0].incl_ns) {
-        mvaddstr(top, 1, "(no time in the window yet)");
+        mvaddstr(top, 1, app->hide_idle ? "(no busy thread in the window: i shows the idle ones)"
+                                        : "(no time in the window yet)");
         return;
     }
     int matched;
@@ -121,11 +197,64 @@ static void FlamePanel_draw(App *app, int top, int rows, int cols)
         app->sel_len = app->zoom_len;
         sel = zoom;
     }
-    FlameDraw d = {.app = app, .top = top, .rows = rows - 1, .cols = cols, .selected = sel};
-    FlamePanel_drawNode(&d, zoom, 0, cols, 0);
+    FlameLayout l;
+    if (FlameLayout_build(app, zoom, cols, &l)) {
+        mvaddstr(top, 1, "(out of memory drawing the flame graph)");
+        return;
+    }
+    /* Levels in view: rows less the info line, less a line above when scrolled
+     * and a line below when more levels are hidden there. */
+    int graph = rows - 1;
+    int sel_level = l.level[sel] >= 0 ? l.level[sel] : 0;
+    if (app->flame_follow) { /* the selection moved: bring it into view */
+        int view = graph - 2 > 1 ? graph - 2 : 1;
+        if (sel_level < app->flame_scroll)
+            app->flame_scroll = sel_level;
+        else if (sel_level >= app->flame_scroll + view)
+            app->flame_scroll = sel_level - view + 1;
+        app->flame_follow = 0;
+    }
+    if (app->flame_scroll > l.levels - (graph - 1)) /* the last levels fill the graph, below the line above */
+        app->flame_scroll = l.levels - (graph - 1);
+    if (app->flame_scroll < 0 || l.levels <= graph)
+        app->flame_scroll = 0;
+    int above = app->flame_scroll, first_row = top;
+    int avail = graph - (above > 0);
+    int below = l.levels - above - avail;
+    if (below > 0) {
+        avail--;
+        below++;
+    } else {
+        below = 0;
+    }
+    if (above > 0)
+        first_row++;
+    int matches = 0;
+    for (size_t i = 0; i < app->tree.count; i++) {
+        int row = l.level[i] - above, c0, c1;
+        if (l.level[i] < 0 || row < 0 || row >= avail || !FlameLayout_columns(l.x0[i], l.width[i], cols, &c0, &c1))
+            continue;
+        FlamePanel_drawNode(app, (uint32_t)i, first_row + row, c0, c1, (uint32_t)i == sel, &matches);
+    }
+    char more[160];
+    if (above > 0) {
+        snprintf(more, sizeof more, " %s %d level%s above (PgUp, Home)", CRT_utf8 ? "\xe2\x96\xb2" : "^", above,
+                 above == 1 ? "" : "s");
+        attrset(A_BOLD | A_REVERSE);
+        mvaddstr(top, 0, more);
+        attrset(A_NORMAL);
+    }
+    if (below > 0) {
+        snprintf(more, sizeof more, " %s %d more level%s below (PgDn, End)", CRT_utf8 ? "\xe2\x96\xbc" : "v", below,
+                 below == 1 ? "" : "s");
+        attrset(A_BOLD | A_REVERSE);
+        mvaddstr(first_row + avail, 0, more);
+        attrset(A_NORMAL);
+    }
+    FlameLayout_free(&l);
     /* the selected frame, in words */
     const pt_agg_tnode_t *s = FlamePanel_node(app, sel);
-    char name[512], file[512] = "", line[1024], incl[32], self[32];
+    char name[512], file[512] = "", line[1024], incl[32], self[32], extra[160] = "";
     if (s->symbol == PT_AGG_NONE) {
         snprintf(name, sizeof name, "%s", "(root)");
     } else {
@@ -140,9 +269,14 @@ static void FlamePanel_draw(App *app, int top, int rows, int cols)
     }
     Text_duration(s->incl_ns, incl, sizeof incl);
     Text_duration(s->self_ns, self, sizeof self);
+    if (app->filter[0])
+        snprintf(extra + strlen(extra), sizeof extra - strlen(extra), "  [%d frame%s in view match%s the filter]",
+                 matches, matches == 1 ? "" : "s", matches == 1 ? "es" : "");
+    if (app->hide_idle && !app->thread)
+        snprintf(extra + strlen(extra), sizeof extra - strlen(extra), "  [idle threads hidden: i]");
     double pct = app->tree.nodes[0].incl_ns ? 100.0 * (double)s->incl_ns / (double)app->tree.nodes[0].incl_ns : 0;
-    snprintf(line, sizeof line, "%s  %s  total %s (%.1f%%)  own %s  calls %llu%s", name, file, incl, pct, self,
-             (unsigned long long)s->calls, app->zoom_len ? "  [zoomed: Bksp/Esc out]" : "");
+    snprintf(line, sizeof line, "%s  %s  total %s (%.1f%%)  own %s  calls %llu%s%s", name, file, incl, pct, self,
+             (unsigned long long)s->calls, app->zoom_len ? "  [zoomed: Bksp/Esc out]" : "", extra);
     char fitted[1024];
     Text_fit(line, cols, 0, fitted, sizeof fitted);
     attrset(A_BOLD);
@@ -152,6 +286,21 @@ static void FlamePanel_draw(App *app, int top, int rows, int cols)
 
 static PanelResult FlamePanel_onKey(App *app, int ch)
 {
+    switch (ch) { /* keys that need no selection (the tree may be empty) */
+    /* scrolling a deep graph: the draw clamps to the levels there are */
+    case KEY_NPAGE: app->flame_scroll += LINES / 2 > 1 ? LINES / 2 : 1; return PANEL_HANDLED | PANEL_REDRAW;
+    case KEY_PPAGE:
+        app->flame_scroll -= LINES / 2 > 1 ? LINES / 2 : 1;
+        if (app->flame_scroll < 0)
+            app->flame_scroll = 0;
+        return PANEL_HANDLED | PANEL_REDRAW;
+    case KEY_HOME: app->flame_scroll = 0; return PANEL_HANDLED | PANEL_REDRAW;
+    case KEY_END: app->flame_scroll = INT_MAX / 2; return PANEL_HANDLED | PANEL_REDRAW;
+    case 'i':
+        app->hide_idle = !app->hide_idle;
+        return PANEL_HANDLED | PANEL_REFRESH;
+    default: break;
+    }
     int matched;
     uint32_t sel = FlamePanel_resolve(app, app->sel_path, app->sel_len, &matched);
     if (sel == PT_AGG_NONE)
@@ -188,22 +337,26 @@ static PanelResult FlamePanel_onKey(App *app, int ch)
     case '\n': case '\r': case KEY_ENTER:
         memcpy(app->zoom_path, app->sel_path, sizeof app->zoom_path);
         app->zoom_len = app->sel_len;
+        app->flame_scroll = 0;
         return PANEL_HANDLED | PANEL_REDRAW;
     case KEY_BACKSPACE: case 127: case 8: case 27:
         if (app->zoom_len > 0)
             app->zoom_len--;
+        app->flame_follow = 1;
         return PANEL_HANDLED | PANEL_REDRAW;
     default:
         return PANEL_IGNORED;
     }
-    if (next != PT_AGG_NONE)
+    if (next != PT_AGG_NONE) {
         app->sel_len = FlamePanel_pathOf(app, next, app->sel_path);
+        app->flame_follow = 1;
+    }
     return PANEL_HANDLED | PANEL_REDRAW;
 }
 
 const PanelClass FlamePanel_class = {
     .name = "flame",
-    .help = "arrows:select Enter:zoom Bksp/Esc:out",
+    .help = "arrows:select Enter:zoom Bksp/Esc:out PgUp/PgDn:scroll i:idle",
     .draw = FlamePanel_draw,
     .onKey = FlamePanel_onKey,
 };

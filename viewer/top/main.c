@@ -72,8 +72,8 @@ static void usage(FILE *f)
             "\n"
             "OWN%%WALL and TOT%%WALL are shares of wall time (a sleeping or waiting frame counts; threads add\n"
             "up to more than 100%%); CPU%% is what the kernel counted (100%% = one core), n/a for a recording.\n"
-            "Keys: q quit, space pause, Tab table/flame, o/t/c/n/f sort, r reverse, T thread, P process, / filter,\n"
-            "+/- window, w table window/run.\n");
+            "Keys: ? help (every key), q quit, space pause, Tab table/flame, o/t/c/n/f sort, r reverse, T thread list,\n"
+            "P process, / filter, +/- window, w table window/run, i flame: hide idle threads.\n");
 }
 
 /* ---- reading ------------------------------------------------------------ */
@@ -165,8 +165,7 @@ const char *App_error(const App *app)
 
 const char *App_symbolName(App *app, uint32_t id) { return pt_agg_symbol(app->agg, id).name; }
 
-/* The thread's name (escaped, at most 24 columns), "" if it has none. */
-static void App_threadName(const pt_agg_thread_info_t *ti, char *out, size_t cap)
+void App_threadName(const pt_agg_thread_info_t *ti, char *out, size_t cap)
 {
     char esc[256];
     Text_escape(ti->name, esc, sizeof esc);
@@ -220,9 +219,7 @@ static void App_sampleCpu(App *app, int force)
             (void)Cpu_sample(&app->cpus[i], NULL, NULL, 0, now);
 }
 
-/* "98.7%", "n/a" (a recording, or nothing the kernel would tell), "-" (no
- * full period yet). */
-static void App_cpuText(const App *app, const CpuMeter *m, char *out, size_t cap)
+void App_cpuText(const App *app, const CpuMeter *m, char *out, size_t cap)
 {
     double pct = CpuMeter_periodPct(m);
     if (!app->cpu.pid || (m && m->reads == 0 && m->gone))
@@ -325,7 +322,7 @@ static void App_mergedTable(App *app, const pt_agg_query_t *q, pt_agg_table_t *o
 void App_refresh(App *app)
 {
     pt_agg_query_t tq = {.thread = app->thread, .window_seconds = app->table_window ? app->window_seconds : 0};
-    pt_agg_query_t fq = {.thread = app->thread, .window_seconds = app->window_seconds};
+    pt_agg_query_t fq = {.thread = app->thread, .window_seconds = app->window_seconds, .hide_idle = app->hide_idle};
     if (app->want_pid && pt_agg_process_info(app->agg)->pid != app->want_pid)
         (void)App_selectPid(app, app->want_pid);
     pt_agg_table_free(&app->table);
@@ -613,33 +610,14 @@ static void App_draw(App *app)
     int rows = LINES - top - 1;
     if (rows > 0)
         app->panel->draw(app, top, rows, COLS);
-    snprintf(line, sizeof line, " q:quit space:pause Tab:%s T:thread%s /:filter +/-:window  %s  [sort %s %s]",
+    if (rows > 0 && app->help)
+        Help_draw(top, rows, COLS);
+    snprintf(line, sizeof line, " ?:help q:quit space:pause Tab:%s T:threads%s /:filter +/-:window  %s  [sort %s %s]",
              app->panel == &TablePanel_class ? "flame" : "table", pt_aggset_count(app->set) > 1 ? " P:process" : "",
              app->panel->help, App_sortNames[app->sort],
              app->sort_desc ? "desc" : "asc");
     App_drawLine(LINES - 1, CRT_attr(CRT_C_HELP_KEY), line);
     refresh();
-}
-
-static void App_cycleThread(App *app)
-{
-    size_t n = pt_agg_thread_count(app->agg);
-    pt_agg_thread_info_t ti;
-    if (!app->thread) {
-        if (n && !pt_agg_thread_at(app->agg, 0, &ti))
-            app->thread = ti.thread;
-        return;
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (pt_agg_thread_at(app->agg, i, &ti) || ti.thread != app->thread)
-            continue;
-        if (i + 1 < n && !pt_agg_thread_at(app->agg, i + 1, &ti))
-            app->thread = ti.thread;
-        else
-            app->thread = 0;
-        return;
-    }
-    app->thread = 0;
 }
 
 static PanelResult App_onFilterKey(App *app, int ch)
@@ -665,6 +643,10 @@ static PanelResult App_onFilterKey(App *app, int ch)
 
 static PanelResult App_onKey(App *app, int ch)
 {
+    if (app->help && ch != KEY_RESIZE) { /* any key closes the help screen, and does nothing else */
+        app->help = 0;
+        return PANEL_HANDLED | PANEL_REDRAW;
+    }
     if (app->filter_editing)
         return App_onFilterKey(app, ch);
     PanelResult r = app->panel->onKey(app, ch);
@@ -678,15 +660,17 @@ static PanelResult App_onKey(App *app, int ch)
     case '\t': case 'v':
         app->panel = app->panel == &TablePanel_class ? &FlamePanel_class : &TablePanel_class;
         return PANEL_REFRESH;
-    case 'T':
-        App_cycleThread(app);
-        app->table_selected = app->table_scroll = 0;
+    case 'T': /* the thread list (threads.c); Enter there picks one */
+        ThreadsPanel_open(app);
         return PANEL_REFRESH;
-    case 'P': /* the next process of a multi-process stream, as T cycles threads */
+    case '?':
+        app->help = 1;
+        return PANEL_REDRAW;
+    case 'P': /* the next process of a multi-process stream */
         if (pt_aggset_count(app->set) > 1) {
             app->want_pid = 0;
             App_showProcess(app, (app->proc + 1) % pt_aggset_count(app->set));
-            app->sel_len = app->zoom_len = 0;
+            app->sel_len = app->zoom_len = app->flame_scroll = 0;
             app->table_selected = app->table_scroll = 0;
         }
         return PANEL_REFRESH;

@@ -39,6 +39,36 @@ static int cp_width(uint32_t cp)
     return w < 0 ? -1 : w;
 }
 
+/* Code points never printed raw, whatever wcwidth says: the Unicode categories
+ * Cc (C0, DEL, C1 controls), Cf (format: bidi overrides and isolates such as
+ * U+202E, zero-width characters, U+FEFF, tags), Zl (U+2028) and Zp (U+2029).
+ * A bidi override reorders what follows it on the terminal and a line
+ * separator breaks the line, so a name could hide or fake what the screen
+ * says. Ranges from Python's unicodedata (Unicode 14), plus 0x13439..0x1343F
+ * (format controls added in Unicode 15). */
+static const struct { uint32_t lo, hi; } Text_hidden[] = {
+    {0x0, 0x1F}, {0x7F, 0x9F}, {0xAD, 0xAD}, {0x600, 0x605}, {0x61C, 0x61C}, {0x6DD, 0x6DD},
+    {0x70F, 0x70F}, {0x890, 0x891}, {0x8E2, 0x8E2}, {0x180E, 0x180E}, {0x200B, 0x200F},
+    {0x2028, 0x202E}, {0x2060, 0x2064}, {0x2066, 0x206F}, {0xFEFF, 0xFEFF}, {0xFFF9, 0xFFFB},
+    {0x110BD, 0x110BD}, {0x110CD, 0x110CD}, {0x13430, 0x1343F}, {0x1BCA0, 0x1BCA3},
+    {0x1D173, 0x1D17A}, {0xE0001, 0xE0001}, {0xE0020, 0xE007F},
+};
+
+int Text_isHidden(uint32_t cp)
+{
+    size_t lo = 0, hi = sizeof Text_hidden / sizeof Text_hidden[0];
+    while (lo < hi) { /* binary search: the ranges are sorted and disjoint */
+        size_t mid = (lo + hi) / 2;
+        if (cp < Text_hidden[mid].lo)
+            hi = mid;
+        else if (cp > Text_hidden[mid].hi)
+            lo = mid + 1;
+        else
+            return 1;
+    }
+    return 0;
+}
+
 int Text_escape(const char *in, char *out, size_t outcap)
 {
     const unsigned char *s = (const unsigned char *)(in ? in : "");
@@ -50,8 +80,9 @@ int Text_escape(const char *in, char *out, size_t outcap)
         uint32_t cp;
         int len = utf8_decode(s, &cp);
         int w = len ? cp_width(cp) : -1;
-        int printable = len && cp >= 0x20 && cp != 0x7f && !(cp >= 0x80 && cp < 0xa0) && w >= 0 &&
-                        (cp < 0x80 || CRT_utf8);
+        int hidden = len && (Text_isHidden(cp) || w < 0);
+        int printable = len && !hidden && (cp < 0x80 || CRT_utf8);
+        char esc[16];
         if (printable) {
             if (o + (size_t)len + 1 > outcap)
                 break;
@@ -59,8 +90,18 @@ int Text_escape(const char *in, char *out, size_t outcap)
             o += (size_t)len;
             width += w;
             s += len;
+        } else if (hidden && cp >= 0x80) {
+            /* a valid character that is not to be printed: its code point, as Python writes it */
+            int n = snprintf(esc, sizeof esc, cp > 0xffff ? "\\U%08x" : "\\u%04x", (unsigned)cp);
+            if (o + (size_t)n + 1 > outcap)
+                break;
+            memcpy(out + o, esc, (size_t)n);
+            o += (size_t)n;
+            width += n;
+            s += len;
         } else {
-            /* escape the bytes of this (invalid or unprintable) sequence */
+            /* the bytes of this sequence: invalid UTF-8, an ASCII control, or a
+             * character the locale cannot show */
             int n = len ? len : 1;
             for (int i = 0; i < n; i++) {
                 if (o + 5 > outcap)
@@ -226,10 +267,14 @@ void Text_json(const char *in, char *out, size_t outcap)
             tmp[2] = 0;
             piece = tmp;
             plen = 2;
-        } else if (cp < 0x20 || cp == 0x7f) {
-            snprintf(tmp, sizeof tmp, "\\u%04x", (unsigned)cp);
+        } else if (Text_isHidden(cp)) {
+            if (cp > 0xffff) /* a surrogate pair, as JSON spells a code point past the BMP */
+                snprintf(tmp, sizeof tmp, "\\u%04x\\u%04x", (unsigned)(0xd800 + ((cp - 0x10000) >> 10)),
+                         (unsigned)(0xdc00 + ((cp - 0x10000) & 0x3ff)));
+            else
+                snprintf(tmp, sizeof tmp, "\\u%04x", (unsigned)cp);
             piece = tmp;
-            plen = 6;
+            plen = strlen(tmp);
         } else {
             piece = (const char *)s;
             plen = (size_t)len;

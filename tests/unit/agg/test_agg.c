@@ -914,6 +914,57 @@ static void test_timeline(void)
     pt_agg_destroy(agg);
 }
 
+/* hide_idle: the tree of every thread leaves out a thread that started no call
+ * in the window (here one blocked in g since the start), counts it again over
+ * the whole run, and never hides a thread that was asked for by number. */
+static int tree_has_path(const pt_agg_tree_t *tr, uint32_t a, uint32_t b)
+{
+    for (uint32_t c = tr->nodes[0].first_child; c != PT_AGG_NONE; c = tr->nodes[c].next_sibling)
+        if (tr->nodes[c].symbol == a)
+            for (uint32_t d = tr->nodes[c].first_child; d != PT_AGG_NONE; d = tr->nodes[d].next_sibling)
+                if (tr->nodes[d].symbol == b)
+                    return 1;
+    return 0;
+}
+
+static void test_hide_idle(void)
+{
+    pt_agg_t *agg = new_agg();
+    setup_syms(agg);
+    const uint64_t ms = 1000000;
+    stream_t idle = {.agg = agg, .thread = 1};
+    ev(&idle, PT_EV_CALL, MAIN, 0);
+    ev(&idle, PT_EV_CALL, G, 1); /* blocked in g from here on */
+    flush(&idle);
+    stream_t busy = {.agg = agg, .thread = 2};
+    ev(&busy, PT_EV_CALL, MAIN, 0);
+    for (int i = 0; i < 300; i++) {
+        ev(&busy, PT_EV_CALL, F, 0);
+        ev(&busy, PT_EV_RETURN, F, 10 * ms);
+    }
+    flush(&busy);
+    pt_agg_tree_t tr;
+    pt_agg_query_t q = {.window_seconds = 1.0};
+    CHECK_EQ(pt_agg_tree(agg, &q, &tr), 0);
+    CHECK(tree_has_path(&tr, MAIN, G) && tree_has_path(&tr, MAIN, F)); /* both threads */
+    uint64_t both = tr.nodes[0].incl_ns;
+    pt_agg_tree_free(&tr);
+    q.hide_idle = 1;
+    CHECK_EQ(pt_agg_tree(agg, &q, &tr), 0);
+    CHECK(!tree_has_path(&tr, MAIN, G) && tree_has_path(&tr, MAIN, F)); /* the idle thread left out */
+    CHECK(tr.nodes[0].incl_ns < both);
+    pt_agg_tree_free(&tr);
+    q.window_seconds = 0; /* over the whole run it started calls */
+    CHECK_EQ(pt_agg_tree(agg, &q, &tr), 0);
+    CHECK(tree_has_path(&tr, MAIN, G));
+    pt_agg_tree_free(&tr);
+    q = (pt_agg_query_t){.thread = 1, .window_seconds = 1.0, .hide_idle = 1}; /* asked for: shown */
+    CHECK_EQ(pt_agg_tree(agg, &q, &tr), 0);
+    CHECK(tree_has_path(&tr, MAIN, G));
+    pt_agg_tree_free(&tr);
+    pt_agg_destroy(agg);
+}
+
 int main(void)
 {
     test_direct_recursion();
@@ -926,6 +977,7 @@ int main(void)
     test_window_ring_grows();
     test_robustness();
     test_threads_merge();
+    test_hide_idle();
     test_feed_bytes();
     test_volume();
     test_hostile_ticks();
