@@ -146,6 +146,7 @@ PyObject *pt_py_export(PyObject *module, PyObject *args, PyObject *kw)
     SET_U64(d, "calls_left_out", res.calls_left_out);
     SET_U64(d, "stacks_folded", res.stacks_folded);
     SET_U64(d, "deepest", res.deepest);
+    SET_U64(d, "span_ns", res.span_ns);
     SET_U64(d, "timed_out", res.timed_out);
     SET_U64(d, "processes", res.processes);
     SET_U64(d, "selected_processes", res.selected_processes);

@@ -2493,6 +2493,20 @@ int pt_export_file(const char *recording, int out_fd, const pt_export_opts_t *op
         st->events_untraced += p->status.events_untraced;
     }
     res->have_status = with_status > 0;
+    int64_t first_ns = 0, last_ns = 0;
+    int have_span = 0;
+    for (uint32_t i = 0; i < e->nprocs; i++) {
+        const proc_t *p = &e->procs[i];
+        if (!p->selected || !p->have_pinfo || !p->have_latest)
+            continue;
+        int64_t a = (int64_t)p->pinfo.base_monotonic_ns, b = chrome_ns(p, p->latest);
+        if (!have_span || a < first_ns)
+            first_ns = a;
+        if (!have_span || b > last_ns)
+            last_ns = b;
+        have_span = 1;
+    }
+    res->span_ns = have_span && last_ns > first_ns ? (uint64_t)(last_ns - first_ns) : 0;
     res->processes = 0;
     for (uint32_t i = 0; i < e->nprocs; i++) {
         res->processes += e->procs[i].seen;

@@ -91,6 +91,8 @@ typedef struct pt_export_result {
     uint64_t calls_left_out;     /* opts.from_ns/to_ns/min_duration_ns left them out */
     uint64_t stacks_folded;      /* collapsed: calling contexts below opts.max_depth */
     uint32_t deepest;            /* collapsed: the deepest stack, in frames */
+    uint64_t span_ns;            /* the exported processes' wall span: the earliest start
+                                    (ProcessInfo) to the latest tick */
     uint32_t processes;          /* in the stream (Message.process numbers seen) */
     uint32_t selected_processes; /* exported (opts.pids) */
     uint32_t npids;              /* pids of the first PT_EXPORT_MAX_PIDS processes with a ProcessInfo */

@@ -129,6 +129,7 @@ class ExportResult:
         self.calls_left_out = d.get("calls_left_out", 0)    # --from/--to/--min-duration
         self.stacks_folded = d.get("stacks_folded", 0)      # collapsed: below max_depth
         self.deepest = d.get("deepest", 0)                  # collapsed: the deepest stack
+        self.span_ns = d.get("span_ns", 0)                  # the processes' wall span
         self.producer_status = _Status(d["status"]) if "status" in d else None
 
 
@@ -332,6 +333,23 @@ def _status_of(status, tags):
     return _Status(out)
 
 
+def _say_pstats_total(path, result):
+    """pstats' header ("N function calls in T seconds") gives T = the self time of every
+    function added up: over all threads and processes, so a 14 s job of several processes
+    shows 73.8 s. pstats computes it from the rows; say what it is beside the job's span."""
+    import pstats
+    try:
+        total = pstats.Stats(path).total_tt
+    except Exception:       # the file was written by us; a failure here is not the export's
+        return
+    span = result.span_ns / 1e9
+    if span and total > span * 1.05:
+        print("pytrace export: pstats' header time (%.3f s) is the self time of every function added "
+              "up over %d threads%s; the job ran %.3f s (its wall span)" % (
+                  total, result.threads, " of %d processes" % result.selected_processes
+                  if result.selected_processes > 1 else "", span), file=sys.stderr)
+
+
 def _guess_format(output):
     low = output.lower()
     for suffix, fmt in _SUFFIXES:
@@ -498,6 +516,8 @@ def main(argv=None):
         lost = describe(walker.producer_status, OTHER_LOSSES)
         if lost:
             print("pytrace export: the traced job also lost: %s" % lost, file=sys.stderr)
+    if fmt == "pstats" and walker.events and args.output != "-":
+        _say_pstats_total(args.output, walker)
     if fmt == "pstats" and not walker.events:
         print("pytrace export: the recording holds no calls; pstats.Stats refuses an empty "
               "profile", file=sys.stderr)
