@@ -318,3 +318,45 @@ if __name__ == "__main__":
     total, span = float(m.group(1)), float(m.group(2))
     assert abs(pstats.Stats(str(out)).total_tt - total) < 0.001
     assert 0.5 < span < total
+
+
+def test_report_in_chromium_shows_damage_and_lists_threads_with_views(suite_recording, tmp_path):
+    """In a real browser: the report of a truncated recording says DAMAGED with the offset
+    in its status line; the report of 3,000 threads lists the 100 it has views of (and
+    all threads), says how many have none, and draws every thread's timeline row."""
+    import test_web
+    if test_web.CHROMIUM is None or test_web.sync_playwright is None:
+        pytest.skip("needs Debian's chromium and playwright")
+    offsets = _message_offsets(suite_recording)
+    cut = tmp_path / "cut.pytrace"
+    with open(suite_recording, "rb") as f:
+        cut.write_bytes(f.read(offsets[40] + 10))
+    damaged = tmp_path / "damaged.html"
+    assert _export(cut, "html", damaged).returncode == 1
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+    try:
+        import export_bench
+    finally:
+        sys.path.pop(0)
+    rec = tmp_path / "threads.pytrace"
+    export_bench.write_threads_recording(str(rec), 3000)
+    many = tmp_path / "threads.html"
+    assert _export(rec, "html", many, timeout=300).returncode == 0
+    with test_web.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=test_web.CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        try:
+            errors = []
+            _context, page = test_web._page(b, errors)
+            page.goto("file://" + str(damaged))
+            test_web._wait(page, "window.pytrace && pytrace.state.rows.size > 0")
+            status = page.inner_text("#status")
+            assert "DAMAGED RECORDING: damaged at byte offset %d" % offsets[40] in status, status
+            page.goto("file://" + str(many))
+            test_web._wait(page, "window.pytrace && pytrace.state.rows.size > 0")
+            assert page.evaluate("document.querySelectorAll('#thread option').length") == 101
+            status = page.inner_text("#status")
+            assert "2900 threads with few events have no view of their own" in status, status
+            assert page.evaluate("pytrace.state.threads.length") == 3000
+            assert not errors, errors
+        finally:
+            b.close()

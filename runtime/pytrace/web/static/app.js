@@ -354,9 +354,9 @@
                (s.threads || 0) + " threads", (s.processes || 1) + " process" + ((s.processes || 1) === 1 ? "" : "es"));
     const past = s.messages_past_process_limit || 0;
     if (past) parts.push(fmtCount(past) + " messages of processes past the first " + s.process_limit + " not shown");
-    el.textContent = parts.join(" \u00b7 ");
     const noView = s.threads_without_view || 0;
-    if (noView) parts.push(fmtCount(noView) + " threads with few events have no view of their own (they are in all threads)");
+    if (noView) parts.push(noView + " threads with few events have no view of their own (they are in all threads)");
+    el.textContent = parts.join(" \u00b7 ");
     el.classList.toggle("bad", !!state.error || !!s.damage || (s.dropped || 0) > 0 || past > 0);
     $("title").textContent = (s.pid ? "pid " + s.pid + "  " : "") + (s.command || DATA.title || "");
     document.title = "pytrace " + (s.pid ? s.pid + " " : "") + (s.command || DATA.title || "");
