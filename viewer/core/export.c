@@ -280,6 +280,7 @@ typedef struct sym {
     char *folded;                /* collapsed label, cleaned */
     char *head;                  /* chrome "X" prefix */
     uint32_t ss_frame;           /* speedscope frame index */
+    uint32_t canon;              /* collapsed: the process's first symbol with this label (NONE: not yet) */
     uint32_t key;                /* pstats key index */
 } sym_t;
 
@@ -361,6 +362,7 @@ typedef struct ex {
     node_t *nodes;
     uint32_t nnodes, cap_nodes;
     pt_u64map_t node_map;
+    pt_u64map_t label_map; /* collapsed: (process, label hash) -> symbol index */
 
     uint32_t ss_frames;     /* speedscope frames assigned */
     uint32_t *ss_frame_sym; /* frame index -> symbol index */
@@ -483,6 +485,7 @@ static uint32_t sym_index(ex_t *e, uint32_t proc, uint32_t id)
     s->name = dup_c(buf);
     s->file = dup_c("?");
     s->ss_frame = NONE;
+    s->canon = NONE;
     if (!s->name || !s->file) {
         sym_clear(s);
         return NONE;
@@ -547,6 +550,34 @@ static uint32_t node_new_proc(ex_t *e, uint32_t proc)
     if (r != NONE)
         e->nodes[r].proc = proc;
     return r;
+}
+
+static const char *folded_label(ex_t *e, sym_t *s);
+
+/* collapsed: symbols of one process with the same label (two code objects of one
+ * function, a dataclass's generated methods) share their nodes, so each stack
+ * is one line. Labels whose hashes collide stay apart. NONE: out of memory. */
+static uint32_t folded_canon(ex_t *e, uint32_t s)
+{
+    if (e->syms[s].canon != NONE)
+        return e->syms[s].canon;
+    const char *label = folded_label(e, &e->syms[s]);
+    if (!label)
+        return NONE;
+    uint64_t h = 1469598103934665603ull ^ e->syms[s].proc; /* FNV-1a over the label */
+    for (const unsigned char *c = (const unsigned char *)label; *c; c++)
+        h = (h ^ *c) * 1099511628211ull;
+    uint32_t first = pt_u64map_get(&e->label_map, h);
+    if (first == NONE) {
+        if (pt_u64map_put(&e->label_map, h, s))
+            return NONE;
+        first = s;
+    } else if (e->syms[first].proc != e->syms[s].proc || !e->syms[first].folded ||
+               strcmp(e->syms[first].folded, label)) {
+        first = s;
+    }
+    e->syms[s].canon = first;
+    return first;
 }
 
 static int cct(const ex_t *e) { return e->o.format == PT_EXPORT_COLLAPSED || e->o.format == PT_EXPORT_PSTATS; }
@@ -1233,6 +1264,12 @@ static int on_enter(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t ticks
         uint32_t c = p->cache_id == id ? p->cache_child : NONE;
         if (c == NONE) {
             uint64_t key = (uint64_t)parent << 32 | id;
+            if (e->o.format == PT_EXPORT_COLLAPSED) { /* one node per label (folded_canon) */
+                uint32_t s = sym_index(e, t->proc, id);
+                if (s == NONE || (s = folded_canon(e, s)) == NONE)
+                    return -ENOMEM;
+                key = (uint64_t)parent << 32 | s;
+            }
             uint32_t *slot = pt_u64map_slot(&e->node_map, key, NONE);
             if (!slot)
                 return -ENOMEM;
@@ -2344,6 +2381,7 @@ static void ex_free(ex_t *e)
     free(e->thr);
     free(e->nodes);
     pt_u64map_free(&e->node_map);
+    pt_u64map_free(&e->label_map);
     free(e->ss_frame_sym);
     for (uint32_t i = 0; i < e->nprocs; i++) {
         free(e->procs[i].command_line);
@@ -2376,6 +2414,7 @@ int pt_export_file(const char *recording, int out_fd, const pt_export_opts_t *op
     e->filter = !cct(e) && (opts->from_ns > 0 || opts->to_ns > 0 || opts->min_duration_ns > 0);
     e->out.buf = malloc(OUT_BUF_BYTES);
     if (!e->out.buf || pt_u64map_init(&e->sym_map, 1024) || pt_u64map_init(&e->node_map, 4096) ||
+        pt_u64map_init(&e->label_map, 1024) ||
         pt_u64map_init(&e->proc_map, 16) || pt_walk_create(&ex_ops, e, &e->walk))
         goto out;
     if (cct(e) && node_new(e, NONE, NONE, NONE) != 0)
