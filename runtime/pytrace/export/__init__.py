@@ -39,9 +39,11 @@ DEFAULT_MAX_BYTES = 1 << 30
 # collapsed: stacks deeper than this are cut there (a "[deeper frames]" line holds what
 # ran below): each line is as long as its stack, so a deep recursion was quadratic.
 DEFAULT_MAX_DEPTH = 256
-# Chrome's JSON viewers (chrome://tracing, the Perfetto UI's JSON import) and speedscope
-# read the whole file into one JavaScript string: V8's limit is 2**29 - 24 characters
-# (512 MiB), and past a few hundred MB the tab runs out of memory parsing it.
+# Past this a JSON trace is more than viewers load: chrome://tracing stops at 256 MB
+# (google/trace-viewer#627); the Perfetto UI works in about 2 GB of browser memory, a
+# trace taking 2-4x its size there (perfetto.dev/docs/visualization/large-traces; a
+# 900 MB JSON crashed it, google/perfetto#99); speedscope parses the whole file as one
+# JavaScript string (V8: at most 2**29 - 24 characters).
 VIEWER_JSON_BYTES = 256 << 20
 _TIMELINE = ("chrome", "speedscope", "perfetto")
 
@@ -490,11 +492,13 @@ def main(argv=None):
                   walker.stacks_folded, args.max_depth, walker.deepest, args.max_depth), file=sys.stderr)
     size = getattr(walker, "bytes", 0)
     if fmt in ("chrome", "speedscope") and size > VIEWER_JSON_BYTES:
-        print("pytrace export: %s is %s: past what %s loads (the file is read into one JavaScript "
-              "string, at most 512 MiB, and parsed whole); --format perfetto is 10-30x smaller and "
-              "ui.perfetto.dev loads it, or narrow it with --from/--to or --min-duration" % (
-                  where, _size_text(size), "chrome://tracing or the Perfetto UI's JSON import"
-                  if fmt == "chrome" else "speedscope.app"), file=sys.stderr)
+        print("pytrace export: %s is %s, more than %s; --format perfetto is 10-30x smaller "
+              "(ui.perfetto.dev, or trace_processor --httpd for the biggest), or narrow it with "
+              "--from/--to or --min-duration" % (
+                  where, _size_text(size),
+                  "chrome://tracing loads (256 MB) and the Perfetto UI's JSON import handles well"
+                  if fmt == "chrome" else "speedscope.app handles well (it parses the file whole)"),
+              file=sys.stderr)
     limit, past = getattr(walker, "past_process_limit", (0, 0))
     if past:
         print("pytrace export: the report holds the first %d processes; %d messages of further ones "
