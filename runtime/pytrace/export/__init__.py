@@ -8,6 +8,8 @@
     pytrace export out.pytrace -f pstats --qualnames -o profile.pstats # keyed by qualified names
     pytrace export all.pytrace -f pstats --pid 4242 -o rank0.pstats   # one process of several
     pytrace export out.pytrace --format html       -o report.html      # a browser, offline
+    pytrace export out.pytrace -f chrome --from 2 --to 3 --min-duration 1ms -o t.json  # a part
+    pytrace export out.pytrace -f collapsed --max-depth 0 --max-size 0 -o all.folded  # no limits
 
 The exporters are C (viewer/core/export.c, through _pytrace.export): the recording is
 read message by message and turned into stacks by the walk every reader shares
