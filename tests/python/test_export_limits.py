@@ -28,10 +28,10 @@ import pytest
 from helpers import PY
 from pftrace_reader import check_nesting, read_trace
 from pytrace.export import synthetic as syn
-from pytrace.reader import EventKind
+from pytrace.reader import EventKind, SymbolKind
 from pytrace.recording import HEADER_BYTES, RecordingWriter
 
-CALL, RET = int(EventKind.Call), int(EventKind.Return)
+CALL, RET, MARK = int(EventKind.Call), int(EventKind.Return), int(EventKind.Mark)
 
 DEEP_JOB = """
 import sys
@@ -197,17 +197,19 @@ def test_truncated_recording_every_format_reads_up_to_the_damage(suite_recording
 
 def _timed_recording(path):
     """One thread: main [0, 100 ms] calling 50 short calls of 10 us (each with a 2 us
-    callee) from 0 to 50 ms and one long call of 5 ms at 60 ms. Ticks are ns."""
+    callee) from 0 to 50 ms and one long call of 5 ms at 60 ms, with a mark at 62 ms
+    inside it. Ticks are ns."""
     ev = [(0, 1, CALL)]
     t = 1000
     for _ in range(50):
         ev += [(t, 2, CALL), (t + 2000, 4, CALL), (t + 4000, 4, RET), (t + 10000, 2, RET)]
         t += 1_000_000
-    ev += [(60_000_000, 3, CALL), (65_000_000, 3, RET), (100_000_000, 1, RET)]
+    ev += [(60_000_000, 3, CALL), (62_000_000, 5, MARK), (65_000_000, 3, RET), (100_000_000, 1, RET)]
     with RecordingWriter(str(path), lossless=True) as w:
         w.append(syn.process_info(pid=777))
         for sid, name in ((1, "main"), (2, "short"), (3, "long"), (4, "tiny")):
             w.append(syn.symbol(sid, name, "t.py", sid, kind=0, profile_name=name))
+        w.append(syn.symbol(5, "checkpoint", "", 0, kind=int(SymbolKind.Label)))
         w.append(syn.thread_start(1, ticks=0))
         w.append(syn.event_chunk(1, ev))
         w.append(syn.thread_end(1, 100_000_001, events_written=len(ev)))
@@ -384,3 +386,22 @@ for _ in range(5):
     assert len(stacks) == len(set(stacks)), [s for s in stacks if stacks.count(s) > 1][:3]
     f_lines = [l for l in lines if l.rsplit(" ", 1)[0].endswith(";f (<string>:1)")]
     assert len(f_lines) == 1 and f_lines[0].endswith(" 5"), f_lines
+
+
+def test_perfetto_filtered_call_keeps_its_start_under_a_mark(tmp_path):
+    """--min-duration defers a call's slice until it is known to last long enough; a mark
+    inside it waits too, so the slice starts where the call did (the track's clock only
+    goes forward: the mark written first moved the start of 'long' from 60 to 62 ms)."""
+    rec = tmp_path / "timed.pytrace"
+    _timed_recording(rec)
+    out = tmp_path / "out.pftrace"
+    r = _export(rec, "perfetto", out, "--min-duration", "1ms")
+    assert r.returncode == 0, r.stderr
+    _tracks, _procs, slices, instants, _n, _b = read_trace(str(out))
+    (track,) = [t for t in slices.values() if t]
+    check_nesting(track)
+    main = [s for s in track if s[0] == "main"][0]
+    long_ = [s for s in track if s[0] == "long"][0]
+    assert long_[3] - main[3] == 60_000_000 and long_[4] - long_[3] == 5_000_000, (main, long_)
+    marks = [i for t in instants.values() for i in t if i[0] == "checkpoint"]
+    assert len(marks) == 1 and marks[0][1] - main[3] == 62_000_000, marks

@@ -297,6 +297,14 @@ typedef struct block {
     uint32_t len;
 } block_t;
 
+/* Filtering perfetto: a mark or gap inside calls whose opens are deferred waits
+ * (its track's clock only goes forward: written first, it would move their
+ * starts up to it). */
+typedef struct pf_instant {
+    uint64_t ticks, lost; /* lost: a gap of this many events (sym NONE) */
+    uint32_t sym;
+} pf_instant_t;
+
 typedef struct thr {
     uint64_t number, os_tid;
     uint32_t proc; /* index in ex_t.procs */
@@ -307,6 +315,8 @@ typedef struct thr {
     uint64_t *starts;
     uint32_t depth, cap;
     uint32_t emitted; /* filtering speedscope/perfetto: stack levels whose open is written */
+    pf_instant_t *pf_wait; /* filtering perfetto: instants that wait (pf_instant_t) */
+    uint32_t pf_nwait, pf_cap_wait;
     uint64_t last;
     int have_last;
     /* speedscope */
@@ -1344,6 +1354,47 @@ static int ss_frame_of(ex_t *e, uint32_t s)
     return 0;
 }
 
+static int pf_instant_now(ex_t *e, pt_walk_thread_t *wt, uint32_t sym, uint64_t ticks, uint64_t lost)
+{
+    char name[48];
+    if (sym == NONE)
+        snprintf(name, sizeof name, "lost %llu events", (unsigned long long)lost);
+    return pf_event(e, wt, PF_INSTANT, sym, ticks, sym == NONE ? name : NULL, lost, 0);
+}
+
+/* Filtering perfetto: write the waiting instants up to `upto` ticks (all of
+ * them when no open is deferred any more), in time order. */
+static int pf_flush_waiting(ex_t *e, pt_walk_thread_t *wt, uint64_t upto, int all)
+{
+    thr_t *t = thr_of(e, wt);
+    uint32_t n = 0;
+    while (n < t->pf_nwait && (all || t->pf_wait[n].ticks <= upto)) {
+        pf_instant_t w = t->pf_wait[n++];
+        int rc = pf_instant_now(e, wt, w.sym, w.ticks, w.lost);
+        t = thr_of(e, wt);
+        if (rc)
+            return rc;
+    }
+    if (n) {
+        memmove(t->pf_wait, t->pf_wait + n, (t->pf_nwait - n) * sizeof *t->pf_wait);
+        t->pf_nwait -= n;
+    }
+    return 0;
+}
+
+/* A mark (sym) or a gap (sym NONE, lost) on perfetto's track; it waits while
+ * an open is deferred (filtering). */
+static int pf_instant(ex_t *e, pt_walk_thread_t *wt, uint32_t sym, uint64_t ticks, uint64_t lost)
+{
+    thr_t *t = thr_of(e, wt);
+    if (!e->filter || t->emitted >= t->depth)
+        return pf_instant_now(e, wt, sym, ticks, lost);
+    if (pt_grow((void **)&t->pf_wait, &t->pf_cap_wait, sizeof *t->pf_wait, t->pf_nwait + 1))
+        return -ENOMEM;
+    t->pf_wait[t->pf_nwait++] = (pf_instant_t){.ticks = ticks, .lost = lost, .sym = sym};
+    return 0;
+}
+
 /* Filtering speedscope/perfetto: the call at stack level d (just popped)
  * closes at now. One that passes writes the deferred opens of its callers and
  * itself first (at their own start times), then its close. */
@@ -1353,7 +1404,9 @@ static int leave_filtered(ex_t *e, pt_walk_thread_t *wt, uint32_t d, uint64_t no
     const proc_t *p = &e->procs[t->proc];
     if (t->emitted <= d && !passes(e, p, t->starts[d], now)) {
         e->left_out++;
-        return 0;
+        /* no open deferred any more: the instants that waited go out */
+        return e->o.format == PT_EXPORT_PERFETTO && t->emitted >= d && t->pf_nwait
+                   ? pf_flush_waiting(e, wt, 0, 1) : 0;
     }
     for (uint32_t i = t->emitted; i <= d; i++) {
         t = thr_of(e, wt);
@@ -1363,7 +1416,11 @@ static int leave_filtered(ex_t *e, pt_walk_thread_t *wt, uint32_t d, uint64_t no
             if ((rc = ss_frame_of(e, s)) == 0)
                 rc = ss_event(e, t, 'O', e->syms[s].ss_frame, ticks_ns_since_base(&e->procs[t->proc], t->starts[i]));
         } else {
-            rc = pf_event(e, wt, PF_SLICE_BEGIN, s, t->starts[i], NULL, 0, (t->stack[i] & STACK_CONTINUED) != 0);
+            uint64_t at = t->starts[i];
+            unsigned cont = (t->stack[i] & STACK_CONTINUED) != 0;
+            rc = t->pf_nwait ? pf_flush_waiting(e, wt, at, 0) : 0;
+            if (!rc)
+                rc = pf_event(e, wt, PF_SLICE_BEGIN, s, at, NULL, 0, cont);
         }
         if (rc)
             return rc;
@@ -1373,7 +1430,10 @@ static int leave_filtered(ex_t *e, pt_walk_thread_t *wt, uint32_t d, uint64_t no
     if (e->o.format == PT_EXPORT_SPEEDSCOPE)
         return ss_event(e, t, 'C', e->syms[STACK_SYM(t->stack[d])].ss_frame,
                         ticks_ns_since_base(&e->procs[t->proc], now));
-    return pf_event(e, wt, PF_SLICE_END, NONE, now, NULL, 0, 0);
+    int rc = t->pf_nwait ? pf_flush_waiting(e, wt, now, 0) : 0;
+    if (!rc)
+        rc = pf_event(e, wt, PF_SLICE_END, NONE, now, NULL, 0, 0);
+    return rc;
 }
 
 static int on_leave(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t ticks, unsigned flags)
@@ -1442,7 +1502,7 @@ static int on_instant(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t tic
         uint32_t s = sym_index(e, t->proc, id);
         if (s == NONE)
             return -ENOMEM;
-        int rc = pf_event(e, wt, PF_INSTANT, s, now, NULL, 0, 0);
+        int rc = pf_instant(e, wt, s, now, 0);
         if (rc)
             return rc;
     }
@@ -1461,7 +1521,7 @@ static int on_gap(void *ctx, pt_walk_thread_t *wt, uint64_t ticks, uint64_t lost
     if (e->o.format == PT_EXPORT_CHROME) {
         chrome_instant(e, t, "pytrace", name, now, (int64_t)(lost & INT64_MAX));
     } else if (e->o.format == PT_EXPORT_PERFETTO) {
-        int rc = pf_event(e, wt, PF_INSTANT, NONE, now, name, lost, 0);
+        int rc = pf_instant(e, wt, NONE, now, lost);
         if (rc)
             return rc;
     }
@@ -2377,6 +2437,7 @@ static void ex_free(ex_t *e)
         free(e->thr[i].sbuf);
         free(e->thr[i].blocks);
         free(e->thr[i].pf_interned);
+        free(e->thr[i].pf_wait);
     }
     free(e->thr);
     free(e->nodes);
