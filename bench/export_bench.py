@@ -6,6 +6,12 @@ nothing.
 
     python bench/export_bench.py                      # 100M events, in a temp dir
     python bench/export_bench.py --events 10e6 --workdir /tmp/pt-bench --keep
+    python bench/export_bench.py --threads 2000,5000,10000,50000   # the HTML report vs threads
+
+--threads: crafted recordings of N short threads each (a thread runs main -> work -> leaf
+once, as a program that starts a thread per task); prints the HTML report's and pstats'
+export time and the report's size per N (the report did a query over every thread's
+calls per thread: quadratic).
 
 Needs pytrace installed for this interpreter. Disk: the recording is ~16 bytes per event
 (1.6 GB for 100M); each output is written, measured and deleted before the next.
@@ -60,18 +66,68 @@ def mib(n):
     return n / (1 << 20)
 
 
+def write_threads_recording(path, threads):
+    """A recording of `threads` short threads, one after another (crafted: the messages
+    a job that starts a thread per task gives)."""
+    from pytrace.export import synthetic as syn
+    from pytrace.reader import EventKind
+    from pytrace.recording import RecordingWriter
+    call, ret = int(EventKind.Call), int(EventKind.Return)
+    with RecordingWriter(path, lossless=True) as w:
+        w.append(syn.process_info(pid=4242, command_line="python threads.py"))
+        for sid, name in ((1, "main"), (2, "work"), (3, "leaf")):
+            w.append(syn.symbol(sid, name, "threads.py", sid, kind=0, profile_name=name))
+        t = 1000
+        for n in range(1, threads + 1):
+            w.append(syn.thread_start(n, name="Thread-%d" % n, ticks=t))
+            w.append(syn.event_chunk(n, [(t + 1, 1, call), (t + 2, 2, call), (t + 3, 3, call),
+                                         (t + 50, 3, ret), (t + 60, 2, ret), (t + 70, 1, ret)]))
+            w.append(syn.thread_end(n, t + 80, events_written=6))
+            t += 100_000            # 0.1 ms apart
+        w.append(syn.producer_status(state=3, events_written=6 * threads))
+
+
+def bench_threads(counts, work):
+    py = sys.executable
+    print("%-8s %12s %12s %14s" % ("threads", "html s", "pstats s", "html MiB"))
+    for n in counts:
+        rec = os.path.join(work, "threads-%d.pytrace" % n)
+        write_threads_recording(rec, n)
+        row = [n]
+        for fmt in ("html", "pstats"):
+            out = os.path.join(work, "threads-%d.%s" % (n, fmt))
+            rc, wall, _rss, err = run_measured([py, "-m", "pytrace", "export", rec, "-f", fmt, "-o", out])
+            if rc != 0:
+                print("%s failed (exit %d): %s" % (fmt, rc, err.strip()[-300:]))
+            size = os.path.getsize(out) if os.path.exists(out) else 0
+            if os.path.exists(out):
+                os.unlink(out)
+            row += [wall, size]
+        os.unlink(rec)
+        print("%-8d %12.2f %12.2f %14.1f" % (row[0], row[1], row[3], mib(row[2])), flush=True)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--events", type=float, default=100e6, help="events to record (default 100e6)")
     p.add_argument("--workdir", default=None, help="where to put the recording (default: a temp dir)")
     p.add_argument("--keep", action="store_true", help="keep the recording")
     p.add_argument("--recording", default=None, help="export this existing recording instead")
+    p.add_argument("--threads", default=None, metavar="N,N,...",
+                   help="instead: the HTML report (and pstats) of crafted recordings of N short threads")
     args = p.parse_args()
     py = sys.executable
     print("command: %s" % " ".join(shlex.quote(a) for a in [py] + sys.argv))
     print("python:  %s" % sys.version.split()[0])
     work = args.workdir or tempfile.mkdtemp(prefix="pytrace-export-bench-")
     os.makedirs(work, exist_ok=True)
+    if args.threads:
+        try:
+            bench_threads([int(float(x)) for x in args.threads.split(",")], work)
+        finally:
+            if not args.workdir:
+                shutil.rmtree(work, ignore_errors=True)
+        return 0
     try:
         if args.recording:
             rec = args.recording

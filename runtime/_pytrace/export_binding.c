@@ -53,15 +53,20 @@ PyObject *pt_py_export(PyObject *module, PyObject *args, PyObject *kw)
 {
     (void)module;
     static char *kwlist[] = {"recording", "format", "fd", "weight_calls", "per_thread", "qualnames",
-                             "follow", "timeout", "tmp_dir", "uncompressed", "pids", NULL};
+                             "follow", "timeout", "tmp_dir", "uncompressed", "pids", "max_bytes", "max_depth",
+                             "from_ns", "to_ns", "min_duration_ns", NULL};
     PyObject *path_obj = NULL, *pids_obj = NULL;
     uint64_t pids[PT_EXPORT_MAX_PIDS];
     const char *fmt = NULL, *tmp_dir = NULL;
     int fd = -1, weight_calls = 0, per_thread = 0, qualnames = 0, follow = 0, uncompressed = 0;
     double timeout = 30.0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&si|ppppdzpO", kwlist, PyUnicode_FSConverter, &path_obj, &fmt, &fd,
-                                     &weight_calls, &per_thread, &qualnames, &follow, &timeout, &tmp_dir,
-                                     &uncompressed, &pids_obj))
+    unsigned long long max_bytes = 0;
+    unsigned int max_depth = 0;
+    long long from_ns = 0, to_ns = 0, min_duration_ns = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&si|ppppdzpOKILLL", kwlist, PyUnicode_FSConverter, &path_obj, &fmt,
+                                     &fd, &weight_calls, &per_thread, &qualnames, &follow, &timeout, &tmp_dir,
+                                     &uncompressed, &pids_obj, &max_bytes, &max_depth, &from_ns, &to_ns,
+                                     &min_duration_ns))
         return NULL;
     size_t npids = 0;
     if (pids_obj && pids_obj != Py_None) { /* pids: a sequence of ints, the processes to export */
@@ -90,7 +95,9 @@ PyObject *pt_py_export(PyObject *module, PyObject *args, PyObject *kw)
     }
     pt_export_opts_t o = {.weight_calls = weight_calls, .per_thread = per_thread, .qualnames = qualnames,
                           .follow = follow, .timeout = timeout, .tmp_dir = tmp_dir,
-                          .pf_uncompressed = uncompressed, .pids = npids ? pids : NULL, .npids = npids};
+                          .pf_uncompressed = uncompressed, .pids = npids ? pids : NULL, .npids = npids,
+                          .max_bytes = max_bytes, .max_depth = max_depth, .from_ns = from_ns, .to_ns = to_ns,
+                          .min_duration_ns = min_duration_ns};
     for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++)
         if (!strcmp(fmt, formats[i].name))
             o.format = formats[i].format;
@@ -109,6 +116,14 @@ PyObject *pt_py_export(PyObject *module, PyObject *args, PyObject *kw)
     Py_DECREF(path_obj);
     if (rc == -EINTR && pc.interrupted)
         return NULL; /* the signal handler's exception (KeyboardInterrupt) */
+    if (rc == -EFBIG && res.size_limited) { /* opts.max_bytes, not the file system */
+        PyObject *e = PyObject_CallFunction(PyExc_OSError, "is", EFBIG, "output size limit reached");
+        if (e) {
+            PyErr_SetObject(PyExc_OSError, e);
+            Py_DECREF(e);
+        }
+        return NULL;
+    }
     if (rc) {
         if (res.error[0] && !res.damaged) { /* the recording could not be opened */
             errno = -rc;
@@ -128,6 +143,10 @@ PyObject *pt_py_export(PyObject *module, PyObject *args, PyObject *kw)
     SET_U64(d, "symbols", res.symbols);
     SET_U64(d, "messages", res.messages);
     SET_U64(d, "bytes", res.bytes_written);
+    SET_U64(d, "calls_left_out", res.calls_left_out);
+    SET_U64(d, "stacks_folded", res.stacks_folded);
+    SET_U64(d, "deepest", res.deepest);
+    SET_U64(d, "span_ns", res.span_ns);
     SET_U64(d, "timed_out", res.timed_out);
     SET_U64(d, "processes", res.processes);
     SET_U64(d, "selected_processes", res.selected_processes);

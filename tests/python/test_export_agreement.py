@@ -63,8 +63,10 @@ def _pstats(path, tmp_path, names):
 def _collapsed(path, tmp_path, labels):
     from pytrace.export import main as export_main
     ns_out, calls_out = tmp_path / "n.folded", tmp_path / "c.folded"
-    assert export_main([str(path), "-f", "collapsed", "-o", str(ns_out)]) == 0
-    assert export_main([str(path), "-f", "collapsed", "--weight", "calls", "-o", str(calls_out)]) == 0
+    # whole stacks (the default cuts them at 256 frames, and a function's rows need them all)
+    assert export_main([str(path), "-f", "collapsed", "--max-depth", "0", "-o", str(ns_out)]) == 0
+    assert export_main([str(path), "-f", "collapsed", "--max-depth", "0", "--weight", "calls",
+                        "-o", str(calls_out)]) == 0
     rows = {}
 
     def stacks(p):

@@ -71,6 +71,8 @@ typedef struct obuf {
     size_t len, cap;
     int err;
     uint64_t written;
+    uint64_t max_bytes; /* 0: no limit; past it err = -EFBIG and limited = 1 */
+    int limited;
 } obuf_t;
 
 /* Write all n bytes at offset off, or at the file position (a pipe too)
@@ -92,10 +94,22 @@ static int write_all(int fd, const char *p, size_t n, int64_t off)
     return 0;
 }
 
+/* The size the user allowed (opts.max_bytes): nothing past it is written. */
+static int ob_over(obuf_t *o, size_t n)
+{
+    if (!o->max_bytes || o->written + n <= o->max_bytes)
+        return 0;
+    o->limited = 1;
+    o->err = -EFBIG;
+    return 1;
+}
+
 static void ob_flush(obuf_t *o)
 {
-    if (o->err || !o->len)
+    if (o->err || !o->len || ob_over(o, o->len)) {
+        o->len = 0; /* after an error the rest is dropped, never written past the buffer */
         return;
+    }
     o->err = write_all(o->fd, o->buf, o->len, -1);
     o->written += o->len;
     o->len = 0;
@@ -106,7 +120,7 @@ static inline void ob_put(obuf_t *o, const void *p, size_t n)
     if (o->len + n > o->cap) {
         ob_flush(o);
         if (n > o->cap) {
-            if (!o->err)
+            if (!o->err && !ob_over(o, n))
                 o->err = write_all(o->fd, p, n, -1);
             o->written += n;
             return;
@@ -266,6 +280,7 @@ typedef struct sym {
     char *folded;                /* collapsed label, cleaned */
     char *head;                  /* chrome "X" prefix */
     uint32_t ss_frame;           /* speedscope frame index */
+    uint32_t canon;              /* collapsed: the process's first symbol with this label (NONE: not yet) */
     uint32_t key;                /* pstats key index */
 } sym_t;
 
@@ -282,6 +297,14 @@ typedef struct block {
     uint32_t len;
 } block_t;
 
+/* Filtering perfetto: a mark or gap inside calls whose opens are deferred waits
+ * (its track's clock only goes forward: written first, it would move their
+ * starts up to it). */
+typedef struct pf_instant {
+    uint64_t ticks, lost; /* lost: a gap of this many events (sym NONE) */
+    uint32_t sym;
+} pf_instant_t;
+
 typedef struct thr {
     uint64_t number, os_tid;
     uint32_t proc; /* index in ex_t.procs */
@@ -291,6 +314,9 @@ typedef struct thr {
     uint32_t *stack; /* nodes (cct) or symbol indexes (chrome/speedscope) */
     uint64_t *starts;
     uint32_t depth, cap;
+    uint32_t emitted; /* filtering speedscope/perfetto: stack levels whose open is written */
+    pf_instant_t *pf_wait; /* filtering perfetto: instants that wait (pf_instant_t) */
+    uint32_t pf_nwait, pf_cap_wait;
     uint64_t last;
     int have_last;
     /* speedscope */
@@ -346,6 +372,7 @@ typedef struct ex {
     node_t *nodes;
     uint32_t nnodes, cap_nodes;
     pt_u64map_t node_map;
+    pt_u64map_t label_map; /* collapsed: (process, label hash) -> symbol index */
 
     uint32_t ss_frames;     /* speedscope frames assigned */
     uint32_t *ss_frame_sym; /* frame index -> symbol index */
@@ -360,7 +387,19 @@ typedef struct ex {
     z_stream pf_z;
     int pf_z_init;
     int pf_start_rc;
+    /* opts.from_ns/to_ns/min_duration_ns (timeline formats) */
+    int filter;
+    int have_t0;
+    int64_t t0;           /* the recording's start: the first ProcessInfo's monotonic ns */
+    uint64_t left_out;
+    uint64_t stacks_folded; /* collapsed: calling contexts below opts.max_depth */
+    uint32_t deepest;
 } ex_t;
+
+/* Filtering speedscope/perfetto: a stack level whose open is deferred keeps
+ * Perfetto's "continued" flag (walk.h) in its top bit. */
+#define STACK_CONTINUED 0x80000000u
+#define STACK_SYM(v) ((v) & ~STACK_CONTINUED)
 
 static char *dup_str(pt_fb_str_t s)
 {
@@ -456,6 +495,7 @@ static uint32_t sym_index(ex_t *e, uint32_t proc, uint32_t id)
     s->name = dup_c(buf);
     s->file = dup_c("?");
     s->ss_frame = NONE;
+    s->canon = NONE;
     if (!s->name || !s->file) {
         sym_clear(s);
         return NONE;
@@ -520,6 +560,34 @@ static uint32_t node_new_proc(ex_t *e, uint32_t proc)
     if (r != NONE)
         e->nodes[r].proc = proc;
     return r;
+}
+
+static const char *folded_label(ex_t *e, sym_t *s);
+
+/* collapsed: symbols of one process with the same label (two code objects of one
+ * function, a dataclass's generated methods) share their nodes, so each stack
+ * is one line. Labels whose hashes collide stay apart. NONE: out of memory. */
+static uint32_t folded_canon(ex_t *e, uint32_t s)
+{
+    if (e->syms[s].canon != NONE)
+        return e->syms[s].canon;
+    const char *label = folded_label(e, &e->syms[s]);
+    if (!label)
+        return NONE;
+    uint64_t h = 1469598103934665603ull ^ e->syms[s].proc; /* FNV-1a over the label */
+    for (const unsigned char *c = (const unsigned char *)label; *c; c++)
+        h = (h ^ *c) * 1099511628211ull;
+    uint32_t first = pt_u64map_get(&e->label_map, h);
+    if (first == NONE) {
+        if (pt_u64map_put(&e->label_map, h, s))
+            return NONE;
+        first = s;
+    } else if (e->syms[first].proc != e->syms[s].proc || !e->syms[first].folded ||
+               strcmp(e->syms[first].folded, label)) {
+        first = s;
+    }
+    e->syms[s].canon = first;
+    return first;
 }
 
 static int cct(const ex_t *e) { return e->o.format == PT_EXPORT_COLLAPSED || e->o.format == PT_EXPORT_PSTATS; }
@@ -612,6 +680,10 @@ static int ss_spill(ex_t *e, thr_t *t)
         return 0;
     if (pt_grow((void **)&t->blocks, &t->cap_blocks, sizeof *t->blocks, t->nblocks + 1))
         return -ENOMEM;
+    if (e->o.max_bytes && e->spill_end + t->slen > e->o.max_bytes) { /* the output would be larger */
+        e->out.limited = 1;
+        return -EFBIG;
+    }
     int rc = write_all(e->spill_fd, t->sbuf, t->slen, (int64_t)e->spill_end);
     if (rc)
         return rc;
@@ -1202,6 +1274,12 @@ static int on_enter(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t ticks
         uint32_t c = p->cache_id == id ? p->cache_child : NONE;
         if (c == NONE) {
             uint64_t key = (uint64_t)parent << 32 | id;
+            if (e->o.format == PT_EXPORT_COLLAPSED) { /* one node per label (folded_canon) */
+                uint32_t s = sym_index(e, t->proc, id);
+                if (s == NONE || (s = folded_canon(e, s)) == NONE)
+                    return -ENOMEM;
+                key = (uint64_t)parent << 32 | s;
+            }
             uint32_t *slot = pt_u64map_slot(&e->node_map, key, NONE);
             if (!slot)
                 return -ENOMEM;
@@ -1226,6 +1304,8 @@ static int on_enter(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t ticks
     uint32_t s = sym_index(e, t->proc, id);
     if (s == NONE)
         return -ENOMEM;
+    if (e->filter) /* the open is written when a call that passes closes (on_leave) */
+        return push(t, s | (flags & PT_WALK_CONTINUED ? STACK_CONTINUED : 0), now);
     if (e->o.format == PT_EXPORT_SPEEDSCOPE) {
         sym_t *sy = &e->syms[s];
         if (sy->ss_frame == NONE) {
@@ -1246,6 +1326,116 @@ static int on_enter(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t ticks
     return push(t, s, now);
 }
 
+/* ns since the recording's start (--from/--to are relative to it) */
+static int64_t rel_ns(const ex_t *e, const proc_t *p, uint64_t ticks) { return chrome_ns(p, ticks) - e->t0; }
+
+/* Does the call from start to end pass opts.from_ns/to_ns/min_duration_ns?
+ * Both tests hold for every caller of a call that passes (a caller lasts at
+ * least as long and overlaps whatever its callees overlap), so a filtered
+ * stream still nests. */
+static int passes(const ex_t *e, const proc_t *p, uint64_t start, uint64_t end)
+{
+    if ((double)(end - start) * p->ns_per_tick < (double)e->o.min_duration_ns)
+        return 0;
+    if (rel_ns(e, p, end) < e->o.from_ns)
+        return 0;
+    return e->o.to_ns <= 0 || rel_ns(e, p, start) <= e->o.to_ns;
+}
+
+static int ss_frame_of(ex_t *e, uint32_t s)
+{
+    sym_t *sy = &e->syms[s];
+    if (sy->ss_frame == NONE) {
+        if (pt_grow((void **)&e->ss_frame_sym, &e->cap_ss, sizeof *e->ss_frame_sym, e->ss_frames + 1))
+            return -ENOMEM;
+        e->ss_frame_sym[e->ss_frames] = s;
+        sy->ss_frame = e->ss_frames++;
+    }
+    return 0;
+}
+
+static int pf_instant_now(ex_t *e, pt_walk_thread_t *wt, uint32_t sym, uint64_t ticks, uint64_t lost)
+{
+    char name[48];
+    if (sym == NONE)
+        snprintf(name, sizeof name, "lost %llu events", (unsigned long long)lost);
+    return pf_event(e, wt, PF_INSTANT, sym, ticks, sym == NONE ? name : NULL, lost, 0);
+}
+
+/* Filtering perfetto: write the waiting instants up to `upto` ticks (all of
+ * them when no open is deferred any more), in time order. */
+static int pf_flush_waiting(ex_t *e, pt_walk_thread_t *wt, uint64_t upto, int all)
+{
+    thr_t *t = thr_of(e, wt);
+    uint32_t n = 0;
+    while (n < t->pf_nwait && (all || t->pf_wait[n].ticks <= upto)) {
+        pf_instant_t w = t->pf_wait[n++];
+        int rc = pf_instant_now(e, wt, w.sym, w.ticks, w.lost);
+        t = thr_of(e, wt);
+        if (rc)
+            return rc;
+    }
+    if (n) {
+        memmove(t->pf_wait, t->pf_wait + n, (t->pf_nwait - n) * sizeof *t->pf_wait);
+        t->pf_nwait -= n;
+    }
+    return 0;
+}
+
+/* A mark (sym) or a gap (sym NONE, lost) on perfetto's track; it waits while
+ * an open is deferred (filtering). */
+static int pf_instant(ex_t *e, pt_walk_thread_t *wt, uint32_t sym, uint64_t ticks, uint64_t lost)
+{
+    thr_t *t = thr_of(e, wt);
+    if (!e->filter || t->emitted >= t->depth)
+        return pf_instant_now(e, wt, sym, ticks, lost);
+    if (pt_grow((void **)&t->pf_wait, &t->pf_cap_wait, sizeof *t->pf_wait, t->pf_nwait + 1))
+        return -ENOMEM;
+    t->pf_wait[t->pf_nwait++] = (pf_instant_t){.ticks = ticks, .lost = lost, .sym = sym};
+    return 0;
+}
+
+/* Filtering speedscope/perfetto: the call at stack level d (just popped)
+ * closes at now. One that passes writes the deferred opens of its callers and
+ * itself first (at their own start times), then its close. */
+static int leave_filtered(ex_t *e, pt_walk_thread_t *wt, uint32_t d, uint64_t now)
+{
+    thr_t *t = thr_of(e, wt);
+    const proc_t *p = &e->procs[t->proc];
+    if (t->emitted <= d && !passes(e, p, t->starts[d], now)) {
+        e->left_out++;
+        /* no open deferred any more: the instants that waited go out */
+        return e->o.format == PT_EXPORT_PERFETTO && t->emitted >= d && t->pf_nwait
+                   ? pf_flush_waiting(e, wt, 0, 1) : 0;
+    }
+    for (uint32_t i = t->emitted; i <= d; i++) {
+        t = thr_of(e, wt);
+        uint32_t s = STACK_SYM(t->stack[i]);
+        int rc;
+        if (e->o.format == PT_EXPORT_SPEEDSCOPE) {
+            if ((rc = ss_frame_of(e, s)) == 0)
+                rc = ss_event(e, t, 'O', e->syms[s].ss_frame, ticks_ns_since_base(&e->procs[t->proc], t->starts[i]));
+        } else {
+            uint64_t at = t->starts[i];
+            unsigned cont = (t->stack[i] & STACK_CONTINUED) != 0;
+            rc = t->pf_nwait ? pf_flush_waiting(e, wt, at, 0) : 0;
+            if (!rc)
+                rc = pf_event(e, wt, PF_SLICE_BEGIN, s, at, NULL, 0, cont);
+        }
+        if (rc)
+            return rc;
+    }
+    t = thr_of(e, wt);
+    t->emitted = d;
+    if (e->o.format == PT_EXPORT_SPEEDSCOPE)
+        return ss_event(e, t, 'C', e->syms[STACK_SYM(t->stack[d])].ss_frame,
+                        ticks_ns_since_base(&e->procs[t->proc], now));
+    int rc = t->pf_nwait ? pf_flush_waiting(e, wt, now, 0) : 0;
+    if (!rc)
+        rc = pf_event(e, wt, PF_SLICE_END, NONE, now, NULL, 0, 0);
+    return rc;
+}
+
 static int on_leave(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t ticks, unsigned flags)
 {
     (void)id;
@@ -1258,6 +1448,8 @@ static int on_leave(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t ticks
     t->depth--;
     if (cct(e))
         return 0;
+    if (e->filter && e->o.format != PT_EXPORT_CHROME)
+        return leave_filtered(e, wt, t->depth, now);
     sym_t *s = &e->syms[t->stack[t->depth]];
     if (e->o.format == PT_EXPORT_SPEEDSCOPE)
         return ss_event(e, t, 'C', s->ss_frame, ticks_ns_since_base(&e->procs[t->proc], now));
@@ -1270,6 +1462,10 @@ static int on_leave(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t ticks
     obuf_t *o = &e->out;
     uint64_t start = t->starts[t->depth];
     const proc_t *p = &e->procs[t->proc];
+    if (e->filter && !passes(e, p, start, now)) {
+        e->left_out++;
+        return 0;
+    }
     int64_t ts = chrome_ns(p, start);
     ob_puts(o, head);
     ob_puts(o, ",\"tid\":");
@@ -1283,11 +1479,20 @@ static int on_leave(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t ticks
     return o->err;
 }
 
+/* A mark or a gap: written when it falls in [from_ns, to_ns]. */
+static int in_range(const ex_t *e, const proc_t *p, uint64_t at)
+{
+    int64_t r = rel_ns(e, p, at);
+    return r >= e->o.from_ns && (e->o.to_ns <= 0 || r <= e->o.to_ns);
+}
+
 static int on_instant(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t ticks)
 {
     ex_t *e = ctx;
     thr_t *t = thr_of(e, wt);
     uint64_t now = account(e, t, ticks);
+    if (e->filter && !in_range(e, &e->procs[t->proc], now))
+        return 0;
     if (e->o.format == PT_EXPORT_CHROME) {
         uint32_t s = sym_index(e, t->proc, id);
         if (s == NONE)
@@ -1297,7 +1502,7 @@ static int on_instant(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t tic
         uint32_t s = sym_index(e, t->proc, id);
         if (s == NONE)
             return -ENOMEM;
-        int rc = pf_event(e, wt, PF_INSTANT, s, now, NULL, 0, 0);
+        int rc = pf_instant(e, wt, s, now, 0);
         if (rc)
             return rc;
     }
@@ -1309,12 +1514,14 @@ static int on_gap(void *ctx, pt_walk_thread_t *wt, uint64_t ticks, uint64_t lost
     ex_t *e = ctx;
     thr_t *t = thr_of(e, wt);
     uint64_t now = account(e, t, ticks);
+    if (e->filter && !in_range(e, &e->procs[t->proc], now))
+        return 0;
     char name[48];
     snprintf(name, sizeof name, "lost %llu events", (unsigned long long)lost);
     if (e->o.format == PT_EXPORT_CHROME) {
         chrome_instant(e, t, "pytrace", name, now, (int64_t)(lost & INT64_MAX));
     } else if (e->o.format == PT_EXPORT_PERFETTO) {
-        int rc = pf_event(e, wt, PF_INSTANT, NONE, now, name, lost, 0);
+        int rc = pf_instant(e, wt, NONE, now, lost);
         if (rc)
             return rc;
     }
@@ -1370,6 +1577,10 @@ static int feed_process_info(ex_t *e, proc_t *p, const pt_fb_process_info_t *in)
     }
     p->have_pinfo = 1;
     p->pinfo = *in;
+    if (!e->have_t0) {
+        e->have_t0 = 1;
+        e->t0 = (int64_t)in->base_monotonic_ns;
+    }
     p->command_line = cl;
     p->python_version = pv;
     p->base_ticks = in->base_ticks;
@@ -1507,12 +1718,43 @@ static const char *folded_label(ex_t *e, sym_t *s)
     return b;
 }
 
+static uint64_t folded_value(const ex_t *e, const node_t *nd)
+{
+    return e->o.weight_calls ? nd->calls : (uint64_t)llround((double)nd->self * e->procs[nd->proc].ns_per_tick);
+}
+
+/* The calling contexts below n (opts.max_depth): their weight added up, how
+ * many there are, and the deepest (frames below n); no stack (parent links). */
+static uint64_t fold_below(ex_t *e, uint32_t n, uint64_t *count, uint32_t *below)
+{
+    uint64_t sum = 0;
+    uint32_t depth = 0, c = e->nodes[n].first_child;
+    while (c != NONE) {
+        depth++;
+        if (depth > *below)
+            *below = depth;
+        sum += folded_value(e, &e->nodes[c]);
+        (*count)++;
+        if (e->nodes[c].first_child != NONE) {
+            c = e->nodes[c].first_child;
+            continue;
+        }
+        while (c != n && e->nodes[c].next_sibling == NONE) {
+            c = e->nodes[c].parent;
+            depth--;
+        }
+        c = c == n ? NONE : e->nodes[c].next_sibling;
+    }
+    return sum;
+}
+
 static int write_collapsed(ex_t *e)
 {
     obuf_t *o = &e->out;
     char *path = NULL;
     size_t plen = 0, pcap = 0;
     uint32_t *lens = NULL, nl = 0, cap_l = 0;
+    uint32_t *frames = NULL; /* frames on the path at each level (thread and process roots are none) */
     int rc = 0;
     /* iterative DFS from the root: path holds the names of the current node's ancestors */
     uint32_t n = e->nnodes > 1 ? e->nodes[0].first_child : NONE;
@@ -1549,7 +1791,9 @@ static int write_collapsed(ex_t *e)
         size_t ll = strlen(label);
         int heap_label = nd->sym == NONE && nd->thread != NONE && label != tb;
         /* enter n: path += (";" if nonempty) + label */
-        if (pt_grow((void **)&lens, &cap_l, sizeof *lens, nl + 1))
+        uint32_t cap_f = cap_l;
+        if (pt_grow((void **)&lens, &cap_l, sizeof *lens, nl + 1) ||
+            pt_grow((void **)&frames, &cap_f, sizeof *frames, nl + 1))
             rc = -ENOMEM;
         if (!rc && plen + ll + 2 > pcap) {
             size_t nc = pcap ? pcap : 4096;
@@ -1568,6 +1812,10 @@ static int write_collapsed(ex_t *e)
                 free((void *)label);
             break;
         }
+        uint32_t depth = (nl ? frames[nl - 1] : 0) + (nd->sym != NONE);
+        frames[nl] = depth;
+        if (depth > e->deepest)
+            e->deepest = depth;
         lens[nl++] = (uint32_t)plen;
         if (ll) {
             if (plen)
@@ -1578,8 +1826,7 @@ static int write_collapsed(ex_t *e)
         if (heap_label)
             free((void *)label);
         if (nd->sym != NONE) {
-            uint64_t value = e->o.weight_calls ? nd->calls
-                                               : (uint64_t)llround((double)nd->self * e->procs[nd->proc].ns_per_tick);
+            uint64_t value = folded_value(e, nd);
             if (value) {
                 ob_put(o, path, plen);
                 ob_putc(o, ' ');
@@ -1591,7 +1838,25 @@ static int write_collapsed(ex_t *e)
                 }
             }
         }
-        if (nd->first_child != NONE) {
+        /* opts.max_depth: what ran below is one line under a marker (a deep
+         * recursion wrote a line per level, each as long as its depth) */
+        if (e->o.max_depth && depth >= e->o.max_depth && nd->first_child != NONE) {
+            uint32_t below = 0;
+            uint64_t value = fold_below(e, n, &e->stacks_folded, &below);
+            if (depth + below > e->deepest)
+                e->deepest = depth + below;
+            if (value) {
+                ob_put(o, path, plen);
+                ob_puts(o, ";[deeper frames] ");
+                ob_u64(o, value);
+                ob_putc(o, '\n');
+                if (o->err) {
+                    rc = o->err;
+                    break;
+                }
+            }
+        }
+        if (nd->first_child != NONE && !(e->o.max_depth && depth >= e->o.max_depth)) {
             n = nd->first_child;
             continue;
         }
@@ -1609,6 +1874,7 @@ static int write_collapsed(ex_t *e)
     }
     free(path);
     free(lens);
+    free(frames);
     return rc;
 }
 
@@ -2171,10 +2437,12 @@ static void ex_free(ex_t *e)
         free(e->thr[i].sbuf);
         free(e->thr[i].blocks);
         free(e->thr[i].pf_interned);
+        free(e->thr[i].pf_wait);
     }
     free(e->thr);
     free(e->nodes);
     pt_u64map_free(&e->node_map);
+    pt_u64map_free(&e->label_map);
     free(e->ss_frame_sym);
     for (uint32_t i = 0; i < e->nprocs; i++) {
         free(e->procs[i].command_line);
@@ -2203,8 +2471,11 @@ int pt_export_file(const char *recording, int out_fd, const pt_export_opts_t *op
     int rc = -ENOMEM;
     e->out.fd = out_fd;
     e->out.cap = OUT_BUF_BYTES;
+    e->out.max_bytes = opts->max_bytes;
+    e->filter = !cct(e) && (opts->from_ns > 0 || opts->to_ns > 0 || opts->min_duration_ns > 0);
     e->out.buf = malloc(OUT_BUF_BYTES);
     if (!e->out.buf || pt_u64map_init(&e->sym_map, 1024) || pt_u64map_init(&e->node_map, 4096) ||
+        pt_u64map_init(&e->label_map, 1024) ||
         pt_u64map_init(&e->proc_map, 16) || pt_walk_create(&ex_ops, e, &e->walk))
         goto out;
     if (cct(e) && node_new(e, NONE, NONE, NONE) != 0)
@@ -2322,6 +2593,20 @@ int pt_export_file(const char *recording, int out_fd, const pt_export_opts_t *op
         st->events_untraced += p->status.events_untraced;
     }
     res->have_status = with_status > 0;
+    int64_t first_ns = 0, last_ns = 0;
+    int have_span = 0;
+    for (uint32_t i = 0; i < e->nprocs; i++) {
+        const proc_t *p = &e->procs[i];
+        if (!p->selected || !p->have_pinfo || !p->have_latest)
+            continue;
+        int64_t a = (int64_t)p->pinfo.base_monotonic_ns, b = chrome_ns(p, p->latest);
+        if (!have_span || a < first_ns)
+            first_ns = a;
+        if (!have_span || b > last_ns)
+            last_ns = b;
+        have_span = 1;
+    }
+    res->span_ns = have_span && last_ns > first_ns ? (uint64_t)(last_ns - first_ns) : 0;
     res->processes = 0;
     for (uint32_t i = 0; i < e->nprocs; i++) {
         res->processes += e->procs[i].seen;
@@ -2352,6 +2637,10 @@ int pt_export_file(const char *recording, int out_fd, const pt_export_opts_t *op
     }
 out:
     res->bytes_written = e->out.written;
+    res->size_limited = e->out.limited;
+    res->calls_left_out = e->left_out;
+    res->stacks_folded = e->stacks_folded;
+    res->deepest = e->deepest;
     pt_recfile_close(rf);
     ex_free(e);
     return rc;

@@ -16,7 +16,8 @@
  * temporary file (in opts.tmp_dir) and copies them out at the end.
  *
  * Errors: 0, or a negative errno (-ENOMEM; -EINTR when progress() asked to
- * stop; -EPIPE and other write(2) errors of the output; -EINVAL for options).
+ * stop; -EPIPE and other write(2) errors of the output; -EFBIG past
+ * opts.max_bytes; -EINVAL for options).
  * Damage in the recording is not an error of the call: everything before it
  * is exported, and res->damaged, res->error and res->error_offset say where.
  */
@@ -53,6 +54,16 @@ typedef struct pt_export_opts {
      * PROCESSES); npids 0: every process. */
     const uint64_t *pids;
     size_t npids;
+    /* Refuse to write more than this many bytes: the export stops with -EFBIG
+     * and res->size_limited set (0: no limit). */
+    uint64_t max_bytes;
+    /* collapsed: stacks deeper than this many frames are cut there, what ran
+     * below added up under a "[deeper frames]" marker (0: no limit). */
+    uint32_t max_depth;
+    /* chrome, speedscope, perfetto: only calls that overlap [from_ns, to_ns]
+     * (ns since the recording's start; to_ns 0: its end) and last at least
+     * min_duration_ns; the others are counted in res->calls_left_out. */
+    int64_t from_ns, to_ns, min_duration_ns;
     /* Called every few thousand messages and while waiting; non-zero stops
      * the export with -EINTR. May be NULL. */
     int (*progress)(void *ctx);
@@ -76,6 +87,12 @@ typedef struct pt_export_result {
     pt_fb_producer_status_t status; /* the last ProducerStatus; several processes: each one's
                                        last, counters added, the least advanced state */
     uint64_t bytes_written;
+    int size_limited;            /* stopped at opts.max_bytes (rc -EFBIG) */
+    uint64_t calls_left_out;     /* opts.from_ns/to_ns/min_duration_ns left them out */
+    uint64_t stacks_folded;      /* collapsed: calling contexts below opts.max_depth */
+    uint32_t deepest;            /* collapsed: the deepest stack, in frames */
+    uint64_t span_ns;            /* the exported processes' wall span: the earliest start
+                                    (ProcessInfo) to the latest tick */
     uint32_t processes;          /* in the stream (Message.process numbers seen) */
     uint32_t selected_processes; /* exported (opts.pids) */
     uint32_t npids;              /* pids of the first PT_EXPORT_MAX_PIDS processes with a ProcessInfo */

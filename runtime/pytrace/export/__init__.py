@@ -8,6 +8,8 @@
     pytrace export out.pytrace -f pstats --qualnames -o profile.pstats # keyed by qualified names
     pytrace export all.pytrace -f pstats --pid 4242 -o rank0.pstats   # one process of several
     pytrace export out.pytrace --format html       -o report.html      # a browser, offline
+    pytrace export out.pytrace -f chrome --from 2 --to 3 --min-duration 1ms -o t.json  # a part
+    pytrace export out.pytrace -f collapsed --max-depth 0 --max-size 0 -o all.folded  # no limits
 
 The exporters are C (viewer/core/export.c, through _pytrace.export): the recording is
 read message by message and turned into stacks by the walk every reader shares
@@ -24,13 +26,28 @@ process chooser; pstats and collapsed add them up; every format takes only the p
 of `--pid PID` (repeatable) when given.
 """
 
+import errno
 import os
 import sys
 
 from ..cmdline import ArgumentParser
 from ..recording import HEADER_BYTES, RecordingError, read_header
 
-__all__ = ["main", "export", "FORMATS", "ExportResult"]
+__all__ = ["main", "export", "FORMATS", "ExportResult", "OutputTooLarge"]
+
+# What export writes unless asked for more (--max-size): a deep recursion's collapsed
+# stacks or a long job's Chrome JSON grow past anything a viewer loads, and filled disks.
+DEFAULT_MAX_BYTES = 1 << 30
+# collapsed: stacks deeper than this are cut there (a "[deeper frames]" line holds what
+# ran below): each line is as long as its stack, so a deep recursion was quadratic.
+DEFAULT_MAX_DEPTH = 256
+# Past this a JSON trace is more than viewers load: chrome://tracing stops at 256 MB
+# (google/trace-viewer#627); the Perfetto UI works in about 2 GB of browser memory, a
+# trace taking 2-4x its size there (perfetto.dev/docs/visualization/large-traces; a
+# 900 MB JSON crashed it, google/perfetto#99); speedscope parses the whole file as one
+# JavaScript string (V8: at most 2**29 - 24 characters).
+VIEWER_JSON_BYTES = 256 << 20
+_TIMELINE = ("chrome", "speedscope", "perfetto")
 
 FORMATS = ("perfetto", "chrome", "speedscope", "collapsed", "pstats", "html", "perfetto-json")
 # "perfetto-json" is the old name of the Chrome JSON (kept for a release, with a note).
@@ -54,6 +71,50 @@ class _Status:
         self.__dict__.update(values)
 
 
+class OutputTooLarge(ValueError):
+    """The export stopped at max_bytes (--max-size); nothing was written."""
+
+
+def _size_text(n):
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return "%.3g %s" % (n / size, unit)
+    return "%d bytes" % n
+
+
+def _parse_size(text):
+    """--max-size: bytes, or with a K/M/G suffix (powers of 1024); 0 = no limit."""
+    t = text.strip().upper().rstrip("B").rstrip("I")
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
+    if mult > 1:
+        t = t[:-1]
+    try:
+        v = float(t)
+    except ValueError:
+        raise ValueError("--max-size %r: give bytes or a size like 500M or 2G (0: no limit)" % text) from None
+    if not v >= 0:
+        raise ValueError("--max-size %r: a size is not negative" % text)
+    return int(v * mult)
+
+
+def _parse_seconds(text, option):
+    """--from/--to/--min-duration: seconds, or with a unit (s, ms, us, ns)."""
+    t = text.strip().lower()
+    for unit, scale in (("ns", 1e-9), ("us", 1e-6), ("ms", 1e-3), ("s", 1.0)):
+        if t.endswith(unit):
+            t, mult = t[:-len(unit)], scale
+            break
+    else:
+        mult = 1.0
+    try:
+        v = float(t) * mult
+    except ValueError:
+        raise ValueError("%s %r: give seconds (2.5) or a time with a unit (250ms, 40us)" % (option, text)) from None
+    if not v >= 0:
+        raise ValueError("%s %r: a time here is not negative" % (option, text))
+    return v
+
+
 class ExportResult:
     """What an export read: events, lost_events (gaps marked in the stream), unmatched,
     threads and symbols (counts), producer_status (the last ProducerStatus or None)."""
@@ -68,25 +129,37 @@ class ExportResult:
         self.processes = d.get("processes", 1)              # processes in the recording
         self.selected_processes = d.get("selected_processes", 1)  # exported (pids=)
         self.pids = list(d.get("pids", ()))                 # their pids (ProcessInfo order)
+        self.bytes = d.get("bytes", 0)                      # the output's size
+        self.calls_left_out = d.get("calls_left_out", 0)    # --from/--to/--min-duration
+        self.stacks_folded = d.get("stacks_folded", 0)      # collapsed: below max_depth
+        self.deepest = d.get("deepest", 0)                  # collapsed: the deepest stack
+        self.span_ns = d.get("span_ns", 0)                  # the processes' wall span
         self.producer_status = _Status(d["status"]) if "status" in d else None
 
 
 def export(recording, fmt, output, weight="ns", per_thread=False, follow=False, timeout=30.0,
-           qualnames=False, uncompressed=False, pids=None):
+           qualnames=False, uncompressed=False, pids=None, max_bytes=DEFAULT_MAX_BYTES,
+           max_depth=DEFAULT_MAX_DEPTH, start=None, end=None, min_duration=None):
     """Export `recording` to `output` (a path, or "-" for stdout). pstats keys are
     cProfile's, or with qualnames=True pytrace's qualified names. perfetto packets are
     zlib-compressed in batches (compressed_packets) unless uncompressed=True. A recording
     of several processes (a process tree, a merge) exports all of them, or with pids=[...]
-    only the processes with those pids. Returns the ExportResult and the RecordingError
-    that stopped the read early, or None."""
+    only the processes with those pids. The output stops at max_bytes (0: no limit) with
+    OutputTooLarge and nothing written; collapsed stacks are cut at max_depth frames (0: no
+    limit). The timeline formats (chrome, speedscope, perfetto) take only the calls that
+    overlap [start, end] (seconds since the recording's start) and last min_duration seconds
+    or more. A failed write raises OSError naming `output`; nothing is left there. Returns
+    the ExportResult and the RecordingError that stopped the read early, or None."""
     from .. import _output, _pytrace
     fmt = _ALIASES.get(fmt, fmt)
     if fmt not in FORMATS:
         raise ValueError("unknown format %r (choose from %s)" % (fmt, ", ".join(FORMATS)))
     if weight not in ("ns", "calls"):
         raise ValueError("weight must be 'ns' or 'calls'")
+    if (start or end or min_duration) and fmt not in _TIMELINE:
+        raise ValueError("--from, --to and --min-duration are for the timeline formats (%s)" % ", ".join(_TIMELINE))
     if fmt == "html":
-        return _export_html(recording, output, pids)
+        return _export_html(recording, output, pids, max_bytes)
     binary = fmt in _BINARY
     tmp = None
     if output == "-":
@@ -114,10 +187,17 @@ def export(recording, fmt, output, weight="ns", per_thread=False, follow=False, 
                                 qualnames=qualnames, follow=follow, timeout=timeout,
                                 tmp_dir=tmp_dir,
                                 uncompressed=bool(uncompressed) and fmt == "perfetto",
-                                pids=list(pids) if pids else None)
+                                pids=list(pids) if pids else None, max_bytes=int(max_bytes or 0),
+                                max_depth=int(max_depth or 0) if fmt == "collapsed" else 0,
+                                from_ns=int(round((start or 0) * 1e9)), to_ns=int(round((end or 0) * 1e9)),
+                                min_duration_ns=int(round((min_duration or 0) * 1e9)))
         except OSError as e:
             if e.errno == 32:       # EPIPE: `pytrace export ... -o - | head`
                 raise BrokenPipeError(e.errno, e.strerror) from None
+            if e.errno == errno.EFBIG and e.strerror == "output size limit reached":
+                raise OutputTooLarge(_too_large(output, fmt, max_bytes)) from None
+            if e.errno is not None and e.filename is None:   # a write of the output failed
+                raise OSError(e.errno, e.strerror, output) from None
             raise
         finally:
             if f is not None:
@@ -159,7 +239,18 @@ class _HtmlResult:
         self.past_process_limit = (c["process_limit"], c["messages_past_process_limit"])
 
 
-def _export_html(recording, output, pids=None):
+def _too_large(output, fmt, max_bytes):
+    where = "what reached stdout is incomplete" if output == "-" else "nothing written to %s" % output
+    narrow = {"chrome": "; or narrow it with --from/--to, --min-duration or --pid, or use --format perfetto "
+                        "(10-30x smaller)",
+              "speedscope": "; or narrow it with --from/--to, --min-duration or --pid, or use --format perfetto",
+              "perfetto": "; or narrow it with --from/--to, --min-duration or --pid",
+              "collapsed": "; or lower --max-depth"}.get(fmt, "")
+    return ("the %s output would be larger than %s; %s. Raise the limit with --max-size SIZE (0: none)%s"
+            % (fmt, _size_text(max_bytes), where, narrow))
+
+
+def _export_html(recording, output, pids=None, max_bytes=DEFAULT_MAX_BYTES):
     """The HTML report: the recording read into a pytrace.Profile (the C aggregation),
     its pictures embedded in the page of pytrace.web; every process of a recording of
     several (each its own pictures, a chooser), or those of `pids`. A damaged recording
@@ -202,17 +293,28 @@ def _export_html(recording, output, pids=None):
             ", ".join("pid %d" % e.pid for e in entries) or "none", beyond))
     title = os.path.basename(os.fspath(recording))
     report = web_data.report_data(prof, title, processes=[e.index for e in shown])
+    if error is not None:       # shown on the page, in every process's status line
+        damage = "damaged at byte offset %d: %s; the report shows everything before it" % (
+            error.offset, error.reason)
+        for part in [report] + list(report.get("procs", {}).values()):
+            part["status"]["damage"] = damage
     text, _csp = page.build(report, "pytrace: " + title, live=False)
+    data = text.encode("utf-8")
+    if max_bytes and len(data) > max_bytes:
+        raise OutputTooLarge(_too_large(output, "html", max_bytes))
     if output == "-":
-        sys.stdout.write(text)
+        sys.stdout.buffer.write(data)
         sys.stdout.flush()
     else:
         if _output.same_file(recording, output):
             raise ValueError("the output %s is the input recording; choose another path" % output)
         f, tmp = _output.create(output, binary=True)
         try:
-            with f:
-                f.write(text.encode("utf-8"))
+            try:
+                with f:
+                    f.write(data)
+            except OSError as e:
+                raise OSError(e.errno, e.strerror, output) from None
             _output.commit(tmp, output)
         except BaseException:
             _output.discard(tmp)
@@ -233,6 +335,23 @@ def _status_of(status, tags):
             if isinstance(v, int) and k != "state" and k in out and isinstance(out[k], int):
                 out[k] += v
     return _Status(out)
+
+
+def _say_pstats_total(path, result):
+    """pstats' header ("N function calls in T seconds") gives T = the self time of every
+    function added up: over all threads and processes, so a 14 s job of several processes
+    shows 73.8 s. pstats computes it from the rows; say what it is beside the job's span."""
+    import pstats
+    try:
+        total = pstats.Stats(path).total_tt
+    except Exception:       # the file was written by us; a failure here is not the export's
+        return
+    span = result.span_ns / 1e9
+    if span and total > span * 1.05:
+        print("pytrace export: pstats' header time (%.3f s) is the self time of every function added "
+              "up over %d threads%s; the job ran %.3f s (its wall span)" % (
+                  total, result.threads, " of %d processes" % result.selected_processes
+                  if result.selected_processes > 1 else "", span), file=sys.stderr)
 
 
 def _guess_format(output):
@@ -268,6 +387,20 @@ def main(argv=None):
                    help="a recording of several processes: export only the process with this "
                         "pid (repeat for more; default: every process, pstats and collapsed "
                         "add them together)")
+    p.add_argument("--max-size", default="1G", metavar="SIZE",
+                   help="refuse to write more than SIZE (bytes, or 500M, 2G; default 1G, 0: no limit): "
+                        "the export stops and leaves nothing")
+    p.add_argument("--max-depth", type=int, default=DEFAULT_MAX_DEPTH, metavar="N",
+                   help="collapsed: cut stacks at N frames, what ran deeper added up under a "
+                        "'[deeper frames]' frame (default %d, 0: no limit)" % DEFAULT_MAX_DEPTH)
+    p.add_argument("--from", dest="start", metavar="SECONDS",
+                   help="chrome, speedscope, perfetto: only calls that end after this time "
+                        "(seconds since the recording's start, or 250ms ...)")
+    p.add_argument("--to", dest="end", metavar="SECONDS",
+                   help="chrome, speedscope, perfetto: only calls that begin before this time")
+    p.add_argument("--min-duration", metavar="SECONDS",
+                   help="chrome, speedscope, perfetto: leave out calls shorter than this (e.g. 1ms); "
+                        "they are counted")
     p.add_argument("--follow", action="store_true",
                    help="read a recording that is still being written, until the job ends")
     p.add_argument("--timeout", type=float, default=30.0,
@@ -287,6 +420,20 @@ def main(argv=None):
         p.error("--qualnames is for --format pstats")
     if args.uncompressed and fmt != "perfetto":
         p.error("--uncompressed is for --format perfetto")
+    try:
+        max_bytes = _parse_size(args.max_size)
+        start = _parse_seconds(args.start, "--from") if args.start is not None else None
+        end = _parse_seconds(args.end, "--to") if args.end is not None else None
+        min_duration = (_parse_seconds(args.min_duration, "--min-duration")
+                        if args.min_duration is not None else None)
+    except ValueError as e:
+        p.error(str(e))
+    if (start or end or min_duration) and fmt not in _TIMELINE:
+        p.error("--from, --to and --min-duration are for --format %s" % ", ".join(_TIMELINE))
+    if start is not None and end is not None and end <= start:
+        p.error("--to (%g s) must come after --from (%g s)" % (end, start))
+    if args.max_depth < 0:
+        p.error("--max-depth is 0 (no limit) or more")
     if not args.follow:
         # A file that is not a recording at all gets one line and no output file.
         try:
@@ -303,7 +450,8 @@ def main(argv=None):
         walker, error = export(args.recording, fmt, args.output, weight=args.weight,
                                per_thread=args.per_thread, follow=args.follow, timeout=args.timeout,
                                qualnames=args.qualnames, uncompressed=args.uncompressed,
-                               pids=args.pid)
+                               pids=args.pid, max_bytes=max_bytes, max_depth=args.max_depth,
+                               start=start, end=end, min_duration=min_duration)
     except RecordingError as e:       # damage before anything could be read (header)
         print("pytrace export: %s" % e, file=sys.stderr)
         return 1
@@ -315,7 +463,16 @@ def main(argv=None):
             sys.stdout = None
         finally:
             return 1
-    except (OSError, ValueError) as e:
+    except OSError as e:
+        if e.filename == args.output:     # a write of the output failed (a full disk ...)
+            left = ("what reached stdout is incomplete" if args.output == "-" else
+                    "nothing written (the partial file was removed)")
+            print("pytrace export: writing %s failed: %s; %s" % (
+                "stdout" if args.output == "-" else args.output, e.strerror or e, left), file=sys.stderr)
+        else:
+            print("pytrace export: %s" % e, file=sys.stderr)
+        return 1
+    except ValueError as e:
         print("pytrace export: %s" % e, file=sys.stderr)
         return 1
     where = "stdout" if args.output == "-" else args.output
@@ -325,6 +482,25 @@ def main(argv=None):
             ", ".join(str(x) for x in walker.pids)), file=sys.stderr)
     print("pytrace export: %d events, %d threads, %d symbols -> %s (%s)" % (
         walker.events, walker.threads, walker.symbols, where, fmt), file=sys.stderr)
+    left_out = getattr(walker, "calls_left_out", 0)
+    if left_out:
+        print("pytrace export: %d calls left out (%s)" % (left_out, ", ".join(
+            x for x in ("--from" if start else "", "--to" if end else "",
+                        "--min-duration %s" % args.min_duration if min_duration else "") if x)),
+              file=sys.stderr)
+    if getattr(walker, "stacks_folded", 0):
+        print("pytrace export: %d stacks deeper than %d frames (the deepest: %d) were cut at %d, what ran "
+              "below added up under '[deeper frames]'; --max-depth 0 writes them whole" % (
+                  walker.stacks_folded, args.max_depth, walker.deepest, args.max_depth), file=sys.stderr)
+    size = getattr(walker, "bytes", 0)
+    if fmt in ("chrome", "speedscope") and size > VIEWER_JSON_BYTES:
+        print("pytrace export: %s is %s, more than %s; --format perfetto is 10-30x smaller "
+              "(ui.perfetto.dev, or trace_processor --httpd for the biggest), or narrow it with "
+              "--from/--to or --min-duration" % (
+                  where, _size_text(size),
+                  "chrome://tracing loads (256 MB) and the Perfetto UI's JSON import handles well"
+                  if fmt == "chrome" else "speedscope.app handles well (it parses the file whole)"),
+              file=sys.stderr)
     limit, past = getattr(walker, "past_process_limit", (0, 0))
     if past:
         print("pytrace export: the report holds the first %d processes; %d messages of further ones "
@@ -346,6 +522,8 @@ def main(argv=None):
         lost = describe(walker.producer_status, OTHER_LOSSES)
         if lost:
             print("pytrace export: the traced job also lost: %s" % lost, file=sys.stderr)
+    if fmt == "pstats" and walker.events and args.output != "-":
+        _say_pstats_total(args.output, walker)
     if fmt == "pstats" and not walker.events:
         print("pytrace export: the recording holds no calls; pstats.Stats refuses an empty "
               "profile", file=sys.stderr)

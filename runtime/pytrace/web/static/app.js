@@ -260,8 +260,9 @@
       ctx.fillRect(LABEL_W, i * TL_ROW, width - LABEL_W, TL_ROW - 2);
     });
     const cellNs = tl.slice_ns * group;
+    const row = new Map(threadIds.map((th, i) => [th, i]));   // indexOf per cell was quadratic
     for (const c of state.cells.values()) {
-      const i = threadIds.indexOf(c[1]);
+      const i = row.has(c[1]) ? row.get(c[1]) : -1;
       const k = Math.floor((c[0] - first) / group);
       if (i < 0 || k < 0) continue;
       const s = sym(c[2]);
@@ -341,6 +342,8 @@
     const el = $("status");
     const parts = [];
     if (state.error) parts.push(state.error);
+    // a damaged recording: the report shows everything before the damage, and says where
+    if (s.damage) parts.push("DAMAGED RECORDING: " + s.damage);
     if (LIVE) {
       parts.push(s.state || "connecting", fmtCount(s.events_per_second || 0) + " events/s");
       if (state.paused) parts.unshift("PAUSED");
@@ -351,14 +354,19 @@
                (s.threads || 0) + " threads", (s.processes || 1) + " process" + ((s.processes || 1) === 1 ? "" : "es"));
     const past = s.messages_past_process_limit || 0;
     if (past) parts.push(fmtCount(past) + " messages of processes past the first " + s.process_limit + " not shown");
+    const noView = s.threads_without_view || 0;
+    if (noView) parts.push(noView + " threads with few events have no view of their own (they are in all threads)");
     el.textContent = parts.join(" \u00b7 ");
-    el.classList.toggle("bad", !!state.error || (s.dropped || 0) > 0 || past > 0);
+    el.classList.toggle("bad", !!state.error || !!s.damage || (s.dropped || 0) > 0 || past > 0);
     $("title").textContent = (s.pid ? "pid " + s.pid + "  " : "") + (s.command || DATA.title || "");
     document.title = "pytrace " + (s.pid ? s.pid + " " : "") + (s.command || DATA.title || "");
   }
   function renderThreads() {
     const sel = $("thread");
-    const want = ["0"].concat(state.threads.map((t) => String(t[0])));
+    // a report lists the threads it has a view of (the busiest; the others are in all threads)
+    const P = LIVE ? null : reportProcess();
+    const listed = P ? state.threads.filter((t) => P.views[String(t[0])] !== undefined) : state.threads;
+    const want = ["0"].concat(listed.map((t) => String(t[0])));
     const have = [...sel.options].map((o) => o.value);
     if (want.join(",") === have.join(",")) return;
     const cur = String(state.view.thread);
@@ -366,7 +374,7 @@
     const all = document.createElement("option");
     all.value = "0"; all.textContent = "all threads";
     sel.appendChild(all);
-    for (const t of state.threads) {
+    for (const t of listed) {
       const o = document.createElement("option");
       o.value = String(t[0]);
       o.textContent = (t[2] || "thread") + " #" + t[0] + (t[3] ? " (ended)" : "");
