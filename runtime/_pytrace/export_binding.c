@@ -170,6 +170,9 @@ PyObject *pt_py_export(PyObject *module, PyObject *args, PyObject *kw)
         SET_U64(s, "threads_untraced", res.status.threads_untraced);
         SET_U64(s, "tracing_displaced", res.status.tracing_displaced);
         SET_U64(s, "events_untraced", res.status.events_untraced);
+        SET_U64(s, "unrecorded_events", res.status.unrecorded_events);
+        SET_U64(s, "unrecorded_messages", res.status.unrecorded_messages);
+        SET_U64(s, "unrecorded_errno", res.status.unrecorded_errno);
     }
     return d;
 err:

@@ -2320,6 +2320,10 @@ int pt_export_file(const char *recording, int out_fd, const pt_export_opts_t *op
         st->threads_untraced += p->status.threads_untraced;
         st->tracing_displaced += p->status.tracing_displaced;
         st->events_untraced += p->status.events_untraced;
+        st->unrecorded_events += p->status.unrecorded_events;
+        st->unrecorded_messages += p->status.unrecorded_messages;
+        if (!st->unrecorded_errno)
+            st->unrecorded_errno = p->status.unrecorded_errno;
     }
     res->have_status = with_status > 0;
     res->processes = 0;

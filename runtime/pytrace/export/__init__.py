@@ -346,6 +346,11 @@ def main(argv=None):
         lost = describe(walker.producer_status, OTHER_LOSSES)
         if lost:
             print("pytrace export: the traced job also lost: %s" % lost, file=sys.stderr)
+    if status is not None and getattr(status, "unrecorded_errno", 0):
+        from ..losses import unrecorded_text
+        print("pytrace export: %s" % unrecorded_text(args.recording, status.unrecorded_events,
+                                                     status.unrecorded_messages,
+                                                     status.unrecorded_errno), file=sys.stderr)
     if fmt == "pstats" and not walker.events:
         print("pytrace export: the recording holds no calls; pstats.Stats refuses an empty "
               "profile", file=sys.stderr)

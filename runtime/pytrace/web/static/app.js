@@ -351,8 +351,10 @@
                (s.threads || 0) + " threads", (s.processes || 1) + " process" + ((s.processes || 1) === 1 ? "" : "es"));
     const past = s.messages_past_process_limit || 0;
     if (past) parts.push(fmtCount(past) + " messages of processes past the first " + s.process_limit + " not shown");
+    const unrecorded = s.unrecorded || 0;
+    if (unrecorded) parts.push("INCOMPLETE: " + fmtCount(unrecorded) + " events not recorded (the recorder's disk was full)");
     el.textContent = parts.join(" \u00b7 ");
-    el.classList.toggle("bad", !!state.error || (s.dropped || 0) > 0 || past > 0);
+    el.classList.toggle("bad", !!state.error || (s.dropped || 0) > 0 || past > 0 || unrecorded > 0);
     $("title").textContent = (s.pid ? "pid " + s.pid + "  " : "") + (s.command || DATA.title || "");
     document.title = "pytrace " + (s.pid ? s.pid + " " : "") + (s.command || DATA.title || "");
   }
