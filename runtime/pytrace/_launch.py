@@ -623,6 +623,9 @@ def _handshake(report_fd, wait_fd, segment):
 def _start(ext, options):
     """ext.start() and the checks pytrace.start() makes, with C calls only after it."""
     segment = ext.start(**options)
+    # pytrace.start() in the program finds it here: it then does nothing (tracing is
+    # on already), rather than fail with "already tracing" (the program is not changed)
+    ext._launcher_segment = segment
     now = ext.counters()
     if now.get("tracing_displaced") or not now.get("hook"):
         _say(now.get("first_error") or "not tracing")
