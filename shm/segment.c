@@ -568,11 +568,11 @@ int pt_segment_create(const pt_segment_config_t *cfg, pt_segment_t **out, char *
                 const uint64_t smallest = align_up(PT_SEG_HEADER_BYTES + PT_RING_SLOT_BYTES, PT_SEG_PAGE) +
                                           2u * PT_MIN_CHUNK_BYTES + PT_MIN_SYMLOG_BYTES;
                 pt_set_err(err, errlen,
-                           "not enough room in /dev/shm: tracing needs %llu KiB (a %llu KiB ring, a %llu KiB symbol "
-                           "log, %llu KiB of header for %u rings) and %llu KiB are free; free space in /dev/shm or "
-                           "lower --ring-size/--rings (the smallest, --rings 1 --ring-size 0.01, needs %llu KiB)",
+                           "not enough room in /dev/shm for a segment: it needs %llu KiB (a %llu KiB ring, a %llu KiB "
+                           "symbol log, %llu KiB header), %llu KiB are free; free space or lower --rings/--ring-size "
+                           "(--rings 1 --ring-size 0.01 needs %llu KiB)",
                            (unsigned long long)((fixed + min_log + 1023) >> 10), (unsigned long long)(ring_bytes >> 10),
-                           (unsigned long long)(min_log >> 10), (unsigned long long)(rings_offset >> 10), ring_count,
+                           (unsigned long long)(min_log >> 10), (unsigned long long)(rings_offset >> 10),
                            (unsigned long long)(avail >> 10), (unsigned long long)(smallest >> 10));
                 return -ENOSPC;
             }

@@ -123,6 +123,9 @@ PyObject *pt_py_export(PyObject *module, PyObject *args, PyObject *kw)
         return NULL;
     SET_U64(d, "events", res.events);
     SET_U64(d, "lost_events", res.lost);
+    SET_U64(d, "lost_wait_timeout", res.lost_wait_timeout);
+    SET_U64(d, "lost_no_room", res.lost_no_room);
+    SET_U64(d, "lost_no_ring", res.lost_no_ring);
     SET_U64(d, "unmatched", res.unmatched);
     SET_U64(d, "threads", res.threads);
     SET_U64(d, "symbols", res.symbols);

@@ -64,8 +64,8 @@ def test_run_in_a_2_mib_shm(tmp_path):
     assert out_default == alone.stdout
     lines = [l for l in err_default.splitlines() if "cannot start tracing" in l]
     assert len(lines) == 1 and "the program runs untraced" in lines[0], err_default
-    m = re.search(r"tracing needs (\d+) KiB .* and (\d+) KiB are free.*--rings 1 --ring-size 0\.01, "
-                  r"needs (\d+) KiB", lines[0])
+    m = re.search(r"not enough room in /dev/shm for a segment: it needs (\d+) KiB .*, (\d+) KiB are "
+                  r"free; .*\(--rings 1 --ring-size 0\.01 needs (\d+) KiB\)", lines[0])
     assert m, lines[0]
     needed, free, smallest = (int(x) for x in m.groups())
     assert needed > free and 1900 <= free <= 2048 and smallest < 256, lines[0]
@@ -103,5 +103,5 @@ def test_start_in_a_2_mib_shm_says_what_it_needs(tmp_path):
             "pytrace.stop()\n")
     [(rc, out, err)] = _run(tmp_path, "2m", [PY, "-c", code])
     assert rc == 0, err
-    assert re.search(r"refused: not enough room in /dev/shm: tracing needs \d+ KiB", out), out
+    assert re.search(r"refused: not enough room in /dev/shm for a segment: it needs \d+ KiB", out), out
     assert "segment: /pytrace-" in out, out

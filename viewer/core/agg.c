@@ -604,7 +604,8 @@ static int agg_gap(void *ctx, pt_walk_thread_t *wt, uint64_t now, uint64_t lost)
 {
     pt_agg_t *a = ctx;
     account(a, walk_thread(a, wt), now);
-    a->lost_records += lost;
+    if (!(wt->lost_flags & PT_EVF_LOST_NO_RING)) /* events of a thread without a ring: not dropped */
+        a->lost_records += lost;
     return 0;
 }
 

@@ -752,7 +752,7 @@ int pt_recwriter_append(pt_recwriter_t *w, const uint8_t *msg, size_t len, char 
         const pt_fb_event_chunk_t *c = &m.u.event_chunk;
         const uint8_t *ev = (const uint8_t *)c->events;
         for (uint32_t i = 0; i < c->count; i++, ev += 16)
-            if (ev[14] == PT_EV_LOST)
+            if (ev[14] == PT_EV_LOST && !(ev[15] & PT_EVF_LOST_NO_RING)) /* dropped, not untraced */
                 w->st.lost_events += (uint64_t)le32(ev + 8) | (uint64_t)le16(ev + 12) << 32;
         w->st.events += c->count;
         if (w->compress && c->count >= PT_RECFILE_COMPRESS_MIN_EVENTS)
