@@ -219,8 +219,14 @@ size_t pt_fb_build_producer_status(uint8_t *out, size_t cap, const pt_fb_produce
     const fb_field_t f[] = {U8(in->state), U64(in->heartbeat_ns), U64(in->events_written),
                             U64(in->events_dropped), U64(in->hook_errors),
                             U64(in->symbols_dropped), U64(in->threads_untraced),
-                            U64(in->tracing_displaced), U64(in->events_untraced)};
-    return build_message(out, cap, PT_MSG_PRODUCER_STATUS, f, sizeof f / sizeof f[0]);
+                            U64(in->tracing_displaced), U64(in->events_untraced),
+                            U64(in->unrecorded_events), U64(in->unrecorded_messages),
+                            U32(in->unrecorded_errno)};
+    /* Without has_unrecorded the vtable stops at events_untraced: the bytes every
+     * reader and hub wrote before the fields existed. With it, every field is
+     * there, so the message has one size whatever its values (rewritten in place). */
+    unsigned nf = in->has_unrecorded ? 12u : 9u;
+    return build_message(out, cap, PT_MSG_PRODUCER_STATUS, f, nf);
 }
 
 size_t pt_fb_build_compressed_chunk(uint8_t *out, size_t cap, const pt_fb_compressed_chunk_t *in)
@@ -629,6 +635,10 @@ int pt_fb_parse(const uint8_t *buf, size_t len, pt_fb_msg_t *out, char *why, siz
         GET(&in, &body, 6, p->threads_untraced, w);
         GET(&in, &body, 7, p->tracing_displaced, w);
         GET(&in, &body, 8, p->events_untraced, w);
+        GET(&in, &body, 9, p->unrecorded_events, w);
+        GET(&in, &body, 10, p->unrecorded_messages, w);
+        GET(&in, &body, 11, p->unrecorded_errno, w);
+        p->has_unrecorded = field_at(&in, &body, 9, 8, &at, w) == 1;
         break;
     }
     case PT_MSG_COMPRESSED_CHUNK: {

@@ -63,6 +63,11 @@ typedef struct pt_fb_lost_count { uint64_t thread, dropped_total; } pt_fb_lost_c
 typedef struct pt_fb_producer_status {
     uint8_t state; uint64_t heartbeat_ns, events_written, events_dropped, hook_errors, symbols_dropped,
         threads_untraced, tracing_displaced, events_untraced;
+    /* recording files only (schema: unrecorded_*); has_unrecorded: the fields are in
+     * the message (built with them, or parsed from a message that has them) */
+    uint8_t has_unrecorded;
+    uint64_t unrecorded_events, unrecorded_messages;
+    uint32_t unrecorded_errno;
 } pt_fb_producer_status_t;
 
 /* CompressedChunk (recording files only): data decompresses, by codec, to the

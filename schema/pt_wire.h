@@ -72,6 +72,11 @@ enum pt_event_kind {
 #define PT_EVF_C_FUNCTION 0x01u /* CFunction: Frame record of a C function */
 #define PT_EVF_THROWN 0x02u     /* Thrown: Resume caused by gen.throw() */
 #define PT_EVF_SYNTHETIC 0x04u  /* Synthetic: written by the tracer, not by the program */
+/* the cause of a Lost record (none: a full ring under policy drop) */
+#define PT_EVF_LOST_NO_RING 0x08u      /* LostNoRing: the thread had no ring (events_untraced) */
+#define PT_EVF_LOST_WAIT_TIMEOUT 0x10u /* LostWaitTimeout: policy wait, the wait bound ran out */
+#define PT_EVF_LOST_NO_ROOM 0x20u      /* LostNoRoom: no room in /dev/shm for the ring's next chunk */
+#define PT_EVF_LOST_CAUSES (PT_EVF_LOST_NO_RING | PT_EVF_LOST_WAIT_TIMEOUT | PT_EVF_LOST_NO_ROOM)
 
 /* Lost record: count = id | ((uint64_t)aux << 32) (48 bits, saturating). */
 #define PT_LOST_MAX ((UINT64_C(1) << 48) - 1)

@@ -93,6 +93,7 @@ typedef struct pt_reader_stats {
     uint64_t threads_untraced;
     uint64_t tracing_displaced;
     uint64_t events_untraced;
+    uint64_t unrecorded_events;       /* a recording's writer could not write them (files only) */
     uint32_t producer_state;          /* enum pt_producer_state, DEAD if the pid is gone */
     uint32_t corrupt_rings;
     uint64_t pid;

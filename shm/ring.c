@@ -152,9 +152,18 @@ static int ensure_room(pt_ring_t *ring)
     return 1;
 }
 
+/* The cause of a drop now, as its Lost record will say it (ring.h). */
+static unsigned drop_cause(const pt_ring_t *ring)
+{
+    if (ring->reserve_blocked)
+        return PT_RING_LOST_NO_ROOM;
+    return ring->policy == PT_POLICY_WAIT ? PT_RING_LOST_WAIT_TIMEOUT : PT_RING_LOST_FULL;
+}
+
 static void count_drop(pt_ring_t *ring)
 {
     ring->lost_pending++;
+    ring->lost_by_cause[drop_cause(ring)]++;
     /* relaxed: statistics; the producer is the only writer of this counter */
     uint64_t dropped = atomic_load_explicit(&ring->slot->events_dropped, memory_order_relaxed);
     atomic_store_explicit(&ring->slot->events_dropped, dropped + 1, memory_order_relaxed);
@@ -166,10 +175,10 @@ void pt_ring_count_missed(pt_ring_t *ring, uint64_t missed)
 {
     if (ring->slot == NULL || missed == 0)
         return;
+    /* not dropped by the ring: the caller counts them as events_untraced; the
+     * Lost record says so (LostNoRing) */
     ring->lost_pending += missed;
-    /* relaxed: statistics; the producer is the only writer of this counter */
-    uint64_t dropped = atomic_load_explicit(&ring->slot->events_dropped, memory_order_relaxed);
-    atomic_store_explicit(&ring->slot->events_dropped, dropped + missed, memory_order_relaxed);
+    ring->lost_by_cause[PT_RING_LOST_NO_RING] += missed;
     /* the next push goes to the slow path, which writes the Lost record */
     atomic_store_explicit(&ring->limit, 0, memory_order_relaxed);
 }
@@ -203,11 +212,25 @@ static int wait_for_room(pt_ring_t *ring)
     }
 }
 
+/* One Lost record per cause with a count (the caller made room for one; each
+ * further one takes the next slot of this fresh chunk). */
 static void store_lost(pt_ring_t *ring, uint64_t ticks)
 {
-    uint64_t count = ring->lost_pending < PT_LOST_MAX ? ring->lost_pending : PT_LOST_MAX;
-    uint64_t word1 = pt_event_word1((uint32_t)count, (uint16_t)(count >> 32), PT_EV_LOST, 0);
-    pt_ring_store_(ring, ring->index, ticks, word1);
+    static const uint8_t cause_flags[4] = {0, PT_EVF_LOST_NO_RING, PT_EVF_LOST_WAIT_TIMEOUT, PT_EVF_LOST_NO_ROOM};
+    int first = 1;
+    for (unsigned c = 0; c < 4; c++) {
+        uint64_t n = ring->lost_by_cause[c];
+        if (n == 0)
+            continue;
+        if (!first && !ensure_room(ring))
+            return; /* no room for the rest: they stay pending */
+        first = 0;
+        uint64_t count = n < PT_LOST_MAX ? n : PT_LOST_MAX;
+        uint64_t word1 = pt_event_word1((uint32_t)count, (uint16_t)(count >> 32), PT_EV_LOST, cause_flags[c]);
+        pt_ring_store_(ring, ring->index, ticks, word1);
+        ring->lost_pending -= n;
+        ring->lost_by_cause[c] = 0;
+    }
     ring->lost_pending = 0;
     ring->waiting_disabled = 0;
 }
@@ -300,8 +323,8 @@ int pt_ring_push_slow(pt_ring_t *ring, uint64_t word0, uint64_t word1)
     if (!ensure_room(ring)) {
         /* Ring full. The wait policy waits once per gap; after a timeout it
          * drops without waiting until room returns. */
-        if (ring->policy == PT_POLICY_WAIT && !ring->waiting_disabled && ring->lost_pending == 0 &&
-            !ring->reserve_blocked) {
+        if (ring->policy == PT_POLICY_WAIT && !ring->waiting_disabled &&
+            ring->lost_pending == ring->lost_by_cause[PT_RING_LOST_NO_RING] && !ring->reserve_blocked) {
             if (wait_for_room(ring)) {
                 advance_chunk(ring);
                 pt_ring_store_(ring, ring->index, word0, word1);

@@ -80,8 +80,17 @@ void pt_ring_push_frame(pt_ring_t *ring, uint64_t ticks, uint32_t id, uint16_t d
  * -ENOBUFS if the ring is still full (the count then stays in events_dropped). */
 int pt_ring_flush_lost(pt_ring_t *ring, uint64_t ticks);
 
-/* Count `missed` records the owning thread made before it had this ring as
- * dropped: they join events_dropped, and the next push writes Lost(missed)
+/* Causes of a gap, each written as its own Lost record with its flag
+ * (schema EventFlags): a full ring under policy drop (no flag), events made
+ * before the thread had a ring (LostNoRing), a wait that ran out of its bound
+ * under policy wait (LostWaitTimeout), no room in /dev/shm for the next chunk
+ * (LostNoRoom). Only the first is a choice; under policy wait the others are
+ * the only drops. */
+enum { PT_RING_LOST_FULL = 0, PT_RING_LOST_NO_RING = 1, PT_RING_LOST_WAIT_TIMEOUT = 2, PT_RING_LOST_NO_ROOM = 3 };
+
+/* Count `missed` records the owning thread made before it had this ring: not
+ * dropped by the ring (slot events_dropped does not grow; the caller keeps
+ * them in events_untraced), but the next push writes Lost(missed, LostNoRing)
  * and the stack first, as after any gap. Producer thread only. */
 void pt_ring_count_missed(pt_ring_t *ring, uint64_t missed);
 

@@ -47,6 +47,7 @@ struct pt_ring {
     uint64_t head;                /* sequence of the current chunk */
     uint64_t released_cache;      /* last released_chunks seen */
     uint64_t lost_pending;        /* records dropped since the last Lost record */
+    uint64_t lost_by_cause[4];    /* ... by cause (PT_RING_LOST_*), summing to lost_pending */
     uint64_t written_before_head; /* records in chunks before head */
     uint32_t chunk_bytes;
     uint32_t chunks_per_ring;

@@ -588,6 +588,35 @@ int pt_segment_create(const pt_segment_config_t *cfg, pt_segment_t **out, char *
     uint64_t ring_bytes = (uint64_t)chunk_bytes * chunks_per_ring;
     uint64_t ring_table_offset = PT_SEG_HEADER_BYTES;
     uint64_t rings_offset = align_up(ring_table_offset + (uint64_t)ring_count * PT_RING_SLOT_BYTES, PT_SEG_PAGE);
+    /* Room in /dev/shm: a start needs the header and ring table, one whole ring
+     * (its first thread's) and a symbol log. The log is what dominates a small
+     * configuration (8 MiB by default): when /dev/shm cannot hold it, a default
+     * log shrinks to what fits, down to PT_MIN_SYMLOG_BYTES (symbols past it
+     * show as <unknown>, counted as symbols_dropped). Below that, the start is
+     * refused with the sizes it needs. */
+    {
+        struct statvfs vfs;
+        if (statvfs(PT_SHM_DIR, &vfs) == 0 && vfs.f_frsize) {
+            const uint64_t avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+            const uint64_t fixed = rings_offset + ring_bytes;
+            const uint64_t min_log = cfg->symlog_bytes ? symlog_bytes : PT_MIN_SYMLOG_BYTES;
+            if (avail < fixed + min_log) {
+                /* the smallest start: one ring of two 4 KiB chunks, the smallest log */
+                const uint64_t smallest = align_up(PT_SEG_HEADER_BYTES + PT_RING_SLOT_BYTES, PT_SEG_PAGE) +
+                                          2u * PT_MIN_CHUNK_BYTES + PT_MIN_SYMLOG_BYTES;
+                pt_set_err(err, errlen,
+                           "not enough room in /dev/shm for a segment: it needs %llu KiB (a %llu KiB ring, a %llu KiB "
+                           "symbol log, %llu KiB header), %llu KiB are free; free space or lower --rings/--ring-size "
+                           "(--rings 1 --ring-size 0.01 needs %llu KiB)",
+                           (unsigned long long)((fixed + min_log + 1023) >> 10), (unsigned long long)(ring_bytes >> 10),
+                           (unsigned long long)(min_log >> 10), (unsigned long long)(rings_offset >> 10),
+                           (unsigned long long)(avail >> 10), (unsigned long long)(smallest >> 10));
+                return -ENOSPC;
+            }
+            if (!cfg->symlog_bytes && avail < fixed + symlog_bytes)
+                symlog_bytes = (avail - fixed) & ~(uint64_t)(PT_SEG_PAGE - 1);
+        }
+    }
     uint64_t symlog_offset = align_up(rings_offset + (uint64_t)ring_count * ring_bytes, PT_SEG_PAGE);
     uint64_t segment_bytes = align_up(symlog_offset + symlog_bytes, PT_SEG_PAGE);
     if (ring_count == 0 || segment_bytes > PT_MAX_SEGMENT_BYTES) {

@@ -41,6 +41,7 @@ typedef struct pt_segment pt_segment_t;
 #define PT_DEFAULT_CHUNK_BYTES (64u << 10)
 #define PT_DEFAULT_CHUNKS_PER_RING 64u
 #define PT_DEFAULT_SYMLOG_BYTES (UINT64_C(8) << 20)
+#define PT_MIN_SYMLOG_BYTES (UINT64_C(64) << 10) /* a default log shrinks to what /dev/shm holds, not below */
 
 typedef struct pt_segment_config {
     uint32_t ring_count;        /* 0 = default 16 */

@@ -286,6 +286,7 @@ static PyObject *agg_counters(agg_obj_t *self, PyObject *args, PyObject *kw)
     SET(d, "threads_seen", U64(c.threads_seen));
     SET(d, "threads_active", U64(c.threads_active));
     SET(d, "hook_errors", U64(c.hook_errors));
+    SET(d, "unrecorded_events", U64(c.unrecorded_events));
     SET(d, "symbols", U64(c.symbols));
     SET(d, "nodes", U64(c.nodes));
     SET(d, "span_ns", U64(c.span_ns));

@@ -138,6 +138,9 @@ PyObject *pt_py_export(PyObject *module, PyObject *args, PyObject *kw)
         return NULL;
     SET_U64(d, "events", res.events);
     SET_U64(d, "lost_events", res.lost);
+    SET_U64(d, "lost_wait_timeout", res.lost_wait_timeout);
+    SET_U64(d, "lost_no_room", res.lost_no_room);
+    SET_U64(d, "lost_no_ring", res.lost_no_ring);
     SET_U64(d, "unmatched", res.unmatched);
     SET_U64(d, "threads", res.threads);
     SET_U64(d, "symbols", res.symbols);
@@ -189,6 +192,9 @@ PyObject *pt_py_export(PyObject *module, PyObject *args, PyObject *kw)
         SET_U64(s, "threads_untraced", res.status.threads_untraced);
         SET_U64(s, "tracing_displaced", res.status.tracing_displaced);
         SET_U64(s, "events_untraced", res.status.events_untraced);
+        SET_U64(s, "unrecorded_events", res.status.unrecorded_events);
+        SET_U64(s, "unrecorded_messages", res.status.unrecorded_messages);
+        SET_U64(s, "unrecorded_errno", res.status.unrecorded_errno);
     }
     return d;
 err:

@@ -410,6 +410,33 @@ static void at_exit(void)
         (void)pt_segment_collect_children((uint64_t)getpid());
 }
 
+/* exec() replaces the process image: no exit handler runs, and the segment of a
+ * `pytrace run` job (no reader to unlink it) would stay in /dev/shm for good. The
+ * "os.exec" audit event (os.execv/os.execve, so every os.exec*) comes just before:
+ * end the session as at exit -- closed frames, state Exited, the bounded wait for a
+ * hub (exit_wait), removed unless a reader holds it. An audit hook changes nothing
+ * the program sees (os.execv stays what it was). If the exec fails, the program goes
+ * on untraced. Runs with the GIL held; must not raise. */
+static int g_exec_hook_added;
+
+static int exec_audit_hook(const char *event, PyObject *args, void *data)
+{
+    (void)args;
+    (void)data;
+    if (event[0] != 'o' || strcmp(event, "os.exec") != 0)
+        return 0;
+    heartbeat_stop();
+    pthread_mutex_lock(&pt_core.lock);
+    if (pt_core.seg) {
+        if (pt_epoch_now() != 0)
+            stop_locked();
+        exit_wait_locked();
+        segment_release_locked(1);
+    }
+    pthread_mutex_unlock(&pt_core.lock);
+    return 0;
+}
+
 /* ---- public --------------------------------------------------------------------- */
 
 int pt_tracer_global_init(char *err, size_t errlen)
@@ -487,6 +514,13 @@ int pt_tracer_start(pt_options_t *opts, char *err, size_t errlen)
         snprintf(err, errlen, "already tracing into %s; call stop() first",
                  pt_core.seg ? pt_segment_name(pt_core.seg) : "?");
         return -EALREADY;
+    }
+    if (!g_exec_hook_added) {
+        /* once for the process (audit hooks cannot be removed); a program's own
+         * audit hook may refuse it: then exec leaves the segment, as before */
+        if (PySys_AddAuditHook(exec_audit_hook, NULL) == 0)
+            g_exec_hook_added = 1;
+        PyErr_Clear();
     }
     int rc = pt_clock_init(&pt_core.clock, opts->clock_kind);
     pt_hot.clock_kind = pt_core.clock.kind;

@@ -325,10 +325,10 @@ static pt_thread_t *thread_attach(PyCodeObject *opening)
     if (skip_stack)
         pt_core.opts.stack_skip_thread = 0; /* once: the ident may be reused by a later thread */
     if (t->missed) {
-        /* What the thread did without a ring becomes a gap of its stream:
-         * counted as dropped, a Lost record, then its stack (below). */
-        /* relaxed: a statistic, moved from one counter to the other */
-        atomic_fetch_sub_explicit(&pt_segment_header(pt_core.seg)->events_untraced, t->missed, memory_order_relaxed);
+        /* What the thread did without a ring becomes a gap of its stream: a
+         * Lost record that says so (LostNoRing), then its stack (below). The
+         * events stay counted where they were, in events_untraced: they were
+         * not dropped by a full ring, and under policy wait nothing waited. */
         pt_ring_count_missed(&t->ring, t->missed);
         t->missed = 0;
     }

@@ -154,6 +154,16 @@ static PyObject *rreader_ended(reader_obj_t *self, PyObject *unused)
     return PyBool_FromLong(pt_recfile_ended(self->rf));
 }
 
+static PyObject *rreader_unrecorded(reader_obj_t *self, PyObject *unused)
+{
+    (void)unused;
+    pt_fb_producer_status_t st;
+    if (!self->rf || !pt_recfile_unrecorded(self->rf, &st))
+        Py_RETURN_NONE;
+    return Py_BuildValue("{sKsKsk}", "events", (unsigned long long)st.unrecorded_events, "messages",
+                         (unsigned long long)st.unrecorded_messages, "errno", (unsigned long)st.unrecorded_errno);
+}
+
 static PyObject *rreader_close(reader_obj_t *self, PyObject *unused)
 {
     (void)unused;
@@ -204,6 +214,9 @@ static PyMethodDef rreader_methods[] = {
      "EventChunk it stands for); None: no complete message now. Damage: ValueError(offset, reason)."},
     {"finish", (PyCFunction)rreader_finish, METH_NOARGS,
      "finish(): nothing more will be written; an incomplete tail raises ValueError(offset, reason)."},
+    {"unrecorded", (PyCFunction)rreader_unrecorded, METH_NOARGS,
+     "unrecorded() -> None, or {events, messages, errno} when the header says INCOMPLETE (its writer "
+     "could not write everything, e.g. a full disk): the loss slot's counts, read again."},
     {"ended", (PyCFunction)rreader_ended, METH_NOARGS,
      "ended() -> bool: a ProducerStatus Exited/Dead was read, or the FINISHED flag is set (re-read)."},
     {"close", (PyCFunction)rreader_close, METH_NOARGS, "close()"},
@@ -236,11 +249,13 @@ typedef struct {
 
 static PyObject *rwriter_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"fd", "flags", "compress", "level", "buffer_bytes", NULL};
+    static char *kwlist[] = {"fd", "flags", "compress", "level", "buffer_bytes", "loss_slot", NULL};
     int fd = -1, compress = 1, level = PT_RECFILE_DEFAULT_LEVEL;
     unsigned int flags = 0;
     Py_ssize_t buffer_bytes = 1 << 20;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "i|Ipin", kwlist, &fd, &flags, &compress, &level, &buffer_bytes))
+    int loss_slot = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "i|Ipinp", kwlist, &fd, &flags, &compress, &level, &buffer_bytes,
+                                     &loss_slot))
         return NULL;
     if (buffer_bytes < 0) {
         PyErr_SetString(PyExc_ValueError, "buffer_bytes must be >= 0");
@@ -257,6 +272,8 @@ static PyObject *rwriter_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                                 level);
         return raise_errno(rc, "cannot start a recording");
     }
+    if (loss_slot)
+        pt_recwriter_keep_loss_slot(self->w);
     return (PyObject *)self;
 }
 
@@ -340,12 +357,14 @@ static PyObject *rwriter_stats(writer_obj_t *self, PyObject *unused)
     (void)unused;
     pt_recwriter_stats_t st;
     pt_recwriter_stats(self->w, &st);
-    return Py_BuildValue("{sKsKsKsKsKsKsKsk}", "bytes_written", (unsigned long long)st.bytes_written, "committed",
+    return Py_BuildValue("{sKsKsKsKsKsKsKsksKsKsk}", "bytes_written", (unsigned long long)st.bytes_written, "committed",
                          (unsigned long long)st.committed, "plain_bytes", (unsigned long long)st.plain_bytes,
                          "messages", (unsigned long long)st.messages, "events", (unsigned long long)st.events,
                          "lost_events", (unsigned long long)st.lost_events, "compressed_chunks",
                          (unsigned long long)st.compressed_chunks, "flags",
-                         (unsigned long)pt_recwriter_flags(self->w));
+                         (unsigned long)pt_recwriter_flags(self->w), "unrecorded_events",
+                         (unsigned long long)st.unrecorded_events, "unrecorded_messages",
+                         (unsigned long long)st.unrecorded_messages, "write_errno", (unsigned long)st.write_errno);
 }
 
 static PyMethodDef rwriter_methods[] = {
@@ -359,7 +378,8 @@ static PyMethodDef rwriter_methods[] = {
      "close(finished=True): flush and, if finished, set the FINISHED flag. The fd stays open."},
     {"stats", (PyCFunction)rwriter_stats, METH_NOARGS,
      "stats() -> dict: bytes_written, committed, plain_bytes, messages, events, lost_events, "
-     "compressed_chunks, flags."},
+     "compressed_chunks, flags, and after a failed write unrecorded_events, unrecorded_messages, "
+     "write_errno (nothing is written after it; appends are counted)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -129,8 +129,20 @@ def start(c_calls=True, include=None, exclude=None, policy="drop", *, ring_count
     waits up to wait_timeout seconds for the reader). fork_children: a fork() child traces
     into a segment of its own (True), or is not traced (False). Raises RuntimeError if
     tracing is already on, OSError if the segment cannot be created.
+
+    Under a launcher that traces the program already (`pytrace run`, `record --`, `top
+    --`, a traced subprocess), start() does nothing and returns the launcher's segment
+    (said once on stderr), and the stop() that matches it does nothing either: the
+    program runs as it would without pytrace, traced by the launcher.
     """
+    global _launcher_nested
     ext = _ext()
+    launcher_segment = getattr(ext, "_launcher_segment", None)
+    if launcher_segment is not None and ext.is_tracing() and ext.segment_name() == launcher_segment:
+        if not _launcher_nested_said:
+            _say_launcher_nested(launcher_segment)
+        _launcher_nested += 1
+        return launcher_segment
     if isinstance(include, str):
         include = [include]
     if isinstance(exclude, str):
@@ -154,9 +166,30 @@ def start(c_calls=True, include=None, exclude=None, policy="drop", *, ring_count
     return name
 
 
+_launcher_nested = 0         # start() calls that found the launcher tracing (no-ops)
+_launcher_nested_said = False
+
+
+def _say_launcher_nested(segment):
+    global _launcher_nested_said
+    _launcher_nested_said = True
+    try:
+        sys.__stderr__.write("pytrace: the program's pytrace.start() does nothing: the launcher "
+                             "traces it already (into %s), and its stop() leaves that on\n" % segment)
+        sys.__stderr__.flush()
+    except Exception:  # noqa: BLE001 - never fail the program for a note
+        pass
+
+
 def stop():
     """Stop tracing; return the Counters. Warns (RuntimeWarning, one line) if anything
-    was lost: events or symbols dropped, hook errors, threads left untraced."""
+    was lost: events or symbols dropped, hook errors, threads left untraced. The stop()
+    of a start() that did nothing under a launcher does nothing: it returns the counters
+    so far."""
+    global _launcher_nested
+    if _launcher_nested > 0:
+        _launcher_nested -= 1
+        return counters()
     result = Counters._from(_ext().stop())
     _clear_labels()
     lost = _describe_losses(result)

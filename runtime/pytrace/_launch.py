@@ -623,6 +623,9 @@ def _handshake(report_fd, wait_fd, segment):
 def _start(ext, options):
     """ext.start() and the checks pytrace.start() makes, with C calls only after it."""
     segment = ext.start(**options)
+    # pytrace.start() in the program finds it here: it then does nothing (tracing is
+    # on already), rather than fail with "already tracing" (the program is not changed)
+    ext._launcher_segment = segment
     now = ext.counters()
     if now.get("tracing_displaced") or not now.get("hook"):
         _say(now.get("first_error") or "not tracing")
@@ -677,14 +680,22 @@ def _main(args):
     try:
         segment = _start(ext, options)
     except (OSError, RuntimeError, ValueError, TypeError) as e:
-        _say("cannot start tracing: %s" % e)
-        if wait_fd is not None:
-            os.close(wait_fd)
-        return 1
-    _handshake(report_fd, wait_fd, segment)
-    if options.get("fork_children", True):
+        if report_fd is not None or wait_fd is not None:
+            # a reader (record, top) waits for the segment: it says the job failed
+            _say("cannot start tracing: %s" % e)
+            if wait_fd is not None:
+                os.close(wait_fd)
+            return 1
+        # `pytrace run`: the program is never changed by its tracer, so it runs, untraced,
+        # with its own output and exit status (as a --subprocesses child does)
+        _say("cannot start tracing: %s; the program runs untraced"
+             % (e.strerror if isinstance(e, OSError) and e.strerror else e))
+        segment = None
+    if segment is not None:
+        _handshake(report_fd, wait_fd, segment)
+    if segment is not None and options.get("fork_children", True):
         _watch_forks(ext, hook_dir)
-    if sys.stderr is not None:
+    if segment is not None and sys.stderr is not None:
         sys.stderr.write("pytrace: tracing pid %d into %s; attach with: pytrace-top %d\n"
                          % (os.getpid(), segment, os.getpid()))
         sys.stderr.flush()

@@ -109,8 +109,11 @@ def start_options(ns, command="run"):
         raise UsageError("--ring-size must be positive (MiB)", command)
     if ns.ring_size:
         # A ring is chunks of 64 KiB; round the count to a power of two the layout accepts.
+        # A ring under two chunks (a small /dev/shm) is two smaller chunks, 4 KiB at least.
         ring_bytes = int(ns.ring_size * (1 << 20))
         chunk = 64 << 10
+        if ring_bytes < 2 * chunk:
+            chunk = max(4096, 1 << (max(1, ring_bytes // 2).bit_length() - 1))
         chunks = max(2, ring_bytes // chunk)
         chunks = 1 << (chunks.bit_length() - 1)
         if chunks > (1 << 16):

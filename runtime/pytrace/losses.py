@@ -18,11 +18,15 @@ LOSS_COUNTERS = (
      "events of threads without a ring not recorded"),
     ("tracing_displaced", "thread displaced by the program's own profiler (not traced)",
      "threads displaced by the program's own profiler (not traced)"),
+    ("unrecorded_events", "event read and not written to the recording (its disk was full)",
+     "events read and not written to the recording (its disk was full)"),
 )
 
 # Counters that are not events dropped: export and record show events dropped their own
 # way (the gaps they saw), these beside it.
-OTHER_LOSSES = tuple(k for k, _, _ in LOSS_COUNTERS if k != "events_dropped")
+# unrecorded_events is the recorder's loss, not the job's: said by its own line
+# (unrecorded_text) where a recording is read.
+OTHER_LOSSES = tuple(k for k, _, _ in LOSS_COUNTERS if k not in ("events_dropped", "unrecorded_events"))
 
 
 def losses_of(source, keys=None):
@@ -51,3 +55,17 @@ def describe(values, keys=None):
         if n:
             parts.append("%d %s" % (n, one if n == 1 else several))
     return ", ".join(parts)
+
+
+def unrecorded_text(path, events, messages, err):
+    """The one line every tool gives for a recording whose writer could not write
+    everything (the file's INCOMPLETE flag and loss slot, pytrace.recording)."""
+    import errno as _errno
+    import os as _os
+    cause = _os.strerror(err) if err else "a write failed"
+    if err in (_errno.ENOSPC, _errno.EDQUOT):
+        cause += " (disk full)"
+    elif err == _errno.EFBIG:
+        cause += " (file size limit)"
+    return ("%s is incomplete: %s; %d events in %d messages were read and not written "
+            "(the recording holds everything before)" % (path, cause, events, messages))

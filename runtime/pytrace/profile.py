@@ -43,6 +43,7 @@ At most 1024 processes are read (fewer with a window of more than 32 million sli
 `counters()["messages_past_process_limit"]` counts the messages of the others.
 """
 
+import os
 from collections import namedtuple
 
 __all__ = ["Profile", "Function", "Node", "ThreadInfo", "SymbolInfo", "Timeline", "TimelineCell",
@@ -146,11 +147,19 @@ class Profile:
     def from_recording(cls, path, **kw):
         """A Profile of a whole recording (`pytrace record -o path`). A damaged recording
         raises pytrace.recording.RecordingError after everything before the damage was fed;
-        use `read(RecordingReader(path))` to keep the Profile in that case."""
+        use `read(RecordingReader(path))` to keep the Profile in that case. A recording
+        whose recorder could not write everything (a full disk) gives a RuntimeWarning
+        with what it lacks (counters()["unrecorded_events"])."""
         from .recording import RecordingReader
         prof = cls(**kw)
         with RecordingReader(path) as reader:
             prof.read(reader)
+            lost = reader.unrecorded()
+        if lost is not None:
+            import warnings
+            from .losses import unrecorded_text
+            warnings.warn(unrecorded_text(os.fspath(path), lost["events"], lost["messages"],
+                                          lost["errno"]), RuntimeWarning, stacklevel=2)
         return prof
 
     # ---- what it holds --------------------------------------------------
@@ -165,7 +174,8 @@ class Profile:
 
     def counters(self, process=0):
         """dict: events, events_per_second, dropped (and its three sources), unmatched,
-        producer_state, threads_seen, threads_active, symbols, nodes, span_ns, pid, ...
+        producer_state, threads_seen, threads_active, symbols, nodes, span_ns, pid,
+        unrecorded_events (a recording that lacks what its recorder could not write), ...
         of that process; processes and messages_past_process_limit of the stream."""
         return self._agg.counters(process=process)
 

@@ -164,6 +164,10 @@ class ProducerStatus:
     tracing_displaced: int = 0
     events_untraced: int = 0
     process: int = 0    # Message.process: which process of a multi-process stream (0: the only one)
+    # recording files only: what its writer read and could not write (a full disk)
+    unrecorded_events: int = 0
+    unrecorded_messages: int = 0
+    unrecorded_errno: int = 0
     type = MsgType.ProducerStatus
 
 
@@ -302,7 +306,8 @@ _DECODERS = {
     MsgType.ProducerStatus: lambda t, d: ProducerStatus(t.State(), t.HeartbeatNs(), t.EventsWritten(),
                                                         t.EventsDropped(), t.HookErrors(), t.SymbolsDropped(),
                                                         t.ThreadsUntraced(), t.TracingDisplaced(),
-                                                        t.EventsUntraced()),
+                                                        t.EventsUntraced(), 0, t.UnrecordedEvents(),
+                                                        t.UnrecordedMessages(), t.UnrecordedErrno()),
 }
 
 

@@ -22,8 +22,9 @@ own. A Python 3.14+ process that is not traced is attached first (pytrace.attach
 this command's --policy and tracing options) and detached again at the end, unless it
 exited.
 
-Exit status: the program's exit status (first form), 0 (second form), 1 when the
-recording could not be made.
+Exit status: the program's exit status when it is not 0 (first form); else 0, 1 when
+the recording could not be made, or 3 when it is incomplete (writing failed part way,
+e.g. a full disk: the file keeps everything before and says what it lacks).
 """
 
 import argparse
@@ -263,34 +264,37 @@ def _detach_quietly(pid):
             _say("%s; it is still traced: pytrace detach %d" % (e, pid))
 
 
+EXIT_INCOMPLETE = 3     # the recording lacks what could not be written (a full disk)
+
+
 class _Discarded:
-    """What was read after the recording could no longer be written (a full disk)."""
+    """The write that failed (a full disk); the writer counts what came after."""
     error = None
-    events = 0
 
 
 def _write_batch(writer, batch, discarded):
     """Append a batch and flush it. A write that fails (disk full) ends writing: the
-    file keeps every whole message before it, said once in one line; from then on the
-    batches are only counted, so the job is never held back by a recorder that cannot
-    write."""
-    if discarded.error is None:
-        try:
-            for msg_type, data in batch:
-                writer.append(data, msg_type)
-            writer.flush()
-            return
-        except OSError as e:
-            discarded.error = e
-            _say("writing %s failed: %s; the recording keeps the %d events before it, and "
-                 "the job goes on unrecorded" % (writer.path, e.strerror or e, writer.events))
-    from .reader import decode
+    file keeps every whole message before it, and the writer counts every message it
+    is given from then on and records the count in the file itself (pytrace.recording,
+    the loss slot), so the job is never held back by a recorder that cannot write."""
     for msg_type, data in batch:
-        if msg_type == _MSG_EVENT_CHUNK:
-            try:
-                discarded.events += decode(msg_type, data).count
-            except Exception:  # noqa: BLE001 - counting only
-                pass
+        try:
+            writer.append(data, msg_type)
+        except OSError as e:
+            _failed(writer, discarded, e)
+    try:
+        writer.flush()
+    except OSError as e:
+        _failed(writer, discarded, e)
+
+
+def _failed(writer, discarded, e):
+    if discarded.error is None:
+        discarded.error = e
+        _say("writing %s stopped after %d events: %s; the job goes on, what it does from now "
+             "on is counted in the file, not recorded" % (writer.path, writer.events,
+                                                          "the disk is full" if e.errno == 28
+                                                          else (e.strerror or e)))
 
 
 def _record(reader, writer, child, interrupts, pid_mode, discarded, until=None):
@@ -457,7 +461,8 @@ def main(argv=None):
                 _detach_quietly(attached)
             return _finish_child(child, failed=True)
         try:
-            writer = RecordingWriter(path, lossless=(not pid_mode and args.policy == "wait"))
+            writer = RecordingWriter(path, lossless=(not pid_mode and args.policy == "wait"),
+                                     loss_slot=True)
         except OSError as e:
             _say("cannot write %s: %s" % (path, e))
             reader.close()
@@ -481,7 +486,9 @@ def main(argv=None):
                 pass                        # said already; the file holds whole messages
             _summary(reader, writer, path)
             if discarded.error is not None:
-                _say("%d events read after writing failed were not recorded" % discarded.events)
+                from .losses import unrecorded_text
+                _say(unrecorded_text(path, writer.unrecorded_events, writer.unrecorded_messages,
+                                     writer.write_errno or discarded.error.errno))
             if died:
                 _say("the job ended without reporting its exit; the recording holds everything "
                      "it published")
@@ -493,7 +500,9 @@ def main(argv=None):
             except Exception:  # noqa: BLE001
                 pass
         _reap(hub)
-        return _finish_child(child, failed=(damaged or discarded.error is not None) and child is None)
+        if discarded.error is not None:
+            return _finish_child(child, failed=EXIT_INCOMPLETE)
+        return _finish_child(child, failed=damaged and child is None)
 
 
 def _reap(hub):
@@ -507,8 +516,10 @@ def _reap(hub):
 
 
 def _finish_child(child, failed):
+    """failed: False, True (exit 1) or an exit code, used when the job's is 0."""
+    code = 0 if not failed else (1 if failed is True else failed)
     if child is None:
-        return 1 if failed else 0
+        return code
     while True:
         try:
             rc = child.wait()
@@ -520,8 +531,8 @@ def _finish_child(child, failed):
         # our parent sees the same death, as it would without pytrace in between.
         _die_like(-rc)
         rc = 128 - rc               # the signal's default action does not kill: a shell's code
-    if failed and rc == 0:
-        return 1
+    if code and rc == 0:
+        return code
     return rc
 
 

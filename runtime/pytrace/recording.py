@@ -1,6 +1,6 @@
 """pytrace recording files: the reader's message stream, kept on disk.
 
-File format (version 2.0; 1.0 is the same without compressed chunks)
+File format (version 2.1; 1.x is the same without compressed chunks)
 ====================================================================
 
 All integers are little-endian.
@@ -12,11 +12,14 @@ Header, 16 bytes at offset 0::
          8    2  format major   2 when EventChunks may be compressed, 1 when never
                                 (a reader refuses a major it does not know: pytrace
                                 before 2.0 says "unsupported recording format 2.0")
-        10    2  format minor   0   (a reader accepts any minor of a major it knows)
+        10    2  format minor   1   (a reader accepts any minor of a major it knows;
+                                minor 1 adds INCOMPLETE and the loss slot below)
         12    4  flags          bit 0  LOSSLESS: recorded with ring policy "wait"
                                        (no event was dropped on purpose)
                                 bit 1  FINISHED: set by the writer when it closed the
                                        file normally; nothing will be appended
+                                bit 2  INCOMPLETE: the writer read messages it could
+                                       not write (a full disk); LOSSLESS is cleared
                                 other bits: zero, ignored by readers
 
 Messages follow from offset 16, back to back. Each message is exactly the bytes the
@@ -34,6 +37,20 @@ ProducerStatus whenever the producer state changes (Exited last in a complete jo
 A reader in any language needs only the schema: skip 16 bytes, then repeatedly read
 S, hand bytes [off, off + 4 + S) to the generated ``Message`` reader as a
 size-prefixed buffer, and advance by 4 + S rounded up to 8.
+
+The loss slot (minor 1)
+-----------------------
+Right after the first ProcessInfo (untagged) the writer of a live stream (`pytrace
+record`; ``RecordingWriter(loss_slot=True)``) puts a ProducerStatus (state
+Running) that has every field, ``unrecorded_events``, ``unrecorded_messages`` and
+``unrecorded_errno`` zero. When a write fails (a full disk) the writer cuts the file
+back to its last whole message, stops writing, counts what it is still given, and
+overwrites that slot in place (the same size) with the counts and the errno, and sets
+INCOMPLETE. Both only rewrite bytes the file already has, so the loss is in the file
+even when the disk is full. A reader at the end of such a file hands out one more
+ProducerStatus (not in the file): the last one read, with the slot's counts, so every
+pytrace reader shows the loss ("N events not recorded"). A 2.0 reader reads the slot as
+a ProducerStatus and ignores the new fields and flag.
 
 Compression (format 2.0)
 ------------------------
@@ -83,18 +100,19 @@ from .fb.MessageBody import MessageBody as _MessageBody
 
 __all__ = [
     "MAGIC", "FORMAT_MAJOR", "FORMAT_MINOR", "HEADER_BYTES", "FLAG_LOSSLESS",
-    "FLAG_FINISHED", "RecordingError", "RecordingWriter", "RecordingReader",
+    "FLAG_FINISHED", "FLAG_INCOMPLETE", "RecordingError", "RecordingWriter", "RecordingReader",
     "verify_message", "read_header",
 ]
 
 MAGIC = b"PYTRREC\x00"
 FORMAT_MAJOR = 2            # what the writer writes (with compression)
-FORMAT_MINOR = 0
+FORMAT_MINOR = 1
 FORMAT_MAJOR_PLAIN = 1      # what it writes with compress=False
 READABLE_MAJORS = (1, 2)
 HEADER_BYTES = 16
 FLAG_LOSSLESS = 0x1
 FLAG_FINISHED = 0x2
+FLAG_INCOMPLETE = 0x4       # the writer could not write everything (a full disk)
 _HEADER = struct.Struct("<8sHHI")
 
 # Largest message accepted (viewer/core/recfile.h PT_RECFILE_MAX_MESSAGE_BYTES): a
@@ -154,11 +172,16 @@ class RecordingWriter:
 
     A write that fails part way (a full disk) is undone: ``flush`` then cuts the file
     back to the last whole message (``committed`` bytes), drops the buffer (the
-    counters go back to what the file holds) and raises; the file stays a readable
-    recording. ``plain_bytes`` is what the file would take without compression.
+    counters go back to what the file holds) and raises once; the file stays a readable
+    recording. From then on nothing more is written: ``append`` counts what it is given
+    (``unrecorded_events``, ``unrecorded_messages``; ``write_errno`` says why) and the
+    file says so itself (INCOMPLETE, and with ``loss_slot=True``, as `pytrace record`
+    writes, the counts in the loss slot; see the format above). Without it the file
+    holds exactly the messages appended. ``plain_bytes`` is what the file would take without compression.
     """
 
-    def __init__(self, path, lossless=False, buffer_bytes=1 << 20, compress=True, level=None):
+    def __init__(self, path, lossless=False, buffer_bytes=1 << 20, compress=True, level=None,
+                 loss_slot=False):
         from . import _output
         native = _native()
         self.path = os.fspath(path)
@@ -176,7 +199,7 @@ class RecordingWriter:
             self._w = native.RecFileWriter(
                 self._f.fileno(), FLAG_LOSSLESS if lossless else 0, compress=compress,
                 level=native.RECORDING_DEFAULT_LEVEL if level is None else level,
-                buffer_bytes=buffer_bytes)
+                buffer_bytes=buffer_bytes, loss_slot=loss_slot)
             self._w.flush()          # a follower sees a recording from the start
         except BaseException:
             self._f.close()
@@ -194,6 +217,9 @@ class RecordingWriter:
     events = property(lambda self: self._stat("events"))
     lost_events = property(lambda self: self._stat("lost_events"))
     compressed_chunks = property(lambda self: self._stat("compressed_chunks"))
+    unrecorded_events = property(lambda self: self._stat("unrecorded_events"))
+    unrecorded_messages = property(lambda self: self._stat("unrecorded_messages"))
+    write_errno = property(lambda self: self._stat("write_errno"))
 
     def stats(self):
         """All counters at once (dict)."""
@@ -238,7 +264,7 @@ class RecordingReader:
     EventChunk it stands for); ``messages()`` yields the decoded dataclasses of
     `pytrace.reader` (ProcessInfo, Symbol, EventChunk, ...). On damage both raise
     `RecordingError` after everything before it. Attributes: ``lossless``,
-    ``finished_flag``, ``format_version``, ``offset`` (of the next message),
+    ``finished_flag``, ``incomplete``, ``unrecorded()``, ``format_version``, ``offset`` (of the next message),
     ``timed_out`` (follow mode), ``compressed_chunks`` (read so far).
     """
 
@@ -271,7 +297,17 @@ class RecordingReader:
 
     @property
     def lossless(self):
-        return bool(self.flags & FLAG_LOSSLESS)
+        return bool(self.flags & FLAG_LOSSLESS) and not self.incomplete
+
+    @property
+    def incomplete(self):
+        """The writer could not write everything it read (a full disk)."""
+        return bool(self.flags & FLAG_INCOMPLETE)
+
+    def unrecorded(self):
+        """None, or {events, messages, errno} that the writer read and could not write
+        (the loss slot, read again; counts 0 if the loss came before the slot)."""
+        return self._rf.unrecorded()
 
     @property
     def finished_flag(self):

@@ -4,21 +4,28 @@
   wrote, so a second recorder continues where the file of the first ends: together they
   hold every event the job wrote (an event may be in both, never in neither). It used to
   lose up to 0.1 s of events read but not written, with no marker.
-- a full disk: one line saying so, the file readable up to the last whole message, the job
-  runs on (not held back, not killed) and record exits with the job's own code.
+- a full disk: one line saying so (file, cause, how much), the file readable up to the last
+  whole message and itself saying what it lacks (every reader shows it), the job runs on
+  (not held back, not killed) and record exits with the job's own code, or 3 if it is 0.
 """
 
+import errno
+import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import textwrap
 import time
+import urllib.request
 
 import pytest
 
+import pytrace
 from helpers import PY
-from pytrace.recording import RecordingError, RecordingReader
+from pytrace.recording import FLAG_LOSSLESS, RecordingError, RecordingReader
+from topkit import TOP
 
 JOB = textwrap.dedent("""
     import sys, time
@@ -105,25 +112,93 @@ def test_killed_recorder_leaves_no_gap(tmp_path):
     assert covered == [[0, total]], "events missing from both files: %s of %d" % (covered[:4], total)
 
 
+def _web_status(tmp_path, rec, events):
+    """`pytrace web --file rec`: the status its page shows (api/update)."""
+    url_file = tmp_path / "web-url.txt"
+    log = tmp_path / "web.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([PY, "-m", "pytrace", "web", "--url-file", str(url_file), "--file", str(rec)],
+                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not url_file.exists() or not url_file.read_text().strip():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        url = url_file.read_text().strip()
+        base, token = url.split("?", 1)[0], url.split("token=", 1)[1]
+        while True:                      # until the page has the whole file (fed in the background)
+            with urllib.request.urlopen(base + "api/update?token=%s&session=a&version=0&thread=0&window=0"
+                                        % token, timeout=30) as r:
+                status = json.loads(r.read())["status"]
+            if status["events"] >= events or time.monotonic() > deadline:
+                return status
+            time.sleep(0.1)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
                     reason="needs root and unshare to mount a small tmpfs")
-def test_disk_full_during_record(tmp_path):
+@pytest.mark.parametrize("job_code", [7, 0])
+def test_disk_full_during_record(tmp_path, job_code):
+    """A disk that fills during `record -- job`: the file itself records what it lacks
+    (INCOMPLETE, not lossless, the counts in its loss slot) and every reader says so;
+    record says it in one line naming the file, the cause and the count, and exits with
+    the job's own code, or 3 (incomplete) when the job's is 0."""
     job = tmp_path / "job.py"
     job.write_text(JOB)
     disk = tmp_path / "disk"
     disk.mkdir()
     out = disk / "out.pytrace"
     # 256 KiB: the job's compressed recording takes about 2 MB (its plain one 120 MB)
-    inner = ("mount -t tmpfs -o size=256k tmpfs %s && %s -m pytrace record -o %s -- %s %s 3 7; rc=$?; "
-             "cp %s %s/kept.pytrace; exit $rc") % (disk, PY, out, PY, job, out, tmp_path)
+    inner = ("mount -t tmpfs -o size=256k tmpfs %s && %s -m pytrace record -o %s -- %s %s 3 %d; rc=$?; "
+             "cp %s %s/kept.pytrace; exit $rc") % (disk, PY, out, PY, job, job_code, out, tmp_path)
     r = subprocess.run(["unshare", "-m", "sh", "-c", inner], capture_output=True, text=True,
                        timeout=300)
-    assert r.returncode == 7, (r.returncode, r.stderr)          # the job's own exit code
+    assert r.returncode == (job_code or 3), (r.returncode, r.stderr)  # the job's own, else 3
     assert "job done" in r.stdout                             # it ran to its end
     assert "Traceback" not in r.stderr, r.stderr
-    failed = [l for l in r.stderr.splitlines() if "No space left" in l]
-    assert len(failed) == 1 and "No space left on device" in failed[0], r.stderr
-    assert "were not recorded" in r.stderr
+    summary = [l for l in r.stderr.splitlines() if "No space left on device" in l]
+    assert len(summary) == 1, r.stderr
+    m = re.search(r"%s is incomplete: No space left on device \(disk full\); (\d+) events in (\d+) "
+                  r"messages were read and not written" % re.escape(str(out)), summary[0])
+    assert m, summary[0]
+    said_events, said_messages = int(m.group(1)), int(m.group(2))
+    assert said_events > 0 and said_messages > 0
     kept = tmp_path / "kept.pytrace"
     ranges, _ = _chunks(kept)                                 # reads without damage
-    assert sum(c for rs in ranges.values() for _, c in rs) > 0
+    written = sum(c for rs in ranges.values() for _, c in rs)
+    assert written > 0
+
+    # the file: flags and the loss slot
+    with RecordingReader(str(kept)) as rec:
+        statuses = [m for m in rec.messages() if type(m).__name__ == "ProducerStatus"]
+        assert rec.finished_flag and rec.incomplete and not rec.lossless
+        assert not rec.flags & FLAG_LOSSLESS
+        assert rec.unrecorded() == {"events": said_events, "messages": said_messages, "errno": errno.ENOSPC}
+    assert statuses[-1].unrecorded_events == said_events          # the reader's trailer
+    assert statuses[-1].unrecorded_errno == errno.ENOSPC
+
+    # every reader shows it: export, pytrace-top --file, web --file, Profile
+    ex = subprocess.run([PY, "-m", "pytrace", "export", str(kept), "-o", str(tmp_path / "p.txt"),
+                         "-f", "collapsed"], capture_output=True, text=True, timeout=120)
+    assert ex.returncode == 0, ex.stderr
+    assert ("%s is incomplete: No space left on device (disk full); %d events in %d messages"
+            % (kept, said_events, said_messages)) in ex.stderr, ex.stderr
+    top = subprocess.run([TOP, "--file", str(kept), "--once", "--json"], capture_output=True, text=True,
+                         timeout=120)
+    assert top.returncode == 0, top.stderr
+    assert json.loads(top.stdout)["unrecorded_events"] == said_events
+    top_text = subprocess.run([TOP, "--file", str(kept), "--once"], capture_output=True, text=True,
+                              timeout=120)
+    assert "events not recorded (disk full) %d" % said_events in top_text.stdout, top_text.stdout
+    web = _web_status(tmp_path, kept, written)
+    assert web["events"] == written and web["unrecorded"] == said_events, web
+    with pytest.warns(RuntimeWarning, match="incomplete: No space left on device"):
+        prof = pytrace.Profile.from_recording(str(kept))
+    assert prof.counters()["unrecorded_events"] == said_events

@@ -98,10 +98,10 @@ def _events_of_chunk(buf):
 
 def test_record_writes_format_2_with_compressed_chunks_read_back_byte_for_byte(recorded, tmp_path):
     data = recorded.read_bytes()
-    assert struct.unpack_from("<8sHH", data, 0) == (rec.MAGIC, 2, 0)
+    assert struct.unpack_from("<8sHH", data, 0) == (rec.MAGIC, 2, rec.FORMAT_MINOR)
     r = rec.RecordingReader(recorded)
     got = list(r)
-    assert r.format_version == (2, 0)
+    assert r.format_version == (2, rec.FORMAT_MINOR)
     assert r.compressed_chunks > 0
     events = sum(len(_events_of_chunk(d)[2]) // 16 for t, d in got if t == MessageBody.EventChunk)
     assert events > 200000
@@ -114,7 +114,7 @@ def test_record_writes_format_2_with_compressed_chunks_read_back_byte_for_byte(r
     for t, d in got:
         w.append(d, t)
     w.close()
-    assert w.compressed_chunks == 0 and w.format_version == (1, 0)
+    assert w.compressed_chunks == 0 and w.format_version == (1, rec.FORMAT_MINOR)
     assert [m for m in rec.RecordingReader(plain)] == got
     assert os.path.getsize(plain) >= 4 * len(data), (os.path.getsize(plain), len(data))
     # and written again with compression: the same file size class, the same messages

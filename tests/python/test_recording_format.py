@@ -50,13 +50,13 @@ def test_round_trip_keeps_bytes_order_and_alignment(tmp_path, compress):
     major = 2 if compress else 1
     raw = path.read_bytes()
     assert raw[:8] == b"PYTRREC\x00"
-    assert struct.unpack_from("<HHI", raw, 8) == (major, 0, rec.FLAG_LOSSLESS | rec.FLAG_FINISHED)
+    assert struct.unpack_from("<HHI", raw, 8) == (major, rec.FORMAT_MINOR, rec.FLAG_LOSSLESS | rec.FLAG_FINISHED)
     assert len(raw) % 8 == 0
     r = rec.RecordingReader(path)
     got = list(r)
     assert [d for _, d in got] == msgs
     assert [t for t, _ in got] == [1, 2, 4, 4, 4, 5, 5, 3, 7]
-    assert r.lossless and r.finished_flag and r.format_version == (major, 0)
+    assert r.lossless and r.finished_flag and r.format_version == (major, rec.FORMAT_MINOR)
     # every message starts 8-aligned in the file
     off = rec.HEADER_BYTES
     for m in msgs:
@@ -180,7 +180,7 @@ def test_bad_magic_and_version(tmp_path):
     struct.pack_into("<H", v3, 8, 3)          # a major this pytrace does not know
     bad.write_bytes(bytes(v3))
     got, err = _read_all(bad)
-    assert got == [] and err.offset == 8 and "unsupported recording format 3.0" in err.reason
+    assert got == [] and err.offset == 8 and "unsupported recording format 3.%d" % rec.FORMAT_MINOR in err.reason
     assert "another version of pytrace" in err.reason
     minor = bytearray(full)
     struct.pack_into("<H", minor, 10, 7)      # a newer minor is accepted

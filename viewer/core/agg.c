@@ -155,6 +155,7 @@ struct pt_agg {
     uint64_t events_seen, unmatched, bad_events;
     uint64_t lost_records;
     uint64_t producer_dropped, hook_errors;
+    uint64_t unrecorded_events;   /* max ProducerStatus.unrecorded_events (recordings) */
     uint32_t producer_state;
 };
 
@@ -603,7 +604,8 @@ static int agg_gap(void *ctx, pt_walk_thread_t *wt, uint64_t now, uint64_t lost)
 {
     pt_agg_t *a = ctx;
     account(a, walk_thread(a, wt), now);
-    a->lost_records += lost;
+    if (!(wt->lost_flags & PT_EVF_LOST_NO_RING)) /* events of a thread without a ring: not dropped */
+        a->lost_records += lost;
     return 0;
 }
 
@@ -738,6 +740,8 @@ int pt_agg_feed_msg(pt_agg_t *a, const pt_fb_msg_t *m)
         if (m->u.producer_status.events_dropped > a->producer_dropped)
             a->producer_dropped = m->u.producer_status.events_dropped;
         a->hook_errors = m->u.producer_status.hook_errors;
+        if (m->u.producer_status.unrecorded_events > a->unrecorded_events)
+            a->unrecorded_events = m->u.producer_status.unrecorded_events;
         return 0;
     default:
         return 0; /* unknown message types from a newer minor: ignore */
@@ -832,6 +836,7 @@ void pt_agg_counters(const pt_agg_t *a, pt_agg_counters_t *out)
     out->threads_seen = a->thread_count;
     out->threads_active = active;
     out->hook_errors = a->hook_errors;
+    out->unrecorded_events = a->unrecorded_events;
     out->symbols = a->sym_count;
     out->nodes = a->node_count;
     out->span_ns = a->have_ticks ? ticks_ns(a, a->latest - a->min_tick) : 0;

@@ -131,6 +131,7 @@ typedef struct pt_agg_counters {
     uint32_t threads_seen;
     uint32_t threads_active;
     uint64_t hook_errors;
+    uint64_t unrecorded_events;  /* a recording's writer read and could not write (a full disk) */
     uint64_t symbols;
     uint64_t nodes;
     uint64_t span_ns;            /* first to latest tick seen */

@@ -1516,8 +1516,14 @@ static int on_gap(void *ctx, pt_walk_thread_t *wt, uint64_t ticks, uint64_t lost
     uint64_t now = account(e, t, ticks);
     if (e->filter && !in_range(e, &e->procs[t->proc], now))
         return 0;
-    char name[48];
-    snprintf(name, sizeof name, "lost %llu events", (unsigned long long)lost);
+    char name[64];
+    const uint8_t f = wt->lost_flags;
+    snprintf(name, sizeof name, "lost %llu events%s", (unsigned long long)lost,
+             f & PT_EVF_LOST_NO_RING         ? " (no ring)"
+             : f & PT_EVF_LOST_WAIT_TIMEOUT ? " (wait timed out)"
+             : f & PT_EVF_LOST_NO_ROOM      ? " (no room in /dev/shm)"
+             : f & PT_EVF_SYNTHETIC         ? " (the reader fell behind)"
+                                            : "");
     if (e->o.format == PT_EXPORT_CHROME) {
         chrome_instant(e, t, "pytrace", name, now, (int64_t)(lost & INT64_MAX));
     } else if (e->o.format == PT_EXPORT_PERFETTO) {
@@ -2591,6 +2597,10 @@ int pt_export_file(const char *recording, int out_fd, const pt_export_opts_t *op
         st->threads_untraced += p->status.threads_untraced;
         st->tracing_displaced += p->status.tracing_displaced;
         st->events_untraced += p->status.events_untraced;
+        st->unrecorded_events += p->status.unrecorded_events;
+        st->unrecorded_messages += p->status.unrecorded_messages;
+        if (!st->unrecorded_errno)
+            st->unrecorded_errno = p->status.unrecorded_errno;
     }
     res->have_status = with_status > 0;
     int64_t first_ns = 0, last_ns = 0;
@@ -2621,6 +2631,9 @@ int pt_export_file(const char *recording, int out_fd, const pt_export_opts_t *op
     pt_walk_counters(e->walk, &wc);
     res->events = wc.events;
     res->lost = wc.lost;
+    res->lost_wait_timeout = wc.lost_wait_timeout;
+    res->lost_no_room = wc.lost_no_room;
+    res->lost_no_ring = wc.lost_no_ring;
     res->unmatched = wc.unmatched + wc.unmatched_spans;
     res->threads = wc.threads;
     res->symbols = e->nsyms;

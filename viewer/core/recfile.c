@@ -64,6 +64,14 @@ struct pt_recfile {
     uint8_t *plain, *scratch;
     size_t plain_cap, scratch_cap;
     uint64_t compressed_chunks;
+    /* the recorder's loss (format x.1): the unrecorded_* slot, and the last untagged
+     * status, which the trailer handed out at the end repeats (pt_recfile_next) */
+    uint64_t slot_off;             /* 0: no slot seen */
+    uint32_t slot_len;
+    pt_fb_producer_status_t last_status;
+    uint64_t trailer_events, trailer_messages; /* what the last trailer said */
+    int trailer_given;
+    uint64_t trailer[32]; /* 8-aligned, as every message handed out */
 };
 
 static uint32_t le32(const uint8_t *p)
@@ -332,6 +340,64 @@ static int inflate_chunk(pt_recfile_t *rf, const pt_fb_compressed_chunk_t *chunk
     return 0;
 }
 
+int pt_recfile_unrecorded(pt_recfile_t *rf, pt_fb_producer_status_t *out)
+{
+    if (!rf)
+        return 0;
+    uint8_t f[4];
+    if (pread(rf->fd, f, 4, 12) == 4 && rf->header_done)
+        rf->flags = le32(f);
+    if (!(rf->flags & PT_RECFILE_FLAG_INCOMPLETE))
+        return 0;
+    pt_fb_producer_status_t st = rf->last_status;
+    st.has_unrecorded = 1;
+    st.unrecorded_events = st.unrecorded_messages = 0;
+    st.unrecorded_errno = 0;
+    /* the slot is rewritten in place by its writer: read it again */
+    uint8_t slot[256];
+    pt_fb_msg_t m;
+    if (rf->slot_off && rf->slot_len <= sizeof slot &&
+        pread(rf->fd, slot, rf->slot_len, (off_t)rf->slot_off) == (ssize_t)rf->slot_len &&
+        pt_fb_parse(slot, rf->slot_len, &m, NULL, 0) == 0 && m.type == PT_MSG_PRODUCER_STATUS &&
+        m.u.producer_status.has_unrecorded) {
+        st.unrecorded_events = m.u.producer_status.unrecorded_events;
+        st.unrecorded_messages = m.u.producer_status.unrecorded_messages;
+        st.unrecorded_errno = m.u.producer_status.unrecorded_errno;
+    }
+    if (out)
+        *out = st;
+    return 1;
+}
+
+/* At a clean end of a file whose writer lost messages (header flag INCOMPLETE):
+ * hand out one ProducerStatus that repeats the last untagged one with the slot's
+ * unrecorded_* counts, so every reader that keeps the last status (and the
+ * aggregation's maxima) has the loss; again only if the counts grew since. */
+static int unrecorded_trailer(pt_recfile_t *rf, const uint8_t **msg, size_t *len, pt_fb_msg_t *decoded)
+{
+    pt_fb_producer_status_t st;
+    if (!pt_recfile_unrecorded(rf, &st))
+        return 0;
+    if (rf->trailer_given && st.unrecorded_events == rf->trailer_events &&
+        st.unrecorded_messages == rf->trailer_messages)
+        return 0;
+    uint8_t *out = (uint8_t *)rf->trailer;
+    size_t n = pt_fb_build_producer_status(out, sizeof rf->trailer, &st);
+    pt_fb_msg_t m;
+    if (!n || pt_fb_parse(out, n, &m, NULL, 0) != 0)
+        return 0;
+    rf->trailer_given = 1;
+    rf->trailer_events = st.unrecorded_events;
+    rf->trailer_messages = st.unrecorded_messages;
+    if (msg)
+        *msg = out;
+    if (len)
+        *len = n;
+    if (decoded)
+        *decoded = m;
+    return 1;
+}
+
 int pt_recfile_next(pt_recfile_t *rf, const uint8_t **msg, size_t *len, pt_fb_msg_t *decoded)
 {
     if (!rf)
@@ -351,6 +417,8 @@ int pt_recfile_next(pt_recfile_t *rf, const uint8_t **msg, size_t *len, pt_fb_ms
     if (!r) {
         rf->pending = avail(rf);
         rf->pending_need = 4;
+        if (!rf->pending)
+            return unrecorded_trailer(rf, msg, len, decoded);
         return 0;
     }
     const uint8_t *p = rf->buf + (rf->off - rf->buf_off);
@@ -387,6 +455,13 @@ int pt_recfile_next(pt_recfile_t *rf, const uint8_t **msg, size_t *len, pt_fb_ms
     }
     if (m.type == PT_MSG_PRODUCER_STATUS) {
         rf->last_state = m.u.producer_status.state;
+        if (!m.process) {
+            rf->last_status = m.u.producer_status;
+            if (m.u.producer_status.has_unrecorded && !rf->slot_off) {
+                rf->slot_off = rf->off;
+                rf->slot_len = (uint32_t)total;
+            }
+        }
         /* one process of several (Message.process) ending is not the stream's end */
         if (!m.process && (rf->last_state == PT_STATE_EXITED || rf->last_state == PT_STATE_DEAD))
             rf->ended = 1;
@@ -486,7 +561,15 @@ struct pt_recwriter {
     ZSTD_CCtx *cctx;
     uint8_t *planes, *frame; /* compression scratch */
     size_t planes_cap, frame_cap;
+    /* the loss slot: a ProducerStatus with unrecorded_* after the first untagged
+     * ProcessInfo, rewritten in place (pwrite) once a write failed */
+    int want_slot;             /* pt_recwriter_keep_loss_slot */
+    uint64_t slot_at;          /* its file offset; 0: none */
+    int fail_errno;            /* the first failed write's errno; 0: none */
+    uint64_t slot_events, slot_messages; /* what the slot on file says */
 };
+
+static int write_slot(pt_recwriter_t *w);
 
 static int put(pt_recwriter_t *w, const uint8_t *bytes, size_t n)
 {
@@ -656,13 +739,20 @@ int pt_recwriter_append(pt_recwriter_t *w, const uint8_t *msg, size_t len, char 
             snprintf(why, whylen, "a CompressedChunk is made by the writer, not appended");
         return -EINVAL;
     }
+    if (w->fail_errno) {
+        /* writing stopped at a failed write: counted, in the slot at the next flush */
+        w->st.unrecorded_messages++;
+        if (m.type == PT_MSG_EVENT_CHUNK)
+            w->st.unrecorded_events += m.u.event_chunk.count;
+        return 0;
+    }
     const size_t padded = (len + 7) & ~(size_t)7;
     int r = 0;
     if (m.type == PT_MSG_EVENT_CHUNK) {
         const pt_fb_event_chunk_t *c = &m.u.event_chunk;
         const uint8_t *ev = (const uint8_t *)c->events;
         for (uint32_t i = 0; i < c->count; i++, ev += 16)
-            if (ev[14] == PT_EV_LOST)
+            if (ev[14] == PT_EV_LOST && !(ev[15] & PT_EVF_LOST_NO_RING)) /* dropped, not untraced */
                 w->st.lost_events += (uint64_t)le32(ev + 8) | (uint64_t)le16(ev + 12) << 32;
         w->st.events += c->count;
         if (w->compress && c->count >= PT_RECFILE_COMPRESS_MIN_EVENTS)
@@ -674,15 +764,57 @@ int pt_recwriter_append(pt_recwriter_t *w, const uint8_t *msg, size_t len, char 
         return r;
     w->st.plain_bytes += padded;
     w->st.messages++;
+    if (w->want_slot && m.type == PT_MSG_PROCESS_INFO && !m.process && !w->slot_at) {
+        /* the slot, right after the job's ProcessInfo: its bytes are on file from
+         * the first flush, so a full disk later only overwrites them */
+        uint8_t slot[256];
+        const pt_fb_producer_status_t st = {.state = PT_STATE_RUNNING, .has_unrecorded = 1};
+        size_t n = pt_fb_build_producer_status(slot, sizeof slot, &st);
+        const uint64_t at = w->at_commit.committed + w->have;
+        if (n && put(w, slot, n) == 0) {
+            w->slot_at = at;
+            w->st.plain_bytes += (n + 7) & ~(size_t)7;
+        }
+    }
     if (w->have >= w->buffer_bytes)
         return pt_recwriter_flush(w);
     return 0;
+}
+
+/* Rewrite the slot with the counts now (same size: every field is present). */
+static int write_slot(pt_recwriter_t *w)
+{
+    if (!w->slot_at || (w->slot_events == w->st.unrecorded_events && w->slot_messages == w->st.unrecorded_messages &&
+                        w->slot_events + w->slot_messages != 0))
+        return 0;
+    uint8_t slot[256];
+    const pt_fb_producer_status_t st = {.state = PT_STATE_RUNNING,
+                                        .has_unrecorded = 1,
+                                        .unrecorded_events = w->st.unrecorded_events,
+                                        .unrecorded_messages = w->st.unrecorded_messages,
+                                        .unrecorded_errno = (uint32_t)w->fail_errno};
+    size_t n = pt_fb_build_producer_status(slot, sizeof slot, &st);
+    if (!n || w->slot_at + n > w->st.committed)
+        return -EINVAL;
+    if (pwrite(w->fd, slot, n, (off_t)w->slot_at) != (ssize_t)n)
+        return -errno;
+    w->slot_events = st.unrecorded_events;
+    w->slot_messages = st.unrecorded_messages;
+    return 0;
+}
+
+void pt_recwriter_keep_loss_slot(pt_recwriter_t *w)
+{
+    if (w)
+        w->want_slot = 1;
 }
 
 int pt_recwriter_flush(pt_recwriter_t *w)
 {
     if (!w)
         return -EINVAL;
+    if (w->fail_errno)
+        return write_slot(w);
     size_t done = 0;
     while (done < w->have) {
         ssize_t n = pwrite(w->fd, w->buf + done, w->have - done, (off_t)(w->at_commit.committed + done));
@@ -694,8 +826,22 @@ int pt_recwriter_flush(pt_recwriter_t *w)
             if (ftruncate(w->fd, (off_t)w->at_commit.committed) != 0) {
                 /* nothing more to do: the reader reports the cut-short tail */
             }
+            const uint64_t lost_messages = w->st.messages - w->at_commit.messages;
+            const uint64_t lost_events = w->st.events - w->at_commit.events;
+            const uint64_t unrec_m = w->st.unrecorded_messages, unrec_e = w->st.unrecorded_events;
             w->have = 0;
             w->st = w->at_commit;
+            /* From now on nothing is written (a stream with a hole in the middle
+             * would name symbols and threads it never had): the loss is counted
+             * and said in the file itself, by overwriting bytes it already has. */
+            w->st.unrecorded_messages = unrec_m + lost_messages;
+            w->st.unrecorded_events = unrec_e + lost_events;
+            w->fail_errno = e;
+            w->st.write_errno = (uint32_t)e;
+            if (w->slot_at >= w->st.committed)
+                w->slot_at = 0; /* the slot itself was in the lost buffer */
+            (void)pt_recwriter_set_flags(w, w->flags);
+            (void)write_slot(w);
             return -e;
         }
         done += (size_t)n;
@@ -710,6 +856,8 @@ int pt_recwriter_set_flags(pt_recwriter_t *w, uint32_t flags)
 {
     if (!w)
         return -EINVAL;
+    if (w->fail_errno) /* a recording that lost messages is neither lossless nor complete */
+        flags = (flags & ~PT_RECFILE_FLAG_LOSSLESS) | PT_RECFILE_FLAG_INCOMPLETE;
     w->flags = flags;
     uint8_t f[4] = {(uint8_t)flags, (uint8_t)(flags >> 8), (uint8_t)(flags >> 16), (uint8_t)(flags >> 24)};
     if (w->st.committed >= PT_RECFILE_HEADER_BYTES) {
@@ -734,11 +882,14 @@ int pt_recwriter_close(pt_recwriter_t *w, int finished)
     if (!w)
         return -EINVAL;
     int r = pt_recwriter_flush(w);
-    if (r < 0)
-        return r;
-    if (finished && w->st.committed >= PT_RECFILE_HEADER_BYTES)
-        return pt_recwriter_set_flags(w, w->flags | PT_RECFILE_FLAG_FINISHED);
-    return 0;
+    /* after a failed write the file is still closed normally: nothing more will
+     * come, and the slot and INCOMPLETE say what is missing */
+    if (finished && w->st.committed >= PT_RECFILE_HEADER_BYTES && (r == 0 || w->fail_errno)) {
+        int f = pt_recwriter_set_flags(w, w->flags | PT_RECFILE_FLAG_FINISHED);
+        if (r == 0)
+            r = f;
+    }
+    return r;
 }
 
 /* ---- merge ---------------------------------------------------------------------- */

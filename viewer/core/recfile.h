@@ -10,11 +10,27 @@
  *          any other major is refused
  *  10   2  format minor (any minor of a known major is accepted)
  *  12   4  flags: bit 0 LOSSLESS (ring policy wait), bit 1 FINISHED (the
- *          writer closed the file normally; nothing more will be appended)
+ *          writer closed the file normally; nothing more will be appended),
+ *          bit 2 INCOMPLETE (minor 1: the writer read messages it could not
+ *          write, e.g. a full disk; LOSSLESS is then cleared). Readers ignore
+ *          other bits.
  *  16      messages back to back: a u32 size prefix S, S bytes of one
  *          size-prefixed FlatBuffer Message (identifier "PYTR"), then zero
  *          padding up to a multiple of 8 (not counted in S). A complete last
  *          message whose padding is missing at the end of the file is accepted.
+ *
+ * The loss slot (minor 1): right after the first untagged ProcessInfo the writer
+ * (asked to: pt_recwriter_keep_loss_slot)
+ * puts a ProducerStatus (state Running) that has every field, unrecorded_* 0.
+ * When a write fails (a full disk) it cuts the file back to whole messages, stops
+ * writing, counts what it is given from then on, and overwrites the slot in
+ * place (same size) with unrecorded_events/_messages/_errno, and sets INCOMPLETE:
+ * both only rewrite bytes the file has, so the loss is in the file even when the
+ * disk is full. A reader of 2.0 reads the slot as a ProducerStatus and ignores the
+ * new fields and flag. pt_recfile_next, at the clean end of a file with
+ * INCOMPLETE, hands out one more ProducerStatus (not in the file): the last
+ * untagged status read, with the slot's unrecorded_* counts (read again), so
+ * every reader that keeps the last status has the loss.
  *
  * Compression (format 2): the writer stores an EventChunk of at least
  * PT_RECFILE_COMPRESS_MIN_EVENTS events, laid out as the reader library lays
@@ -62,12 +78,13 @@ extern "C" {
 #define PT_RECFILE_MAGIC "PYTRREC" /* plus its NUL: 8 bytes */
 #define PT_RECFILE_HEADER_BYTES 16u
 #define PT_RECFILE_FORMAT_MAJOR 2u /* written with compression; 1 without */
-#define PT_RECFILE_FORMAT_MINOR 0u
+#define PT_RECFILE_FORMAT_MINOR 1u /* 1: the loss slot and INCOMPLETE (below) */
 #define PT_RECFILE_FORMAT_MAJOR_PLAIN 1u
 #define PT_RECFILE_COMPRESS_MIN_EVENTS 16u
 #define PT_RECFILE_DEFAULT_LEVEL 1
 #define PT_RECFILE_FLAG_LOSSLESS 0x1u
 #define PT_RECFILE_FLAG_FINISHED 0x2u
+#define PT_RECFILE_FLAG_INCOMPLETE 0x4u
 /* Largest size prefix accepted: a ring chunk is at most PT_MAX_CHUNK_BYTES
  * (16 MiB); anything far bigger is a damaged prefix (same bound as recording.py). */
 #define PT_RECFILE_MAX_MESSAGE_BYTES (64u << 20)
@@ -103,6 +120,11 @@ int pt_recfile_finish(pt_recfile_t *rf);
  * FINISHED flag is set (re-read from the file on each call). */
 int pt_recfile_ended(pt_recfile_t *rf);
 
+/* 1 if the header says INCOMPLETE (re-read): *out (may be NULL) is then the
+ * last untagged status read with the slot's unrecorded_* counts (0 if there is
+ * no slot); 0 otherwise. */
+int pt_recfile_unrecorded(pt_recfile_t *rf, pt_fb_producer_status_t *out);
+
 /* enum pt_producer_state of the last ProducerStatus read (0 if none). */
 uint32_t pt_recfile_last_state(const pt_recfile_t *rf);
 
@@ -137,6 +159,9 @@ uint64_t pt_recfile_compressed_chunks(const pt_recfile_t *rf);
  * the file back to the last whole message (`committed` bytes), drops the
  * buffer (its messages are not in the file, the counters go back to what the
  * file holds) and returns the error; the file stays a readable recording.
+ * After that failure the writer writes nothing more: append counts what it is
+ * given (stats unrecorded_*) and returns 0, flush and close rewrite the loss slot
+ * (see the top of this file) and return 0; close still sets FINISHED.
  * The writer writes to an fd it does not own (the caller creates the file,
  * opens it and closes it after pt_recwriter_close). One thread at a time.
  */
@@ -149,6 +174,9 @@ typedef struct pt_recwriter_stats {
     uint64_t messages, events;
     uint64_t lost_events;    /* sum of the producer's Lost records */
     uint64_t compressed_chunks;
+    /* after a failed write (flush returned -errno once): nothing more is written */
+    uint64_t unrecorded_events, unrecorded_messages; /* given and not in the file */
+    uint32_t write_errno;    /* that write's errno; 0: none */
 } pt_recwriter_stats_t;
 
 /* Start a recording on fd (at offset 0, empty). compress: 1 = format 2.0 with
@@ -160,6 +188,11 @@ int pt_recwriter_open(int fd, uint32_t flags, int compress, int level, size_t bu
  * them out (types 1..7). -EINVAL: not a verifiable message (why says so, one
  * line). When the buffer reaches buffer_bytes it is flushed: the flush's error. */
 int pt_recwriter_append(pt_recwriter_t *w, const uint8_t *msg, size_t len, char *why, size_t whylen);
+/* Put the loss slot (top of this file) after the first untagged ProcessInfo
+ * appended from now on: a writer of a live stream (pytrace record) calls it, so
+ * that a full disk leaves its count in the file. Without it the file holds
+ * exactly the messages appended (a failed write then sets INCOMPLETE only). */
+void pt_recwriter_keep_loss_slot(pt_recwriter_t *w);
 /* Write the buffer; 0 or -errno (the file is cut back, see above). */
 int pt_recwriter_flush(pt_recwriter_t *w);
 /* Replace the header flags (in the file if the header is written). */

@@ -334,8 +334,18 @@ static int feed_event(pt_walk_t *w, wthread_t *t, const pt_event_t *ev)
         if (t->recovering && (rc = end_recovery(w, t, now)) != 0)
             return rc;
         uint64_t lost = (uint64_t)ev->id | ((uint64_t)ev->aux << 32);
-        t->pub.lost += lost;
-        w->c.lost += lost;
+        t->pub.lost_flags = ev->flags;
+        if (ev->flags & PT_EVF_LOST_NO_RING) { /* untraced, not dropped */
+            t->pub.lost_no_ring += lost;
+            w->c.lost_no_ring += lost;
+        } else {
+            t->pub.lost += lost;
+            w->c.lost += lost;
+            if (ev->flags & PT_EVF_LOST_WAIT_TIMEOUT)
+                w->c.lost_wait_timeout += lost;
+            else if (ev->flags & PT_EVF_LOST_NO_ROOM)
+                w->c.lost_no_room += lost;
+        }
         begin_recovery(t);
         t->have_close_ticks = 1;
         t->close_ticks = now;

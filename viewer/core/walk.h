@@ -125,7 +125,9 @@ typedef struct pt_walk_thread {
     uint64_t last_ticks;   /* largest tick seen on the thread */
     int have_ticks;
     uint64_t events;
-    uint64_t lost;         /* sum of its Lost record counts */
+    uint64_t lost;         /* sum of its Lost record counts (dropped: not LostNoRing) */
+    uint64_t lost_no_ring; /* sum of its LostNoRing counts (events before it had a ring) */
+    uint8_t lost_flags;    /* Event.flags of its last Lost record: the gap's cause (gap callback) */
     /* 1: the open entries are the thread's whole stack. The walk cannot know it
      * for a thread it meets mid-stream, so it starts at 0 and the consumer sets
      * it when it knows the thread's stream is read from its first event
@@ -149,7 +151,10 @@ typedef struct pt_walk pt_walk_t;
 
 typedef struct pt_walk_counters {
     uint64_t events;
-    uint64_t lost;             /* sum of Lost record counts */
+    uint64_t lost;             /* sum of Lost record counts: events dropped (not LostNoRing) */
+    uint64_t lost_wait_timeout; /* ... of them LostWaitTimeout (policy wait, the bound ran out) */
+    uint64_t lost_no_room;     /* ... of them LostNoRoom (no room in /dev/shm for a chunk) */
+    uint64_t lost_no_ring;     /* LostNoRing counts: events of threads without a ring (not in lost) */
     uint64_t unmatched;        /* closes with no open frame of their id */
     uint64_t unmatched_spans;  /* SpanEnd with no open span of its id */
     uint64_t bad_events;       /* unknown kinds */

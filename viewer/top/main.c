@@ -399,6 +399,7 @@ static const struct {
     {"threads_untraced", "threads without a ring", offsetof(pt_reader_stats_t, threads_untraced)},
     {"events_untraced", "events of threads without a ring", offsetof(pt_reader_stats_t, events_untraced)},
     {"tracing_displaced", "threads displaced", offsetof(pt_reader_stats_t, tracing_displaced)},
+    {"unrecorded_events", "events not recorded (disk full)", offsetof(pt_reader_stats_t, unrecorded_events)},
 };
 #define APP_LOSS_COUNT (sizeof App_losses / sizeof App_losses[0])
 

@@ -62,6 +62,8 @@ static void FileSource_note(FileSource *fs, const pt_fb_msg_t *m)
         st->threads_untraced = m->u.producer_status.threads_untraced;
         st->tracing_displaced = m->u.producer_status.tracing_displaced;
         st->events_untraced = m->u.producer_status.events_untraced;
+        if (m->u.producer_status.unrecorded_events > st->unrecorded_events)
+            st->unrecorded_events = m->u.producer_status.unrecorded_events;
         break;
     default: break;
     }

@@ -122,6 +122,11 @@ class ExportResult:
     def __init__(self, d):
         self.events = d["events"]
         self.lost_events = d["lost_events"]
+        # of them by cause (the rest: a full ring under policy drop), and the gaps of
+        # threads that had no ring (events_untraced, not dropped)
+        self.lost_wait_timeout = d.get("lost_wait_timeout", 0)
+        self.lost_no_room = d.get("lost_no_room", 0)
+        self.lost_no_ring = d.get("lost_no_ring", 0)
         self.unmatched = d["unmatched"]
         self.threads = d["threads"]
         self.symbols = d["symbols"]
@@ -511,8 +516,13 @@ def main(argv=None):
     status = walker.producer_status
     job_dropped = max(walker.lost_events, getattr(status, "events_dropped", 0) or 0)
     if job_dropped:
-        line = ("pytrace export: %d events dropped by the job (a full ring, policy drop); "
-                "stacks were rebuilt after each gap" % job_dropped)
+        full = walker.lost_events - walker.lost_wait_timeout - walker.lost_no_room
+        causes = [(full, "a full ring, policy drop"),
+                  (walker.lost_wait_timeout, "policy wait: the reader freed no room within the wait bound"),
+                  (walker.lost_no_room, "no room in /dev/shm for the ring")]
+        said = "; ".join("%d: %s" % (n, why) for n, why in causes if n)
+        line = ("pytrace export: %d events dropped by the job (%s); stacks were rebuilt after "
+                "each gap" % (job_dropped, said or "its rings' counters; no gap is marked"))
         if job_dropped > walker.lost_events:
             line += ("; %d of them are marked as gaps in the recording, the other %d came after "
                      "a thread's last record" % (walker.lost_events, job_dropped - walker.lost_events))
@@ -522,6 +532,11 @@ def main(argv=None):
         lost = describe(walker.producer_status, OTHER_LOSSES)
         if lost:
             print("pytrace export: the traced job also lost: %s" % lost, file=sys.stderr)
+    if status is not None and getattr(status, "unrecorded_errno", 0):
+        from ..losses import unrecorded_text
+        print("pytrace export: %s" % unrecorded_text(args.recording, status.unrecorded_events,
+                                                     status.unrecorded_messages,
+                                                     status.unrecorded_errno), file=sys.stderr)
     if fmt == "pstats" and walker.events and args.output != "-":
         _say_pstats_total(args.output, walker)
     if fmt == "pstats" and not walker.events:

@@ -434,8 +434,90 @@ static void test_write_fails_part_way(void)
     close(fd);
     got_t g = read_back(&m);
     CHECK_EQ(g.rc, 0);
-    CHECK_EQ(g.count, 5);
+    CHECK_EQ(g.count, 6); /* the 5 whole messages, then the reader's loss trailer (INCOMPLETE) */
     CHECK_EQ(g.intact, 5);
+    free_msgs(&m);
+}
+
+/* A full disk (RLIMIT_FSIZE as a stand-in) during a recording with the loss slot:
+ * nothing more is written, every message given after is counted, and the file
+ * itself says so -- the slot (rewritten in place, no byte added), INCOMPLETE set,
+ * LOSSLESS cleared, FINISHED still set at close -- and the reader hands the counts
+ * out as a last ProducerStatus. */
+static void test_full_disk_loss_in_file(void)
+{
+    msgs_t m = {0};
+    sample(&m);
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit old;
+    REQUIRE(getrlimit(RLIMIT_FSIZE, &old) == 0);
+    int fd = open_out();
+    pt_recwriter_t *w = NULL;
+    REQUIRE(pt_recwriter_open(fd, PT_RECFILE_FLAG_LOSSLESS, 0, 1, 1 << 20, &w) == 0);
+    pt_recwriter_keep_loss_slot(w);
+    char why[200];
+    for (size_t i = 0; i < 5; i++) /* ProcessInfo (then the slot), symbols, ThreadStart */
+        CHECK_EQ(pt_recwriter_append(w, m.buf[i], m.len[i], why, sizeof why), 0);
+    CHECK_EQ(pt_recwriter_flush(w), 0);
+    pt_recwriter_stats_t st0;
+    pt_recwriter_stats(w, &st0);
+    struct rlimit lim = old;
+    lim.rlim_cur = st0.committed; /* not one byte more: the disk is full */
+    REQUIRE(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+    uint64_t given_events = 0;
+    CHECK_EQ(pt_recwriter_append(w, m.buf[5], m.len[5], why, sizeof why), 0);
+    given_events += BIG_EVENTS;
+    CHECK_EQ(pt_recwriter_flush(w), -EFBIG);
+    for (size_t i = 6; i < m.n; i++) { /* the rest: counted, not written, no error */
+        CHECK_EQ(pt_recwriter_append(w, m.buf[i], m.len[i], why, sizeof why), 0);
+        pt_fb_msg_t d;
+        if (pt_fb_parse(m.buf[i], m.len[i], &d, NULL, 0) == 0 && d.type == PT_MSG_EVENT_CHUNK)
+            given_events += d.u.event_chunk.count;
+    }
+    CHECK_EQ(pt_recwriter_set_flags(w, PT_RECFILE_FLAG_LOSSLESS), 0); /* cannot make it lossless again */
+    CHECK_EQ(pt_recwriter_close(w, 1), 0);
+    REQUIRE(setrlimit(RLIMIT_FSIZE, &old) == 0);
+    pt_recwriter_stats_t st;
+    pt_recwriter_stats(w, &st);
+    CHECK_EQ(st.unrecorded_messages, m.n - 5);
+    CHECK_EQ(st.unrecorded_events, given_events);
+    CHECK_EQ(st.write_errno, EFBIG);
+    struct stat sb;
+    CHECK(fstat(fd, &sb) == 0 && (uint64_t)sb.st_size == st0.committed);
+    pt_recwriter_free(w);
+    close(fd);
+
+    pt_recfile_t *rf = NULL;
+    char err[256];
+    REQUIRE(pt_recfile_open(path, &rf, err, sizeof err) == 0);
+    const uint8_t *msg;
+    size_t len;
+    pt_fb_msg_t d;
+    uint32_t n = 0, statuses = 0;
+    pt_fb_producer_status_t last = {0};
+    int rc;
+    while ((rc = pt_recfile_next(rf, &msg, &len, &d)) == 1) {
+        n++;
+        if (d.type == PT_MSG_PRODUCER_STATUS) {
+            statuses++;
+            last = d.u.producer_status;
+        }
+    }
+    CHECK_EQ(rc, 0);
+    CHECK_EQ(pt_recfile_finish(rf), 0);
+    CHECK_EQ(n, 5 + 1 + 1);   /* 5 messages, the slot, the trailer */
+    CHECK_EQ(statuses, 2);
+    CHECK_EQ(pt_recfile_flags(rf), PT_RECFILE_FLAG_INCOMPLETE | PT_RECFILE_FLAG_FINISHED);
+    CHECK_EQ(pt_recfile_format_minor(rf), PT_RECFILE_FORMAT_MINOR);
+    CHECK(last.has_unrecorded);
+    CHECK_EQ(last.unrecorded_events, given_events);
+    CHECK_EQ(last.unrecorded_messages, m.n - 5);
+    CHECK_EQ(last.unrecorded_errno, EFBIG);
+    pt_fb_producer_status_t u;
+    CHECK_EQ(pt_recfile_unrecorded(rf, &u), 1);
+    CHECK_EQ(u.unrecorded_events, given_events);
+    CHECK_EQ(pt_recfile_next(rf, &msg, &len, &d), 0); /* the trailer comes once */
+    pt_recfile_close(rf);
     free_msgs(&m);
 }
 
@@ -474,6 +556,7 @@ int main(void)
     test_truncated_compressed_file();
     test_follow_a_compressed_file();
     test_write_fails_part_way();
+    test_full_disk_loss_in_file();
     test_rejects_non_messages();
     unlink(path);
     if (failures) {

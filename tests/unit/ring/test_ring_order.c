@@ -266,6 +266,7 @@ static void test_drop_policy(void)
     n = drain_all(c, buf, 8192);
     CHECKF(n == 1 + 5 + 1, "after recovery: %" PRIu64 " records, want Lost + 5 frames + record", n);
     if (n == 7) {
+        CHECKF(buf[0].flags == 0, "a full ring under policy drop: no cause flag (flags %u)", buf[0].flags);
         CHECKF(buf[0].kind == PT_EV_LOST && buf[0].id == 11 && buf[0].aux == 0, "Lost(11): kind %u id %u",
               buf[0].kind, buf[0].id);
         CHECKF(buf[0].ticks == seq, "Lost carries the ticks of the record that found room");
@@ -283,6 +284,8 @@ static void test_drop_policy(void)
     while (push_seq(ring, seq) == 0)
         seq++;
     ring->lost_pending = PT_LOST_MAX + 100;
+    memset(ring->lost_by_cause, 0, sizeof ring->lost_by_cause);
+    ring->lost_by_cause[PT_RING_LOST_FULL] = PT_LOST_MAX + 100;
     (void)drain_all(c, buf, 8192);
     pt_ring_set_stack_writer(ring, NULL, NULL);
     CHECKF(push_seq(ring, seq) == 0, "push after room returned");
@@ -400,6 +403,8 @@ static void test_wait_policy_bound(void)
     CHECKF(ring.waiting_disabled == 0, "waiting again once room returned");
     uint64_t n = drain_all(&c, buf, 1024);
     CHECKF(n == 2 && buf[0].kind == PT_EV_LOST && buf[0].id == 2, "Lost(2) then the record");
+    CHECKF(buf[0].flags == PT_EVF_LOST_WAIT_TIMEOUT, "a drop under policy wait says the wait timed out (flags %u)",
+           buf[0].flags);
     CHECKF(n == 2 && record_matches(&buf[1], seq), "record after Lost");
     free_layout(&l);
 }
@@ -502,6 +507,8 @@ static void test_reserve_in_steps(void)
     CHECKF(n == 8 * epc + 2, "drained %" PRIu64 ": 8 chunks, Lost, the record", n);
     if (n == 8 * epc + 2) {
         CHECKF(buf[8 * epc].kind == PT_EV_LOST && buf[8 * epc].id == drops, "Lost(%u)", buf[8 * epc].id);
+        CHECKF(buf[8 * epc].flags == PT_EVF_LOST_NO_ROOM, "a drop for want of memory says so (flags %u)",
+               buf[8 * epc].flags);
         CHECK(record_matches(&buf[8 * epc + 1], seq - 1));
     }
     /* the rest of the first lap, then laps more: no more reservations */
@@ -515,6 +522,38 @@ static void test_reserve_in_steps(void)
     CHECKF(written_unreserved(&r, chunks) == 0, "never a chunk written unreserved");
     CHECKF(c.header_errors == 0 && c.length_errors == 0, "consumer saw no bad chunk");
     free_layout(&l);
+}
+
+/* Events a thread made before it had a ring (pt_ring_count_missed) are not
+ * drops of the ring: events_dropped stays, and the gap is its own Lost record
+ * flagged LostNoRing; a later full-ring drop in the same gap is a second Lost
+ * record, unflagged. So a reader can say each cause with its own count. */
+static void test_lost_causes_apart(void)
+{
+    stack_ctx_t sctx = {.frames = 0};
+    small_ring_t s;
+    small_ring_init(&s, &sctx);
+    pt_ring_t *ring = &s.ring;
+    static pt_event_t buf[8192];
+    pt_ring_count_missed(ring, 1234);
+    CHECKF(atomic_load(&s.l.slot->events_dropped) == 0, "missed events are not dropped ones");
+    CHECKF(push_seq(ring, 0) == 0, "first push");
+    uint64_t n = drain_all(&s.c, buf, 8192);
+    CHECKF(n == 2 && buf[0].kind == PT_EV_LOST && buf[0].id == 1234 && buf[0].flags == PT_EVF_LOST_NO_RING,
+           "Lost(1234, LostNoRing): n %" PRIu64 " kind %u id %u flags %u", n, buf[0].kind, buf[0].id, buf[0].flags);
+    uint64_t seq = 1;
+    while (push_seq(ring, seq) == 0)
+        seq++;
+    (void)push_seq(ring, seq + 1); /* two drops */
+    pt_ring_count_missed(ring, 5);  /* API misuse in practice, but both causes may meet in one gap */
+    (void)drain_all(&s.c, buf, 8192);
+    CHECKF(push_seq(ring, seq + 2) == 0, "room returned");
+    n = drain_all(&s.c, buf, 8192);
+    CHECKF(n == 3 && buf[0].kind == PT_EV_LOST && buf[0].id == 2 && buf[0].flags == 0 && buf[1].kind == PT_EV_LOST &&
+               buf[1].id == 5 && buf[1].flags == PT_EVF_LOST_NO_RING,
+           "one Lost per cause: n %" PRIu64, n);
+    CHECKF(atomic_load(&s.l.slot->events_dropped) == 2, "only the ring's drops are events_dropped");
+    free_layout(&s.l);
 }
 
 static void test_misuse(void)
@@ -548,6 +587,7 @@ int main(void)
     test_stack_request();
     test_wait_policy_bound();
     test_reserve_in_steps();
+    test_lost_causes_apart();
     test_misuse();
     if (failures) {
         fprintf(stderr, "test_ring_order: %d check(s) failed\n", failures);

@@ -42,7 +42,10 @@ SAME(PT_EV_KIND_COUNT, fb::EventKind_MAX + 1, "EventKind: every kind of the .fbs
 SAME(PT_EVF_C_FUNCTION, fb::EventFlags_CFunction, "EventFlags CFunction");
 SAME(PT_EVF_THROWN, fb::EventFlags_Thrown, "EventFlags Thrown");
 SAME(PT_EVF_SYNTHETIC, fb::EventFlags_Synthetic, "EventFlags Synthetic");
-SAME((PT_EVF_C_FUNCTION | PT_EVF_THROWN | PT_EVF_SYNTHETIC), fb::EventFlags_ANY, "EventFlags: every flag of the .fbs is in pt_wire.h");
+SAME(PT_EVF_LOST_NO_RING, fb::EventFlags_LostNoRing, "EventFlags LostNoRing");
+SAME(PT_EVF_LOST_WAIT_TIMEOUT, fb::EventFlags_LostWaitTimeout, "EventFlags LostWaitTimeout");
+SAME(PT_EVF_LOST_NO_ROOM, fb::EventFlags_LostNoRoom, "EventFlags LostNoRoom");
+SAME((PT_EVF_C_FUNCTION | PT_EVF_THROWN | PT_EVF_SYNTHETIC | PT_EVF_LOST_CAUSES), fb::EventFlags_ANY, "EventFlags: every flag of the .fbs is in pt_wire.h");
 
 // ---- enum ClockKind, ProducerState, SymbolKind, DropPolicy -----------------
 SAME(PT_CLOCK_MONOTONIC, fb::ClockKind_Monotonic, "ClockKind Monotonic");

@@ -356,8 +356,10 @@
     if (past) parts.push(fmtCount(past) + " messages of processes past the first " + s.process_limit + " not shown");
     const noView = s.threads_without_view || 0;
     if (noView) parts.push(noView + " threads with few events have no view of their own (they are in all threads)");
+    const unrecorded = s.unrecorded || 0;
+    if (unrecorded) parts.push("INCOMPLETE: " + fmtCount(unrecorded) + " events not recorded (the recorder's disk was full)");
     el.textContent = parts.join(" \u00b7 ");
-    el.classList.toggle("bad", !!state.error || !!s.damage || (s.dropped || 0) > 0 || past > 0);
+    el.classList.toggle("bad", !!state.error || !!s.damage || (s.dropped || 0) > 0 || past > 0 || unrecorded > 0);
     $("title").textContent = (s.pid ? "pid " + s.pid + "  " : "") + (s.command || DATA.title || "");
     document.title = "pytrace " + (s.pid ? s.pid + " " : "") + (s.command || DATA.title || "");
   }
