@@ -46,8 +46,10 @@ static int FlamePanel_pathOf(App *app, uint32_t n, uint32_t *path)
 static void FlamePanel_label(App *app, const pt_agg_tnode_t *node, int width, char *out, size_t outcap)
 {
     char esc[1024];
-    if (node->symbol == PT_AGG_NONE) {
+    if (node->parent == PT_AGG_NONE) { /* the root (a symbol id may be PT_AGG_NONE too) */
         App_threadLabel(app, esc, sizeof esc);
+    } else if (node->other) {
+        snprintf(esc, sizeof esc, "%s", "[other]");
     } else {
         const char *name = App_symbolName(app, node->symbol);
         Text_escape(name, esc, sizeof esc);
@@ -126,8 +128,11 @@ static void FlamePanel_draw(App *app, int top, int rows, int cols)
     /* the selected frame, in words */
     const pt_agg_tnode_t *s = FlamePanel_node(app, sel);
     char name[512], file[512] = "", line[1024], incl[32], self[32];
-    if (s->symbol == PT_AGG_NONE) {
+    if (s->parent == PT_AGG_NONE) {
         snprintf(name, sizeof name, "%s", "(root)");
+    } else if (s->other) {
+        snprintf(name, sizeof name, "%s", "[other]");
+        snprintf(file, sizeof file, "%s", "calls here past the tree budget (folded)");
     } else {
         pt_agg_symbol_t sym = pt_agg_symbol(app->agg, s->symbol);
         Text_escape(sym.name, name, sizeof name);

@@ -72,7 +72,7 @@ class ExportResult:
 
 
 def export(recording, fmt, output, weight="ns", per_thread=False, follow=False, timeout=30.0,
-           qualnames=False, uncompressed=False, pids=None):
+           qualnames=False, uncompressed=False, pids=None, tree_budget_mib=256):
     """Export `recording` to `output` (a path, or "-" for stdout). pstats keys are
     cProfile's, or with qualnames=True pytrace's qualified names. perfetto packets are
     zlib-compressed in batches (compressed_packets) unless uncompressed=True. A recording
@@ -86,7 +86,7 @@ def export(recording, fmt, output, weight="ns", per_thread=False, follow=False, 
     if weight not in ("ns", "calls"):
         raise ValueError("weight must be 'ns' or 'calls'")
     if fmt == "html":
-        return _export_html(recording, output, pids)
+        return _export_html(recording, output, pids, tree_budget_mib)
     binary = fmt in _BINARY
     tmp = None
     if output == "-":
@@ -150,6 +150,8 @@ class _HtmlResult:
         self.unmatched = sum(c["unmatched"] for c in counts)
         self.threads = sum(c["threads_seen"] for c in counts)
         self.symbols = sum(c["symbols"] for c in counts)
+        self.folded_calls = sum(c["folded_calls"] for c in counts)
+        self.tree_budget = counts[0]["tree_budget"] if counts else 0
         self.timed_out = False
         self.processes = len(prof.processes())
         self.selected_processes = len(shown)
@@ -159,7 +161,7 @@ class _HtmlResult:
         self.past_process_limit = (c["process_limit"], c["messages_past_process_limit"])
 
 
-def _export_html(recording, output, pids=None):
+def _export_html(recording, output, pids=None, tree_budget_mib=256):
     """The HTML report: the recording read into a pytrace.Profile (the C aggregation),
     its pictures embedded in the page of pytrace.web; every process of a recording of
     several (each its own pictures, a chooser), or those of `pids`. A damaged recording
@@ -170,7 +172,7 @@ def _export_html(recording, output, pids=None):
     from ..recording import RecordingReader
     from ..web import data as web_data, page
     # 10 ms slices for the timeline (grouped to at most 1500 cells), an hour of them
-    prof = Profile(window=3600.0, slice_seconds=0.01)
+    prof = Profile(window=3600.0, slice_seconds=0.01, tree_budget_mib=tree_budget_mib)
     error = None
     status = {}     # the last ProducerStatus of each process (by Message.process tag)
 
@@ -268,6 +270,10 @@ def main(argv=None):
                    help="a recording of several processes: export only the process with this "
                         "pid (repeat for more; default: every process, pstats and collapsed "
                         "add them together)")
+    p.add_argument("--tree-budget", type=int, default=256, metavar="MIB",
+                   help="html: memory for each process's call tree (default 256 MiB); past it, new "
+                        "call paths fold into [other] nodes, counted in the report (the table "
+                        "stays exact)")
     p.add_argument("--follow", action="store_true",
                    help="read a recording that is still being written, until the job ends")
     p.add_argument("--timeout", type=float, default=30.0,
@@ -303,7 +309,7 @@ def main(argv=None):
         walker, error = export(args.recording, fmt, args.output, weight=args.weight,
                                per_thread=args.per_thread, follow=args.follow, timeout=args.timeout,
                                qualnames=args.qualnames, uncompressed=args.uncompressed,
-                               pids=args.pid)
+                               pids=args.pid, tree_budget_mib=args.tree_budget)
     except RecordingError as e:       # damage before anything could be read (header)
         print("pytrace export: %s" % e, file=sys.stderr)
         return 1
@@ -349,6 +355,10 @@ def main(argv=None):
     if fmt == "pstats" and not walker.events:
         print("pytrace export: the recording holds no calls; pstats.Stats refuses an empty "
               "profile", file=sys.stderr)
+    if getattr(walker, "folded_calls", 0):
+        print("pytrace export: the call tree reached its budget (%d MiB, --tree-budget): %d calls "
+              "folded into [other] nodes; the function table is exact" % (
+                  walker.tree_budget >> 20, walker.folded_calls), file=sys.stderr)
     if walker.unmatched:
         print("pytrace export: %d returns had no matching call and were ignored" % walker.unmatched,
               file=sys.stderr)

@@ -94,6 +94,8 @@ def status(agg, processes=1, extra=None):
          "processes": processes, "span_ns": c["span_ns"], "unmatched": c["unmatched"],
          "pid": p["pid"], "command": p["command_line"], "python": p["python_version"],
          "window_max": c["window_max_seconds"],
+         # the call tree's budget: calls past it are in [other] nodes (the table is exact)
+         "tree_budget": c["tree_budget"], "folded_calls": c["folded_calls"],
          # a stream of more processes than the aggregation reads (process_limit): their
          # messages are counted, never shown
          "process_limit": c.get("process_limit", 0),
