@@ -270,7 +270,7 @@ def main(argv=None):
                    help="a recording of several processes: export only the process with this "
                         "pid (repeat for more; default: every process, pstats and collapsed "
                         "add them together)")
-    p.add_argument("--tree-budget", type=int, default=256, metavar="MIB",
+    p.add_argument("--tree-budget", type=int, default=None, metavar="MIB",
                    help="html: memory for each process's call tree (default 256 MiB); past it, new "
                         "call paths fold into [other] nodes, counted in the report (the table "
                         "stays exact)")
@@ -293,6 +293,10 @@ def main(argv=None):
         p.error("--qualnames is for --format pstats")
     if args.uncompressed and fmt != "perfetto":
         p.error("--uncompressed is for --format perfetto")
+    if args.tree_budget is not None and fmt != "html":
+        p.error("--tree-budget is for --format html")
+    if args.tree_budget is not None and not 1 <= args.tree_budget <= 1 << 24:
+        p.error("--tree-budget must be a whole number of MiB from 1 to 16777216")
     if not args.follow:
         # A file that is not a recording at all gets one line and no output file.
         try:
@@ -309,7 +313,7 @@ def main(argv=None):
         walker, error = export(args.recording, fmt, args.output, weight=args.weight,
                                per_thread=args.per_thread, follow=args.follow, timeout=args.timeout,
                                qualnames=args.qualnames, uncompressed=args.uncompressed,
-                               pids=args.pid, tree_budget_mib=args.tree_budget)
+                               pids=args.pid, tree_budget_mib=args.tree_budget or 256)
     except RecordingError as e:       # damage before anything could be read (header)
         print("pytrace export: %s" % e, file=sys.stderr)
         return 1
