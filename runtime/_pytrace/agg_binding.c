@@ -91,10 +91,11 @@ static PyObject *str_of(const char *s)
 
 static PyObject *agg_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"slice_ns", "slice_count", "max_processes", NULL};
-    unsigned long long slice_ns = 0;
+    static char *kwlist[] = {"slice_ns", "slice_count", "max_processes", "tree_budget", NULL};
+    unsigned long long slice_ns = 0, tree_budget = 0;
     unsigned int slice_count = 0, max_processes = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|KII:Aggregator", kwlist, &slice_ns, &slice_count, &max_processes))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|KIIK:Aggregator", kwlist, &slice_ns, &slice_count, &max_processes,
+                                     &tree_budget))
         return NULL;
     if (slice_count > 2000000u) { /* 64 MiB of slice headers */
         PyErr_SetString(PyExc_ValueError, "slice_count must be at most 2000000");
@@ -116,7 +117,7 @@ static PyObject *agg_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     if (!self)
         return NULL;
     self->lock = PyThread_allocate_lock();
-    pt_aggset_config_t cfg = {.agg = {.slice_ns = slice_ns, .slice_count = slice_count},
+    pt_aggset_config_t cfg = {.agg = {.slice_ns = slice_ns, .slice_count = slice_count, .tree_budget = tree_budget},
                               .max_processes = max_processes};
     if (!self->lock || pt_aggset_create(&cfg, &self->set)) {
         Py_DECREF(self);
@@ -289,6 +290,9 @@ static PyObject *agg_counters(agg_obj_t *self, PyObject *args, PyObject *kw)
     SET(d, "unrecorded_events", U64(c.unrecorded_events));
     SET(d, "symbols", U64(c.symbols));
     SET(d, "nodes", U64(c.nodes));
+    SET(d, "tree_budget", U64(c.tree_budget));
+    SET(d, "folded_calls", U64(c.folded_calls));
+    SET(d, "other_nodes", U64(c.other_nodes));
     SET(d, "span_ns", U64(c.span_ns));
     SET(d, "window_max_seconds", PyFloat_FromDouble(c.window_max_seconds));
     SET(d, "pid", U64(pid));
@@ -572,7 +576,8 @@ PyDoc_STRVAR(tree_doc,
              "tree(thread=0, window=0.0, min_fraction=0.0, process=0) -> (span_ns, nodes): the calling-context tree in "
              "depth-first order, children by name; a node is (symbol id, parent index, depth, calls, self_ns, "
              "total_ns); node 0 is the root (symbol and parent -1), whose self time is time with nothing on the "
-             "stack. Subtrees whose total is below min_fraction of the root's are left out (a flame graph "
+             "stack; symbol -2 is an [other] node: the calls below its parent folded past the tree budget "
+             "(counters()['folded_calls']), after its siblings. Subtrees whose total is below min_fraction of the root's are left out (a flame graph "
              "could not show them).");
 
 static PyObject *agg_tree(agg_obj_t *self, PyObject *args, PyObject *kw)
@@ -629,7 +634,8 @@ static PyObject *agg_tree(agg_obj_t *self, PyObject *args, PyObject *kw)
     }
     for (size_t i = 0; i < k; i++) {
         const pt_agg_tnode_t *x = &t.nodes[order[i]];
-        long long sym = x->symbol == PT_AGG_NONE ? -1 : (long long)x->symbol;
+        /* the root by its parent: a stream's symbol id may be PT_AGG_NONE too */
+        long long sym = x->parent == PT_AGG_NONE ? -1 : x->other ? -2 : (long long)x->symbol;
         long long parent = x->parent == PT_AGG_NONE ? -1 : (long long)newidx[x->parent];
         PyObject *node = Py_BuildValue("(LLIKKK)", sym, parent, x->depth, (unsigned long long)x->calls,
                                        (unsigned long long)x->self_ns, (unsigned long long)x->incl_ns);

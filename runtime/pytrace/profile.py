@@ -103,7 +103,10 @@ class Profile:
     queries may come from different threads (the core is locked per object, without the GIL).
     """
 
-    def __init__(self, window=600.0, slice_seconds=0.1):
+    def __init__(self, window=600.0, slice_seconds=0.1, tree_budget_mib=256):
+        """tree_budget_mib: memory for each process's call tree; past it, new call paths fold
+        into [other] nodes (counters()["folded_calls"] counts their calls; the function table
+        stays exact)."""
         if not slice_seconds > 0:
             raise ValueError("slice_seconds must be > 0")
         if not window > 0:
@@ -112,7 +115,10 @@ class Profile:
         if count > 2_000_000:
             raise ValueError("window / slice_seconds = %d slices; at most 2000000 (a shorter window or "
                              "longer slices)" % count)
-        self._agg = _ext().Aggregator(slice_ns=max(1, int(round(slice_seconds * 1e9))), slice_count=count)
+        if not (isinstance(tree_budget_mib, int) and 1 <= tree_budget_mib <= 1 << 24):
+            raise ValueError("tree_budget_mib must be a whole number of MiB from 1 to 16777216")
+        self._agg = _ext().Aggregator(slice_ns=max(1, int(round(slice_seconds * 1e9))), slice_count=count,
+                                      tree_budget=tree_budget_mib << 20)
         self._symbols = {}          # process index -> {id: SymbolInfo}
 
     # ---- input ----------------------------------------------------------
@@ -248,8 +254,11 @@ class Profile:
         symbols = self.symbols(process)
         out = []
         for i, (sym, parent, depth, calls, self_ns, total_ns) in enumerate(nodes):
-            if sym < 0:
+            if parent < 0:
                 out.append(Node(i, -1, depth, -1, "<root>", "", 0, -1, calls, self_ns, total_ns))
+                continue
+            if sym == -2:  # the calls below parent folded past the tree budget
+                out.append(Node(i, parent, depth, -2, "[other]", "", 0, -1, calls, self_ns, total_ns))
                 continue
             s = self._symbol(sym, symbols, process)
             out.append(Node(i, parent, depth, sym, s.name if s else "<unknown #%d>" % sym,

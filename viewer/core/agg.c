@@ -18,6 +18,21 @@
  *     A node caches the absolute slice number of its last entry and the entry
  *     index, so the steady path appends at most once per node per slice and
  *     otherwise adds in place. Slice arrays keep their capacity when reused.
+ *   - Tree budget (agg.h): past node_limit, child_of gives the parent's
+ *     [other] node, and below an [other] node every call is that node again.
+ *     Refusing new nodes (rather than evicting the least used ones) keeps
+ *     every node that exists exact and costs nothing per event; the paths
+ *     folded are the ones first seen after the budget was reached, which in a
+ *     program with never-repeating paths are the rare ones. The flat table
+ *     must stay exact, so a folded activation is also kept, per (thread,
+ *     symbol), in a "folded record" (frec) with its calls, primitive calls
+ *     (the walk's open count says whether it is outermost), self ticks and,
+ *     for an outermost one, its inclusive ticks; the window has the same per
+ *     slice (fentries). Inclusive ticks are counted lazily: each thread has a
+ *     clock acc (ticks given to anything on it), an open outermost folded
+ *     activation remembers acc at its last flush, and the difference goes to
+ *     the slice the ticks were in when the thread's slice changes or the
+ *     activation exits: O(1) per event, O(open ones) per slice change.
  */
 #include "agg.h"
 
@@ -34,6 +49,8 @@
 #define DEFAULT_SLICE_COUNT 6000u
 #define INITIAL_SLICE_CAP 256u /* slots a new aggregation allocates (slice_ring_fit grows them) */
 #define NO_SLICE UINT64_MAX
+#define OTHER_SYM (UINT32_MAX - 1u) /* node.sym of an [other] node (no dense symbol has it) */
+#define MIN_NODE_LIMIT 64u
 
 /* Ticks come from untrusted input and may sit anywhere up to 2^64 - 1: every
  * sum or product of them saturates, so a border never wraps below a tick. */
@@ -77,6 +94,22 @@ typedef struct node {
     uint64_t self;         /* ticks */
 } node_t;
 
+/* Folded activations of one symbol on one thread (see the design summary). */
+typedef struct frec {
+    uint32_t thread;       /* thread index */
+    uint32_t sym;          /* dense symbol index */
+    uint32_t slice_entry;  /* index of its entry in slice slice_no's fentries */
+    uint32_t reserved;
+    uint64_t slice_no;     /* NO_SLICE if none */
+    uint64_t calls, prim, self, total;
+} frec_t;
+
+typedef struct fopen {     /* an open outermost folded activation */
+    uint32_t frec;
+    uint32_t pos;          /* its stack position */
+    uint64_t mark;         /* the thread's acc when its ticks were last counted */
+} fopen_t;
+
 typedef struct sym {
     uint32_t id;
     uint8_t kind;
@@ -100,6 +133,12 @@ typedef struct thread {
     pt_walk_thread_t *wt;  /* the walk's state of it (NULL until its first event) */
     uint32_t *stack;       /* CCT nodes of the walk's open entries */
     uint32_t depth, stack_cap;
+    uint32_t *fstack;      /* per stack position: its frec if folded, else PT_AGG_NONE */
+    uint32_t fstack_cap;
+    fopen_t *fo;           /* open outermost folded activations, innermost last */
+    uint32_t fo_count, fo_cap;
+    uint64_t acc;          /* ticks given to anything on this thread */
+    uint64_t acc_slice;    /* the slice those ticks were last given in (NO_SLICE: none yet) */
     /* slice cache: ticks [slice_start, slice_end) are slice slice_no */
     uint64_t slice_no, slice_start, slice_end;
     uint32_t slice_slot;   /* slice_no % slice_cap when it was cached (checked against sl->no) */
@@ -111,11 +150,21 @@ typedef struct slice_entry {
     uint64_t self;
 } slice_entry_t;
 
+typedef struct fentry {
+    uint32_t frec;
+    uint32_t calls;
+    uint32_t prim;
+    uint32_t reserved;
+    uint64_t self, total;
+} fentry_t;
+
 typedef struct slice {
     uint64_t no; /* absolute slice number held, NO_SLICE if none */
     uint64_t events;
     slice_entry_t *entries;
     uint32_t count, cap;
+    fentry_t *fentries;    /* folded records' calls and ticks in this slice */
+    uint32_t fcount, fcap;
 } slice_t;
 
 struct pt_agg {
@@ -138,6 +187,14 @@ struct pt_agg {
     node_t *nodes;
     uint32_t node_count, node_cap;
     pt_u64map_t node_map;        /* (parent << 32 | symbol id) -> node */
+    uint64_t tree_budget;        /* bytes */
+    uint32_t node_limit;         /* nodes that are not [other] */
+    uint32_t other_count;        /* [other] nodes */
+    pt_u64map_t other_map;       /* parent -> its [other] child */
+    uint64_t folded_calls;
+    frec_t *frecs;
+    uint32_t frec_count, frec_cap;
+    pt_u64map_t frec_map;        /* (thread index << 32 | dense symbol) -> frec */
 
     sym_t *syms;
     uint32_t sym_count, sym_cap;
@@ -185,6 +242,9 @@ int pt_agg_create(const pt_agg_config_t *cfg, pt_agg_t **out)
         return -ENOMEM;
     a->slice_ns = cfg && cfg->slice_ns ? cfg->slice_ns : DEFAULT_SLICE_NS;
     a->slice_count = cfg && cfg->slice_count ? cfg->slice_count : DEFAULT_SLICE_COUNT;
+    a->tree_budget = cfg && cfg->tree_budget ? cfg->tree_budget : PT_AGG_DEFAULT_TREE_BUDGET;
+    uint64_t limit = a->tree_budget / PT_AGG_NODE_BYTES / 2;
+    a->node_limit = limit < MIN_NODE_LIMIT ? MIN_NODE_LIMIT : limit > UINT32_MAX / 4 ? UINT32_MAX / 4 : (uint32_t)limit;
     a->tps = 1000000000ull;
     a->pinfo.ticks_per_second = a->tps;
     recompute_slice_ticks(a);
@@ -195,7 +255,8 @@ int pt_agg_create(const pt_agg_config_t *cfg, pt_agg_t **out)
         goto err;
     for (uint32_t i = 0; i < a->slice_cap; i++)
         a->slices[i].no = NO_SLICE;
-    if (pt_u64map_init(&a->node_map, 1024) || pt_u64map_init(&a->sym_map, 256) || pt_u64map_init(&a->thread_map, 16))
+    if (pt_u64map_init(&a->node_map, 1024) || pt_u64map_init(&a->sym_map, 256) || pt_u64map_init(&a->thread_map, 16) ||
+        pt_u64map_init(&a->other_map, 16) || pt_u64map_init(&a->frec_map, 16))
         goto err;
     if (pt_walk_create(&agg_walk_ops, a, &a->walk))
         goto err;
@@ -211,11 +272,16 @@ void pt_agg_destroy(pt_agg_t *a)
     if (!a)
         return;
     if (a->slices)
-        for (uint32_t i = 0; i < a->slice_cap; i++)
+        for (uint32_t i = 0; i < a->slice_cap; i++) {
             free(a->slices[i].entries);
+            free(a->slices[i].fentries);
+        }
     free(a->slices);
     free(a->nodes);
     pt_u64map_free(&a->node_map);
+    pt_u64map_free(&a->other_map);
+    free(a->frecs);
+    pt_u64map_free(&a->frec_map);
     for (uint32_t i = 0; i < a->sym_count; i++) {
         free(a->syms[i].name);
         free(a->syms[i].file);
@@ -225,6 +291,8 @@ void pt_agg_destroy(pt_agg_t *a)
     for (uint32_t i = 0; i < a->thread_count; i++) {
         free(a->threads[i].name);
         free(a->threads[i].stack);
+        free(a->threads[i].fstack);
+        free(a->threads[i].fo);
     }
     free(a->threads);
     pt_u64map_free(&a->thread_map);
@@ -346,15 +414,39 @@ static uint32_t node_new(pt_agg_t *a, uint32_t parent, uint32_t sym, uint32_t th
     return idx;
 }
 
-/* The child of `parent` for symbol id; created on first sight. */
+/* The [other] child of `parent`, created on first need (at most one per node,
+ * so they are bounded by the nodes that are not [other]). */
+static uint32_t other_of(pt_agg_t *a, uint32_t parent)
+{
+    uint32_t c = pt_u64map_get(&a->other_map, parent);
+    if (c != PT_AGG_NONE)
+        return c;
+    c = node_new(a, parent, OTHER_SYM, a->nodes[parent].thread);
+    if (c == PT_AGG_NONE || pt_u64map_put(&a->other_map, parent, c))
+        return PT_AGG_NONE;
+    a->other_count++;
+    return c;
+}
+
+/* The child of `parent` for symbol id; created on first sight while the tree
+ * is within its budget, else the parent's [other] node. Below an [other] node
+ * every call is that node. */
 static inline uint32_t child_of(pt_agg_t *a, uint32_t parent, uint32_t id)
 {
     node_t *p = &a->nodes[parent];
-    if (p->cache_sym == id)
+    if (p->sym == OTHER_SYM)
+        return parent;
+    /* cache_sym starts as PT_AGG_NONE, which is also a symbol id a stream may
+     * carry: an empty cache is told by its child */
+    if (p->cache_child != PT_AGG_NONE && p->cache_sym == id)
         return p->cache_child;
     uint64_t key = ((uint64_t)parent << 32) | id;
     uint32_t c = pt_u64map_get(&a->node_map, key);
-    if (c == PT_AGG_NONE) {
+    if (c == PT_AGG_NONE && a->node_count - a->other_count >= a->node_limit) {
+        c = other_of(a, parent);
+        if (c == PT_AGG_NONE)
+            return PT_AGG_NONE;
+    } else if (c == PT_AGG_NONE) {
         uint32_t sym = sym_index(a, id);
         if (sym == PT_AGG_NONE)
             return PT_AGG_NONE;
@@ -399,8 +491,10 @@ static void slice_ring_fit(pt_agg_t *a, uint64_t lo, uint64_t no)
         const slice_t *old = &a->slices[i];
         if (old->no != NO_SLICE)
             n[old->no % ncap] = *old;
-        else
+        else {
             free(old->entries);
+            free(old->fentries);
+        }
     }
     free(a->slices);
     a->slices = n;
@@ -420,6 +514,7 @@ static slice_t *slice_get(pt_agg_t *a, uint64_t no)
             slice_t *sl = &a->slices[s % a->slice_cap];
             sl->no = s;
             sl->count = 0;
+            sl->fcount = 0;
             sl->events = 0;
         }
         a->max_slice = no;
@@ -474,6 +569,56 @@ static void slice_add(pt_agg_t *a, uint32_t node, uint64_t no, uint32_t slot, ui
     n->slice_entry = sl->count++;
 }
 
+/* ---- folded records (the flat table of what the tree folded) ---------------- */
+
+static uint32_t frec_get(pt_agg_t *a, uint32_t thread, uint32_t sym)
+{
+    uint64_t key = (uint64_t)thread << 32 | sym;
+    uint32_t f = pt_u64map_get(&a->frec_map, key);
+    if (f != PT_AGG_NONE)
+        return f;
+    if (a->frec_count >= UINT32_MAX / 4 ||
+        pt_grow((void **)&a->frecs, &a->frec_cap, sizeof *a->frecs, a->frec_count + 1))
+        return PT_AGG_NONE;
+    f = a->frec_count;
+    a->frecs[f] = (frec_t){.thread = thread, .sym = sym, .slice_no = NO_SLICE};
+    if (pt_u64map_put(&a->frec_map, key, f))
+        return PT_AGG_NONE;
+    a->frec_count++;
+    return f;
+}
+
+/* Add to folded record f's entry in slice no (nothing if it fell out of the ring). */
+static void fslice_add(pt_agg_t *a, uint32_t f, uint64_t no, uint32_t calls, uint32_t prim, uint64_t self,
+                       uint64_t total)
+{
+    if (no == NO_SLICE)
+        return;
+    frec_t *r = &a->frecs[f];
+    slice_t *sl = NULL;
+    if (r->slice_no == no) {
+        sl = &a->slices[no % a->slice_cap];
+        if (sl->no != no || r->slice_entry >= sl->fcount || sl->fentries[r->slice_entry].frec != f)
+            sl = NULL;
+    }
+    if (!sl) {
+        sl = slice_get(a, no);
+        if (!sl)
+            return; /* older than the window ring: whole run only */
+        if (sl->fcount == sl->fcap &&
+            pt_grow((void **)&sl->fentries, &sl->fcap, sizeof *sl->fentries, sl->fcount + 1))
+            return;
+        sl->fentries[sl->fcount] = (fentry_t){.frec = f};
+        r->slice_no = no;
+        r->slice_entry = sl->fcount++;
+    }
+    fentry_t *e = &sl->fentries[r->slice_entry];
+    e->calls += calls;
+    e->prim += prim;
+    e->self += self;
+    e->total += total;
+}
+
 /* ---- threads ---------------------------------------------------------------- */
 
 static thread_t *thread_get(pt_agg_t *a, uint64_t number)
@@ -492,6 +637,7 @@ static thread_t *thread_get(pt_agg_t *a, uint64_t number)
         if (th->root == PT_AGG_NONE || pt_u64map_put(&a->thread_map, number, idx))
             return NULL;
         th->slice_no = NO_SLICE;
+        th->acc_slice = NO_SLICE;
         a->thread_count++;
     }
     a->last_thread = idx;
@@ -512,6 +658,22 @@ static void note_tick(pt_agg_t *a, uint64_t t)
         a->latest = t;
 }
 
+/* Count the ticks since their last flush of the open outermost folded
+ * activations from index `from` on as their inclusive time, in the slice they
+ * were given in. */
+static void fo_flush(pt_agg_t *a, thread_t *th, uint32_t from)
+{
+    for (uint32_t i = from; i < th->fo_count; i++) {
+        fopen_t *o = &th->fo[i];
+        uint64_t d = th->acc - o->mark;
+        if (!d)
+            continue;
+        a->frecs[o->frec].total += d;
+        fslice_add(a, o->frec, th->acc_slice, 0, 0, 0, d);
+        o->mark = th->acc;
+    }
+}
+
 /* Give the ticks since the thread's last event to the frame on top. */
 static void account(pt_agg_t *a, thread_t *th, uint64_t now)
 {
@@ -523,19 +685,31 @@ static void account(pt_agg_t *a, thread_t *th, uint64_t now)
     if (now <= th->last)
         return; /* same tick, or a clock that went back: nothing to give */
     uint32_t top = th->depth ? th->stack[th->depth - 1] : th->root;
+    uint32_t fr = th->depth ? th->fstack[th->depth - 1] : PT_AGG_NONE;
     uint64_t t = th->last;
     a->nodes[top].self += now - t;
+    if (fr != PT_AGG_NONE)
+        a->frecs[fr].self += now - t;
     /* window: split the interval at slice borders; parts older than the
      * ring are only in the whole run */
     uint64_t ring_ticks = sat_mul(a->slice_count, a->slice_ticks);
-    if (now - t > ring_ticks)
+    if (now - t > ring_ticks) {
+        th->acc += now - ring_ticks - t;
         t = now - ring_ticks;
+    }
     /* at most slice_count + 1 rounds: each one ends at a slice border (or
      * at now), and the interval spans at most the ring */
     while (t < now) {
         uint64_t no = thread_slice(a, th, t);
         uint64_t end = th->slice_end < now && th->slice_end > t ? th->slice_end : now;
         slice_add(a, top, no, th->slice_slot, 0, end - t);
+        if (fr != PT_AGG_NONE)
+            fslice_add(a, fr, no, 0, 0, end - t, 0);
+        if (no != th->acc_slice) {
+            fo_flush(a, th, 0);
+            th->acc_slice = no;
+        }
+        th->acc += end - t;
         t = end;
     }
     th->last = now;
@@ -567,15 +741,39 @@ static int agg_enter(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t now,
     if (th->depth == th->stack_cap &&
         pt_grow((void **)&th->stack, &th->stack_cap, sizeof *th->stack, th->depth + 1))
         return -ENOMEM;
+    if (th->depth == th->fstack_cap &&
+        pt_grow((void **)&th->fstack, &th->fstack_cap, sizeof *th->fstack, th->depth + 1))
+        return -ENOMEM;
     uint32_t parent = th->depth ? th->stack[th->depth - 1] : th->root;
     uint32_t c = child_of(a, parent, id);
     if (c == PT_AGG_NONE)
         return -ENOMEM;
+    uint32_t fr = PT_AGG_NONE;
+    int outer = 0;
+    if (a->nodes[c].sym == OTHER_SYM) { /* folded: the flat table keeps it in a frec */
+        uint32_t sym = sym_index(a, id);
+        fr = sym == PT_AGG_NONE ? PT_AGG_NONE : frec_get(a, (uint32_t)(th - a->threads), sym);
+        if (fr == PT_AGG_NONE)
+            return -ENOMEM;
+        outer = pt_walk_open(a->walk, wt, id) == 1; /* no other entry of it on the stack */
+        if (outer) {
+            if (th->fo_count == th->fo_cap && pt_grow((void **)&th->fo, &th->fo_cap, sizeof *th->fo, th->fo_count + 1))
+                return -ENOMEM;
+            th->fo[th->fo_count++] = (fopen_t){.frec = fr, .pos = th->depth, .mark = th->acc};
+        }
+    }
     if (!(flags & PT_WALK_CONTINUED)) { /* one call per activation, seen or reported */
         a->nodes[c].calls++;
         uint64_t no = thread_slice(a, th, now);
         slice_add(a, c, no, th->slice_slot, 1, 0);
+        if (fr != PT_AGG_NONE) {
+            a->folded_calls++;
+            a->frecs[fr].calls++;
+            a->frecs[fr].prim += (uint64_t)outer;
+            fslice_add(a, fr, no, 1, (uint32_t)outer, 0, 0);
+        }
     }
+    th->fstack[th->depth] = fr;
     th->stack[th->depth++] = c;
     return 0;
 }
@@ -589,6 +787,10 @@ static int agg_exit(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t now, 
     account(a, th, now);
     if (th->depth)
         th->depth--;
+    if (th->fo_count && th->fo[th->fo_count - 1].pos >= th->depth) { /* an outermost folded one ends */
+        fo_flush(a, th, th->fo_count - 1);
+        th->fo_count--;
+    }
     return 0;
 }
 
@@ -655,6 +857,7 @@ static int close_thread(pt_agg_t *a, thread_t *th, uint64_t ticks)
     }
     int rc = pt_walk_thread_end(a->walk, th->number, ticks);
     th->depth = 0;
+    th->fo_count = 0; /* their exits flushed them */
     th->ended = 1;
     return rc;
 }
@@ -839,6 +1042,9 @@ void pt_agg_counters(const pt_agg_t *a, pt_agg_counters_t *out)
     out->unrecorded_events = a->unrecorded_events;
     out->symbols = a->sym_count;
     out->nodes = a->node_count;
+    out->tree_budget = a->tree_budget;
+    out->folded_calls = a->folded_calls;
+    out->other_nodes = a->other_count;
     out->span_ns = a->have_ticks ? ticks_ns(a, a->latest - a->min_tick) : 0;
     out->window_max_seconds = (double)a->slice_ns * a->slice_count / 1e9;
     out->window_slots = a->slice_cap;
@@ -870,6 +1076,9 @@ typedef struct view {
     uint64_t *incl;
     uint64_t *sub_calls;
     uint64_t span_ticks;
+    uint64_t wstart;        /* ticks before it are not in the view */
+    uint64_t first_slice;   /* a window's first slice */
+    int window;
 } view_t;
 
 static void view_free(view_t *v)
@@ -911,6 +1120,7 @@ static int view_build(pt_agg_t *a, const pt_agg_query_t *q, view_t *v)
         uint64_t ws = sat_add(a->origin, sat_mul(first, a->slice_ticks));
         if (ws > wstart)
             wstart = ws;
+        v->first_slice = first;
     } else {
         for (uint32_t i = 0; i < a->node_count; i++) {
             v->calls[i] = a->nodes[i].calls;
@@ -937,6 +1147,8 @@ static int view_build(pt_agg_t *a, const pt_agg_query_t *q, view_t *v)
         }
     }
     v->span_ticks = a->have_ticks && a->latest > wstart ? a->latest - wstart : 0;
+    v->wstart = wstart;
+    v->window = window;
     return 0;
 }
 
@@ -999,6 +1211,72 @@ static int row_cmp(const void *pa, const void *pb)
     return c;
 }
 
+/* The folded records' part of the table rows (per dense symbol). */
+static int table_add_folded(const pt_agg_t *a, const pt_agg_query_t *q, const view_t *v, uint64_t *calls,
+                            uint64_t *prim, uint64_t *self, uint64_t *total, uint8_t *seen)
+{
+    size_t nf = a->frec_count;
+    uint64_t *fc = calloc(nf, sizeof *fc), *fp = calloc(nf, sizeof *fp);
+    uint64_t *fs = calloc(nf, sizeof *fs), *ft = calloc(nf, sizeof *ft);
+    int rc = -ENOMEM;
+    if (!fc || !fp || !fs || !ft)
+        goto out;
+    if (v->window) {
+        for (uint64_t s = v->first_slice; s <= a->max_slice; s++) {
+            const slice_t *sl = &a->slices[s % a->slice_cap];
+            if (sl->no != s)
+                continue;
+            for (uint32_t i = 0; i < sl->fcount; i++) {
+                const fentry_t *e = &sl->fentries[i];
+                fc[e->frec] += e->calls;
+                fp[e->frec] += e->prim;
+                fs[e->frec] += e->self;
+                ft[e->frec] += e->total;
+            }
+        }
+    } else {
+        for (uint32_t f = 0; f < nf; f++) {
+            fc[f] = a->frecs[f].calls;
+            fp[f] = a->frecs[f].prim;
+            fs[f] = a->frecs[f].self;
+            ft[f] = a->frecs[f].total;
+        }
+    }
+    /* open activations: ticks not flushed yet, and (as view_build) up to the latest tick */
+    for (uint32_t t = 0; t < a->thread_count; t++) {
+        const thread_t *th = &a->threads[t];
+        if (!thread_selected(a, q, t))
+            continue;
+        uint64_t tail = 0;
+        if (!th->ended && th->have_last && a->latest > th->last) {
+            uint64_t from = th->last > v->wstart ? th->last : v->wstart;
+            tail = a->latest > from ? a->latest - from : 0;
+        }
+        if (tail && th->depth && th->fstack[th->depth - 1] != PT_AGG_NONE)
+            fs[th->fstack[th->depth - 1]] += tail;
+        int pending_in = !v->window || (th->acc_slice != NO_SLICE && th->acc_slice >= v->first_slice);
+        for (uint32_t i = 0; i < th->fo_count; i++)
+            ft[th->fo[i].frec] += tail + (pending_in ? th->acc - th->fo[i].mark : 0);
+    }
+    for (uint32_t f = 0; f < nf; f++) {
+        const frec_t *r = &a->frecs[f];
+        if (!thread_selected(a, q, r->thread) || !(fc[f] || fs[f] || ft[f]))
+            continue;
+        seen[r->sym] = 1;
+        calls[r->sym] += fc[f];
+        prim[r->sym] += fp[f];
+        self[r->sym] += fs[f];
+        total[r->sym] += ft[f];
+    }
+    rc = 0;
+out:
+    free(fc);
+    free(fp);
+    free(fs);
+    free(ft);
+    return rc;
+}
+
 int pt_agg_table(pt_agg_t *a, const pt_agg_query_t *q, int sort, int descending, const char *filter,
                  pt_agg_table_t *out)
 {
@@ -1023,7 +1301,8 @@ int pt_agg_table(pt_agg_t *a, const pt_agg_query_t *q, int sort, int descending,
          * with no time and no calls in its subtree is skipped whole */
         uint32_t n = a->nodes[root].first_child;
         while (n != PT_AGG_NONE) {
-            if (v.incl[n] || v.sub_calls[n]) {
+            /* an [other] node (no children) is in the rows through its folded records */
+            if (a->nodes[n].sym != OTHER_SYM && (v.incl[n] || v.sub_calls[n])) {
                 uint32_t s = a->nodes[n].sym;
                 seen[s] = 1;
                 calls[s] += v.calls[n];
@@ -1052,6 +1331,8 @@ int pt_agg_table(pt_agg_t *a, const pt_agg_query_t *q, int sort, int descending,
             }
         }
     }
+    if (a->frec_count && table_add_folded(a, q, &v, calls, prim, self, total, seen))
+        goto out;
     size_t count = 0;
     for (uint32_t s = 0; s < a->sym_count; s++)
         count += seen[s] && ci_contains(a->syms[s].name, filter);
@@ -1106,6 +1387,8 @@ static int tnode_cmp(const void *pa, const void *pb)
 {
     uint32_t x = *(const uint32_t *)pa, y = *(const uint32_t *)pb;
     const pt_agg_tnode_t *nx = &g_tree_nodes[x], *ny = &g_tree_nodes[y];
+    if (nx->other || ny->other) /* [other] last (a node has one at most) */
+        return (int)nx->other - (int)ny->other;
     uint32_t sx = pt_u64map_get(&g_tree_agg->sym_map, nx->symbol), sy = pt_u64map_get(&g_tree_agg->sym_map, ny->symbol);
     int c = strcmp(g_tree_agg->syms[sx].name, g_tree_agg->syms[sy].name);
     return c ? c : cmp_u64(nx->symbol, ny->symbol);
@@ -1129,12 +1412,13 @@ int pt_agg_tree(pt_agg_t *a, const pt_agg_query_t *q, pt_agg_tree_t *out)
         return rc;
     uint32_t *map_to = NULL, *kids = NULL;
     uint64_t *self_t = NULL;
-    pt_u64map_t out_map = {0};
+    pt_u64map_t out_map = {0}, out_other = {0};
     pt_agg_tnode_t *nodes = NULL;
     uint32_t count = 0, cap = 0;
     rc = -ENOMEM;
     map_to = malloc((a->node_count ? a->node_count : 1) * sizeof *map_to);
-    if (!map_to || pt_u64map_init(&out_map, 1024) || pt_grow((void **)&nodes, &cap, sizeof *nodes, 1))
+    if (!map_to || pt_u64map_init(&out_map, 1024) || pt_u64map_init(&out_other, 16) ||
+        pt_grow((void **)&nodes, &cap, sizeof *nodes, 1))
         goto out;
     nodes[0] = (pt_agg_tnode_t){.symbol = PT_AGG_NONE, .parent = PT_AGG_NONE, .first_child = PT_AGG_NONE,
                                 .next_sibling = PT_AGG_NONE};
@@ -1151,16 +1435,19 @@ int pt_agg_tree(pt_agg_t *a, const pt_agg_query_t *q, pt_agg_tree_t *out)
         uint32_t op = map_to[n->parent];
         if (op == PT_AGG_NONE || (!v.incl[i] && !v.sub_calls[i]))
             continue;
-        uint32_t id = a->syms[n->sym].id;
-        uint64_t key = ((uint64_t)op << 32) | id;
-        uint32_t o = pt_u64map_get(&out_map, key);
+        int other = n->sym == OTHER_SYM;
+        uint32_t id = other ? PT_AGG_OTHER : a->syms[n->sym].id;
+        pt_u64map_t *m = other ? &out_other : &out_map;
+        uint64_t key = other ? op : ((uint64_t)op << 32) | id;
+        uint32_t o = pt_u64map_get(m, key);
         if (o == PT_AGG_NONE) {
             if (pt_grow((void **)&nodes, &cap, sizeof *nodes, count + 1))
                 goto out;
             o = count++;
             nodes[o] = (pt_agg_tnode_t){.symbol = id, .parent = op, .first_child = PT_AGG_NONE,
-                                        .next_sibling = PT_AGG_NONE, .depth = nodes[op].depth + 1};
-            if (pt_u64map_put(&out_map, key, o))
+                                        .next_sibling = PT_AGG_NONE, .depth = nodes[op].depth + 1,
+                                        .other = (uint32_t)other};
+            if (pt_u64map_put(m, key, o))
                 goto out;
         }
         nodes[o].calls += v.calls[i];
@@ -1228,6 +1515,7 @@ out:
     free(kids);
     free(self_t);
     pt_u64map_free(&out_map);
+    pt_u64map_free(&out_other);
     view_free(&v);
     return rc;
 }
@@ -1398,7 +1686,22 @@ int pt_agg_timeline(pt_agg_t *a, const pt_agg_query_t *q, uint64_t since_slice, 
                 if (n->sym == PT_AGG_NONE || !e->self)
                     continue;
                 busy[n->thread] = sat_add(busy[n->thread], e->self);
+                if (n->sym == OTHER_SYM) /* its symbols come from the folded entries below */
+                    continue;
                 if (tl_sum_add(&sum, (uint64_t)n->thread << 32 | n->sym, e->self))
+                    goto out;
+            }
+        }
+        for (uint64_t s = g; s <= g_end; s++) {
+            const slice_t *sl = &a->slices[s % a->slice_cap];
+            if (sl->no != s)
+                continue;
+            for (uint32_t i = 0; i < sl->fcount; i++) {
+                const fentry_t *e = &sl->fentries[i];
+                const frec_t *r = &a->frecs[e->frec];
+                if (!e->self || !thread_selected(a, q, r->thread))
+                    continue;
+                if (tl_sum_add(&sum, (uint64_t)r->thread << 32 | r->sym, e->self))
                     goto out;
             }
         }
@@ -1413,7 +1716,10 @@ int pt_agg_timeline(pt_agg_t *a, const pt_agg_query_t *q, uint64_t since_slice, 
             uint64_t to = a->latest < c_end ? a->latest : c_end;
             if (to > from) {
                 busy[t] = sat_add(busy[t], to - from);
-                if (tl_sum_add(&sum, (uint64_t)t << 32 | a->nodes[th->stack[th->depth - 1]].sym, to - from))
+                uint32_t top_sym = a->nodes[th->stack[th->depth - 1]].sym;
+                if (top_sym == OTHER_SYM)
+                    top_sym = a->frecs[th->fstack[th->depth - 1]].sym;
+                if (tl_sum_add(&sum, (uint64_t)t << 32 | top_sym, to - from))
                     goto out;
             }
         }

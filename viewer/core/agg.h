@@ -56,9 +56,22 @@ extern "C" {
 
 typedef struct pt_agg pt_agg_t;
 
+/* The call tree's memory budget. Past it, a path that would need a new node
+ * is charged to its parent's [other] node instead (and everything called
+ * below it too): the tree keeps the paths it already holds (those seen first,
+ * which in a long run are the common ones) and stops growing. Every call and
+ * tick is still counted, in [other]; the flat table stays exact (folded calls
+ * are kept per thread and symbol). PT_AGG_NODE_BYTES is what one node costs a
+ * reader at most (its slot in the node array and the hash table, and its copies
+ * in a query and in a Python tree), charged against the budget; half of the
+ * budget is kept for [other] nodes, at most one per node. */
+#define PT_AGG_DEFAULT_TREE_BUDGET (256ull << 20)
+#define PT_AGG_NODE_BYTES 512u
+
 typedef struct pt_agg_config {
     uint64_t slice_ns;     /* 0 = 100 ms */
     uint32_t slice_count;  /* 0 = 6000 (600 s of 100 ms slices) */
+    uint64_t tree_budget;  /* bytes; 0 = PT_AGG_DEFAULT_TREE_BUDGET */
 } pt_agg_config_t;
 
 int pt_agg_create(const pt_agg_config_t *cfg, pt_agg_t **out);
@@ -134,6 +147,9 @@ typedef struct pt_agg_counters {
     uint64_t unrecorded_events;  /* a recording's writer read and could not write (a full disk) */
     uint64_t symbols;
     uint64_t nodes;
+    uint64_t tree_budget;        /* bytes (pt_agg_config_t.tree_budget) */
+    uint64_t folded_calls;       /* calls charged to [other] nodes: the tree budget was reached */
+    uint64_t other_nodes;        /* [other] nodes in the tree */
     uint64_t span_ns;            /* first to latest tick seen */
     double window_max_seconds;   /* slice_ns * slice_count */
     uint32_t window_slots;       /* slices allocated for the window: as many as the stream's span
@@ -196,6 +212,7 @@ int pt_agg_table(pt_agg_t *agg, const pt_agg_query_t *q, int sort, int descendin
 void pt_agg_table_free(pt_agg_table_t *t);
 
 #define PT_AGG_NONE UINT32_MAX
+#define PT_AGG_OTHER (UINT32_MAX - 1u) /* pt_agg_tnode_t.symbol of an [other] node (other = 1 says so) */
 
 typedef struct pt_agg_tnode {
     uint32_t symbol;       /* PT_AGG_NONE for the root */
@@ -203,6 +220,8 @@ typedef struct pt_agg_tnode {
     uint32_t first_child;  /* children sorted by name, then symbol id */
     uint32_t next_sibling;
     uint32_t depth;        /* root = 0 */
+    uint32_t other;        /* 1: an [other] node: calls below its parent folded past the tree budget
+                              (symbol PT_AGG_OTHER; no children; sorted after its siblings) */
     uint64_t calls;
     uint64_t self_ns;
     uint64_t incl_ns;

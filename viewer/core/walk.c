@@ -475,3 +475,10 @@ uint32_t pt_walk_frames(const pt_walk_t *w, const pt_walk_thread_t *th, pt_walk_
 }
 
 void pt_walk_counters(const pt_walk_t *w, pt_walk_counters_t *out) { *out = w->c; }
+
+uint32_t pt_walk_open(const pt_walk_t *w, const pt_walk_thread_t *th, uint32_t id)
+{
+    const wthread_t *t = (const wthread_t *)th; /* pub is its first member */
+    uint32_t f = pt_u64map_get(&w->open, open_key(t, 0, id)), s = pt_u64map_get(&w->open, open_key(t, 1, id));
+    return (f == PT_U64MAP_EMPTY ? 0 : f) + (s == PT_U64MAP_EMPTY ? 0 : s);
+}

@@ -213,6 +213,11 @@ typedef struct pt_walk_frame {
  * feeding calls; does not change the walk. */
 uint32_t pt_walk_frames(const pt_walk_t *w, const pt_walk_thread_t *th, pt_walk_frame_t *out, uint32_t cap);
 
+/* Open entries of id on the thread, frames and spans together: in an enter
+ * callback the entry being entered counts, in an exit callback the one being
+ * exited no longer does. O(1). */
+uint32_t pt_walk_open(const pt_walk_t *w, const pt_walk_thread_t *th, uint32_t id);
+
 void pt_walk_counters(const pt_walk_t *w, pt_walk_counters_t *out);
 
 #ifdef __cplusplus

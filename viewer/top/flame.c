@@ -49,8 +49,10 @@ static int FlamePanel_pathOf(App *app, uint32_t n, uint32_t *path)
 static void FlamePanel_label(App *app, const pt_agg_tnode_t *node, int width, char *out, size_t outcap)
 {
     char esc[1024];
-    if (node->symbol == PT_AGG_NONE) {
+    if (node->parent == PT_AGG_NONE) { /* the root (a symbol id may be PT_AGG_NONE too) */
         App_threadLabel(app, esc, sizeof esc);
+    } else if (node->other) {
+        snprintf(esc, sizeof esc, "%s", "[other]");
     } else {
         const char *name = App_symbolName(app, node->symbol);
         Text_escape(name, esc, sizeof esc);
@@ -155,7 +157,7 @@ static void FlamePanel_drawNode(App *app, uint32_t n, int y, int c0, int c1, int
     int w = c1 - c0;
     int attr = CRT_attr(CRT_C_FLAME0 + (int)(node->symbol % CRT_FLAME_COLORS));
     if (app->filter[0]) {
-        int match = node->symbol != PT_AGG_NONE && FlamePanel_matches(App_symbolName(app, node->symbol), app->filter);
+        int match = node->parent != PT_AGG_NONE && !node->other && FlamePanel_matches(App_symbolName(app, node->symbol), app->filter);
         *matches += match;
         attr = match ? (int)(CRT_attr(CRT_C_MATCH) | A_BOLD | A_UNDERLINE) : (int)A_DIM;
     }
@@ -255,8 +257,11 @@ static void FlamePanel_draw(App *app, int top, int rows, int cols)
     /* the selected frame, in words */
     const pt_agg_tnode_t *s = FlamePanel_node(app, sel);
     char name[512], file[512] = "", line[1024], incl[32], self[32], extra[160] = "";
-    if (s->symbol == PT_AGG_NONE) {
+    if (s->parent == PT_AGG_NONE) {
         snprintf(name, sizeof name, "%s", "(root)");
+    } else if (s->other) {
+        snprintf(name, sizeof name, "%s", "[other]");
+        snprintf(file, sizeof file, "%s", "calls here past the tree budget (folded)");
     } else {
         pt_agg_symbol_t sym = pt_agg_symbol(app->agg, s->symbol);
         Text_escape(sym.name, name, sizeof name);

@@ -64,6 +64,8 @@ static void usage(FILE *f)
             "                    process PID (keys: P cycles processes); --once without it adds them all up\n"
             "  --sort KEY        own (default), total, calls, prim, name or file\n"
             "  --limit N         with --once: at most N rows\n"
+            "  --tree-budget MIB memory for each process's call tree (default 256): past it, new call paths fold\n"
+            "                    into [other] nodes (counted: \"folded\"); the function table stays exact\n"
             "  --follow          with --file: wait for the recording's end however long it is idle\n"
             "  --all             the job list shows ended and invalid segments too (as pytrace ls --all)\n"
             "  --no-hub          read the job's segment directly: no hub is started for a job that has\n"
@@ -353,6 +355,8 @@ void App_refresh(App *app)
             t->hook_errors += c.hook_errors;
             t->symbols += c.symbols;
             t->nodes += c.nodes;
+            t->folded_calls += c.folded_calls;
+            t->other_nodes += c.other_nodes;
             if (c.span_ns > t->span_ns)
                 t->span_ns = c.span_ns;
         }
@@ -579,6 +583,14 @@ static void App_draw(App *app)
         char esc[600];
         Text_escape(App_error(app), esc, sizeof esc);
         snprintf(line, sizeof line, " error: %s", esc);
+        App_drawLine(top++, CRT_attr(CRT_C_WARNING), line);
+    }
+    if (app->counters.folded_calls && app->panel == &FlamePanel_class) {
+        char n[32];
+        Text_count((double)app->counters.folded_calls, n, sizeof n);
+        snprintf(line, sizeof line,
+                 " call tree: budget %llu MiB reached; %s calls folded into [other] (the table is exact; "
+                 "--tree-budget MIB)", (unsigned long long)(app->counters.tree_budget >> 20), n);
         App_drawLine(top++, CRT_attr(CRT_C_WARNING), line);
     }
     if (app->status.ended || app->status.died) {
@@ -892,6 +904,7 @@ typedef struct Options {
     int all;
     uint64_t pid; /* --pid: the process of a multi-process stream to show */
     int no_hub;   /* --no-hub: read the segment directly, never through a hub */
+    uint64_t tree_budget; /* --tree-budget MIB, in bytes; 0: the default */
 } Options;
 
 /* A live stream: what is there now, then --duration seconds more (or until
@@ -987,6 +1000,10 @@ static void Headless_json(App *app, const Options *o)
            (unsigned long long)app->table.span_ns, o->window, (unsigned long long)o->thread);
     for (size_t i = 0; i < APP_LOSS_COUNT; i++)
         printf("  \"%s\": %llu,\n", App_losses[i].key, (unsigned long long)App_loss(app, i));
+    /* the call tree's budget: calls past it are in [other] nodes (the table is exact) */
+    printf("  \"tree_budget_bytes\": %llu,\n  \"tree_nodes\": %llu,\n  \"folded_calls\": %llu,\n",
+           (unsigned long long)app->counters.tree_budget, (unsigned long long)app->counters.nodes,
+           (unsigned long long)app->counters.folded_calls);
     {
         CpuBasis basis = Headless_cpuBasis(app);
         char pct[32], secs[32], measured[32];
@@ -1105,6 +1122,9 @@ static void Headless_text(App *app, const Options *o)
     char losses[256];
     if (App_lossText(app, ", ", losses, sizeof losses))
         printf("lost: %s\n", losses);
+    if (app->counters.folded_calls)
+        printf("call tree: budget %llu MiB reached, %llu calls folded into [other] (the table is exact)\n",
+               (unsigned long long)(app->counters.tree_budget >> 20), (unsigned long long)app->counters.folded_calls);
     if (App_error(app)[0]) {
         char esc[600];
         Text_escape(App_error(app), esc, sizeof esc);
@@ -1222,6 +1242,15 @@ static int parse_args(int argc, char **argv, Options *o)
                 return -1;
             }
             i++;
+        } else if (!strcmp(a, "--tree-budget") && val) {
+            char *end;
+            unsigned long long mib = strtoull(val, &end, 10);
+            if (!*val || *end || !mib || mib > (1ull << 24)) {
+                fprintf(stderr, "pytrace-top: --tree-budget needs a size in MiB (1 to 16777216), not '%s'\n", val);
+                return -1;
+            }
+            o->tree_budget = mib << 20;
+            i++;
         } else if (!strcmp(a, "--limit") && val) {
             o->limit = atoi(val);
             i++;
@@ -1324,7 +1353,8 @@ int main(int argc, char **argv)
         Cpu_init(&app.cpu, st.pid, CPU_PERIOD_NS);
     }
     app.want_pid = o.pid;
-    if (pt_aggset_create(NULL, &app.set) ||
+    pt_aggset_config_t set_cfg = {.agg = {.tree_budget = o.tree_budget}};
+    if (pt_aggset_create(&set_cfg, &app.set) ||
         !(app.cpus = calloc(pt_aggset_max_processes(app.set), sizeof *app.cpus))) {
         if (interactive_started)
             CRT_done();

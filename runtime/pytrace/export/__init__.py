@@ -144,7 +144,7 @@ class ExportResult:
 
 def export(recording, fmt, output, weight="ns", per_thread=False, follow=False, timeout=30.0,
            qualnames=False, uncompressed=False, pids=None, max_bytes=DEFAULT_MAX_BYTES,
-           max_depth=DEFAULT_MAX_DEPTH, start=None, end=None, min_duration=None):
+           max_depth=DEFAULT_MAX_DEPTH, start=None, end=None, min_duration=None, tree_budget_mib=256):
     """Export `recording` to `output` (a path, or "-" for stdout). pstats keys are
     cProfile's, or with qualnames=True pytrace's qualified names. perfetto packets are
     zlib-compressed in batches (compressed_packets) unless uncompressed=True. A recording
@@ -164,7 +164,7 @@ def export(recording, fmt, output, weight="ns", per_thread=False, follow=False, 
     if (start or end or min_duration) and fmt not in _TIMELINE:
         raise ValueError("--from, --to and --min-duration are for the timeline formats (%s)" % ", ".join(_TIMELINE))
     if fmt == "html":
-        return _export_html(recording, output, pids, max_bytes)
+        return _export_html(recording, output, pids, max_bytes, tree_budget_mib)
     binary = fmt in _BINARY
     tmp = None
     if output == "-":
@@ -235,6 +235,8 @@ class _HtmlResult:
         self.unmatched = sum(c["unmatched"] for c in counts)
         self.threads = sum(c["threads_seen"] for c in counts)
         self.symbols = sum(c["symbols"] for c in counts)
+        self.folded_calls = sum(c["folded_calls"] for c in counts)
+        self.tree_budget = counts[0]["tree_budget"] if counts else 0
         self.timed_out = False
         self.processes = len(prof.processes())
         self.selected_processes = len(shown)
@@ -255,7 +257,7 @@ def _too_large(output, fmt, max_bytes):
             % (fmt, _size_text(max_bytes), where, narrow))
 
 
-def _export_html(recording, output, pids=None, max_bytes=DEFAULT_MAX_BYTES):
+def _export_html(recording, output, pids=None, max_bytes=DEFAULT_MAX_BYTES, tree_budget_mib=256):
     """The HTML report: the recording read into a pytrace.Profile (the C aggregation),
     its pictures embedded in the page of pytrace.web; every process of a recording of
     several (each its own pictures, a chooser), or those of `pids`. A damaged recording
@@ -266,7 +268,7 @@ def _export_html(recording, output, pids=None, max_bytes=DEFAULT_MAX_BYTES):
     from ..recording import RecordingReader
     from ..web import data as web_data, page
     # 10 ms slices for the timeline (grouped to at most 1500 cells), an hour of them
-    prof = Profile(window=3600.0, slice_seconds=0.01)
+    prof = Profile(window=3600.0, slice_seconds=0.01, tree_budget_mib=tree_budget_mib)
     error = None
     status = {}     # the last ProducerStatus of each process (by Message.process tag)
 
@@ -406,6 +408,10 @@ def main(argv=None):
     p.add_argument("--min-duration", metavar="SECONDS",
                    help="chrome, speedscope, perfetto: leave out calls shorter than this (e.g. 1ms); "
                         "they are counted")
+    p.add_argument("--tree-budget", type=int, default=None, metavar="MIB",
+                   help="html: memory for each process's call tree (default 256 MiB); past it, new "
+                        "call paths fold into [other] nodes, counted in the report (the table "
+                        "stays exact)")
     p.add_argument("--follow", action="store_true",
                    help="read a recording that is still being written, until the job ends")
     p.add_argument("--timeout", type=float, default=30.0,
@@ -439,6 +445,10 @@ def main(argv=None):
         p.error("--to (%g s) must come after --from (%g s)" % (end, start))
     if args.max_depth < 0:
         p.error("--max-depth is 0 (no limit) or more")
+    if args.tree_budget is not None and fmt != "html":
+        p.error("--tree-budget is for --format html")
+    if args.tree_budget is not None and not 1 <= args.tree_budget <= 1 << 24:
+        p.error("--tree-budget must be a whole number of MiB from 1 to 16777216")
     if not args.follow:
         # A file that is not a recording at all gets one line and no output file.
         try:
@@ -456,7 +466,8 @@ def main(argv=None):
                                per_thread=args.per_thread, follow=args.follow, timeout=args.timeout,
                                qualnames=args.qualnames, uncompressed=args.uncompressed,
                                pids=args.pid, max_bytes=max_bytes, max_depth=args.max_depth,
-                               start=start, end=end, min_duration=min_duration)
+                               start=start, end=end, min_duration=min_duration,
+                               tree_budget_mib=args.tree_budget or 256)
     except RecordingError as e:       # damage before anything could be read (header)
         print("pytrace export: %s" % e, file=sys.stderr)
         return 1
@@ -542,6 +553,10 @@ def main(argv=None):
     if fmt == "pstats" and not walker.events:
         print("pytrace export: the recording holds no calls; pstats.Stats refuses an empty "
               "profile", file=sys.stderr)
+    if getattr(walker, "folded_calls", 0):
+        print("pytrace export: the call tree reached its budget (%d MiB, --tree-budget): %d calls "
+              "folded into [other] nodes; the function table is exact" % (
+                  walker.tree_budget >> 20, walker.folded_calls), file=sys.stderr)
     if walker.unmatched:
         print("pytrace export: %d returns had no matching call and were ignored" % walker.unmatched,
               file=sys.stderr)

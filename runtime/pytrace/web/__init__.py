@@ -51,6 +51,10 @@ def _parser():
                         "function names to whoever has the URL)")
     p.add_argument("--window", type=float, default=600.0,
                    help="seconds of history kept for the rolling views (default 600)")
+    p.add_argument("--tree-budget", type=int, default=256, metavar="MIB",
+                   help="memory for each process's call tree (default 256 MiB): past it, new call "
+                        "paths fold into [other] nodes, counted in the status line; the table "
+                        "stays exact")
     p.add_argument("--interval-ms", type=int, default=250,
                    help="how often the page asks for updates (default 250 ms)")
     p.add_argument("--url-file", metavar="PATH", help="also write the URL to this file (mode 0600)")
@@ -107,9 +111,10 @@ class _Others:
     """The job's other processes: PIDs given after the first, and with --children the
     traced descendants of the PIDs, each read by its own Reader into its own Profile."""
 
-    def __init__(self, app, window):
+    def __init__(self, app, window, tree_budget_mib=256):
         self.app = app
         self.window = window
+        self.tree_budget_mib = tree_budget_mib
         self.pids = set()
         self.names = set()
         self.readers = []
@@ -124,7 +129,7 @@ class _Others:
             reader = Reader(where, follow=True)
         except OSError as e:
             return e.strerror or str(e)
-        prof = Profile(window=self.window)
+        prof = Profile(window=self.window, tree_budget_mib=self.tree_budget_mib)
         feeder = Feeder(prof.aggregator, reader_batches(reader), batch=0)
         feeder.start()
         pid = _pid_of(reader, where)
@@ -205,9 +210,9 @@ def main(argv=None):
         return 2
 
     try:
-        prof = Profile(window=ns.window)
+        prof = Profile(window=ns.window, tree_budget_mib=ns.tree_budget)
     except ValueError as e:
-        _say("--window: %s" % e)
+        _say("--window/--tree-budget: %s" % e)
         return 2
     agg = prof.aggregator
     job = reader = None
@@ -280,7 +285,7 @@ def main(argv=None):
     ended = threading.Event()
     feeder = Feeder(agg, source, batch=batch, on_end=lambda f: ended.set())
     feeder.start()
-    others = _Others(app, ns.window)
+    others = _Others(app, ns.window, ns.tree_budget)
     for target in ns.targets[1:]:
         err = others.add(target, target)
         if err:

@@ -96,6 +96,8 @@ def status(agg, processes=1, extra=None):
          "window_max": c["window_max_seconds"],
          # a recording whose recorder could not write everything (a full disk)
          "unrecorded": c.get("unrecorded_events", 0),
+         # the call tree's budget: calls past it are in [other] nodes (the table is exact)
+         "tree_budget": c["tree_budget"], "folded_calls": c["folded_calls"],
          # a stream of more processes than the aggregation reads (process_limit): their
          # messages are counted, never shown
          "process_limit": c.get("process_limit", 0),

@@ -965,8 +965,194 @@ static void test_hide_idle(void)
     pt_agg_destroy(agg);
 }
 
+/* ---- tree budget ------------------------------------------------------------
+ * The same stream of never-repeating paths (random walks over 300 functions,
+ * depth 1-12, recursion and spans among them, two threads, frames left open at
+ * the end) fed to an aggregation with the default budget (the whole tree fits)
+ * and to one whose budget allows 64 nodes: the small one folds paths into
+ * [other] nodes, says so, and still gives the exact flat table and timeline and
+ * a tree whose sums equal the big one's. */
+
+static uint64_t budget_rng = 88172645463325252ull;
+static uint32_t budget_rand(uint32_t n)
+{
+    budget_rng ^= budget_rng << 13;
+    budget_rng ^= budget_rng >> 7;
+    budget_rng ^= budget_rng << 17;
+    return (uint32_t)(budget_rng % n);
+}
+
+static void budget_walk(stream_t *s, int depth, int max_depth)
+{
+    uint32_t id = 1000 + budget_rand(300);
+    int span = budget_rand(10) == 0;
+    ev(s, span ? PT_EV_SPAN_BEGIN : PT_EV_CALL, id, 1 + budget_rand(50));
+    if (depth < max_depth) {
+        uint32_t kids = budget_rand(3);
+        for (uint32_t k = 0; k < kids; k++)
+            budget_walk(s, depth + 1, max_depth);
+    }
+    ev(s, span ? PT_EV_SPAN_END : PT_EV_RETURN, id, 1 + budget_rand(50));
+}
+
+static void budget_feed(pt_agg_t *agg, int open_at_end)
+{
+    budget_rng = 88172645463325252ull;
+    for (uint32_t i = 1000; i < 1300; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "fn%u", i);
+        symbol(agg, i, name);
+    }
+    stream_t a = {.agg = agg, .thread = 1, .now = 1000}, b = {.agg = agg, .thread = 2, .now = 1000};
+    for (int round = 0; round < 400; round++) {
+        stream_t *s = round % 3 ? &a : &b;
+        budget_walk(s, 1, 1 + (int)budget_rand(12));
+        s->now += 20000000; /* the window's slices are 100 ms: cross a few */
+        flush(s);
+    }
+    if (open_at_end) { /* frames open when queried, one of them folded */
+        ev(&a, PT_EV_CALL, 1000, 5);
+        ev(&a, PT_EV_CALL, 1001, 5);
+        ev(&a, PT_EV_CALL, 1000, 5);
+        ev(&a, PT_EV_CALL, 1002, 5);
+        flush(&a);
+        ev(&b, PT_EV_MARK, 1, a.now + 1000 - b.now); /* the latest tick is past a's last event */
+        flush(&b);
+    }
+}
+
+static void tree_sums(const pt_agg_tree_t *t, uint64_t *calls, uint64_t *self, uint64_t *others)
+{
+    *calls = *self = *others = 0;
+    for (size_t i = 0; i < t->count; i++) {
+        *calls += t->nodes[i].calls;
+        *self += t->nodes[i].self_ns;
+        *others += t->nodes[i].other;
+        if (t->nodes[i].other)
+            CHECK(t->nodes[i].first_child == PT_AGG_NONE && t->nodes[i].symbol == PT_AGG_OTHER);
+    }
+}
+
+static void test_tree_budget(void)
+{
+    for (int open_at_end = 0; open_at_end < 2; open_at_end++) {
+        pt_agg_t *big = new_agg(), *small = NULL;
+        pt_agg_config_t cfg = {.slice_ns = 100000000ull, .slice_count = 600,
+                               .tree_budget = 64ull * PT_AGG_NODE_BYTES * 2};
+        CHECK_EQ(pt_agg_create(&cfg, &small), 0);
+        pt_fb_msg_t m = {.type = PT_MSG_PROCESS_INFO};
+        m.u.process_info.ticks_per_second = 1000000000ull;
+        CHECK_EQ(pt_agg_feed_msg(small, &m), 0);
+        budget_feed(big, open_at_end);
+        budget_feed(small, open_at_end);
+
+        pt_agg_counters_t cb, cs;
+        pt_agg_counters(big, &cb);
+        pt_agg_counters(small, &cs);
+        CHECK_EQ(cb.folded_calls, 0);
+        CHECK_EQ(cb.tree_budget, PT_AGG_DEFAULT_TREE_BUDGET);
+        CHECK(cb.nodes > 2000);                     /* the paths do not repeat */
+        CHECK(cs.folded_calls > 1000);
+        CHECK(cs.other_nodes > 0 && cs.other_nodes <= 64);
+        CHECK(cs.nodes <= 64 + cs.other_nodes);     /* the budget holds */
+
+        /* the flat table is exact: every row, whole run and windows, merged and per thread */
+        const double windows[] = {0, 0.3, 2, 100};
+        for (size_t w = 0; w < sizeof windows / sizeof windows[0]; w++)
+            for (uint64_t thread = 0; thread <= 2; thread++) {
+                pt_agg_query_t q = {.thread = thread, .window_seconds = windows[w]};
+                pt_agg_table_t tb, ts;
+                CHECK_EQ(pt_agg_table(big, &q, PT_AGG_SORT_NAME, 0, NULL, &tb), 0);
+                CHECK_EQ(pt_agg_table(small, &q, PT_AGG_SORT_NAME, 0, NULL, &ts), 0);
+                CHECK_EQ(tb.count, ts.count);
+                CHECK(windows[w] < 50 || tb.count > 100);
+                CHECK_EQ(tb.span_ns, ts.span_ns);
+                for (size_t i = 0; i < tb.count && i < ts.count; i++) {
+                    const pt_agg_row_t *x = &tb.rows[i], *y = &ts.rows[i];
+                    if (x->symbol != y->symbol || x->calls != y->calls || x->prim_calls != y->prim_calls ||
+                        x->self_ns != y->self_ns || x->total_ns != y->total_ns) {
+                        fprintf(stderr, "window %g thread %llu row %s: calls %llu/%llu prim %llu/%llu self %llu/%llu "
+                                        "total %llu/%llu\n", windows[w], (unsigned long long)thread, x->name,
+                                (unsigned long long)x->calls, (unsigned long long)y->calls,
+                                (unsigned long long)x->prim_calls, (unsigned long long)y->prim_calls,
+                                (unsigned long long)x->self_ns, (unsigned long long)y->self_ns,
+                                (unsigned long long)x->total_ns, (unsigned long long)y->total_ns);
+                        failures++;
+                        break;
+                    }
+                }
+                pt_agg_table_free(&tb);
+                pt_agg_table_free(&ts);
+
+                /* the tree: counts agree (what [other] holds is still counted) */
+                pt_agg_tree_t rb, rs;
+                CHECK_EQ(pt_agg_tree(big, &q, &rb), 0);
+                CHECK_EQ(pt_agg_tree(small, &q, &rs), 0);
+                uint64_t callb, selfb, ob, calls_, selfs, os;
+                tree_sums(&rb, &callb, &selfb, &ob);
+                tree_sums(&rs, &calls_, &selfs, &os);
+                CHECK_EQ(ob, 0);
+                if (windows[w] == 0 || windows[w] > 50) { /* the whole run: what was folded is in it */
+                    CHECK(os > 0);
+                    CHECK(rs.count < rb.count);
+                }
+                CHECK_EQ(callb, calls_);
+                CHECK_EQ(rb.nodes[0].incl_ns, rs.nodes[0].incl_ns);
+                /* self is rounded to ns per node: the sums agree to a ns per node */
+                CHECK(selfs + rs.count >= rb.nodes[0].incl_ns && selfs <= rs.nodes[0].incl_ns + rs.count);
+                pt_agg_tree_free(&rb);
+                pt_agg_tree_free(&rs);
+            }
+
+        /* the timeline is exact too: the top symbol of every cell */
+        pt_agg_timeline_t tb, ts;
+        CHECK_EQ(pt_agg_timeline(big, NULL, 0, 1, &tb), 0);
+        CHECK_EQ(pt_agg_timeline(small, NULL, 0, 1, &ts), 0);
+        CHECK_EQ(tb.count, ts.count);
+        for (size_t i = 0; i < tb.count && i < ts.count; i++) {
+            const pt_agg_tl_cell_t *x = &tb.cells[i], *y = &ts.cells[i];
+            CHECK(x->slice == y->slice && x->thread == y->thread && x->symbol == y->symbol &&
+                  x->top_ns == y->top_ns && x->busy_ns == y->busy_ns && x->calls == y->calls);
+        }
+        pt_agg_timeline_free(&tb);
+        pt_agg_timeline_free(&ts);
+        pt_agg_destroy(big);
+        pt_agg_destroy(small);
+    }
+}
+
+/* A symbol id of 0xFFFFFFFF (PT_AGG_NONE) is an id like any other: it was the
+ * empty value of a node's child cache, so its call looked like an allocation
+ * failure and the whole aggregation stopped (-ENOMEM). */
+static void test_id_all_ones(void)
+{
+    pt_agg_t *agg = new_agg();
+    setup_syms(agg);
+    stream_t s = {.agg = agg, .thread = 1, .now = 1000};
+    ev(&s, PT_EV_CALL, MAIN, 0);
+    ev(&s, PT_EV_CALL, UINT32_MAX, 10);
+    ev(&s, PT_EV_RETURN, UINT32_MAX, 10);
+    ev(&s, PT_EV_CALL, F, 0);
+    ev(&s, PT_EV_RETURN, F, 5);
+    ev(&s, PT_EV_RETURN, MAIN, 5);
+    flush(&s);
+    pt_agg_table_t t = {0};
+    CHECK_EQ(get_row(agg, &t, 0, 0, "<unknown #4294967295>")->calls, 1);
+    CHECK_EQ(get_row(agg, &t, 0, 0, "<unknown #4294967295>")->self_ns, 10);
+    CHECK_EQ(get_row(agg, &t, 0, 0, "f")->calls, 1);
+    CHECK_EQ(get_row(agg, &t, 0, 0, "main")->total_ns, 30);
+    pt_agg_table_free(&t);
+    pt_agg_tree_t tr;
+    CHECK_EQ(pt_agg_tree(agg, NULL, &tr), 0);
+    CHECK_EQ(tr.count, 4);
+    pt_agg_tree_free(&tr);
+    pt_agg_destroy(agg);
+}
+
 int main(void)
 {
+    test_tree_budget();
+    test_id_all_ones();
     test_direct_recursion();
     test_mutual_recursion();
     test_self_and_inclusive();

@@ -46,11 +46,13 @@
     return (n / 1e9).toFixed(2) + "G";
   }
   function sym(id) {
+    if (id === -2) return { name: "[other]", file: "", line: 0, kind: -2 };
     if (id < 0) return { name: "all", file: "", line: 0, kind: -1 };
     return state.symbols.get(id) || { name: "<unknown #" + id + ">", file: "", line: 0, kind: 0 };
   }
   function where(s) {
-    return s.file ? (s.line > 0 ? s.file + ":" + s.line : s.file) : (s.kind === 1 ? "(C function)" : s.kind === 2 ? "(span)" : "");
+    return s.file ? (s.line > 0 ? s.file + ":" + s.line : s.file) : (s.kind === 1 ? "(C function)" : s.kind === 2 ? "(span)" :
+      s.kind === -2 ? "(calls folded past the tree budget)" : "");
   }
   function hash(str) {
     let h = 2166136261;
@@ -358,6 +360,8 @@
     if (noView) parts.push(noView + " threads with few events have no view of their own (they are in all threads)");
     const unrecorded = s.unrecorded || 0;
     if (unrecorded) parts.push("INCOMPLETE: " + fmtCount(unrecorded) + " events not recorded (the recorder's disk was full)");
+    if (s.folded_calls) parts.push(fmtCount(s.folded_calls) + " calls folded into [other] (tree budget " +
+                                   Math.round((s.tree_budget || 0) / 1048576) + " MiB)");
     el.textContent = parts.join(" \u00b7 ");
     el.classList.toggle("bad", !!state.error || !!s.damage || (s.dropped || 0) > 0 || past > 0 || unrecorded > 0);
     $("title").textContent = (s.pid ? "pid " + s.pid + "  " : "") + (s.command || DATA.title || "");

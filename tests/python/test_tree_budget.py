@@ -1,0 +1,221 @@
+"""Every reader that keeps a call tree works within its budget (issue 18, item 3), and a
+symbol id of 0xFFFFFFFF is read like any other (item 8).
+
+A job whose call paths never repeat (1,000 generated functions called along random paths
+of depth 1-12) grows a calling-context tree without end. With --tree-budget 8 (MiB),
+pytrace-top --once and the HTML export stay within the budget plus a fixed margin for the
+program itself (peak RSS from wait4: a bound, not a speed figure), say how many calls
+were folded into [other], and keep the function table exact: every call the job made is
+in it, and a Profile with a budget too small for the tree gives the same table as one
+whose budget holds it all.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from helpers import PY
+from pytrace.export import synthetic as syn
+from pytrace.reader import EventKind
+from pytrace.recording import RecordingWriter
+
+BIN = os.path.dirname(PY)
+TOP = os.path.join(BIN, "pytrace-top")
+MIB = 1 << 20
+BUDGET_MIB = 8
+MARGIN_MIB = 72   # the program without its tree: pytrace-top ~10 MiB, the export's Python ~50 MiB
+
+JOB = r'''
+import random, sys, time
+N = 1000
+src = "".join("def f%d(p):\n    if p:\n        F[p.pop()](p)\n" % i for i in range(N))
+exec(compile(src, "generated.py", "exec"))
+F = [globals()["f%d" % i] for i in range(N)]
+r = random.Random(7)
+calls = 0
+end = time.monotonic() + float(sys.argv[1])
+while time.monotonic() < end:
+    for _ in range(500):
+        p = [r.randrange(N) for _ in range(r.randint(1, 12))]
+        calls += len(p)
+        F[p.pop()](p)
+with open(sys.argv[2], "w") as f:
+    f.write(str(calls))
+'''
+
+
+def _job_file(tmp_path):
+    path = tmp_path / "paths.py"
+    path.write_text(JOB)
+    return str(path)
+
+
+def _wait_peak(proc, timeout):
+    """Wait for proc to exit: (exit code, peak RSS in bytes) from wait4."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            return proc.returncode, ru.ru_maxrss * 1024
+        if time.monotonic() > deadline:
+            proc.kill()
+            os.wait4(proc.pid, 0)
+            pytest.fail("%s did not end within %ss" % (proc.args, timeout))
+        time.sleep(0.05)
+
+
+def _generated_calls(functions):
+    """Calls of the generated functions (not of generated.py's <module>, run once by exec)."""
+    return sum(f["calls"] for f in functions if f["file"] == "generated.py" and f["name"] != "<module>")
+
+
+def test_top_once_json_never_repeating_paths_within_budget(tmp_path):
+    """pytrace-top --once --json --tree-budget 8 on a live job of never-repeating paths:
+    peak RSS under 8 MiB + the margin, the folded calls counted in the JSON, and the table
+    holds every call the job made (policy wait: nothing dropped)."""
+    from pytrace import _launch
+    count_file = str(tmp_path / "calls")
+    job, segment, wait_w = _launch.start_job(PY, [], {"c_calls": False, "policy": "wait"},
+                                             [_job_file(tmp_path), "5", count_file],
+                                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert segment, job.stderr.read()
+    top = subprocess.Popen([TOP, segment, "--once", "--json", "--duration", "120", "--tree-budget",
+                            str(BUDGET_MIB)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(0.5)
+    os.close(wait_w)
+    out = []
+    import threading
+    t = threading.Thread(target=lambda: out.append(top.stdout.read()))
+    t.start()
+    rc, peak = _wait_peak(top, 150)
+    t.join()
+    job.wait(30)
+    assert rc == 0, (top.stderr.read(), job.stderr.read())
+    assert peak < (BUDGET_MIB + MARGIN_MIB) * MIB, "pytrace-top peaked at %.1f MiB" % (peak / MIB)
+    doc = json.loads(out[0])
+    assert doc["state"] == "ENDED"   # it read the job to its end
+    assert doc["events_dropped"] == 0
+    assert doc["tree_budget_bytes"] == BUDGET_MIB * MIB
+    assert doc["tree_nodes"] <= BUDGET_MIB * MIB // 512 + 16
+    assert doc["folded_calls"] > 10_000, doc["folded_calls"]
+    with open(count_file) as f:
+        made = int(f.read())
+    assert _generated_calls(doc["functions"]) == made
+
+
+@pytest.fixture(scope="module")
+def paths_recording(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("paths")
+    rec = str(tmp / "paths.pytrace")
+    count_file = str(tmp / "calls")
+    r = subprocess.run([PY, "-m", "pytrace", "record", "-o", rec, "--", PY, _job_file(tmp), "4", count_file],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    with open(count_file) as f:
+        return rec, int(f.read())
+
+
+def test_html_export_never_repeating_paths_within_budget(paths_recording, tmp_path):
+    """The HTML report of the recording with --tree-budget 8: written, peak RSS under the
+    budget + the margin, the folded calls said on stderr and in the report's status."""
+    rec, _made = paths_recording
+    out = str(tmp_path / "paths.html")
+    exp = subprocess.Popen([PY, "-m", "pytrace", "export", rec, "--format", "html", "-o", out, "--tree-budget",
+                            str(BUDGET_MIB)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    err = []
+    import threading
+    t = threading.Thread(target=lambda: err.append(exp.stderr.read()))
+    t.start()
+    rc, peak = _wait_peak(exp, 300)
+    t.join()
+    assert rc == 0, err
+    assert peak < (BUDGET_MIB + MARGIN_MIB) * MIB, "the export peaked at %.1f MiB" % (peak / MIB)
+    folded = [ln for ln in err[0].splitlines() if "folded into [other]" in ln]
+    assert len(folded) == 1, err[0]
+    with open(out, encoding="utf-8") as f:
+        page = f.read()
+    assert '"folded_calls": ' in page or '"folded_calls":' in page
+    assert '"folded_calls": 0' not in page and '"folded_calls":0' not in page
+
+
+def test_profile_budget_folds_and_table_stays_exact(paths_recording):
+    """Profile(tree_budget_mib=1): [other] nodes in the tree, named, their calls the folded
+    count; every call and ns still in the tree; the function table equal to that of a
+    Profile whose budget holds the whole tree, and it holds every call the job made."""
+    from pytrace.profile import Profile
+    rec, made = paths_recording
+    small = Profile.from_recording(rec, tree_budget_mib=1)
+    big = Profile.from_recording(rec, tree_budget_mib=4096)   # holds the whole tree
+    cs, cb = small.counters(), big.counters()
+    assert cb["folded_calls"] == 0
+    assert cs["folded_calls"] > 10_000
+    assert cs["nodes"] <= (1 * MIB) // 512 + 16 < cb["nodes"]
+    tree = small.tree()
+    others = [n for n in tree if n.id == -2]
+    assert others and all(n.name == "[other]" for n in others)
+    assert sum(n.calls for n in others) == cs["folded_calls"]
+    # every activation is one call in the tree and in the table (big's tree is not
+    # built whole: millions of Python tuples)
+    assert sum(n.calls for n in tree) == sum(f.calls for f in big.functions())
+    assert tree[0].total_ns == big.tree(min_fraction=0.5)[0].total_ns
+    rows = lambda p: sorted((f.id, f.calls, f.prim_calls, f.self_ns, f.total_ns) for f in p.functions())
+    assert rows(small) == rows(big)
+    assert _generated_calls([f._asdict() for f in small.functions()]) == made
+
+
+# ---- item 8: a symbol id of 0xFFFFFFFF -----------------------------------------------------
+
+CALL, RETURN, FRAME = int(EventKind.Call), int(EventKind.Return), int(EventKind.Frame)
+ALL_ONES = 0xFFFFFFFF
+
+
+@pytest.fixture
+def all_ones_recording(tmp_path):
+    """main (id 1) is running when the thread is first seen: a Frame record reports it, then
+    one of id 0xFFFFFFFF above it (a frame whose symbol never came); then f (id 2) is
+    called and returns, and the rest returns."""
+    rec = str(tmp_path / "ones.pytrace")
+    with RecordingWriter(rec, lossless=True) as w:
+        w.append(syn.process_info(pid=4343))
+        w.append(syn.symbol(1, "main"))
+        w.append(syn.symbol(2, "f"))
+        w.append(syn.thread_start(1))
+        w.append(syn.event_chunk(1, [(1000, 1, 0, FRAME, 0), (1000, ALL_ONES, 1, FRAME, 0),
+                                     (2000, 2, 0, CALL, 0), (5000, 2, 0, RETURN, 0),
+                                     (6000, ALL_ONES, 0, RETURN, 0), (7000, 1, 0, RETURN, 0)]))
+        w.append(syn.thread_end(1, 7000, events_written=6))
+        w.append(syn.producer_status(state=3, events_written=6))
+    return rec
+
+
+def test_frame_id_all_ones_html_export(all_ones_recording, tmp_path):
+    """The HTML export writes the report (it died with MemoryError and wrote nothing)."""
+    out = str(tmp_path / "ones.html")
+    r = subprocess.run([PY, "-m", "pytrace", "export", all_ones_recording, "--format", "html", "-o", out],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr and "MemoryError" not in r.stderr
+    assert os.path.getsize(out) > 0
+
+
+def test_frame_id_all_ones_top_and_profile(all_ones_recording):
+    """pytrace-top reads it without "out of memory", and the Profile keeps every call: the
+    frame of id 0xFFFFFFFF is a node of the tree (not taken for the root), f under it."""
+    r = subprocess.run([TOP, "--file", all_ones_recording, "--once", "--json"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert "error" not in doc, doc["error"]
+    calls = {f["name"]: f["calls"] for f in doc["functions"]}
+    assert calls == {"main": 1, "<unknown #4294967295>": 1, "f": 1}
+    from pytrace.profile import Profile
+    prof = Profile.from_recording(all_ones_recording)
+    tree = prof.tree()
+    assert [(n.depth, n.id, n.name) for n in tree] == [
+        (0, -1, "<root>"), (1, 1, "main"), (2, ALL_ONES, "<unknown #4294967295>"), (3, 2, "f")]
+    assert tree[3].self_ns == 3000 and tree[0].total_ns == 6000
