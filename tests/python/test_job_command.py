@@ -16,6 +16,7 @@ Real processes, real console scripts, a real terminal (tmux) for the live view.
 import json
 import os
 import re
+import select
 import shutil
 import subprocess
 import sys
@@ -212,8 +213,10 @@ def test_the_traced_job_command_line_is_its_own(tmp_path, how):
     job = subprocess.Popen([PY, "-m", "pytrace", *args], cwd=tmp_path, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True, env=_env(tmp_path))
     try:
-        first = job.stdout.readline()
-        seen = json.loads(first)
+        # its first line, within a minute (top used to keep it in a log file until the end)
+        ready, _, _ = select.select([job.stdout], [], [], 60)
+        assert ready, "the job's output did not come through"
+        seen = json.loads(job.stdout.readline())
         pids = subprocess.run(["pgrep", "-f", "show.py %s" % go], capture_output=True,
                               text=True).stdout.split()
         traced = [p for p in map(int, pids) if p != job.pid or how == "run"]
@@ -222,6 +225,7 @@ def test_the_traced_job_command_line_is_its_own(tmp_path, how):
         go.write_text("")
         assert job.wait(timeout=120) == 0, job.stderr.read()
     finally:
+        go.write_text("")
         if job.poll() is None:
             job.kill()
             job.wait()
