@@ -821,6 +821,7 @@ def boot(hook_file):
             if "boot" in namespace:
                 return namespace["boot"](os.path.join(os.path.dirname(other), "_boot",
                                                       os.path.basename(hook_file)))
+            _exec_older(other, raw)   # a pytrace of before boot(): its launcher's command line
         _say("%s (Python %d.%d) has no pytrace extension: install pytrace for it "
              "(pip install pytrace)" % (sys.executable, sys.version_info[0], sys.version_info[1]))
         _exit_now(1)
@@ -904,6 +905,27 @@ def boot(hook_file):
 # Raised by python's main (Modules/main.c) just before it runs the program.
 _RUN_EVENTS = frozenset(("cpython.run_file", "cpython.run_command", "cpython.run_module",
                          "cpython.run_stdin"))
+
+
+def _exec_older(launcher, raw):
+    """Run the job through `launcher` (an older pytrace's, which has no boot()) by its
+    command line, with the environment put back. Returns only if that fails."""
+    try:
+        options, launch, _ = _parse_launch_args(_env_decode(raw) + ["--"])
+        program = split_python_args(list(sys.orig_argv[1:]))[1]
+    except ValueError:
+        return
+    os.environ.pop(LAUNCH_ENV, None)
+    if "pythonpath" in launch:
+        os.environ["PYTHONPATH"] = launch.pop("pythonpath")
+    else:
+        os.environ.pop("PYTHONPATH", None)
+    options.update(launch)
+    try:
+        os.execv(sys.executable, [sys.executable] + interpreter_flags() + [launcher]
+                 + encode_options(options) + ["--"] + program)
+    except OSError:
+        pass
 
 
 def _refusal(program):
