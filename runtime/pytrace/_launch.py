@@ -848,6 +848,8 @@ def boot(hook_file):
         program = list(sys.orig_argv[1:])
     refusal = _refusal(program)
     if refusal is not None:           # python says it (can't open file) or we do; untraced
+        if launch.get("subprocesses"):
+            _remove_tree(launch["subprocesses"])     # the children's hook: none will come
         if refusal:
             _say(refusal)
             _exit_now(2)
@@ -877,18 +879,32 @@ def boot(hook_file):
         if started:
             return
         if event in _RUN_EVENTS:
-            armed.append(event)
-            if event != "cpython.run_module" and not (event == "cpython.run_file"
-                                                      and str(args[0]).endswith(".pyc")):
-                return                # start at its "exec", next
+            # the code python then execs: the script (by its path), <string>, <stdin>
+            expected = {"cpython.run_command": "<string>", "cpython.run_stdin": "<stdin>"}.get(event)
+            if event == "cpython.run_file":
+                expected = os.path.abspath(str(args[0]))
+                if expected.endswith(".pyc"):
+                    expected = None   # run without an "exec" event: start now
+            if expected is not None:
+                armed.append(expected)
+                return                # start at its "exec"
         elif event != "exec" or not armed:
             return
+        else:
+            # 3.14+ exec linecache's module code (imported for -c) before the program's
+            filename = getattr(args[0], "co_filename", None)
+            if filename != armed[0] and (filename is None or os.path.abspath(filename) != armed[0]):
+                armed.append(filename)
+                if len(armed) < 4:    # never wait for ever on something unforeseen
+                    return
         started.append(event)
         # ---- tracing: from here on only C calls, then python runs the program ---------
         try:
             segment = _start(ext, options)
         except (OSError, RuntimeError, ValueError, TypeError) as e:
             _say("cannot start tracing: %s" % e)
+            if hook_dir:
+                _remove_tree(hook_dir)
             _exit_now(1)
         _handshake(report_fd, wait_fd, segment)
         if options.get("fork_children", True):
