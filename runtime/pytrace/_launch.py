@@ -1,11 +1,14 @@
 """The launcher: runs a Python program traced from its first line, as python runs it.
 
+    python [flags] PROGRAM, with PYTRACE_LAUNCH=options and pytrace/_boot first on
+    PYTHONPATH (command(); boot() starts tracing), or, with -E, -I or -S:
     python [flags] .../pytrace/_launch.py [name=value ...] -- PROGRAM
     PROGRAM: script.py args | -m module args | -c code args | - args | dir-or-zip args
 
-`pytrace run` replaces itself with this (os.execv: same pid, the interpreter's flags
-kept), and `pytrace record` and `pytrace top` start their job with it (command(),
-start_job()). The options are start()'s (c_calls=0, policy=wait, include=X, ...)
+`pytrace run` replaces itself with this (os.execve: same pid, the interpreter's flags
+kept), and `pytrace record`, `top` and `web` start their job with it (command(),
+start_job()). The first form keeps the program's own command line (ps, /proc/PID/
+cmdline); the rest of this text tells the second, whose rules boot() keeps too. The options are start()'s (c_calls=0, policy=wait, include=X, ...)
 plus report_fd= / wait_fd= (record and top's handshake: the segment name goes out
 on one pipe, then the job waits until the reader holds the segment), quiet=1 (no
 summary at exit: the recorder gives it) and subprocesses=DIR (the sitecustomize

@@ -136,6 +136,8 @@ def test_top_once_passes_the_output_through_and_leaves_no_file(tmp_path):
     r = _cli(tmp_path, "top", "--once", "--", PY, "missing.py")
     assert r.returncode == 2, r.stderr
     assert "can't open file" in r.stderr and "missing.py" in r.stderr, r.stderr
+    r = _cli(tmp_path, "record", "-o", str(tmp_path / "m.pytrace"), "--", PY, "missing.py")
+    assert r.returncode == 2 and "can't open file" in r.stderr, r.stderr
     # --json: stdout is the JSON document only; the job's stdout goes to stderr
     r = _cli(tmp_path, "top", "--once", "--json", "--", PY, "job.py")
     assert r.returncode == 3
