@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct pt_module_state {
     PyObject *reader_type;
@@ -385,6 +386,42 @@ static PyObject *py_mark(PyObject *module, PyObject *arg)
 
 /* ---- fork ----------------------------------------------------------------------- */
 
+/* os._exit in a traced fork child. multiprocessing's fork and forkserver workers
+ * (Process, Pool, DataLoader) leave through os._exit, which runs no exit handler:
+ * their segment would end without EXITED and read as "died". This one takes the
+ * same argument, finishes the segment as a normal exit does, then calls _exit(). */
+static PyObject *py_exit(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    int status;
+    if (!PyArg_Parse(arg, "i:_exit", &status))
+        return NULL;
+    pt_tracer_exit_now();
+    _exit(status);
+}
+
+/* The fork child that traces gets py_exit as os._exit (see above); the parent's
+ * os module is its own and keeps the real one. */
+static PyMethodDef exit_def = {"_exit", py_exit, METH_O,
+                               "Exit to the system with specified status, without normal exit "
+                               "processing (pytrace: its segment is finished first)."};
+
+static void wrap_os_exit(void)
+{
+    /* named as the one it stands for (posix._exit): the program's picture and its
+     * own look at os._exit read the same */
+    PyObject *os = PyImport_ImportModule("os");
+    PyObject *name = os ? PyUnicode_FromString("posix") : NULL;
+    PyObject *ours = name ? PyCFunction_NewEx(&exit_def, NULL, name) : NULL;
+    if (ours == NULL || PyObject_SetAttrString(os, "_exit", ours) < 0) {
+        PyErr_Clear();
+        pt_tracer_fail("fork: cannot wrap os._exit: a worker that leaves by it reads as died");
+    }
+    Py_XDECREF(ours);
+    Py_XDECREF(name);
+    Py_XDECREF(os);
+}
+
 static PyObject *py_after_fork_child(PyObject *module, PyObject *unused)
 {
     (void)module;
@@ -394,6 +431,8 @@ static PyObject *py_after_fork_child(PyObject *module, PyObject *unused)
     if (was && !pt_tracer_is_tracing()) {
         /* the child could not get a segment: remove the hooks */
         pt_tracer_hooks_uninstall();
+    } else if (was) {
+        wrap_os_exit();
     }
     Py_RETURN_NONE;
 }

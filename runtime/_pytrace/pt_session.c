@@ -439,6 +439,13 @@ static int exec_audit_hook(const char *event, PyObject *args, void *data)
 
 /* ---- public --------------------------------------------------------------------- */
 
+void pt_tracer_exit_now(void)
+{
+    /* os._exit() runs no Py_AtExit handler: finish as at_exit does, the process
+     * leaving on purpose (EXITED), not vanished (DEAD). */
+    at_exit();
+}
+
 int pt_tracer_global_init(char *err, size_t errlen)
 {
     if (g.initialised)

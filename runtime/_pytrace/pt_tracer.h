@@ -99,6 +99,11 @@ PT_HIDDEN const pt_options_t *pt_tracer_options(void);
 PT_HIDDEN int pt_tracer_intern_label(const char *name, uint32_t *id_out);
 PT_HIDDEN void pt_tracer_user_event(uint32_t label_id, uint8_t kind);
 
+/* Before the process leaves through _exit() (os._exit: no exit handler runs):
+ * stop, publish everything, mark the segment EXITED and let it go, as the
+ * Py_AtExit handler does. Holding the GIL; nothing may be traced after it. */
+PT_HIDDEN void pt_tracer_exit_now(void);
+
 /* Fork: the child drops the parent's segment and starts its own. */
 PT_HIDDEN void pt_tracer_after_fork_child(void);
 /* 1 between fork() in a traced child and pt_tracer_after_fork_child(). */

@@ -1,11 +1,14 @@
 """The launcher: runs a Python program traced from its first line, as python runs it.
 
+    python [flags] PROGRAM, with PYTRACE_LAUNCH=options and pytrace/_boot first on
+    PYTHONPATH (command(); boot() starts tracing), or, with -E, -I or -S:
     python [flags] .../pytrace/_launch.py [name=value ...] -- PROGRAM
     PROGRAM: script.py args | -m module args | -c code args | - args | dir-or-zip args
 
-`pytrace run` replaces itself with this (os.execv: same pid, the interpreter's flags
-kept), and `pytrace record` and `pytrace top` start their job with it (command(),
-start_job()). The options are start()'s (c_calls=0, policy=wait, include=X, ...)
+`pytrace run` replaces itself with this (os.execve: same pid, the interpreter's flags
+kept), and `pytrace record`, `top` and `web` start their job with it (command(),
+start_job()). The first form keeps the program's own command line (ps, /proc/PID/
+cmdline); the rest of this text tells the second, whose rules boot() keeps too. The options are start()'s (c_calls=0, policy=wait, include=X, ...)
 plus report_fd= / wait_fd= (record and top's handshake: the segment name goes out
 on one pipe, then the job waits until the reader holds the segment), quiet=1 (no
 summary at exit: the recorder gives it) and subprocesses=DIR (the sitecustomize
@@ -31,8 +34,10 @@ import os
 import sys
 
 ENV_OPTIONS = "PYTRACE_SUBPROCESS_OPTIONS"   # start() options for traced children
+LAUNCH_ENV = "PYTRACE_LAUNCH"                # the job's options, read by boot() (command())
 # Files of the package whose code is pytrace's own: never in a picture.
 HIDDEN_FILES = ("__init__.py", "_launch.py")
+BOOT_FILES = ("sitecustomize.py", "usercustomize.py")     # in _boot/: see boot()
 
 # Python's own options (python --help): flags, and those that take a value.
 _PY_FLAG_LETTERS = "bBdEiIOPqRsSuv"
@@ -42,7 +47,8 @@ _START_KEYS = {"c_calls": "bool", "policy": "str", "include": "list", "exclude":
                "ring_count": "int", "chunk_bytes": "int", "chunks_per_ring": "int",
                "symlog_bytes": "int", "wait_timeout": "float", "exit_wait": "float",
                "fork_children": "bool"}
-_LAUNCH_KEYS = {"report_fd": "int", "wait_fd": "int", "quiet": "bool", "subprocesses": "str"}
+_LAUNCH_KEYS = {"report_fd": "int", "wait_fd": "int", "quiet": "bool", "subprocesses": "str",
+                "pythonpath": "str"}
 
 # A process of a tree that a hub reads (record, top, run --hub --subprocesses) waits at
 # its exit, when no reader holds its segment yet, up to this long for the hub (start()'s
@@ -108,6 +114,62 @@ def split_python_args(args):
     return flags, []
 
 
+_PYTHON_NAME = r"python[0-9.]*"
+
+
+def find_program(word):
+    """A program named without an interpreter (`record -- pytest`, `pytrace run job.py`):
+    a file here, else a command on PATH, run as the shell would run it but traced.
+    -> (interpreter or None for pytrace's own, its flags, the path to run). A script with
+    a Python shebang (a console script: pytest, pip) runs under that shebang's interpreter,
+    where its packages are; one with no shebang is Python source, as before. ValueError,
+    in one line, for what is not Python: a native executable, a shell or other script."""
+    import re
+    import shutil
+    path = word
+    if os.sep not in word and not os.path.exists(word):
+        path = shutil.which(word)
+        if path is None:
+            return None, [], word        # python says it: can't open file
+    if os.path.isdir(path) or not os.path.isfile(path):
+        return None, [], path            # a directory with __main__.py; or python says why
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return None, [], path
+    if head.startswith(b"\x7fELF") or b"\0" in head[:1024] and not head.startswith(b"PK"):
+        raise ValueError("%s is a native executable, not a Python program: pytrace runs Python "
+                         "(a script, -m module, -c code, or a Python console script)" % path)
+    if not head.startswith(b"#!") or not os.access(path, os.X_OK):
+        return None, [], path            # Python source (or a zip), run as python runs it
+    shebang = head[2:].split(b"\n", 1)[0].decode(errors="replace").split()
+    words = list(shebang)
+    if words and os.path.basename(words[0]) == "env":        # #!/usr/bin/env [-S] python3 -u
+        words = [w for w in words[1:] if w != "-S" and "=" not in w]
+        if words:
+            words[0] = shutil.which(words[0]) or words[0]
+    if words and re.fullmatch(_PYTHON_NAME, os.path.basename(words[0])):
+        try:
+            flags = split_python_args(words[1:])[0]
+        except ValueError:
+            flags = []
+        return words[0], flags, path
+    shim = re.search(rb'exec "([^"]*/pyenv)" exec', head)
+    if shim and word == os.path.basename(word):      # pyenv's shim: the command it runs
+        import subprocess
+        try:
+            real = subprocess.run([shim.group(1).decode(errors="replace"), "which", word],
+                                  capture_output=True, text=True, timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            real = ""
+        if real and real != path and os.path.isfile(real):
+            return find_program(real)
+    raise ValueError("%s is a %s script, not a Python program: pytrace runs Python (a script, "
+                     "-m module, -c code, or a Python console script)"
+                     % (path, os.path.basename(shebang[0]) if shebang else "#!"))
+
+
 def interpreter_flags(orig_argv=None):
     """The flags this interpreter was started with (-X dev, -u, -O, ...), from
     sys.orig_argv: what a new interpreter needs to run the program alike."""
@@ -140,13 +202,49 @@ def encode_options(options):
     return out
 
 
-def command(interp, flags, options, program, **launch):
-    """argv that runs `program` (as split_python_args gives it) traced with start()
-    `options`, under `interp` with its `flags`. launch: report_fd, wait_fd, quiet,
-    subprocesses."""
+def boot_dir():
+    """The directory of the sitecustomize.py / usercustomize.py that start a job's
+    tracing (put first on its PYTHONPATH by command(); see boot())."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "_boot")
+
+
+def _skips_boot(flags):
+    """True if these interpreter flags keep python from importing sitecustomize from
+    PYTHONPATH (-E, -I: no PYTHONPATH; -S: no site)."""
+    i = 0
+    while i < len(flags):
+        flag = flags[i]
+        if flag in ("-W", "-X") or flag.startswith("--"):
+            i += 1 if "=" in flag else 2
+            continue
+        if any(letter in flag[1:] for letter in "EIS"):
+            return True
+        i += 1
+    return False
+
+
+def command(interp, flags, options, program, env=None, **launch):
+    """-> (argv, environment) that run `program` (as split_python_args gives it) traced
+    with start() `options`, under `interp` with its `flags`. launch: report_fd, wait_fd,
+    quiet, subprocesses. env: the environment to start from (os.environ).
+
+    The command line is the program's own (`python [flags] job.py args`, as ps and
+    /proc/PID/cmdline show it untraced): the options travel in LAUNCH_ENV, and the
+    sitecustomize of boot_dir(), first on PYTHONPATH, starts tracing (boot()), and puts
+    PYTHONPATH back. Flags that keep python from reading PYTHONPATH or from running
+    site (-E, -I, -S) get the launcher's command line instead: python .../_launch.py
+    [options] -- PROGRAM."""
     opts = dict(options)
     opts.update({k: v for k, v in launch.items() if v is not None})
-    return [interp] + list(flags) + [launcher_path()] + encode_options(opts) + ["--"] + list(program)
+    env = dict(os.environ if env is None else env)
+    if _skips_boot(flags):
+        return ([interp] + list(flags) + [launcher_path()] + encode_options(opts) + ["--"]
+                + list(program)), env
+    if "PYTHONPATH" in env:
+        opts["pythonpath"] = env["PYTHONPATH"]
+    env["PYTHONPATH"] = boot_dir() + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env[LAUNCH_ENV] = _env_encode(encode_options(opts))
+    return [interp] + list(flags) + list(program), env
 
 
 def start_job(interp, flags, options, program, timeout=30.0, subprocesses=None, **popen):
@@ -161,10 +259,10 @@ def start_job(interp, flags, options, program, timeout=30.0, subprocesses=None, 
         options = dict(options, exit_wait=HUB_CHILD_EXIT_WAIT)
     report_r, report_w = os.pipe()
     wait_r, wait_w = os.pipe()
-    argv = command(interp, flags, options, program, report_fd=report_w, wait_fd=wait_r,
-                   quiet=True, subprocesses=subprocesses)
+    argv, env = command(interp, flags, options, program, env=popen.pop("env", None),
+                        report_fd=report_w, wait_fd=wait_r, quiet=True, subprocesses=subprocesses)
     try:
-        job = subprocess.Popen(argv, pass_fds=(report_w, wait_r), **popen)
+        job = subprocess.Popen(argv, pass_fds=(report_w, wait_r), env=env, **popen)
     except OSError:
         os.close(report_r)
         os.close(wait_w)
@@ -396,7 +494,8 @@ def _register_at_exit(func):
 
 def _hidden(extra=()):
     here = os.path.dirname(__file__)
-    return [os.path.join(here, name) for name in HIDDEN_FILES] + list(extra)
+    return ([os.path.join(here, name) for name in HIDDEN_FILES]
+            + [os.path.join(here, "_boot", name) for name in BOOT_FILES] + list(extra))
 
 
 def _env_encode(tokens):
@@ -708,6 +807,183 @@ def _main(args):
     return 0
 
 
+def boot(hook_file):
+    """In a job started by command(): called by _boot/sitecustomize.py (and
+    usercustomize.py) while site.py imports them, before python runs the program,
+    which it then runs itself: its command line, sys.argv, sys.orig_argv, __main__,
+    sys.path[0] and tracebacks are python's own. Starts tracing at the last of the two
+    hooks that site.py imports (the rest of python's startup is not in the picture),
+    after putting back PYTHONPATH (os.environ and sys.path) and removing LAUNCH_ENV, so
+    that the program and its children see the environment they would see untraced.
+    -> the module of that name our hook shadows (None if there is none)."""
+    name = os.path.splitext(os.path.basename(hook_file))[0]
+    real = _chain_customize(name, hook_file)
+    site = sys.modules.get("site")
+    if name == "sitecustomize" and getattr(site, "ENABLE_USER_SITE", False):
+        return real                   # site.py imports usercustomize next: start there
+    raw = os.environ.get(LAUNCH_ENV)
+    if raw is None:
+        return real                   # not a job of ours (PYTHONPATH copied by hand)
+    ext = _load_extension()
+    if ext is None:
+        other = _other_install()
+        if other is not None:         # this interpreter's own pytrace boots it
+            from _frozen_importlib_external import SourceFileLoader
+            code = SourceFileLoader("pytrace._launch", other).get_code("pytrace._launch")
+            namespace = {"__name__": "pytrace._launch", "__file__": other}
+            exec(code, namespace)
+            if "boot" in namespace:
+                return namespace["boot"](os.path.join(os.path.dirname(other), "_boot",
+                                                      os.path.basename(hook_file)))
+            _exec_older(other, raw)   # a pytrace of before boot(): its launcher's command line
+        _say("%s (Python %d.%d) has no pytrace extension: install pytrace for it "
+             "(pip install pytrace)" % (sys.executable, sys.version_info[0], sys.version_info[1]))
+        _exit_now(1)
+    # the environment and sys.path as they would be untraced
+    here = os.path.abspath(os.path.dirname(hook_file))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    for key in list(sys.path_importer_cache):
+        if os.path.abspath(key) == here:
+            del sys.path_importer_cache[key]
+    del os.environ[LAUNCH_ENV]
+    try:
+        options, launch, _ = _parse_launch_args(_env_decode(raw) + ["--"])
+    except ValueError as e:
+        _say(str(e))
+        _exit_now(2)
+    if "pythonpath" in launch:
+        os.environ["PYTHONPATH"] = launch["pythonpath"]
+    else:
+        os.environ.pop("PYTHONPATH", None)
+    report_fd, wait_fd = launch.get("report_fd"), launch.get("wait_fd")
+    try:
+        program = split_python_args(list(sys.orig_argv[1:]))[1]
+    except ValueError:
+        program = list(sys.orig_argv[1:])
+    refusal = _refusal(program)
+    if refusal is not None:           # python says it (can't open file) or we do; untraced
+        if launch.get("subprocesses"):
+            _remove_tree(launch["subprocesses"])     # the children's hook: none will come
+        if refusal:
+            _say(refusal)
+            _exit_now(2)
+        for fd in (report_fd, wait_fd):
+            if fd is not None:
+                os.close(fd)
+        return real
+    hook_dir = launch.get("subprocesses")
+    if hook_dir:
+        old = os.environ.get("PYTHONPATH")
+        os.environ["PYTHONPATH"] = hook_dir + (os.pathsep + old if old else "")
+        os.environ[ENV_OPTIONS] = _env_encode(encode_options(options))
+    if program and program[0] == "-m" or os.path.isdir(program[0]) or _is_zip(program[0]):
+        import runpy                  # python -m imports it now: not in the program's picture
+    session = _Session(ext, launch.get("quiet", False), hook_dir, program)
+    _register_at_exit(session.stop_at_exit)
+    options = dict(options, hide=_hidden(), caller_stack=False)
+    started, armed = [], []
+
+    def start_at_run(event, args):
+        # python's own audit events, raised from C as it runs the program: "cpython.run_*"
+        # once the rest of its startup is done (site, the script's importer), then "exec"
+        # of the program's compiled code (after __main__.__loader__ is made): tracing
+        # starts there, with no Python frame of python's under the program. -m starts at
+        # run_module, as the launcher runs runpy traced. Called for every audit event of
+        # the process after that (a hook cannot be removed): one test, in hidden code.
+        if started:
+            return
+        if event in _RUN_EVENTS:
+            # the code python then execs: the script (by its path), <string>, <stdin>
+            expected = {"cpython.run_command": "<string>", "cpython.run_stdin": "<stdin>"}.get(event)
+            if event == "cpython.run_file":
+                expected = os.path.abspath(str(args[0]))
+                if expected.endswith(".pyc"):
+                    expected = None   # run without an "exec" event: start now
+            if expected is not None:
+                armed.append(expected)
+                return                # start at its "exec"
+        elif event != "exec" or not armed:
+            return
+        else:
+            # 3.14+ exec linecache's module code (imported for -c) before the program's
+            filename = getattr(args[0], "co_filename", None)
+            if filename != armed[0] and (filename is None or os.path.abspath(filename) != armed[0]):
+                armed.append(filename)
+                if len(armed) < 4:    # never wait for ever on something unforeseen
+                    return
+        started.append(event)
+        # ---- tracing: from here on only C calls, then python runs the program ---------
+        try:
+            segment = _start(ext, options)
+        except (OSError, RuntimeError, ValueError, TypeError) as e:
+            _say("cannot start tracing: %s" % e)
+            if hook_dir:
+                _remove_tree(hook_dir)
+            _exit_now(1)
+        _handshake(report_fd, wait_fd, segment)
+        if options.get("fork_children", True):
+            _watch_forks(ext, hook_dir)
+        if sys.stderr is not None:
+            sys.stderr.write("pytrace: tracing pid %d into %s; attach with: pytrace-top %d\n"
+                             % (os.getpid(), segment, os.getpid()))
+            sys.stderr.flush()
+
+    sys.addaudithook(start_at_run)
+    return real
+
+
+# Raised by python's main (Modules/main.c) just before it runs the program.
+_RUN_EVENTS = frozenset(("cpython.run_file", "cpython.run_command", "cpython.run_module",
+                         "cpython.run_stdin"))
+
+
+def _exec_older(launcher, raw):
+    """Run the job through `launcher` (an older pytrace's, which has no boot()) by its
+    command line, with the environment put back. Returns only if that fails."""
+    try:
+        options, launch, _ = _parse_launch_args(_env_decode(raw) + ["--"])
+        program = split_python_args(list(sys.orig_argv[1:]))[1]
+    except ValueError:
+        return
+    os.environ.pop(LAUNCH_ENV, None)
+    if "pythonpath" in launch:
+        os.environ["PYTHONPATH"] = launch.pop("pythonpath")
+    else:
+        os.environ.pop("PYTHONPATH", None)
+    options.update(launch)
+    try:
+        os.execv(sys.executable, [sys.executable] + interpreter_flags() + [launcher]
+                 + encode_options(options) + ["--"] + program)
+    except OSError:
+        pass
+
+
+def _refusal(program):
+    """Before tracing a job that python itself runs: "" when python will refuse it
+    itself at once (a script that is not there), a line of ours for what cannot be
+    traced (a program typed at the terminal), None when it runs."""
+    head = program[0] if program else None
+    if head is None or head == "-":
+        if sys.stdin is None or sys.stdin.isatty():
+            return ("a program typed at the terminal (-) cannot be traced; give a script, "
+                    "-m module or -c code")
+        return None
+    if head in ("-c", "-m"):
+        return None
+    return None if os.path.exists(head) else ""
+
+
+def _exit_now(code):
+    """Leave from inside site.py's import of our hook (SystemExit there is fatal)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except Exception:  # noqa: BLE001
+            pass
+    os._exit(code)
+
+
 def _show_without_launcher(hook):
     """sys.excepthook for the program's uncaught exception: its traceback without the
     launcher's frames at the top, as python shows it; then the program's hook again."""
@@ -764,13 +1040,15 @@ def autostart(hook_file):
 
 def _chain_customize(name, hook_file):
     """Run the sitecustomize / usercustomize our hook shadows, if there is one further
-    on sys.path (as site.py would: errors other than its absence are reported)."""
+    on sys.path (as site.py would: errors other than its absence are reported).
+    -> that module, or None."""
     hook_dir = os.path.dirname(os.path.abspath(hook_file))
     ours = sys.modules.pop(name, None)
     saved = list(sys.path)
+    real = None
     try:
         sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != hook_dir]
-        __import__(name)
+        real = __import__(name)
     except ImportError as e:
         if e.name != name:
             sys.stderr.write("Error in %s; set PYTHONVERBOSE for traceback:\n%s: %s\n"
@@ -782,6 +1060,7 @@ def _chain_customize(name, hook_file):
         sys.path[:] = saved
         if ours is not None:
             sys.modules[name] = ours
+    return real
 
 
 def _cmdline():

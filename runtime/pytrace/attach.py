@@ -115,6 +115,16 @@ def permission_error(target, what="attach to"):
     if target.uid is not None and target.uid != os.geteuid() and os.geteuid() != 0:
         return AttachError("permission denied: pid %d belongs to %s; only that user or root can "
                            "%s it" % (target.pid, _user_name(target.uid), what), "permission")
+    if os.geteuid() == 0:
+        # root was refused too: "run as root" would be no advice. Say what is known of
+        # the process instead (a Python program or not, by its command line).
+        argv0 = os.path.basename(target.argv[0]) if target.argv else ""
+        looks = ("" if not argv0 or re.match(r"python|pypy", argv0)
+                 else "; it does not look like a Python program (%s), and pytrace reads only "
+                      "Python processes started under pytrace or attached (Python 3.14+)" % argv0)
+        return AttachError("cannot %s %s: the kernel refused access even to root (another "
+                           "namespace or container, or a process that is not dumpable)%s"
+                           % (what, describe(target), looks), "permission")
     return AttachError("permission denied: cannot %s pid %d: %s; run pytrace as root, or start the "
                        "program under pytrace (pytrace run ...)" % (what, target.pid, _ptrace_hint()),
                        "permission")
@@ -244,7 +254,7 @@ def plan_for_reader(pid):
     if live_segment(pid):
         return "traced"
     target = inspect_target(pid)
-    if started_under_pytrace(target.argv):
+    if started_under_pytrace(target.argv, pid):
         return "starting"
     if target.uid != os.geteuid():
         # root may attach, but its segment would be the process's user's, which no reader
@@ -255,9 +265,17 @@ def plan_for_reader(pid):
     return "attach"
 
 
-def started_under_pytrace(argv):
-    """`pytrace run ...` (which becomes `python .../pytrace/_launch.py ... -- PROGRAM`),
-    `python -m pytrace ...`, and the jobs record and top start (the launcher too)."""
+def started_under_pytrace(argv, pid=None):
+    """`pytrace run ...` (which becomes `python job.py` with pytrace's options in its
+    environment, _launch.LAUNCH_ENV, or `python .../pytrace/_launch.py ... -- PROGRAM`
+    with -E, -I, -S), `python -m pytrace ...`, and the jobs record and top start."""
+    if pid is not None:
+        try:
+            with open("/proc/%d/environ" % pid, "rb") as f:     # as it was at exec
+                if any(v.startswith(b"PYTRACE_LAUNCH=") for v in f.read().split(b"\0")):
+                    return True
+        except OSError:
+            pass
     for i, arg in enumerate(argv[:-1]):
         if arg == "-m" and argv[i + 1].split(".")[0] == "pytrace":
             return True
@@ -808,7 +826,7 @@ def start_options(c_calls=True, include=None, exclude=None, policy="drop", rings
 # ---- pytrace top PID ------------------------------------------------------------------
 
 _VIEW_VALUE_OPTIONS = ("--file", "--duration", "--window", "--thread", "--limit", "--sort",
-                       "--policy", "--ring-size", "--include", "--exclude")
+                       "--pid", "--policy", "--ring-size", "--include", "--exclude")
 
 
 def _view_pid(argv):

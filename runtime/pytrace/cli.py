@@ -50,8 +50,6 @@ commands:
 
 `pytrace COMMAND --help` gives each command's options. pytrace -V: the version."""
 
-RESERVED = ("top", "record", "export", "merge", "web")
-
 
 def _subprocess_hook():
     return _launch.subprocess_hook()
@@ -123,11 +121,20 @@ def cmd_run(argv):
     if ns.module is None and ns.code is None and program[0].startswith("-") and program[0] != "-":
         raise UsageError("unknown option %s" % program[0], "run")
     opts = start_options(ns)
+    interp, flags = sys.executable, _launch.interpreter_flags()
     if ns.module is not None:
         program = ["-m", ns.module] + program
     elif ns.code is not None:
         program = ["-c", ns.code] + program
-    elif program[0] != "-" and not os.path.exists(program[0]):
+    elif program[0] != "-":
+        try:     # a console script on PATH (pytrace run pytest) runs under its shebang's python
+            shebang, shebang_flags, path = _launch.find_program(program[0])
+        except ValueError as e:
+            raise UsageError(str(e), "run") from None
+        program = [path] + program[1:]
+        if shebang:
+            interp, flags = shebang, shebang_flags
+    if program[0] != "-" and ns.module is None and ns.code is None and not os.path.exists(program[0]):
         # as python says it (and exits 2)
         raise UsageError("can't open file %r: [Errno 2] No such file or directory"
                          % os.path.abspath(program[0]), "run")
@@ -141,13 +148,15 @@ def cmd_run(argv):
         _start_run_hub(ns.subprocesses)
         if ns.subprocesses:       # the hub reads the tree: a child that ends early waits for it
             opts["exit_wait"] = _launch.HUB_CHILD_EXIT_WAIT
-    argv = _launch.command(sys.executable, _launch.interpreter_flags(), opts, program, **launch)
+    argv, env = _launch.command(interp, flags, opts, program, **launch)
+    if interp == sys.executable and sys.orig_argv:
+        argv[0] = sys.orig_argv[0]      # `python -m pytrace run job.py` becomes `python job.py`
     sys.stdout.flush()
     sys.stderr.flush()
     try:
-        os.execv(sys.executable, argv)
+        os.execve(interp, argv, env)
     except OSError as e:
-        sys.stderr.write("pytrace: cannot run %s: %s\n" % (sys.executable, e))
+        sys.stderr.write("pytrace: cannot run %s: %s\n" % (interp, e))
         return 1
 
 
@@ -231,6 +240,33 @@ def cmd_reserved(name, argv):
     return module.main(argv)
 
 
+def _cmd_attach(command, argv):
+    from . import attach
+    return attach.main(command, argv)
+
+
+def _cmd_dump(command, argv):
+    from . import dump
+    return dump.main(argv)
+
+
+# Every command, in USAGE's order: main() dispatches from here, and an unknown command's
+# error lists these (one list, so none is left out).
+COMMANDS = {
+    "run": lambda command, argv: cmd_run(argv),
+    "ls": lambda command, argv: cmd_ls(argv),
+    "top": cmd_reserved,
+    "record": cmd_reserved,
+    "export": cmd_reserved,
+    "merge": cmd_reserved,
+    "web": cmd_reserved,
+    "attach": _cmd_attach,
+    "detach": _cmd_attach,
+    "dump": _cmd_dump,
+    "hub": lambda command, argv: cmd_hub(argv),
+}
+
+
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
@@ -242,23 +278,9 @@ def main(argv=None):
         return 0
     command, rest = argv[0], argv[1:]
     try:
-        if command == "run":
-            code = cmd_run(rest)
-        elif command == "ls":
-            code = cmd_ls(rest)
-        elif command in RESERVED:
-            code = cmd_reserved(command, rest)
-        elif command in ("attach", "detach"):
-            from . import attach
-            code = attach.main(command, rest)
-        elif command == "hub":
-            code = cmd_hub(rest)
-        elif command == "dump":
-            from . import dump
-            code = dump.main(rest)
-        else:
-            raise UsageError("unknown command %r (try: run, ls, top, record, export, merge, web, attach, "
-                             "detach, dump)" % command)
+        if command not in COMMANDS:
+            raise UsageError("unknown command %r (try: %s)" % (command, ", ".join(COMMANDS)))
+        code = COMMANDS[command](command, rest)
     except UsageError as e:
         sys.stderr.write("pytrace%s: %s\n" % (" " + e.command if e.command else "", e))
         return 2

@@ -98,12 +98,17 @@ def _parser():
 
 
 def split_command(command):
-    """`python [flags] program...` (or just the program, run by this interpreter) ->
-    (interpreter, its flags, program as _launch.split_python_args gives it).
+    """`python [flags] program...` (or just the program: a script run by this interpreter,
+    or a console script on PATH, see _launch.find_program) -> (interpreter, its flags,
+    program as _launch.split_python_args gives it).
     ValueError (one line) for what python would not run as a program."""
     interp = sys.executable
-    if command and re.fullmatch(r"python[0-9.]*", os.path.basename(command[0])):
+    if command and re.fullmatch(_launch._PYTHON_NAME, os.path.basename(command[0])):
         interp, command = command[0], command[1:]
+    elif command and not command[0].startswith("-"):
+        # a program without its interpreter: a script, or a console script on PATH
+        shebang, flags, path = _launch.find_program(command[0])
+        return shebang or interp, flags, [path] + list(command[1:])
     flags, program = _launch.split_python_args(list(command))
     return interp, flags, program
 
@@ -138,7 +143,7 @@ def _pid_not_traced(pid):
     except OSError:
         return None                     # not ours to read: let the attach say why
     from .attach import started_under_pytrace
-    if started_under_pytrace(argv):
+    if started_under_pytrace(argv, pid):
         return None                     # started under pytrace: its segment may be on its way
     return ("pid %d is running but is not traced by pytrace; start it with `pytrace record -o "
             "OUT -- %s`" % (pid, cmdline[:80] or "python script.py"))

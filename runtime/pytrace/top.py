@@ -12,9 +12,12 @@ Job options (before `--`): --no-c-calls, --policy drop|wait, --ring-size MiB,
 --include X, --exclude X (as for `pytrace run`); any other option before `--` goes to
 pytrace-top (e.g. --once --json --duration S).
 
-The program's standard output and error go to a log file (the screen belongs to the
-view); its path is printed when the view closes. Quitting the view while the program
-still runs stops it (SIGINT, then SIGTERM); the exit code is the program's.
+With --once the program's output passes through (its standard output to ours, or to
+our standard error with --json, so that standard output holds only the JSON) and the
+table follows at its end. The live view owns the screen: the program's output is kept
+aside in unnamed files (nothing is left in /tmp, even if top is killed) and printed
+when the view closes. Quitting the view while the program still runs stops it (SIGINT,
+then SIGTERM); the exit code is the program's.
 """
 
 import os
@@ -92,10 +95,11 @@ _USAGE = """usage: pytrace top [--all]                        pick a traced job 
 The live view of a traced job (the pytrace-top program; `pytrace top ARGS` runs
 `pytrace-top ARGS` when there is no `--`).
 
-With `--`, the program runs as `pytrace run` runs it; its output goes to a log file
-whose path is printed when the view closes. Quitting the view while the program runs
-stops it; the exit code is the program's. With --once the view waits for the program's
-end (or --duration S) and prints its table.
+With `--`, the program runs as `pytrace run` runs it (a console script on PATH too,
+e.g. -- pytest). The live view keeps the program's output aside and prints it when the
+view closes. Quitting the view while the program runs stops it; the exit code is the
+program's. With --once the program's output passes through, the view waits for the
+program's end (or --duration S) and prints its table.
 
 job options (before --, as for pytrace run):
 """
@@ -185,21 +189,31 @@ def main(argv=None):
     except UsageError as e:
         _say(str(e))
         return 2
-    log = tempfile.NamedTemporaryFile(prefix="pytrace-top-job-", suffix=".log", delete=False)
+    if "--once" in view_opts:
+        # the table comes at the end: the output passes through (--json: stdout is the JSON's)
+        aside = None
+        streams = {"stdout": sys.stderr if "--json" in view_opts else None}
+    else:
+        # the screen is the view's: unnamed files (gone with the last fd), shown after it
+        aside = (tempfile.TemporaryFile(), tempfile.TemporaryFile())
+        streams = {"stdin": subprocess.DEVNULL, "stdout": aside[0], "stderr": aside[1]}
+    sys.stdout.flush()
+    sys.stderr.flush()
+    hook_dir = _launch.subprocess_hook()       # the job removes it at its exit
     try:
         job, segment, wait_w = _launch.start_job(interp, flags, options, target,
-                                                 subprocesses=_launch.subprocess_hook(),
-                                                 stdin=subprocess.DEVNULL, stdout=log,
-                                                 stderr=subprocess.STDOUT)
+                                                 subprocesses=hook_dir, **streams)
     except OSError as e:
         _say("cannot start %s: %s" % (interp, e))
+        _close(aside)
+        shutil.rmtree(hook_dir, ignore_errors=True)
         return 1
-    finally:
-        log.close()
     if not segment:
         os.close(wait_w)
         rc = job.wait()
-        _say("the program did not start tracing (exit code %d); its output is in %s" % (rc, log.name))
+        shutil.rmtree(hook_dir, ignore_errors=True)   # a job that never traced left it
+        _replay(aside)
+        _say("the program did not start tracing (exit code %d)" % rc)
         return rc or 1
 
     # The job's hub: other readers (pytrace record PID, pytrace.Reader) can follow the
@@ -240,5 +254,24 @@ def main(argv=None):
             pass                # still serving another reader: it ends with them
     if rc < 0:
         rc = 128 - rc
-    _say("the program's output is in %s (exit code %d)" % (log.name, rc))
+    if aside is not None:
+        _replay(aside)
+        _say("the program's output is above (exit code %d)" % rc)
     return 130 if interrupted and rc == 0 else rc
+
+
+def _replay(aside):
+    """The program's output kept aside while the view had the screen: to ours, then closed."""
+    if aside is None:
+        return
+    for f, out in zip(aside, (sys.stdout, sys.stderr)):
+        f.seek(0)
+        out.flush()
+        shutil.copyfileobj(f, out.buffer)
+        out.flush()
+    _close(aside)
+
+
+def _close(aside):
+    for f in aside or ():
+        f.close()

@@ -186,8 +186,9 @@ def test_run_quiet_still_reports_untraced_children(tmp_path):
     hook.mkdir()
     _launch.write_subprocess_hook(str(hook))
     (tmp_path / "job.py").write_text("import subprocess, sys\nsubprocess.run([sys.argv[1], '-c', 'pass'])\n")
-    argv = _launch.command(PY, [], {}, [str(tmp_path / "job.py"), OTHER], quiet=True, subprocesses=str(hook))
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    argv, env = _launch.command(PY, [], {}, [str(tmp_path / "job.py"), OTHER], quiet=True,
+                                subprocesses=str(hook))
+    r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert "1 child process NOT traced" in r.stderr
     assert "events written" not in r.stderr                  # quiet otherwise
