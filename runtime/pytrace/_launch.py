@@ -916,6 +916,14 @@ def boot(hook_file):
         try:
             segment = _start(ext, options)
         except (OSError, RuntimeError, ValueError, TypeError) as e:
+            if report_fd is None and wait_fd is None:
+                # `pytrace run`: the program is never changed by its tracer, so it runs,
+                # untraced, with its own output and exit status (as in _main)
+                _say("cannot start tracing: %s; the program runs untraced"
+                     % (e.strerror if isinstance(e, OSError) and e.strerror else e))
+                if hook_dir:
+                    _remove_tree(hook_dir)
+                return
             _say("cannot start tracing: %s" % e)
             if hook_dir:
                 _remove_tree(hook_dir)
