@@ -366,6 +366,8 @@ void App_refresh(App *app)
 
 static const char *App_stateName(const App *app)
 {
+    if (app->status.disconnected)
+        return "DISCONNECTED"; /* from the hub: the job's state is not known any more */
     if (app->status.died)
         return "DIED";
     if (app->status.ended)
@@ -583,7 +585,11 @@ static void App_draw(App *app)
         snprintf(line, sizeof line, " error: %s", esc);
         App_drawLine(top++, CRT_attr(CRT_C_WARNING), line);
     }
-    if (app->status.ended || app->status.died) {
+    if (app->status.disconnected) {
+        snprintf(line, sizeof line, " %s: disconnected from the hub; the job may still run (pytrace top PID "
+                 "reads it again); this is the last picture (q to quit)", state);
+        App_drawLine(top++, CRT_attr(CRT_C_ENDED) | A_BOLD, line);
+    } else if (app->status.ended || app->status.died) {
         const char *how = app->status.died ? "died without a clean exit" : "exited";
         if (app->status.cut_short && !app->status.died)
             how = "was still running when the recording stopped";
@@ -721,7 +727,7 @@ static int App_run(App *app)
         uint64_t now = pt_monotonic_ns();
         if (!App_error(app)[0] || now >= next_retry) {
             long n = App_poll(app);
-            if (n < 0 && n != -EPIPE)
+            if (n < 0 && n != -EPIPE && n != -ECONNRESET)
                 next_retry = now + 1000000000ull; /* keep trying, slowly */
             else
                 next_retry = 0;
@@ -920,7 +926,8 @@ static void Headless_drainLive(App *app, double duration)
             break;
     }
     App_sampleCpu(app, 1); /* the threads are known now: the start of the CPU measure */
-    while (duration > 0 && pt_monotonic_ns() < end && !CRT_quit && !app->status.ended && !app->status.died) {
+    while (duration > 0 && pt_monotonic_ns() < end && !CRT_quit && !app->status.ended && !app->status.died &&
+           !app->status.disconnected) {
         App_poll(app);
         App_sampleCpu(app, 0); /* every CPU_READ_NS, so a thread that ends keeps its figures */
         struct timespec ts = {0, POLL_MS * 1000000L};

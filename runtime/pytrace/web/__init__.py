@@ -267,6 +267,8 @@ def main(argv=None):
             d["job"] = "running" if rc is None else "exited (%d)" % rc
         if feeder.error:
             d["error"] = feeder.error
+        if feeder.disconnected:         # not the job's end: its last state is unknown now
+            d["state"] = "disconnected"
         return d
 
     try:
@@ -311,7 +313,9 @@ def main(argv=None):
                 said_end = True
                 if feeder.error:
                     _say("reading stopped: %s" % feeder.error)
-                what = "the recording is read" if ns.file else "the job's tracing ended"
+                what = ("the recording is read" if ns.file else
+                        "the job may still run (pytrace web PID reads it again)" if feeder.disconnected
+                        else "the job's tracing ended")
                 _say("%s; the page stays up until Ctrl-C" % what)
             if job is not None and job.poll() is not None and "job_said" not in job_state:
                 job_state["job_said"] = True

@@ -52,6 +52,7 @@ class Feeder(threading.Thread):
         self.batch = batch
         self.on_end = on_end
         self.error = None
+        self.disconnected = False       # the hub closed our stream: the job may still run
         self.done = threading.Event()
         self.stop = threading.Event()
 
@@ -72,6 +73,9 @@ class Feeder(threading.Thread):
                     break
             if pending:
                 self.agg.feed_many(pending)
+        except ConnectionResetError as e:   # the hub let go of us: not the job's end
+            self.disconnected = True
+            self.error = e.strerror or str(e)
         except Exception as e:  # noqa: BLE001 - shown on the page and the terminal
             self.error = "%s: %s" % (type(e).__name__, e)
         finally:

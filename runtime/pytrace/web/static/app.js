@@ -341,6 +341,7 @@
     const el = $("status");
     const parts = [];
     if (state.error) parts.push(state.error);
+    if (s.error) parts.push(s.error);
     if (LIVE) {
       parts.push(s.state || "connecting", fmtCount(s.events_per_second || 0) + " events/s");
       if (state.paused) parts.unshift("PAUSED");
