@@ -317,3 +317,117 @@ def test_a_reader_whose_hub_goes_away_says_disconnected_never_that_the_job_died(
         _stop_all([top, rd, hub])
         if job.poll() is None:
             job.wait(timeout=60)
+
+
+FINITE_JOB = textwrap.dedent("""
+    import sys
+    def leaf(i):
+        return i + 1
+    def middle(n):
+        s = 0
+        for i in range(n):
+            s += leaf(i)
+        return s
+    for r in range(int(sys.argv[1])):
+        middle(20000)
+        if r == int(sys.argv[1]) // 2:
+            open(sys.argv[2], "w").close()
+""")
+
+
+def _count_stream(data):
+    """(events, lost told, Frame records after a Lost, last ProducerStatus) of a raw hub
+    stream after its welcome."""
+    from pytrace.fb.Message import Message
+    from pytrace.reader import decode, MsgType, EventKind, FLAG_SYNTHETIC
+    pos, events, lost, frames_after_lost, status = 0, 0, 0, 0, None
+    after_lost = False
+    while pos < len(data):
+        (size,) = struct.unpack_from("<I", data, pos)
+        msg = data[pos:pos + 4 + size]
+        assert len(msg) == 4 + size, "the stream ends inside a message"
+        pos += 4 + size
+        m = decode(Message.GetRootAs(msg, 4).BodyType(), msg)
+        if m.type == MsgType.ProducerStatus:
+            status = m
+        if m.type != MsgType.EventChunk:
+            continue
+        for ev in m.events:
+            if ev.kind == EventKind.Lost and ev.flags & FLAG_SYNTHETIC:
+                lost += ev.id | (ev.aux << 32)
+                after_lost = True
+            elif ev.kind == EventKind.Frame and ev.flags & FLAG_SYNTHETIC:
+                frames_after_lost += after_lost
+            else:
+                events += 1
+                after_lost = False
+    return events, lost, frames_after_lost, status
+
+
+def test_readers_cut_by_the_budget_are_told_every_event_they_missed(tmp_path):
+    """Three readers that do not read until the job is halfway, each allowed a queue as
+    large as the whole budget (4 MiB): together they pass the budget, so the hub cuts
+    the largest queue, throwing away what it held past the message being sent. When they
+    read, each finds Lost records and a resync (the threads' Frame records), and what it
+    read plus what it was told it missed is every event the job wrote: nothing the cut
+    threw away is lost silently, nothing is counted twice."""
+    from pytrace import _launch
+    script = tmp_path / "job.py"
+    script.write_text(FINITE_JOB)
+    marker = tmp_path / "halfway"
+    # policy wait (a long bound): the job never drops, whatever the load; the hub drains
+    # it at its pace, since none of these readers asked for lossless
+    job, segment, wait_w = _launch.start_job(PY, [], {"c_calls": True, "policy": "wait",
+                                                      "wait_timeout": 120.0},
+                                             [str(script), "300", str(marker)],
+                                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert segment
+    hub = None
+    socks = []
+    try:
+        hub, sock = start_hub(segment, "--hold", "3", "--budget-mib", "4")
+        for _ in range(3):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.connect(sock)
+            s.sendall(struct.pack("<8sHHII12x", b"PTHUBHI\0", 1, 0, 0, 4096))
+            w = s.recv(64, socket.MSG_WAITALL)
+            assert struct.unpack_from("<i", w, 16)[0] == 0
+            socks.append(s)
+        os.close(wait_w)
+        wait_w = None
+        deadline = time.monotonic() + 120
+        while not marker.exists():
+            assert job.poll() is None and time.monotonic() < deadline, job.stderr.read()
+            time.sleep(0.01)
+        import threading
+        got = [[] for _ in socks]
+
+        def take(s, out):
+            s.settimeout(120)
+            while True:
+                chunk = s.recv(1 << 20)
+                if not chunk:
+                    return
+                out.append(chunk)
+        takers = [threading.Thread(target=take, args=(s, out)) for s, out in zip(socks, got)]
+        for t in takers:
+            t.start()
+        assert job.wait(timeout=120) == 0
+        for t in takers:
+            t.join(timeout=120)
+        assert hub.wait(timeout=60) == 0
+        err = hub.stderr.read()
+        assert "budget" in err, err
+        for out in got:
+            events, lost, frames, status = _count_stream(b"".join(out))
+            assert status is not None and status.events_dropped == 0
+            assert lost > 0, "a reader was never cut"
+            assert frames > 0, "no resync (Frame records) after a Lost record"
+            assert events + lost == status.events_written
+    finally:
+        if wait_w is not None:
+            os.close(wait_w)
+        for s in socks:
+            s.close()
+        _stop_all([job, hub])

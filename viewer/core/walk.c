@@ -335,6 +335,8 @@ static int feed_event(pt_walk_t *w, wthread_t *t, const pt_event_t *ev)
             return rc;
         uint64_t lost = (uint64_t)ev->id | ((uint64_t)ev->aux << 32);
         t->pub.lost += lost;
+        if (ev->flags & PT_EVF_SYNTHETIC)
+            t->pub.lost_missed += lost; /* a hub's: this reader's gap, not the job's drops */
         w->c.lost += lost;
         begin_recovery(t);
         t->have_close_ticks = 1;

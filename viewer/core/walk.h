@@ -126,6 +126,8 @@ typedef struct pt_walk_thread {
     int have_ticks;
     uint64_t events;
     uint64_t lost;         /* sum of its Lost record counts */
+    uint64_t lost_missed;  /* the part of `lost` in synthetic Lost records (PT_EVF_SYNTHETIC): a
+                              hub's, for events this reader missed in its queue -- not the job's drops */
     /* 1: the open entries are the thread's whole stack. The walk cannot know it
      * for a thread it meets mid-stream, so it starts at 0 and the consumer sets
      * it when it knows the thread's stream is read from its first event

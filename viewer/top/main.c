@@ -350,6 +350,11 @@ void App_refresh(App *app)
             t->dropped_lost_records += c.dropped_lost_records;
             t->dropped_lost_counts += c.dropped_lost_counts;
             t->dropped_producer += c.dropped_producer;
+            t->missed_in_hub += c.missed_in_hub;
+            if (!t->dropped_cause[0])
+                t->dropped_cause = c.dropped_cause;
+            if (!t->missed_cause[0])
+                t->missed_cause = c.missed_cause;
             t->unmatched_closes += c.unmatched_closes;
             t->threads_seen += c.threads_seen;
             t->threads_active += c.threads_active;
@@ -387,9 +392,8 @@ static const char *App_stateName(const App *app)
 
 static uint64_t App_dropped(const App *app)
 {
+    /* the job's drops (agg.h): this view's gaps in a hub are counted apart (missed_in_hub) */
     uint64_t d = app->counters.dropped;
-    uint64_t missed = HubSource_missed(app->source); /* this view's gaps in the hub: not the job's drops */
-    d = d > missed ? d - missed : 0;
     return app->stats.producer_events_dropped > d ? app->stats.producer_events_dropped : d;
 }
 
@@ -566,10 +570,15 @@ static void App_draw(App *app)
     int top = 1;
     if (dropped) {
         snprintf(line, sizeof line,
-                 " WARNING: the job dropped %llu events (its rings were full); counts are incomplete - "
+                 " WARNING: the job dropped %llu events (%s); counts are incomplete - "
                  "use a larger ring (pytrace run --ring-size) or the lossless policy",
-                 (unsigned long long)dropped);
+                 (unsigned long long)dropped, app->counters.dropped_cause);
         App_drawLine(top++, CRT_attr(CRT_C_WARNING) | A_BOLD, line);
+    }
+    if (app->counters.missed_in_hub) {
+        snprintf(line, sizeof line, " this view missed %llu events (%s); not the job's drops",
+                 (unsigned long long)app->counters.missed_in_hub, app->counters.missed_cause);
+        App_drawLine(top++, CRT_attr(CRT_C_WARNING), line);
     }
     if (other_losses) {
         char list[256];
@@ -1007,6 +1016,10 @@ static void Headless_json(App *app, const Options *o)
            (unsigned long long)app->stats.events_read, (unsigned long long)app->counters.events_seen,
            app->counters.events_per_second, (unsigned long long)App_dropped(app),
            (unsigned long long)app->table.span_ns, o->window, (unsigned long long)o->thread);
+    /* why (agg.h: one definition for every view); this view's own gaps in a hub are
+     * events_missed_in_hub (the hub source's), never in events_dropped */
+    printf("  \"events_dropped_cause\": \"%s\",\n  \"events_missed_cause\": \"%s\",\n",
+           app->counters.dropped_cause, app->counters.missed_cause);
     for (size_t i = 0; i < APP_LOSS_COUNT; i++)
         printf("  \"%s\": %llu,\n", App_losses[i].key, (unsigned long long)App_loss(app, i));
     {

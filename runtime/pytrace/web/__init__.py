@@ -53,6 +53,10 @@ def _parser():
                    help="seconds of history kept for the rolling views (default 600)")
     p.add_argument("--interval-ms", type=int, default=250,
                    help="how often the page asks for updates (default 250 ms)")
+    p.add_argument("--sessions-mib", type=float, default=256.0,
+                   help="memory of every open page's session together (default 256 MiB); past it "
+                        "the least recently used are dropped, and such a page gets the whole "
+                        "picture again")
     p.add_argument("--url-file", metavar="PATH", help="also write the URL to this file (mode 0600)")
     p.add_argument("--verbose", action="store_true", help="log every request")
     p.set_defaults(rings=0)
@@ -203,6 +207,9 @@ def main(argv=None):
     if not ns.window > 0 or ns.interval_ms < 20:
         _say("--window must be > 0 seconds and --interval-ms >= 20")
         return 2
+    if not 1 <= ns.sessions_mib <= 1 << 20:
+        _say("--sessions-mib must be 1..1048576")
+        return 2
 
     try:
         prof = Profile(window=ns.window)
@@ -273,7 +280,7 @@ def main(argv=None):
 
     try:
         app = WebApp(agg, title, host=ns.host, port=ns.port, interval_ms=ns.interval_ms,
-                     extra_status=extra, verbose=ns.verbose)
+                     extra_status=extra, verbose=ns.verbose, sessions_bytes=int(ns.sessions_mib * (1 << 20)))
     except OSError as e:
         _say("cannot listen on %s:%d: %s" % (ns.host, ns.port, e.strerror or e))
         if job is not None:
