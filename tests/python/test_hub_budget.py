@@ -376,7 +376,9 @@ def test_readers_cut_by_the_budget_are_told_every_event_they_missed(tmp_path):
     the largest queue, throwing away what it held past the message being sent. When they
     read, each finds Lost records and a resync (the threads' Frame records), and what it
     read plus what it was told it missed is every event the job wrote: nothing the cut
-    threw away is lost silently, nothing is counted twice."""
+    threw away is lost silently, nothing is counted twice. The third reads only after the
+    job ended: it still gets its resync and the end of the stream (the job's state EXITED),
+    not a close."""
     from pytrace import _launch
     script = tmp_path / "job.py"
     script.write_text(FINITE_JOB)
@@ -417,19 +419,23 @@ def test_readers_cut_by_the_budget_are_told_every_event_they_missed(tmp_path):
                     return
                 out.append(chunk)
         takers = [threading.Thread(target=take, args=(s, out)) for s, out in zip(socks, got)]
-        for t in takers:
+        for t in takers[:2]:
             t.start()
         assert job.wait(timeout=120) == 0
+        time.sleep(1.0)                 # the job has ended: the hub has everything
+        takers[2].start()               # the third reads only now: its resync comes after the end
         for t in takers:
             t.join(timeout=120)
         assert hub.wait(timeout=60) == 0
         err = hub.stderr.read()
         assert "budget" in err, err
-        for out in got:
+        for i, out in enumerate(got):
             events, lost, frames, status = _count_stream(b"".join(out))
             assert status is not None and status.events_dropped == 0
+            assert status.state == 3, "reader %d did not get the end of the stream" % i
             assert lost > 0, "a reader was never cut"
-            assert frames > 0, "no resync (Frame records) after a Lost record"
+            if i < 2:           # read while the job ran: its threads' stacks came back
+                assert frames > 0, "no resync (Frame records) after a Lost record"
             assert events + lost == status.events_written
     finally:
         if wait_w is not None:

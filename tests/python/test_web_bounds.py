@@ -82,11 +82,12 @@ def many(tmp_path_factory):
     return rec
 
 
-def _whole(srv, sid):
-    """The picture a fresh page of session sid gets once the file is read."""
+def _whole(srv, sid, window=10):
+    """The picture a fresh page of session sid gets once the file is read (window: the
+    page's default view, the last 10 s)."""
     deadline = time.monotonic() + 120
     while True:
-        code, body = _get(srv, session=sid, version=0, window=0)
+        code, body = _get(srv, session=sid, version=0, window=window)
         assert code == 200, body
         d = json.loads(body)
         if d["status"]["state"] in ("exited", "dead") and d["rows"]:
@@ -114,13 +115,15 @@ def test_web_sessions_share_one_memory_budget_and_an_evicted_page_gets_the_whole
         _wait(page, "pytrace.state.rows.size === %d" % rows)
         base = _rss(srv.proc.pid)
         for i in range(80):
-            code, body = _get(srv, session="load%d" % i, version=0, window=0)
+            code, body = _get(srv, session="load%d" % i, version=0, window=10)
             assert code == 200
             assert len(json.loads(body)["rows"]) == rows
         grown = _rss(srv.proc.pid) - base
-        assert grown <= 16 * MIB + 48 * MIB, "RSS grew %.0f MiB for 80 sessions" % (grown / MIB)
+        # margin: the answers being built and the allocator's arenas a freed session leaves
+        # partly used (without the budget: 305 MiB here)
+        assert grown <= 16 * MIB + 64 * MIB, "RSS grew %.0f MiB for 80 sessions" % (grown / MIB)
         # the probe's session was evicted: its version is no longer the server's
-        code, body = _get(srv, session="probe", version=first["version"], window=0)
+        code, body = _get(srv, session="probe", version=first["version"], window=10)
         again = json.loads(body)
         assert again["full"] is True and len(again["rows"]) == rows
         # the page in chromium (evicted too) still shows every row after its next polls

@@ -1609,7 +1609,9 @@ int main(int argc, char **argv)
                 hreader_t *r = h->readers[i];
                 uint64_t since = r->progress_ns > h->finished_ns ? r->progress_ns : h->finished_ns;
                 int late = !r->lossless && now > since && now - since > FINISH_GRACE_NS;
-                if (r->state == R_LIVE && (q_len(r) == 0 || late)) {
+                /* a reader cut by the budget (overflowed, its queue empty) is owed its resync
+                   and the end's state first: it is closed once it had them, or late */
+                if (r->state == R_LIVE && ((q_len(r) == 0 && !r->overflow) || late)) {
                     shutdown(r->fd, SHUT_WR);
                     reader_drop(h, i, late ? "did not take the end of the stream in time; closed" : NULL);
                 }
