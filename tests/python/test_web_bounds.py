@@ -86,6 +86,9 @@ def _whole(srv, sid, window=10):
     """The picture a fresh page of session sid gets once the file is read (window: the
     page's default view, the last 10 s)."""
     deadline = time.monotonic() + 120
+    while "the recording is read" not in open(srv.log.name).read():    # all of it is fed
+        assert time.monotonic() < deadline and srv.proc.poll() is None
+        time.sleep(0.2)
     while True:
         code, body = _get(srv, session=sid, version=0, window=window)
         assert code == 200, body
