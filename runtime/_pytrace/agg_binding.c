@@ -282,6 +282,9 @@ static PyObject *agg_counters(agg_obj_t *self, PyObject *args, PyObject *kw)
     SET(d, "dropped_lost_records", U64(c.dropped_lost_records));
     SET(d, "dropped_lost_counts", U64(c.dropped_lost_counts));
     SET(d, "dropped_producer", U64(c.dropped_producer));
+    SET(d, "missed_in_hub", U64(c.missed_in_hub));
+    SET(d, "dropped_cause", PyUnicode_FromString(c.dropped_cause));
+    SET(d, "missed_cause", PyUnicode_FromString(c.missed_cause));
     SET(d, "unmatched", U64(c.unmatched_closes));
     SET(d, "producer_state", U64(c.producer_state));
     SET(d, "threads_seen", U64(c.threads_seen));
@@ -333,6 +336,7 @@ static PyObject *agg_process_info(agg_obj_t *self, PyObject *args, PyObject *kw)
     PyObject *seg = PyUnicode_DecodeUTF8(pi->segment.ptr ? pi->segment.ptr : "",
                                          pi->segment.ptr ? pi->segment.len : 0, "replace");
     uint64_t pid = pi->pid, ppid = pi->ppid, tps = pi->ticks_per_second, rt = pi->base_realtime_ns;
+    unsigned policy = pi->drop_policy;
     agg_unlock(self);
     SET(d, "command_line", cmd);
     SET(d, "python_version", ver);
@@ -341,6 +345,7 @@ static PyObject *agg_process_info(agg_obj_t *self, PyObject *args, PyObject *kw)
     SET(d, "ppid", U64(ppid));
     SET(d, "ticks_per_second", U64(tps));
     SET(d, "base_realtime_ns", U64(rt));
+    SET(d, "drop_policy", PyLong_FromUnsignedLong(policy));
     return d;
 err:
     Py_DECREF(d);

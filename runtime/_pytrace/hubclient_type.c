@@ -190,7 +190,15 @@ static PyObject *hubclient_close(hubclient_obj_t *self, PyObject *args, PyObject
 static PyObject *hubclient_get_finished(hubclient_obj_t *self, void *closure)
 {
     (void)closure;
-    return PyBool_FromLong(self->client ? pt_hub_client_finished(self->client) : 1);
+    return PyBool_FromLong(self->client ? pt_hub_client_finished(self->client) &&
+                                              !pt_hub_client_disconnected(self->client)
+                                        : 1);
+}
+
+static PyObject *hubclient_get_disconnected(hubclient_obj_t *self, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(self->client ? pt_hub_client_disconnected(self->client) : 0);
 }
 
 static PyObject *hubclient_get_error(hubclient_obj_t *self, void *closure)
@@ -225,6 +233,10 @@ static PyMethodDef hubclient_methods[] = {
 
 static PyGetSetDef hubclient_getset[] = {
     {"finished", (getter)hubclient_get_finished, NULL, "the hub ended the stream (the job ended)", NULL},
+    {"disconnected", (getter)hubclient_get_disconnected, NULL,
+     "the hub closed the stream before the job's end (poll raises ConnectionResetError): not the job's "
+     "death, the job may still run",
+     NULL},
     {"error", (getter)hubclient_get_error, NULL, "last error, one line ('' if none)", NULL},
     {"segment", (getter)hubclient_get_segment, NULL, "the job's segment (from its ProcessInfo)", NULL},
     {"fileno", (getter)hubclient_get_fd, NULL, "the socket's fd (for select)", NULL},

@@ -551,7 +551,8 @@ class Reader:
     # one poll -------------------------------------------------------------
     def poll(self, max_events=0):
         """Drain what is published now: a list of (msg_type, bytes). After a dead
-        producer has been drained, raises BrokenPipeError."""
+        producer has been drained, raises BrokenPipeError; a reader the hub
+        disconnected before the job's end raises ConnectionResetError."""
         return self._r.poll(max_events)
 
     @property
@@ -561,6 +562,14 @@ class Reader:
     @property
     def error(self):
         return self._r.error
+
+    @property
+    def disconnected(self):
+        """True once the hub closed this reader's stream before the job's end (it was
+        stopped, or it could not keep this reader): poll and iteration raise
+        ConnectionResetError ("disconnected from the hub ..."). Not the job's death:
+        the job may still run, and a new Reader reads it again."""
+        return bool(getattr(self._r, "disconnected", False))
 
     def stats(self):
         return self._r.stats()

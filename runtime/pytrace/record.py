@@ -479,6 +479,11 @@ def main(argv=None):
             died, stopped = _record(reader, writer, child, interrupts, pid_mode, discarded, until)
             if attached and stopped:
                 died = _detach_and_drain(attached, reader, writer, child, interrupts, discarded)
+        except ConnectionResetError as e:
+            # the hub let go of this recorder (stopped, or it could not keep it): the job
+            # goes on, unrecorded from here; not its end
+            _say("%s; the recording holds everything read before" % (e.strerror or e))
+            damaged = True
         except OSError as e:
             # the segment itself is damaged (corrupt, or shrunk under us): the job may
             # well go on; say what happened, not that it ended

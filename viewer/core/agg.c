@@ -1020,20 +1020,30 @@ void pt_agg_counters(const pt_agg_t *a, pt_agg_counters_t *out)
 {
     memset(out, 0, sizeof *out);
     out->events_seen = a->events_seen;
-    out->dropped_lost_records = a->lost_records;
-    uint64_t reported = 0;
+    uint64_t reported = 0, missed = 0;
     uint32_t active = 0;
     for (uint32_t i = 0; i < a->thread_count; i++) {
         reported += a->threads[i].dropped_reported;
         active += !a->threads[i].ended;
+        if (a->threads[i].wt)
+            missed += a->threads[i].wt->lost_missed;
     }
+    /* a reader's own gaps in a hub are not the job's drops (agg.h) */
+    out->missed_in_hub = missed;
+    out->dropped_lost_records = a->lost_records > missed ? a->lost_records - missed : 0;
+    reported = reported > missed ? reported - missed : 0;
     out->dropped_lost_counts = reported;
     out->dropped_producer = a->producer_dropped;
-    out->dropped = a->lost_records;
+    out->dropped = out->dropped_lost_records;
     if (reported > out->dropped)
         out->dropped = reported;
     if (a->producer_dropped > out->dropped)
         out->dropped = a->producer_dropped;
+    out->dropped_cause = !out->dropped ? ""
+                         : a->pinfo.drop_policy == PT_POLICY_WAIT
+                             ? "the job's rings stayed full past its wait bound (policy wait)"
+                             : "the job's rings were full (policy drop)";
+    out->missed_cause = missed ? "this view read too slowly: the hub cut it (its queue or budget was full)" : "";
     out->unmatched_closes = a->unmatched;
     out->producer_state = a->producer_state;
     out->threads_seen = a->thread_count;

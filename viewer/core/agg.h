@@ -135,10 +135,21 @@ int pt_agg_stack(const pt_agg_t *agg, size_t index, pt_agg_frame_t *out, uint32_
 typedef struct pt_agg_counters {
     uint64_t events_seen;
     double events_per_second;    /* over the last second of trace time */
-    uint64_t dropped;            /* best knowledge: max of the three below */
-    uint64_t dropped_lost_records;   /* sum of Lost record counts */
-    uint64_t dropped_lost_counts;    /* sum over threads of LostCount / ThreadEnd */
+    /* Events lost, one definition for every view (top, web, exports), by cause:
+     *   dropped        the job's: events its tracer could not write (a full ring under
+     *                  policy drop, or policy wait past its bound) -- the same for every
+     *                  reader of the job; best knowledge: max of the three below
+     *   missed_in_hub  this reader's: events a hub did not send it because its queue was
+     *                  full or the hub's budget cut it (synthetic Lost records); not in
+     *                  `dropped` nor in the three below */
+    uint64_t dropped;
+    uint64_t dropped_lost_records;   /* sum of the job's Lost record counts */
+    uint64_t dropped_lost_counts;    /* sum over threads of LostCount / ThreadEnd, less missed_in_hub
+                                        (a hub's LostCount adds this reader's misses to the job's) */
     uint64_t dropped_producer;       /* ProducerStatus.events_dropped */
+    uint64_t missed_in_hub;
+    /* why, in words every view shows beside the number ("" when it is 0): static strings */
+    const char *dropped_cause, *missed_cause;
     uint64_t unmatched_closes;   /* close events with no matching open frame */
     uint32_t producer_state;     /* enum pt_producer_state (0 until known) */
     uint32_t threads_seen;

@@ -340,6 +340,8 @@ static int feed_event(pt_walk_t *w, wthread_t *t, const pt_event_t *ev)
             w->c.lost_no_ring += lost;
         } else {
             t->pub.lost += lost;
+            if (ev->flags & PT_EVF_SYNTHETIC)
+                t->pub.lost_missed += lost; /* a hub's: this reader's gap, not the job's drops */
             w->c.lost += lost;
             if (ev->flags & PT_EVF_LOST_WAIT_TIMEOUT)
                 w->c.lost_wait_timeout += lost;

@@ -128,6 +128,8 @@ typedef struct pt_walk_thread {
     uint64_t lost;         /* sum of its Lost record counts (dropped: not LostNoRing) */
     uint64_t lost_no_ring; /* sum of its LostNoRing counts (events before it had a ring) */
     uint8_t lost_flags;    /* Event.flags of its last Lost record: the gap's cause (gap callback) */
+    uint64_t lost_missed;  /* the part of `lost` in synthetic Lost records (PT_EVF_SYNTHETIC): a
+                              hub's, for events this reader missed in its queue -- not the job's drops */
     /* 1: the open entries are the thread's whole stack. The walk cannot know it
      * for a thread it meets mid-stream, so it starts at 0 and the consumer sets
      * it when it knows the thread's stream is read from its first event

@@ -25,6 +25,7 @@ struct pt_hub_client {
     int fd;
     int eof;
     int finished;
+    int disconnected; /* the hub closed the stream before the job's end */
     pt_hub_welcome_t welcome;
     uint8_t *buf;    /* received bytes [start, have) */
     size_t start, have, cap;
@@ -210,6 +211,12 @@ int pt_hub_client_open(const char *sock, uint64_t expect_pid, unsigned flags, ui
         set_err(err, errlen, "%s is not a pytrace hub of protocol %u", sock, PT_HUB_MAJOR);
         return -EPROTO;
     }
+    if (w.status == -EUSERS) {
+        close(fd);
+        set_err(err, errlen, "the hub at %s refused us: it serves its most readers at once (%u, pytrace-hub "
+                "--max-readers); try again when one has left", sock, (unsigned)w.queue_kib);
+        return -EUSERS;
+    }
     if (w.status != 0) {
         close(fd);
         set_err(err, errlen, "the hub at %s refused us: %s", sock, strerror(w.status < 0 ? -w.status : w.status));
@@ -310,7 +317,7 @@ static void note(pt_hub_client_t *c, const pt_fb_msg_t *m)
 long pt_hub_client_poll(pt_hub_client_t *c, pt_reader_msg_fn fn, void *ctx, uint64_t max_events, int timeout_ms)
 {
     if (c->finished)
-        return 0;
+        return c->disconnected ? -ECONNRESET : 0;
     long events = 0;
     for (int round = 0;; round++) {
         /* receive what is there (wait for the first bytes only) */
@@ -398,12 +405,16 @@ long pt_hub_client_poll(pt_hub_client_t *c, pt_reader_msg_fn fn, void *ctx, uint
                     c->stats.producer_state = PT_STATE_EXITED;
                 return events;
             }
-            if (c->error[0] == 0)
-                snprintf(c->error, sizeof c->error, "the hub (pid %llu) went away before the job ended",
-                         (unsigned long long)c->welcome.hub_pid);
+            /* Not the job's end: this reader's connection is gone (the hub was stopped,
+             * or it cut this reader). The job's state stays what the stream last said. */
+            char why[sizeof c->error];
+            snprintf(why, sizeof why, "%s", c->error[0] ? c->error : "the hub closed the stream");
+            snprintf(c->error, sizeof c->error,
+                     "disconnected from the hub (pid %llu) before the job ended (%.100s); the job may still run",
+                     (unsigned long long)c->welcome.hub_pid, why);
             c->finished = 1;
-            c->stats.producer_state = PT_STATE_DEAD;
-            return events ? events : -EPIPE;
+            c->disconnected = 1;
+            return events ? events : -ECONNRESET;
         }
         if (!handed || round > 64)
             return events;
@@ -411,6 +422,8 @@ long pt_hub_client_poll(pt_hub_client_t *c, pt_reader_msg_fn fn, void *ctx, uint
 }
 
 int pt_hub_client_finished(const pt_hub_client_t *c) { return c->finished; }
+
+int pt_hub_client_disconnected(const pt_hub_client_t *c) { return c->disconnected; }
 
 void pt_hub_client_stats(const pt_hub_client_t *c, pt_reader_stats_t *out) { *out = c->stats; }
 

@@ -16,7 +16,11 @@
  *   -ECONNREFUSED  a socket is there but no hub listens (a stale one)
  *   -EACCES     the hub refused us (another uid), or we refused it
  *   -EPROTO     not a hub, or another protocol major
- *   -EPIPE      the hub went away before the job's end
+ *   -ECONNRESET disconnected: the hub closed the stream before the job's end
+ *               (it was stopped, or it could not keep this reader); NOT the
+ *               job's death: pt_hub_client_disconnected() is 1 and the job's
+ *               state stays the last one the stream said
+ *   -EUSERS     the hub serves its most readers at once (--max-readers)
  *   -EBADMSG    a size prefix out of bounds (the stream cannot go on)
  * Threading: one thread at a time per client.
  */
@@ -62,6 +66,8 @@ int pt_hub_client_connect(const char *target, unsigned flags, pt_hub_client_t **
 long pt_hub_client_poll(pt_hub_client_t *c, pt_reader_msg_fn fn, void *ctx, uint64_t max_events, int timeout_ms);
 
 int pt_hub_client_finished(const pt_hub_client_t *c);
+/* 1 once the hub closed the stream before the job's end (see -ECONNRESET). */
+int pt_hub_client_disconnected(const pt_hub_client_t *c);
 void pt_hub_client_stats(const pt_hub_client_t *c, pt_reader_stats_t *out);
 /* Events this reader missed because its queue in the hub overflowed (the sum
  * of the synthetic Lost records it was sent); not in events_read, not in the

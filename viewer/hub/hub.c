@@ -38,6 +38,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/inotify.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -57,6 +59,11 @@
 
 #define DRAIN_EVENTS (1u << 16)              /* per segment and round */
 #define DEFAULT_QUEUE_MIB 32u
+#define DEFAULT_BUDGET_MIB 256u                /* all queues together (--budget-mib) */
+#define DEFAULT_MAX_READERS 256u               /* readers at once (--max-readers) */
+#define MIN_QUEUE ((size_t)64 << 10)           /* a queue's first allocation */
+#define RESYNC_OUTQ (64 << 10)                 /* a reader cut by the budget resyncs once its
+                                                  socket holds less than this unread */
 #define MAX_STACK 4096u                        /* frames resent per thread */
 #define HELLO_TIMEOUT_NS 10000000000ull
 #define CHILD_RETRY_NS 2000000000ull          /* a child's segment that does not attach at once */
@@ -107,14 +114,21 @@ typedef struct hreader {
     uint8_t *q;
     size_t qstart, qend, qcap, bound;
     int overflow;
+    size_t mark;      /* the first message boundary at or after qstart (the welcome, 64
+                         bytes and no size prefix, is put first: mark starts past it) */
+    int cut;          /* cut by the hub's budget: resync once its socket has drained */
     uint64_t overflows, missed_events, sent_bytes;
     size_t *sym_sent; /* per segment */
     uint8_t *pi_sent; /* per segment: its ProcessInfo was sent */
     size_t nseg;
     uint8_t *known;   /* per hub thread: ThreadStart seen, ThreadEnd not */
     uint64_t *missed, *missed_total;
+    uint8_t *due;     /* per hub thread, what a cut discarded that the resync sends again:
+                         DUE_LOST_COUNT, DUE_STACK */
     size_t nthr;
 } hreader_t;
+
+enum { DUE_LOST_COUNT = 1, DUE_STACK = 2 };
 
 typedef struct hub {
     hseg_t *segs;
@@ -127,6 +141,9 @@ typedef struct hub {
     char sock[PT_HUB_PATH_MAX];
     uint64_t root_pid;
     size_t default_bound;
+    size_t budget;            /* --budget-mib: every queue's allocation together */
+    unsigned max_readers;     /* --max-readers: connections at once */
+    uint64_t budget_cuts, refused_full;
     unsigned hold;
     uint64_t hold_until_ns;
     unsigned welcomed;
@@ -208,26 +225,71 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem)
 
 /* ---- readers: queues ----------------------------------------------------- */
 
-static int q_put(hreader_t *r, const uint8_t *msg, size_t len)
+/* Bytes allocated to every reader's queue together: what --budget-mib bounds. */
+static size_t q_total;
+
+static void q_setcap(hreader_t *r, uint8_t *q, size_t cap)
+{
+    q_total = q_total - r->qcap + cap;
+    r->q = q;
+    r->qcap = cap;
+}
+
+static void q_compact(hreader_t *r)
 {
     if (r->qstart > 0 && (r->qstart == r->qend || r->qstart > r->qcap / 2)) {
         memmove(r->q, r->q + r->qstart, r->qend - r->qstart);
         r->qend -= r->qstart;
+        r->mark = r->mark > r->qstart ? r->mark - r->qstart : 0;
         r->qstart = 0;
     }
-    if (r->qend + len > r->qcap) {
-        size_t ncap = r->qcap ? r->qcap : (1u << 16);
-        while (ncap < r->qend + len)
-            ncap *= 2;
+}
+
+/* The capacity the queue needs to take len more bytes (after compaction). */
+static size_t q_need(const hreader_t *r, size_t len)
+{
+    size_t used = r->qend - (r->qstart > 0 && (r->qstart == r->qend || r->qstart > r->qcap / 2) ? r->qstart : 0);
+    if (used + len <= r->qcap)
+        return r->qcap;
+    size_t ncap = r->qcap ? r->qcap : MIN_QUEUE;
+    while (ncap < used + len)
+        ncap *= 2;
+    return ncap;
+}
+
+static int q_put(hreader_t *r, const uint8_t *msg, size_t len)
+{
+    q_compact(r);
+    size_t ncap = q_need(r, len);
+    if (ncap > r->qcap) {
         uint8_t *n = realloc(r->q, ncap);
         if (n == NULL)
             return -ENOMEM;
-        r->q = n;
-        r->qcap = ncap;
+        q_setcap(r, n, ncap);
     }
     memcpy(r->q + r->qend, msg, len);
     r->qend += len;
     return 0;
+}
+
+/* An empty queue gives its memory back past its first allocation. */
+static void q_trim(hreader_t *r)
+{
+    size_t keep = r->qend - r->qstart;
+    size_t cap = MIN_QUEUE;
+    while (cap < keep)
+        cap *= 2;
+    if (r->qcap <= cap)
+        return;
+    if (r->qstart) {
+        memmove(r->q, r->q + r->qstart, keep);
+        r->qend = keep;
+        r->mark = r->mark > r->qstart ? r->mark - r->qstart : 0;
+        r->qstart = 0;
+    }
+    uint8_t *n = realloc(r->q, cap);
+    if (n != NULL)
+        q_setcap(r, n, cap);
 }
 
 static size_t q_len(const hreader_t *r) { return r->qend - r->qstart; }
@@ -236,13 +298,15 @@ static int reader_threads(hreader_t *r, size_t n)
 {
     if (n <= r->nthr)
         return 0;
-    size_t cap = r->nthr, cap2 = r->nthr, cap3 = r->nthr;
+    size_t cap = r->nthr, cap2 = r->nthr, cap3 = r->nthr, cap4 = r->nthr;
     if (grow((void **)&r->known, &cap, n, 1) || grow((void **)&r->missed, &cap2, n, 8) ||
-        grow((void **)&r->missed_total, &cap3, n, 8))
+        grow((void **)&r->missed_total, &cap3, n, 8) || grow((void **)&r->due, &cap4, n, 1))
         return -ENOMEM;
     r->nthr = cap < cap2 ? cap : cap2;
     if (cap3 < r->nthr)
         r->nthr = cap3;
+    if (cap4 < r->nthr)
+        r->nthr = cap4;
     return 0;
 }
 
@@ -405,7 +469,9 @@ static int put_state(hub_t *h, hreader_t *r, int late)
     for (size_t i = 0; i < h->nthreads; i++) {
         hthread_t *t = &h->threads[i];
         uint64_t missed = r->missed[i];
+        uint8_t due = late ? 0 : r->due[i];
         r->missed[i] = 0;
+        r->due[i] = 0;
         int rc = 0;
         if (late) {
             if (t->ended || !t->start.len)
@@ -417,16 +483,15 @@ static int put_state(hub_t *h, hreader_t *r, int late)
             if (!rc)
                 rc = put_stack(h, r, t, 0);
         } else if (t->ended) {
-            if (!r->known[i] && !missed)
+            if (!r->known[i] && !missed && !due)
                 continue;
             if (!r->known[i] && t->start.len)
                 rc = q_put(r, t->start.p, t->start.len);
-            if (!rc && missed) {
-                r->missed_total[i] += missed;
+            r->missed_total[i] += missed;
+            if (!rc && (missed || (due & DUE_LOST_COUNT)))
                 rc = put_lost_count(h, r, t, t->producer_dropped + r->missed_total[i]);
-                if (!rc)
-                    rc = put_stack(h, r, t, missed);
-            }
+            if (!rc && (missed || (due & DUE_STACK)))
+                rc = put_stack(h, r, t, missed);
             if (!rc && t->end.len)
                 rc = q_put(r, t->end.p, t->end.len);
             r->known[i] = 0;
@@ -435,12 +500,11 @@ static int put_state(hub_t *h, hreader_t *r, int late)
                 rc = q_put(r, t->start.p, t->start.len);
                 r->known[i] = 1;
             }
-            if (!rc && missed) {
-                r->missed_total[i] += missed;
+            r->missed_total[i] += missed;
+            if (!rc && (missed || (due & DUE_LOST_COUNT)))
                 rc = put_lost_count(h, r, t, t->producer_dropped + r->missed_total[i]);
-                if (!rc)
-                    rc = put_stack(h, r, t, missed);
-            }
+            if (!rc && (missed || (due & DUE_STACK)))
+                rc = put_stack(h, r, t, missed);
         }
         if (rc)
             return rc;
@@ -449,6 +513,155 @@ static int put_state(hub_t *h, hreader_t *r, int late)
         if (h->segs[si].status.len && q_put(r, h->segs[si].status.p, h->segs[si].status.len))
             return -ENOMEM;
     return 0;
+}
+
+/* ---- the budget: every queue together ------------------------------------- */
+
+static long thread_find(const hub_t *h, uint32_t seg, uint64_t number)
+{
+    for (size_t i = h->nthreads; i-- > 0;)
+        if (h->threads[i].seg == seg && h->threads[i].number == number)
+            return (long)i;
+    return -1;
+}
+
+/* The capacity q_trim leaves a queue holding `keep` bytes. */
+static size_t trimmed_cap(size_t keep)
+{
+    size_t cap = MIN_QUEUE;
+    while (cap < keep)
+        cap *= 2;
+    return cap;
+}
+
+/* What cutting the reader would give back: everything queued past the message
+ * being sent (which must go out whole: the stream stays framed). */
+static size_t reclaimable(const hreader_t *r)
+{
+    size_t keep = (r->mark > r->qstart ? r->mark : r->qstart) - r->qstart;
+    size_t cap = trimmed_cap(keep);
+    return r->qcap > cap ? r->qcap - cap : 0;
+}
+
+/* Cut the reader: the messages queued past the one being sent are thrown
+ * away, and what they told it is owed again (proto.h: the resync) -- events
+ * of a live chunk become events missed, a synthetic Lost record's count is
+ * missed again, a symbol or ProcessInfo is sent again, a thread's start or end
+ * is known or not as before the first one thrown away, a LostCount and the
+ * thread's open frames are resent. From now it is overflowed: it misses
+ * events, counted, until its socket has drained; then the resync. */
+static void reader_cut(hub_t *h, hreader_t *r)
+{
+    size_t from = r->mark > r->qstart ? r->mark : r->qstart;
+    uint8_t *touched = calloc(r->nthr ? r->nthr : 1, 1);
+    for (size_t p = from; p < r->qend;) {
+        size_t len = pt_fb_message_size(r->q + p, r->qend - p);
+        if (len == 0 || len > r->qend - p)
+            break; /* cannot be: the hub framed every message */
+        uint8_t *buf = scratch(h, len); /* 8-aligned: the parse reads events in place */
+        pt_fb_msg_t m;
+        p += len;
+        if (buf == NULL)
+            continue;
+        memcpy(buf, r->q + p - len, len);
+        if (pt_fb_parse(buf, len, &m, NULL, 0))
+            continue;
+        uint32_t seg = h->tree ? m.process : 0;
+        long ti = -1;
+        switch (m.type) {
+        case PT_MSG_PROCESS_INFO:
+            if (seg < r->nseg)
+                r->pi_sent[seg] = 0;
+            break;
+        case PT_MSG_SYMBOL:
+            if (seg < r->nseg && r->sym_sent[seg] > 0)
+                r->sym_sent[seg]--; /* a segment's symbols are queued in order: the last ones */
+            break;
+        case PT_MSG_THREAD_START:
+        case PT_MSG_THREAD_END:
+            ti = thread_find(h, seg, m.type == PT_MSG_THREAD_START ? m.u.thread_start.thread : m.u.thread_end.thread);
+            if (ti >= 0 && (size_t)ti < r->nthr && touched && !touched[ti]) {
+                touched[ti] = 1;
+                r->known[ti] = m.type == PT_MSG_THREAD_END; /* as before the first one thrown away */
+            }
+            break;
+        case PT_MSG_EVENT_CHUNK: {
+            ti = thread_find(h, seg, m.u.event_chunk.thread);
+            if (ti < 0 || (size_t)ti >= r->nthr)
+                break;
+            const pt_event_t *ev = m.u.event_chunk.events;
+            uint32_t n = m.u.event_chunk.count;
+            if (n && (ev[0].flags & PT_EVF_SYNTHETIC)) { /* the hub's own: a resync or a late start */
+                r->due[ti] |= DUE_STACK;
+                if (ev[0].kind == PT_EV_LOST) {
+                    uint64_t c = ev[0].id | ((uint64_t)ev[0].aux << 32);
+                    r->missed[ti] += c;
+                    r->missed_total[ti] -= c < r->missed_total[ti] ? c : r->missed_total[ti];
+                }
+            } else {
+                r->missed[ti] += n;
+                r->missed_events += n;
+            }
+            break;
+        }
+        case PT_MSG_LOST_COUNT:
+            ti = thread_find(h, seg, m.u.lost_count.thread);
+            if (ti >= 0 && (size_t)ti < r->nthr)
+                r->due[ti] |= DUE_LOST_COUNT;
+            break;
+        default: break; /* ProducerStatus: the resync sends the last one anyway */
+        }
+    }
+    free(touched);
+    r->qend = from;
+    if (!r->overflow) {
+        r->overflow = 1;
+        r->overflows++;
+    }
+    r->cut = 1;
+    h->budget_cuts++;
+    q_trim(r);
+}
+
+/* Keep every queue together within the budget: while putting len more bytes
+ * into r (NULL: none) would pass it, the reader with the most to give back
+ * (the largest queue: the slowest reader) is cut. Returns -1 when r itself is
+ * overflowed now (cut, or nothing else to take from), else 0. A lossless
+ * reader is never cut: it holds the job back instead (may_drain). */
+static int enforce_budget(hub_t *h, hreader_t *r, size_t len)
+{
+    for (;;) {
+        size_t extra = r ? q_need(r, len) - r->qcap : 0;
+        if (q_total + extra <= h->budget)
+            return 0;
+        hreader_t *victim = NULL;
+        size_t best = 0;
+        for (size_t i = 0; i < h->nreaders; i++) {
+            hreader_t *c = h->readers[i];
+            size_t give = c->state == R_LIVE && !c->lossless ? reclaimable(c) : 0;
+            if (give > best) {
+                best = give;
+                victim = c;
+            }
+        }
+        if (victim == NULL) {
+            if (r == NULL || r->lossless)
+                return 0;
+            if (!r->overflow) {
+                r->overflow = 1;
+                r->overflows++;
+            }
+            r->cut = 1;
+            h->budget_cuts++;
+            return -1;
+        }
+        if (h->budget_cuts == 0)
+            say(h, "the readers' queues reached the budget (%zu MiB, --budget-mib): the slowest readers are "
+                   "cut (they miss events, counted, and get a resync)", h->budget >> 20);
+        reader_cut(h, victim);
+        if (victim == r)
+            return -1;
+    }
 }
 
 /* ---- readers: connections ------------------------------------------------ */
@@ -463,6 +676,8 @@ static void reader_free(hreader_t *r)
     free(r->known);
     free(r->missed);
     free(r->missed_total);
+    free(r->due);
+    q_total -= r->qcap;
     free(r);
 }
 
@@ -499,6 +714,14 @@ static void accept_readers(hub_t *h)
             close(fd);
             continue;
         }
+        if (h->nreaders >= h->max_readers) {
+            if (h->refused_full++ == 0)
+                say(h, "refused a reader (pid %d): %zu readers already (--max-readers); further refusals "
+                       "are counted", (int)cred.pid, h->nreaders);
+            send_welcome(fd, -EUSERS, 0, h->max_readers, h->root_pid);
+            close(fd);
+            continue;
+        }
         hreader_t *r = calloc(1, sizeof *r);
         if (r == NULL || grow((void **)&h->readers, &h->capreaders, h->nreaders + 1, sizeof *h->readers)) {
             free(r);
@@ -527,14 +750,21 @@ static int reader_welcome(hub_t *h, hreader_t *r)
         size_t b = (size_t)hello.queue_kib << 10;
         r->bound = b < ((size_t)1 << 20) ? ((size_t)1 << 20) : b > ((size_t)1 << 30) ? ((size_t)1 << 30) : b;
     }
+    if (r->bound > h->budget) /* one queue is never more than all of them together */
+        r->bound = h->budget;
     r->lossless = (hello.flags & PT_HUB_HELLO_LOSSLESS) && h->nsegs && h->segs[0].policy_wait;
     pt_hub_welcome_t w = {.major = PT_HUB_MAJOR, .minor = PT_HUB_MINOR,
                           .flags = r->lossless ? PT_HUB_WELCOME_LOSSLESS : 0, .status = 0,
                           .queue_kib = (uint32_t)(r->bound >> 10), .hub_pid = (uint64_t)getpid(),
                           .root_pid = h->root_pid};
     memcpy(w.magic, PT_HUB_WELCOME_MAGIC, sizeof w.magic);
-    if (q_put(r, (const uint8_t *)&w, sizeof w) || put_state(h, r, 1))
+    if (q_put(r, (const uint8_t *)&w, sizeof w))
         return -ENOMEM;
+    r->mark = sizeof w; /* the welcome has no size prefix: the first boundary is past it */
+    if (put_state(h, r, 1))
+        return -ENOMEM;
+    r->state = R_LIVE;
+    (void)enforce_budget(h, NULL, 0);
     r->state = R_LIVE;
     h->welcomed++;
     h->readers_served++;
@@ -580,12 +810,29 @@ static int reader_flush(hub_t *h, hreader_t *r)
         r->sent_bytes += (uint64_t)n;
         r->progress_ns = pt_monotonic_ns();
     }
-    if (q_len(r) == 0)
-        r->qstart = r->qend = 0;
+    while (r->mark < r->qstart) { /* past the messages sent whole */
+        size_t len = pt_fb_message_size(r->q + r->mark, r->qend - r->mark);
+        if (len == 0)
+            break;
+        r->mark += len;
+    }
+    if (q_len(r) == 0) {
+        r->qstart = r->qend = r->mark = 0;
+        q_trim(r);
+    }
     if (r->overflow && q_len(r) <= r->bound / 4) {
+        if (r->cut) {
+            /* cut by the budget: its resync waits until it has read what its socket holds
+               (a reader that never reads is not sent the state again and again) */
+            int outq = 0;
+            if (q_len(r) > 0 || ioctl(r->fd, SIOCOUTQ, &outq) < 0 || outq >= RESYNC_OUTQ)
+                return 0;
+        }
         r->overflow = 0; /* room again: the resync, then the live stream */
+        r->cut = 0;
         if (put_state(h, r, 0))
             return -1;
+        (void)enforce_budget(h, NULL, 0);
     }
     return 0;
 }
@@ -606,6 +853,8 @@ static void deliver(hub_t *h, uint32_t seg, const pt_fb_msg_t *m, const uint8_t 
             r->overflow = 1;
             r->overflows++;
         }
+        if (!r->overflow && q_need(r, len) > r->qcap && q_total + (q_need(r, len) - r->qcap) > h->budget)
+            (void)enforce_budget(h, r, len); /* r itself may be the one cut */
         if (r->overflow) {
             if (m->type == PT_MSG_EVENT_CHUNK && ti >= 0) {
                 r->missed[ti] += m->u.event_chunk.count;
@@ -1060,7 +1309,11 @@ static void usage(FILE *f)
             "  --hold N          do not drain before N readers have joined (at most --hold-timeout)\n"
             "  --hold-timeout S  (default 30)\n"
             "  --wait S          the job is starting: wait up to S seconds for its segment\n"
-            "  --queue-mib M     each reader's queue bound (default %u)\n"
+            "  --queue-mib M     each reader's queue bound (default %u; at most --budget-mib)\n"
+            "  --budget-mib M    every reader's queue together (default %u): past it the largest\n"
+            "                    queues (the slowest readers) are cut: they miss events, counted in a\n"
+            "                    Lost record, and get a resync once they read again\n"
+            "  --max-readers N   readers at once (default %u); one more is refused, told so\n"
             "  --idle-exit S     drain only while a reader is there, and end when the last one left\n"
             "                    (or none came in S seconds), releasing the job's segment as it is (a\n"
             "                    later reader goes on from there); the hub a reader starts for a job\n"
@@ -1072,7 +1325,7 @@ static void usage(FILE *f)
             "                    messages go to the socket's name with .log for .sock (removed at the\n"
             "                    end when empty), so a caller reading its output does not wait for it\n"
             "  -V, --version     print the version;  -h, --help: this help\n",
-            DEFAULT_QUEUE_MIB);
+            DEFAULT_QUEUE_MIB, DEFAULT_BUDGET_MIB, DEFAULT_MAX_READERS);
 }
 
 /* --detach (pytrace hub PID): the hub outlives the command that started it, so it must
@@ -1108,7 +1361,8 @@ static void detach_stdio(hub_t *h)
 
 int main(int argc, char **argv)
 {
-    hub_t hub = {.listen_fd = -1, .default_bound = (size_t)DEFAULT_QUEUE_MIB << 20};
+    hub_t hub = {.listen_fd = -1, .default_bound = (size_t)DEFAULT_QUEUE_MIB << 20,
+                 .budget = (size_t)DEFAULT_BUDGET_MIB << 20, .max_readers = DEFAULT_MAX_READERS};
     hub_t *h = &hub;
     const char *target = NULL;
     double hold_timeout = 30, wait_seconds = 0;
@@ -1137,6 +1391,23 @@ int main(int argc, char **argv)
                 return 2;
             }
             h->default_bound = (size_t)(mib * (1 << 20));
+            i++;
+        } else if (!strcmp(a, "--budget-mib") && val) {
+            double mib = atof(val);
+            if (!(mib >= 4 && mib <= 65536)) {
+                fprintf(stderr, "pytrace-hub: --budget-mib must be 4..65536, not '%s'\n", val);
+                return 2;
+            }
+            h->budget = (size_t)(mib * (1 << 20));
+            i++;
+        } else if (!strcmp(a, "--max-readers") && val) {
+            char *end;
+            unsigned long n = strtoul(val, &end, 10);
+            if (*end || !(n >= 1 && n <= 100000)) {
+                fprintf(stderr, "pytrace-hub: --max-readers must be 1..100000, not '%s'\n", val);
+                return 2;
+            }
+            h->max_readers = (unsigned)n;
             i++;
         } else if (!strcmp(a, "--idle-exit") && val) {
             double sec = atof(val);
@@ -1338,7 +1609,9 @@ int main(int argc, char **argv)
                 hreader_t *r = h->readers[i];
                 uint64_t since = r->progress_ns > h->finished_ns ? r->progress_ns : h->finished_ns;
                 int late = !r->lossless && now > since && now - since > FINISH_GRACE_NS;
-                if (r->state == R_LIVE && (q_len(r) == 0 || late)) {
+                /* a reader cut by the budget (overflowed, its queue empty) is owed its resync
+                   and the end's state first: it is closed once it had them, or late */
+                if (r->state == R_LIVE && ((q_len(r) == 0 && !r->overflow) || late)) {
                     shutdown(r->fd, SHUT_WR);
                     reader_drop(h, i, late ? "did not take the end of the stream in time; closed" : NULL);
                 }
@@ -1369,6 +1642,10 @@ int main(int argc, char **argv)
             h->children_failed++;
             fprintf(stderr, "pytrace-hub: the job's segment %s never became readable\n", h->failed[i].name);
         }
+    if (h->budget_cuts || h->refused_full)
+        say(h, "%llu reader cuts at the budget (%zu MiB), %llu readers refused past --max-readers %u",
+            (unsigned long long)h->budget_cuts, h->budget >> 20, (unsigned long long)h->refused_full,
+            h->max_readers);
     if (h->children_failed)
         fprintf(stderr, "pytrace-hub: %llu child%s of the job could not be read\n",
                 (unsigned long long)h->children_failed, h->children_failed == 1 ? "" : "ren");

@@ -60,6 +60,13 @@
  *     LostCount (dropped_total = the producer's drops + the events this reader
  *     missed) and an EventChunk of one Lost record (count = events missed in
  *     this gap) followed by the thread's Frame records (the resync);
+ *   - every reader's queue together stays within the hub's budget (--budget-mib):
+ *     past it the largest queue is cut -- the messages after the one being sent
+ *     are thrown away and the reader is overflowed as above; its resync waits
+ *     until it has read what its socket holds; the welcome's queue_kib is at most
+ *     the budget;
+ *   - past --max-readers connections the hub answers status -EUSERS (queue_kib =
+ *     that limit) and closes;
  *   - the synthetic EventChunks carry first_event = the index of the thread's
  *     next live event (a live chunk with the same first_event follows);
  *   - with --subprocesses, the messages of the job's child processes are

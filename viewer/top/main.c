@@ -349,6 +349,11 @@ void App_refresh(App *app)
             t->dropped_lost_records += c.dropped_lost_records;
             t->dropped_lost_counts += c.dropped_lost_counts;
             t->dropped_producer += c.dropped_producer;
+            t->missed_in_hub += c.missed_in_hub;
+            if (!t->dropped_cause[0])
+                t->dropped_cause = c.dropped_cause;
+            if (!t->missed_cause[0])
+                t->missed_cause = c.missed_cause;
             t->unmatched_closes += c.unmatched_closes;
             t->threads_seen += c.threads_seen;
             t->threads_active += c.threads_active;
@@ -367,6 +372,8 @@ void App_refresh(App *app)
 
 static const char *App_stateName(const App *app)
 {
+    if (app->status.disconnected)
+        return "DISCONNECTED"; /* from the hub: the job's state is not known any more */
     if (app->status.died)
         return "DIED";
     if (app->status.ended)
@@ -386,9 +393,8 @@ static const char *App_stateName(const App *app)
 
 static uint64_t App_dropped(const App *app)
 {
+    /* the job's drops (agg.h): this view's gaps in a hub are counted apart (missed_in_hub) */
     uint64_t d = app->counters.dropped;
-    uint64_t missed = HubSource_missed(app->source); /* this view's gaps in the hub: not the job's drops */
-    d = d > missed ? d - missed : 0;
     return app->stats.producer_events_dropped > d ? app->stats.producer_events_dropped : d;
 }
 
@@ -566,10 +572,15 @@ static void App_draw(App *app)
     int top = 1;
     if (dropped) {
         snprintf(line, sizeof line,
-                 " WARNING: the job dropped %llu events (its rings were full); counts are incomplete - "
+                 " WARNING: the job dropped %llu events (%s); counts are incomplete - "
                  "use a larger ring (pytrace run --ring-size) or the lossless policy",
-                 (unsigned long long)dropped);
+                 (unsigned long long)dropped, app->counters.dropped_cause);
         App_drawLine(top++, CRT_attr(CRT_C_WARNING) | A_BOLD, line);
+    }
+    if (app->counters.missed_in_hub) {
+        snprintf(line, sizeof line, " this view missed %llu events (%s); not the job's drops",
+                 (unsigned long long)app->counters.missed_in_hub, app->counters.missed_cause);
+        App_drawLine(top++, CRT_attr(CRT_C_WARNING), line);
     }
     if (other_losses) {
         char list[256];
@@ -593,7 +604,11 @@ static void App_draw(App *app)
                  "--tree-budget MIB)", (unsigned long long)(app->counters.tree_budget >> 20), n);
         App_drawLine(top++, CRT_attr(CRT_C_WARNING), line);
     }
-    if (app->status.ended || app->status.died) {
+    if (app->status.disconnected) {
+        snprintf(line, sizeof line, " %s: disconnected from the hub; the job may still run (pytrace top PID "
+                 "reads it again); this is the last picture (q to quit)", state);
+        App_drawLine(top++, CRT_attr(CRT_C_ENDED) | A_BOLD, line);
+    } else if (app->status.ended || app->status.died) {
         const char *how = app->status.died ? "died without a clean exit" : "exited";
         if (app->status.cut_short && !app->status.died)
             how = "was still running when the recording stopped";
@@ -718,7 +733,7 @@ static int App_run(App *app)
         uint64_t now = pt_monotonic_ns();
         if (!App_error(app)[0] || now >= next_retry) {
             long n = App_poll(app);
-            if (n < 0 && n != -EPIPE)
+            if (n < 0 && n != -EPIPE && n != -ECONNRESET)
                 next_retry = now + 1000000000ull; /* keep trying, slowly */
             else
                 next_retry = 0;
@@ -918,7 +933,8 @@ static void Headless_drainLive(App *app, double duration)
             break;
     }
     App_sampleCpu(app, 1); /* the threads are known now: the start of the CPU measure */
-    while (duration > 0 && pt_monotonic_ns() < end && !CRT_quit && !app->status.ended && !app->status.died) {
+    while (duration > 0 && pt_monotonic_ns() < end && !CRT_quit && !app->status.ended && !app->status.died &&
+           !app->status.disconnected) {
         App_poll(app);
         App_sampleCpu(app, 0); /* every CPU_READ_NS, so a thread that ends keeps its figures */
         struct timespec ts = {0, POLL_MS * 1000000L};
@@ -998,6 +1014,10 @@ static void Headless_json(App *app, const Options *o)
            (unsigned long long)app->stats.events_read, (unsigned long long)app->counters.events_seen,
            app->counters.events_per_second, (unsigned long long)App_dropped(app),
            (unsigned long long)app->table.span_ns, o->window, (unsigned long long)o->thread);
+    /* why (agg.h: one definition for every view); this view's own gaps in a hub are
+     * events_missed_in_hub (the hub source's), never in events_dropped */
+    printf("  \"events_dropped_cause\": \"%s\",\n  \"events_missed_cause\": \"%s\",\n",
+           app->counters.dropped_cause, app->counters.missed_cause);
     for (size_t i = 0; i < APP_LOSS_COUNT; i++)
         printf("  \"%s\": %llu,\n", App_losses[i].key, (unsigned long long)App_loss(app, i));
     /* the call tree's budget: calls past it are in [other] nodes (the table is exact) */

@@ -35,12 +35,14 @@ typedef struct SourceStatus {
     int cut_short; /* with ended: the stream ended while the job still ran (a recording stopped first) */
     int damaged;   /* bad bytes: everything before them was handed out, nothing after them will be */
     int stalled;   /* not ended and nothing new for a while (a recording's writer stopped or is idle) */
+    int disconnected; /* the hub closed this view's stream before the job's end: not the job's
+                         death (the job may still run); nothing more comes */
 } SourceStatus;
 
 /* Nothing more will come from a source with this status. */
 static inline int SourceStatus_finished(const SourceStatus *st)
 {
-    return st->ended || st->died || st->damaged;
+    return st->ended || st->died || st->damaged || st->disconnected;
 }
 
 /* Receives each message a poll reads, in stream order. */

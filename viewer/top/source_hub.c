@@ -47,7 +47,7 @@ static int HubSource_onMessage(void *ctx, uint32_t type, const uint8_t *msg, siz
 static long HubSource_poll(Source *src, Source_sink sink, void *ctx, size_t max_events)
 {
     HubSource *hs = (HubSource *)src;
-    if (hs->status.ended || hs->status.died)
+    if (hs->status.ended || hs->status.died || hs->status.disconnected)
         return 0;
     hs->sink = sink;
     hs->sink_ctx = ctx;
@@ -55,9 +55,12 @@ static long HubSource_poll(Source *src, Source_sink sink, void *ctx, size_t max_
     long n = pt_hub_client_poll(hs->client, HubSource_onMessage, hs, max_events, hs->seen ? 0 : 200);
     hs->seen = 1;
     const char *e = pt_hub_client_error(hs->client);
-    if (n < 0 && n != -EPIPE)
+    if (n < 0 && n != -EPIPE && n != -ECONNRESET)
         snprintf(hs->error, sizeof hs->error, "%s", e && *e ? e : strerror((int)-n));
-    if (pt_hub_client_finished(hs->client)) {
+    if (pt_hub_client_disconnected(hs->client)) {
+        hs->status.disconnected = 1; /* this view's connection, not the job, ended */
+        snprintf(hs->error, sizeof hs->error, "%s", e && *e ? e : "disconnected from the hub");
+    } else if (pt_hub_client_finished(hs->client)) {
         pt_reader_stats_t st;
         pt_hub_client_stats(hs->client, &st);
         if (st.producer_state == PT_STATE_DEAD) {

@@ -231,7 +231,8 @@ class _HtmlResult:
     def __init__(self, prof, shown, status):
         counts = [prof.counters(process=e.index) for e in shown]
         self.events = sum(c["events"] for c in counts)
-        self.lost_events = sum(c["dropped_lost_records"] for c in counts)
+        # every Lost record, as the other formats count them: the job's and a hub's gaps
+        self.lost_events = sum(c["dropped_lost_records"] + c["missed_in_hub"] for c in counts)
         self.unmatched = sum(c["unmatched"] for c in counts)
         self.threads = sum(c["threads_seen"] for c in counts)
         self.symbols = sum(c["symbols"] for c in counts)

@@ -57,6 +57,10 @@ def _parser():
                         "stays exact")
     p.add_argument("--interval-ms", type=int, default=250,
                    help="how often the page asks for updates (default 250 ms)")
+    p.add_argument("--sessions-mib", type=float, default=256.0,
+                   help="memory of every open page's session together (default 256 MiB); past it "
+                        "the least recently used are dropped, and such a page gets the whole "
+                        "picture again")
     p.add_argument("--url-file", metavar="PATH", help="also write the URL to this file (mode 0600)")
     p.add_argument("--verbose", action="store_true", help="log every request")
     p.set_defaults(rings=0)
@@ -208,6 +212,9 @@ def main(argv=None):
     if not ns.window > 0 or ns.interval_ms < 20:
         _say("--window must be > 0 seconds and --interval-ms >= 20")
         return 2
+    if not 1 <= ns.sessions_mib <= 1 << 20:
+        _say("--sessions-mib must be 1..1048576")
+        return 2
 
     try:
         prof = Profile(window=ns.window, tree_budget_mib=ns.tree_budget)
@@ -272,11 +279,13 @@ def main(argv=None):
             d["job"] = "running" if rc is None else "exited (%d)" % rc
         if feeder.error:
             d["error"] = feeder.error
+        if feeder.disconnected:         # not the job's end: its last state is unknown now
+            d["state"] = "disconnected"
         return d
 
     try:
         app = WebApp(agg, title, host=ns.host, port=ns.port, interval_ms=ns.interval_ms,
-                     extra_status=extra, verbose=ns.verbose)
+                     extra_status=extra, verbose=ns.verbose, sessions_bytes=int(ns.sessions_mib * (1 << 20)))
     except OSError as e:
         _say("cannot listen on %s:%d: %s" % (ns.host, ns.port, e.strerror or e))
         if job is not None:
@@ -316,7 +325,9 @@ def main(argv=None):
                 said_end = True
                 if feeder.error:
                     _say("reading stopped: %s" % feeder.error)
-                what = "the recording is read" if ns.file else "the job's tracing ended"
+                what = ("the recording is read" if ns.file else
+                        "the job may still run (pytrace web PID reads it again)" if feeder.disconnected
+                        else "the job's tracing ended")
                 _say("%s; the page stays up until Ctrl-C" % what)
             if job is not None and job.poll() is not None and "job_said" not in job_state:
                 job_state["job_said"] = True

@@ -90,7 +90,11 @@ def status(agg, processes=1, extra=None):
     p = agg.process_info()
     d = {"state": STATE_NAMES.get(c["producer_state"], str(c["producer_state"])),
          "events": c["events"], "events_per_second": round(c["events_per_second"]),
-         "dropped": c["dropped"], "threads": c["threads_seen"], "threads_active": c["threads_active"],
+         # the job's drops and this view's own gaps in a hub, apart, each with its cause
+         # (viewer/core/agg.h: the one definition pytrace-top shows too)
+         "dropped": c["dropped"], "dropped_cause": c.get("dropped_cause", ""),
+         "missed_in_hub": c.get("missed_in_hub", 0), "missed_cause": c.get("missed_cause", ""),
+         "threads": c["threads_seen"], "threads_active": c["threads_active"],
          "processes": processes, "span_ns": c["span_ns"], "unmatched": c["unmatched"],
          "pid": p["pid"], "command": p["command_line"], "python": p["python_version"],
          "window_max": c["window_max_seconds"],
@@ -184,6 +188,7 @@ class Session:
     """What one page holds: the picture it was last sent, per view."""
 
     def __init__(self):
+        self.bytes = SESSION_BYTES
         self.view = None
         self.version = 0
         self.nodes = {}
@@ -191,30 +196,78 @@ class Session:
         self.symbols = {}
         self.threads = None
         self.timeline_from = 0
+        self.symbol_text = 0        # bytes of the names and files of the symbols it holds
         self.used = time.monotonic()
+
+
+# What a page's session holds, estimated (measured with tracemalloc on CPython 3.11: a
+# node or row is a tuple of small ints and its dict entry, a symbol the page was sent is
+# a 5-tuple with its two strings).
+SESSION_BYTES = 2048
+NODE_BYTES = 260
+ROW_BYTES = 210
+SYMBOL_BYTES = 230
+
+
+def session_bytes(s):
+    syms = SYMBOL_BYTES * len(s.symbols)
+    return SESSION_BYTES + NODE_BYTES * len(s.nodes) + ROW_BYTES * len(s.rows) + syms + s.symbol_text
+
+
+class SessionBudget:
+    """The memory of every page's session together (every Live of a server shares one):
+    past `limit` bytes the least recently used sessions are evicted. A page whose session
+    was evicted gets a fresh one and, its version no longer matching, the whole picture:
+    nothing is lost but the bytes of one full answer."""
+
+    def __init__(self, limit=256 << 20):
+        self.limit = limit
+        self.lock = threading.Lock()
+        self.lives = []
+        self.evicted = 0
+
+    def total(self):
+        return sum(s.bytes for live in self.lives for s in list(live.sessions.values()))
+
+    def settle(self, keep):
+        """Evict least recently used sessions (never `keep`) until all fit the limit."""
+        with self.lock:
+            entries = [(s.used, live, sid, s) for live in self.lives for sid, s in list(live.sessions.items())]
+            total = sum(e[3].bytes for e in entries)
+            if total <= self.limit:
+                return
+            entries.sort(key=lambda e: e[0])
+            for _used, live, sid, s in entries:
+                if total <= self.limit:
+                    break
+                if s is keep:
+                    continue
+                with live.lock:
+                    if live.sessions.get(sid) is s:
+                        del live.sessions[sid]
+                        total -= s.bytes
+                        self.evicted += 1
 
 
 class Live:
     """Deltas for the pages of one aggregator. update() answers a poll."""
 
-    MAX_SESSIONS = 64
-
-    def __init__(self, agg, extra_status=None, min_fraction=MIN_FRACTION):
+    def __init__(self, agg, extra_status=None, min_fraction=MIN_FRACTION, budget=None):
         self.agg = agg
         self.min_fraction = min_fraction
         self.keys = PathKeys()
         self.sessions = {}
         self.lock = threading.Lock()
         self.extra_status = extra_status or (lambda: {})
+        self.budget = budget or SessionBudget()
+        with self.budget.lock:
+            self.budget.lives.append(self)
 
     def _session(self, sid):
         with self.lock:
             now = time.monotonic()
             s = self.sessions.get(sid)
             if s is None:
-                if len(self.sessions) >= self.MAX_SESSIONS:
-                    oldest = min(self.sessions, key=lambda k: self.sessions[k].used)
-                    del self.sessions[oldest]
                 s = self.sessions[sid] = Session()
             s.used = now
             return s
@@ -228,14 +281,18 @@ class Live:
         full = s.view != view or version != s.version
         if full:
             s.view, s.nodes, s.rows, s.timeline_from = view, {}, {}, 0
-            s.symbols, s.threads = {}, None
+            s.symbols, s.threads, s.symbol_text = {}, None, 0
         agg = self.agg
         out = {"full": full}
         # symbols: new or changed ones
         syms = symbol_list(agg)
         new_syms = [x for x in syms if s.symbols.get(x[0]) != x]
         for x in new_syms:
+            old = s.symbols.get(x[0])
+            if old is not None:
+                s.symbol_text -= len(old[1]) + len(old[2])
             s.symbols[x[0]] = x
+            s.symbol_text += len(x[1]) + len(x[2])
         out["symbols"] = new_syms
         threads = thread_list(agg)
         if threads != s.threads:
@@ -259,6 +316,8 @@ class Live:
         out["status"] = status(agg, extra=self.extra_status())
         s.version += 1
         out["version"] = s.version
+        s.bytes = session_bytes(s)
+        self.budget.settle(keep=s)
         return out
 
 

@@ -52,6 +52,7 @@ class Feeder(threading.Thread):
         self.batch = batch
         self.on_end = on_end
         self.error = None
+        self.disconnected = False       # the hub closed our stream: the job may still run
         self.done = threading.Event()
         self.stop = threading.Event()
 
@@ -72,6 +73,9 @@ class Feeder(threading.Thread):
                     break
             if pending:
                 self.agg.feed_many(pending)
+        except ConnectionResetError as e:   # the hub let go of us: not the job's end
+            self.disconnected = True
+            self.error = e.strerror or str(e)
         except Exception as e:  # noqa: BLE001 - shown on the page and the terminal
             self.error = "%s: %s" % (type(e).__name__, e)
         finally:
@@ -128,14 +132,19 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 window = float((query.get("window") or ["10"])[0])
                 filt = (query.get("filter") or [""])[0][:200]
                 process = int((query.get("process") or ["0"])[0])
-                if thread < 0 or not (window >= 0) or window > 1e9:
+                if thread < 0 or not (window >= 0) or window > 1e9 or "\0" in filt or "\0" in sid:
                     raise ValueError
             except ValueError:
                 self._send(400, b'{"error": "bad query"}', "application/json")
                 return
             t0 = time.perf_counter()
-            out = app.live_of(process).update(sid, version, thread, window, filt)
+            try:
+                out = app.live_of(process).update(sid, version, thread, window, filt)
+            except ValueError as e:     # a query the aggregation refuses: the page's fault
+                self._send(400, json.dumps({"error": "bad query: %s" % e}).encode(), "application/json")
+                return
             out["processes"] = app.process_list()
+            out["job"] = app.job()
             out["server_ms"] = round((time.perf_counter() - t0) * 1000, 2)
             body = json.dumps(out, separators=(",", ":"), allow_nan=False).encode()
             self._send(200, body, "application/json")
@@ -163,8 +172,11 @@ class WebApp:
     starts on. A stream (an aggregator) may hold several processes (a hub that follows the
     job's children, a recording of a process tree): each is listed on its own."""
 
-    def __init__(self, agg, title, host="127.0.0.1", port=0, interval_ms=250, extra_status=None, verbose=False):
+    def __init__(self, agg, title, host="127.0.0.1", port=0, interval_ms=250, extra_status=None, verbose=False,
+                 sessions_bytes=256 << 20):
         self.title = title
+        # every page's session together (data.SessionBudget): least recently used ones go
+        self.sessions = data.SessionBudget(sessions_bytes)
         self.token = data.new_token()
         self.interval_ms = interval_ms
         self.verbose = verbose
@@ -188,7 +200,8 @@ class WebApp:
                 self.first = key
             self.streams.append([key, agg, title])
             self._keys[(len(self.streams) - 1, 0)] = key
-            self.processes[key] = (title, data.Live(data.ProcessView(agg, 0), self._status))
+            self.processes[key] = (title, data.Live(data.ProcessView(agg, 0), self._status,
+                                                       budget=self.sessions))
 
     def _scan(self):
         """[(key, pid, title)] of every process of every stream, new ones added."""
@@ -202,7 +215,8 @@ class WebApp:
                         key = self._keys[(n, index)] = self._next_key
                         self._next_key -= 1
                         self.processes[key] = (cmd or "pid %d" % pid,
-                                               data.Live(data.ProcessView(agg, index), self._status))
+                                               data.Live(data.ProcessView(agg, index), self._status,
+                                                         budget=self.sessions))
                     out.append((key, pid, title if index == 0 else self.processes[key][0]))
         return out
 
@@ -214,6 +228,13 @@ class WebApp:
             with self._lock:
                 entry = self.processes.get(key) or self.processes.get(self.first)
         return entry[1]
+
+    def job(self):
+        """{pid, command} of the job: the first process of the first stream (what the
+        page's title names, whichever process it shows)."""
+        agg = self.streams[0][1]
+        p = agg.process_info(process=0)
+        return {"pid": p["pid"], "command": p["command_line"] or self.title}
 
     def process_list(self):
         """[[key, pid, title]] in the order they came."""

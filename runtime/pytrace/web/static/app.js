@@ -97,6 +97,7 @@
     applyTimeline(u.timeline);
     state.span = u.span_ns;
     state.status = u.status;
+    if (u.job) state.job = u.job;
     if (u.processes) state.processes = u.processes;
     state.version = u.version;
     state.updates++;
@@ -112,6 +113,8 @@
     applySymbols(P.symbols);
     state.threads = P.threads;
     state.status = P.status;
+    const F = DATA.procs ? (DATA.procs[String(DATA.first_process)] || P) : P;  // the job
+    state.job = { pid: (F.status || {}).pid, command: (F.status || {}).command };
     state.cells.clear();
     applyTimeline(P.timeline);
   }
@@ -344,6 +347,7 @@
     const el = $("status");
     const parts = [];
     if (state.error) parts.push(state.error);
+    if (s.error) parts.push(s.error);
     // a damaged recording: the report shows everything before the damage, and says where
     if (s.damage) parts.push("DAMAGED RECORDING: " + s.damage);
     if (LIVE) {
@@ -352,8 +356,10 @@
     } else {
       parts.push("recording", fmtNs(s.span_ns || 0));
     }
-    parts.push(fmtCount(s.events || 0) + " events", "dropped " + (s.dropped || 0),
-               (s.threads || 0) + " threads", (s.processes || 1) + " process" + ((s.processes || 1) === 1 ? "" : "es"));
+    parts.push(fmtCount(s.events || 0) + " events",
+               "dropped " + (s.dropped || 0) + (s.dropped && s.dropped_cause ? " (" + s.dropped_cause + ")" : ""));
+    if (s.missed_in_hub) parts.push("this view missed " + s.missed_in_hub + " (" + s.missed_cause + ")");
+    parts.push((s.threads || 0) + " threads", (s.processes || 1) + " process" + ((s.processes || 1) === 1 ? "" : "es"));
     const past = s.messages_past_process_limit || 0;
     if (past) parts.push(fmtCount(past) + " messages of processes past the first " + s.process_limit + " not shown");
     const noView = s.threads_without_view || 0;
@@ -363,9 +369,13 @@
     if (s.folded_calls) parts.push(fmtCount(s.folded_calls) + " calls folded into [other] (tree budget " +
                                    Math.round((s.tree_budget || 0) / 1048576) + " MiB)");
     el.textContent = parts.join(" \u00b7 ");
-    el.classList.toggle("bad", !!state.error || !!s.damage || (s.dropped || 0) > 0 || past > 0 || unrecorded > 0);
+    el.classList.toggle("bad", !!state.error || !!s.error || !!s.damage || (s.dropped || 0) > 0 ||
+                        (s.missed_in_hub || 0) > 0 || past > 0 || unrecorded > 0);
     $("title").textContent = (s.pid ? "pid " + s.pid + "  " : "") + (s.command || DATA.title || "");
-    document.title = "pytrace " + (s.pid ? s.pid + " " : "") + (s.command || DATA.title || "");
+    // the tab names the job (its first process), whichever process the page shows
+    const job = state.job || {};
+    document.title = "pytrace " + (job.pid ? job.pid + " " : s.pid ? s.pid + " " : "") +
+                     (job.command || s.command || DATA.title || "");
   }
   function renderThreads() {
     const sel = $("thread");
