@@ -114,7 +114,7 @@ def split_python_args(args):
     return flags, []
 
 
-_PYTHON_NAME = r"python[0-9.]*"
+PYTHON_NAME = r"python[0-9.]*"     # an interpreter by its name (record.split_command too)
 
 
 def find_program(word):
@@ -149,7 +149,7 @@ def find_program(word):
         words = [w for w in words[1:] if w != "-S" and "=" not in w]
         if words:
             words[0] = shutil.which(words[0]) or words[0]
-    if words and re.fullmatch(_PYTHON_NAME, os.path.basename(words[0])):
+    if words and re.fullmatch(PYTHON_NAME, os.path.basename(words[0])):
         try:
             flags = split_python_args(words[1:])[0]
         except ValueError:

@@ -103,7 +103,7 @@ def split_command(command):
     program as _launch.split_python_args gives it).
     ValueError (one line) for what python would not run as a program."""
     interp = sys.executable
-    if command and re.fullmatch(_launch._PYTHON_NAME, os.path.basename(command[0])):
+    if command and re.fullmatch(_launch.PYTHON_NAME, os.path.basename(command[0])):
         interp, command = command[0], command[1:]
     elif command and not command[0].startswith("-"):
         # a program without its interpreter: a script, or a console script on PATH
