@@ -209,3 +209,48 @@ def test_live_job_read_by_top_counts_none(tmp_path):
     assert t["state"] == "ENDED" and t["events_read"] > 3000 * 20 * 2, t
     assert t["unannounced_events"] == 0, t
     assert not any(f["name"].startswith("<unknown") for f in t["functions"]), t["functions"][:5]
+
+
+def test_top_header_says_the_damage(recording):
+    """The interactive pytrace-top (a real terminal under tmux) says it under its header."""
+    from topkit import Tmux
+    t = Tmux("--file %s" % recording, width=200, height=14, name="ptbadid")
+    try:
+        screen = t.wait_for(lambda s: "ENDED" in s, what="the recording's last picture")
+    finally:
+        t.close()
+    assert ("DAMAGE: %d events name symbols never announced: shown as <unknown #id>" % DAMAGED
+            in screen), screen
+
+
+def test_ids_are_per_process(tmp_path):
+    """Ids are per process: process 1 calling id 2, which only process 0 announced, is
+    damage in process 1 (2 events: its Call and Return); process 0's own calls are not."""
+    rec = str(tmp_path / "two.pytrace")
+    with RecordingWriter(rec, lossless=True) as w:
+        w.append(syn.process_info(pid=4346))
+        w.append(syn.symbol(1, "main"))
+        w.append(syn.symbol(2, "f"))
+        w.append(syn.process_info(pid=4347, process=1))
+        w.append(syn.symbol(1, "child_main", process=1))
+        w.append(syn.thread_start(1))
+        w.append(syn.thread_start(1, process=1))
+        w.append(syn.event_chunk(1, [(1000, 1, 0, CALL, 0), (1100, 2, 0, CALL, 0), (1200, 2, 0, RETURN, 0),
+                                     (1300, 1, 0, RETURN, 0)]))
+        w.append(syn.event_chunk(1, [(1000, 1, 0, CALL, 0), (1100, 2, 0, CALL, 0), (1200, 2, 0, RETURN, 0),
+                                     (1300, 1, 0, RETURN, 0)], process=1))
+        w.append(syn.thread_end(1, 1300, events_written=4))
+        w.append(syn.thread_end(1, 1300, events_written=4, process=1))
+    for fmt in ("collapsed", "perfetto"):
+        e = subprocess.run([PY, "-m", "pytrace", "export", rec, "-f", fmt, "-o", str(tmp_path / ("o." + fmt))],
+                           capture_output=True, text=True, timeout=60)
+        assert e.returncode == 0, e.stderr
+        assert ("pytrace export: 2 events name symbols never announced (damage): shown as <unknown #id>"
+                in e.stderr.splitlines()), e.stderr
+    from pytrace.profile import Profile
+    prof = Profile.from_recording(rec)
+    by_pid = {p.pid: prof.counters(process=p.index)["unannounced"] for p in prof.processes()}
+    assert by_pid == {4346: 0, 4347: 2}, by_pid
+    r = subprocess.run([TOP, "--file", rec, "--once", "--json"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["unannounced_events"] == 2
