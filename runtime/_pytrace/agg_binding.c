@@ -286,6 +286,7 @@ static PyObject *agg_counters(agg_obj_t *self, PyObject *args, PyObject *kw)
     SET(d, "dropped_cause", PyUnicode_FromString(c.dropped_cause));
     SET(d, "missed_cause", PyUnicode_FromString(c.missed_cause));
     SET(d, "unmatched", U64(c.unmatched_closes));
+    SET(d, "unannounced", U64(c.unannounced));
     SET(d, "producer_state", U64(c.producer_state));
     SET(d, "threads_seen", U64(c.threads_seen));
     SET(d, "threads_active", U64(c.threads_active));

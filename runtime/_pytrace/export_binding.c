@@ -142,6 +142,7 @@ PyObject *pt_py_export(PyObject *module, PyObject *args, PyObject *kw)
     SET_U64(d, "lost_no_room", res.lost_no_room);
     SET_U64(d, "lost_no_ring", res.lost_no_ring);
     SET_U64(d, "unmatched", res.unmatched);
+    SET_U64(d, "unannounced", res.unannounced);
     SET_U64(d, "threads", res.threads);
     SET_U64(d, "symbols", res.symbols);
     SET_U64(d, "messages", res.messages);

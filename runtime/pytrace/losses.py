@@ -69,3 +69,10 @@ def unrecorded_text(path, events, messages, err):
         cause += " (file size limit)"
     return ("%s is incomplete: %s; %d events in %d messages were read and not written "
             "(the recording holds everything before)" % (path, cause, events, messages))
+
+
+def unannounced_text(n):
+    """The one line for events that name a symbol never announced (viewer/core/walk.h:
+    damage, the rest of the stream kept)."""
+    return "%d event%s name%s symbols never announced (damage): shown as <unknown #id>" % (
+        n, "" if n == 1 else "s", "s" if n == 1 else "")

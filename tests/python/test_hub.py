@@ -695,6 +695,7 @@ def test_pytrace_hub_command_serves_a_run_job_to_two_readers(tmp_path):
     assert r["missed"] == 0 and 0 < r["read"] <= written
     assert r["calls"].get("leaf") == 10 * 10000 and r["calls"].get("work") == 10, r["calls"]
     assert t["state"] == "ENDED" and t["events_dropped"] == 0 and t["events_missed_in_hub"] == 0
+    assert t["unannounced_events"] == 0   # a late joiner gets every Symbol before the stacks
     assert 0 < t["events_read"] <= written
     funcs = {f["name"]: f["calls"] for f in t["functions"]}
     assert funcs.get("leaf") == 10 * 10000 and funcs.get("work") == 10, funcs

@@ -99,6 +99,7 @@ def test_symbols_dropped_agree_across_stop_record_export_top(tmp_path):
     assert top.returncode == 0, top.stderr
     doc = json.loads(top.stdout)
     assert doc["symbols_dropped"] == dropped, doc
+    assert doc["unannounced_events"] == 0, doc   # id 0 (the log was full) is a loss, not damage
     for key in ("hook_errors", "threads_untraced", "tracing_displaced"):
         assert doc[key] == 0, (key, doc)
     text = _run([TOP, "--file", str(rec), "--once"])

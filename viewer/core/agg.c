@@ -260,6 +260,7 @@ int pt_agg_create(const pt_agg_config_t *cfg, pt_agg_t **out)
         goto err;
     if (pt_walk_create(&agg_walk_ops, a, &a->walk))
         goto err;
+    pt_walk_check_symbols(a->walk); /* events naming ids never announced are damage (walk.h) */
     *out = a;
     return 0;
 err:
@@ -351,6 +352,8 @@ static void keep_old(pt_agg_t *a, char *s)
 
 static int feed_symbol(pt_agg_t *a, const pt_fb_symbol_t *in)
 {
+    if (pt_walk_proc_symbol(a->walk, 0, in->id))
+        return -ENOMEM;
     uint32_t idx = sym_index(a, in->id);
     if (idx == PT_AGG_NONE)
         return -ENOMEM;
@@ -1045,6 +1048,9 @@ void pt_agg_counters(const pt_agg_t *a, pt_agg_counters_t *out)
                              : "the job's rings were full (policy drop)";
     out->missed_cause = missed ? "this view read too slowly: the hub cut it (its queue or budget was full)" : "";
     out->unmatched_closes = a->unmatched;
+    pt_walk_counters_t wc;
+    pt_walk_counters(a->walk, &wc);
+    out->unannounced = wc.unannounced;
     out->producer_state = a->producer_state;
     out->threads_seen = a->thread_count;
     out->threads_active = active;

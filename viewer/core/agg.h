@@ -151,6 +151,8 @@ typedef struct pt_agg_counters {
     /* why, in words every view shows beside the number ("" when it is 0): static strings */
     const char *dropped_cause, *missed_cause;
     uint64_t unmatched_closes;   /* close events with no matching open frame */
+    uint64_t unannounced;        /* events naming a symbol never announced: damage (walk.h), shown
+                                    as "<unknown #id>" */
     uint32_t producer_state;     /* enum pt_producer_state (0 until known) */
     uint32_t threads_seen;
     uint32_t threads_active;

@@ -489,7 +489,7 @@ static uint32_t sym_index(ex_t *e, uint32_t proc, uint32_t id)
     sym_t *s = &e->syms[e->nsyms];
     memset(s, 0, sizeof *s);
     char buf[48];
-    snprintf(buf, sizeof buf, "<unknown symbol %u>", id);
+    snprintf(buf, sizeof buf, "<unknown #%u>", id); /* as agg.c names it */
     s->id = id;
     s->proc = proc;
     s->name = dup_c(buf);
@@ -1630,6 +1630,8 @@ static int feed(ex_t *e, const pt_fb_msg_t *m, pt_export_result_t *res)
     switch (m->type) {
     case PT_MSG_SYMBOL:
         start(e, p);
+        if (pt_walk_proc_symbol(e->walk, p->tag, m->u.symbol.id))
+            return -ENOMEM;
         return feed_symbol(e, proc_index(e, p), &m->u.symbol);
     case PT_MSG_THREAD_START: {
         start(e, p);
@@ -2484,6 +2486,7 @@ int pt_export_file(const char *recording, int out_fd, const pt_export_opts_t *op
         pt_u64map_init(&e->label_map, 1024) ||
         pt_u64map_init(&e->proc_map, 16) || pt_walk_create(&ex_ops, e, &e->walk))
         goto out;
+    pt_walk_check_symbols(e->walk); /* events naming ids never announced are damage (walk.h) */
     if (cct(e) && node_new(e, NONE, NONE, NONE) != 0)
         goto out;
     if (!proc_for(e, 0)) /* process 0: an untagged stream's, also when it is empty */
@@ -2635,6 +2638,7 @@ int pt_export_file(const char *recording, int out_fd, const pt_export_opts_t *op
     res->lost_no_room = wc.lost_no_room;
     res->lost_no_ring = wc.lost_no_ring;
     res->unmatched = wc.unmatched + wc.unmatched_spans;
+    res->unannounced = wc.unannounced;
     res->threads = wc.threads;
     res->symbols = e->nsyms;
     switch (e->o.format) {

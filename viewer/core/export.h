@@ -78,6 +78,8 @@ typedef struct pt_export_result {
     uint64_t lost_wait_timeout, lost_no_room; /* ... of them, by cause (the rest: a full ring, policy drop) */
     uint64_t lost_no_ring;   /* LostNoRing counts: events of threads without a ring (not in lost) */
     uint64_t unmatched;      /* returns (and span ends) without a matching open entry */
+    uint64_t unannounced;    /* events naming a symbol never announced: damage (walk.h), shown as
+                                "<unknown #id>" */
     uint64_t threads;
     uint64_t symbols;
     uint64_t messages;

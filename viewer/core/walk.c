@@ -43,7 +43,18 @@ typedef struct wthread {
     int have_close_ticks;
     uint32_t recover_pos; /* stack position the next reported frame is matched at */
     uint64_t close_ticks; /* old frames that differ are closed at this tick */
+    uint32_t symset;      /* its process's index in symsets, or EMPTY (not looked up, or none yet) */
 } wthread_t;
+
+/* The ids one process announced: a bit per id for the dense ids (the
+ * producer numbers them 1, 2, ...), the others in the walk's `sym_sparse`
+ * map, so a hostile id (0xFFFFFFFF) costs an entry, not a bitmap. */
+typedef struct symset {
+    uint32_t process;
+    uint32_t count;  /* ids announced */
+    uint64_t *bits;
+    uint32_t words;
+} symset_t;
 
 struct pt_walk {
     pt_walk_ops_t ops;
@@ -56,6 +67,11 @@ struct pt_walk {
     entry_t *scratch;
     uint32_t scratch_cap;
     pt_walk_counters_t c;
+    int check_symbols;      /* pt_walk_check_symbols was called */
+    symset_t *symsets;
+    uint32_t symset_count, symset_cap;
+    pt_u64map_t symset_map; /* process -> symsets index */
+    pt_u64map_t sym_sparse; /* (process << 32 | id) -> 1, ids past a process's bitmap */
 };
 
 int pt_walk_create(const pt_walk_ops_t *ops, void *ctx, pt_walk_t **out)
@@ -85,7 +101,79 @@ void pt_walk_destroy(pt_walk_t *w)
     pt_u64map_free(&w->thread_map);
     pt_u64map_free(&w->open);
     free(w->scratch);
+    for (uint32_t i = 0; i < w->symset_count; i++)
+        free(w->symsets[i].bits);
+    free(w->symsets);
+    pt_u64map_free(&w->symset_map);
+    pt_u64map_free(&w->sym_sparse);
     free(w);
+}
+
+/* ---- symbols never announced (walk.h) --------------------------------------- */
+
+void pt_walk_check_symbols(pt_walk_t *w) { w->check_symbols = 1; }
+
+#define SYM_DENSE_SLACK 4096u /* ids below count * 2 + this are kept in the bitmap */
+
+int pt_walk_proc_symbol(pt_walk_t *w, uint32_t process, uint32_t id)
+{
+    if (!w->check_symbols)
+        return 0;
+    if (!w->symset_map.cap && (pt_u64map_init(&w->symset_map, 16) || pt_u64map_init(&w->sym_sparse, 16)))
+        return -ENOMEM;
+    uint32_t si = pt_u64map_get(&w->symset_map, process);
+    if (si == PT_U64MAP_EMPTY) {
+        if (pt_grow((void **)&w->symsets, &w->symset_cap, sizeof *w->symsets, w->symset_count + 1) ||
+            pt_u64map_put(&w->symset_map, process, w->symset_count))
+            return -ENOMEM;
+        si = w->symset_count++;
+        w->symsets[si] = (symset_t){.process = process};
+    }
+    symset_t *ss = &w->symsets[si];
+    if ((uint64_t)id < (uint64_t)ss->count * 2 + SYM_DENSE_SLACK) {
+        uint32_t word = id / 64;
+        if (word >= ss->words) {
+            uint32_t nw = ss->words ? ss->words : 64;
+            while (nw <= word)
+                nw *= 2;
+            uint64_t *b = realloc(ss->bits, (size_t)nw * sizeof *b);
+            if (!b)
+                return -ENOMEM;
+            memset(b + ss->words, 0, (size_t)(nw - ss->words) * sizeof *b);
+            ss->bits = b;
+            ss->words = nw;
+        }
+        if (!(ss->bits[word] >> (id % 64) & 1)) {
+            ss->bits[word] |= 1ull << (id % 64);
+            ss->count++;
+        }
+        return 0;
+    }
+    const uint64_t key = (uint64_t)process << 32 | id;
+    if (pt_u64map_get(&w->sym_sparse, key) == PT_U64MAP_EMPTY) {
+        if (pt_u64map_put(&w->sym_sparse, key, 1))
+            return -ENOMEM;
+        ss->count++;
+    }
+    return 0;
+}
+
+/* The event names id: count it if its process never announced it. */
+static void check_symbol(pt_walk_t *w, wthread_t *t, uint32_t id)
+{
+    if (!w->check_symbols || id == 0)
+        return;
+    if (t->symset == PT_U64MAP_EMPTY && w->symset_map.cap)
+        t->symset = pt_u64map_get(&w->symset_map, t->pub.process);
+    if (t->symset != PT_U64MAP_EMPTY) {
+        const symset_t *ss = &w->symsets[t->symset];
+        if (id / 64 < ss->words && (ss->bits[id / 64] >> (id % 64) & 1))
+            return;
+        if (pt_u64map_get(&w->sym_sparse, (uint64_t)t->pub.process << 32 | id) != PT_U64MAP_EMPTY)
+            return;
+    }
+    t->pub.unannounced++;
+    w->c.unannounced++;
 }
 
 /* Threads are keyed by (process, number), both untrusted: the map holds a hash
@@ -125,6 +213,7 @@ pt_walk_thread_t *pt_walk_proc_thread(pt_walk_t *w, uint32_t process, uint64_t n
         w->threads[idx] = t;
         t->pub.number = number;
         t->pub.process = process;
+        t->symset = PT_U64MAP_EMPTY;
         t->pub.index = idx;
         w->c.threads = w->thread_count;
         if (w->ops.thread_new && (*rc = w->ops.thread_new(w->ctx, &t->pub)) != 0)
@@ -328,6 +417,8 @@ static int feed_event(pt_walk_t *w, wthread_t *t, const pt_event_t *ev)
         t->pub.last_ticks = now;
         t->pub.have_ticks = 1;
     }
+    if (ev->kind != PT_EV_LOST && ev->kind - 1u < PT_EV_KIND_COUNT - 1u)
+        check_symbol(w, t, ev->id);
     if (ev->kind == PT_EV_FRAME)
         return on_frame(w, t, ev);
     if (ev->kind == PT_EV_LOST) {

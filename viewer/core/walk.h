@@ -95,6 +95,20 @@
  * recordings", states the error). Durations within a process use only its own
  * ticks_per_second, never another process's.
  *
+ * SYMBOLS NEVER ANNOUNCED. Symbol ids are per process, and a stream holds the
+ * Symbol message of an id before any event that uses it (DESIGN.md, Symbols:
+ * a live reader reads the symbols up to the published watermark after the
+ * events; a recording holds them in that order; a hub or a reader that
+ * attaches late sends every Symbol before the stacks). A consumer that keeps
+ * the symbol table calls pt_walk_check_symbols once and pt_walk_proc_symbol
+ * for every Symbol message; from then on the walk counts each event that
+ * names an id (Call ... Mark, Frame; not Lost, whose id is a count) that its
+ * process never announced: damage, counted in pt_walk_counters.unannounced
+ * and the thread's pub.unannounced, and walked as any event (the consumer
+ * names it "<unknown #id>"). Id 0 is not counted: it is the producer's
+ * "unknown" when its symbol log was full, counted there (symbols_dropped).
+ * This is the one place of the rule; agg.c and export.c only report it.
+ *
  * Any callback may be NULL. Callbacks may return non-zero to stop the walk; that value is returned by
  * the feeding call (the stack is then unspecified; destroy the walk).
  * Threading: one thread at a time. Errors: 0, a callback's value, or -ENOMEM.
@@ -137,6 +151,7 @@ typedef struct pt_walk_thread {
      * sets it (a run reports the whole stack), a Lost record clears it (until
      * the Frame records that follow), ThreadEnd sets it (nothing is open). */
     int stack_known;
+    uint64_t unannounced;  /* its events that named a symbol never announced (pt_walk_check_symbols) */
     void *user;            /* the consumer's per-thread state */
 } pt_walk_thread_t;
 
@@ -160,6 +175,7 @@ typedef struct pt_walk_counters {
     uint64_t unmatched;        /* closes with no open frame of their id */
     uint64_t unmatched_spans;  /* SpanEnd with no open span of its id */
     uint64_t bad_events;       /* unknown kinds */
+    uint64_t unannounced;      /* events that named a symbol never announced (pt_walk_check_symbols) */
     uint32_t threads;
 } pt_walk_counters_t;
 
@@ -174,6 +190,12 @@ pt_walk_thread_t *pt_walk_thread_at(pt_walk_t *w, size_t index);
 
 /* The same for thread `number` of process `process` (pt_walk_thread is process 0). */
 pt_walk_thread_t *pt_walk_proc_thread(pt_walk_t *w, uint32_t process, uint64_t number, int *rc);
+
+/* Count the events that name a symbol never announced (SYMBOLS NEVER
+ * ANNOUNCED above); then announce each Symbol message's id with
+ * pt_walk_proc_symbol before feeding the events that follow it. 0 or -ENOMEM. */
+void pt_walk_check_symbols(pt_walk_t *w);
+int pt_walk_proc_symbol(pt_walk_t *w, uint32_t process, uint32_t id);
 
 /* Events of one thread, in stream order (an EventChunk). */
 int pt_walk_events(pt_walk_t *w, uint64_t thread, const pt_event_t *events, size_t count);

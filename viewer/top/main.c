@@ -355,6 +355,7 @@ void App_refresh(App *app)
             if (!t->missed_cause[0])
                 t->missed_cause = c.missed_cause;
             t->unmatched_closes += c.unmatched_closes;
+            t->unannounced += c.unannounced;
             t->threads_seen += c.threads_seen;
             t->threads_active += c.threads_active;
             t->hook_errors += c.hook_errors;
@@ -595,6 +596,11 @@ static void App_draw(App *app)
         Text_escape(App_error(app), esc, sizeof esc);
         snprintf(line, sizeof line, " error: %s", esc);
         App_drawLine(top++, CRT_attr(CRT_C_WARNING), line);
+    }
+    if (app->counters.unannounced) { /* damage (walk.h): the same words as pytrace export's */
+        snprintf(line, sizeof line, " DAMAGE: %llu events name symbols never announced: shown as <unknown #id>",
+                 (unsigned long long)app->counters.unannounced);
+        App_drawLine(top++, CRT_attr(CRT_C_WARNING) | A_BOLD, line);
     }
     if (app->counters.folded_calls && app->panel == &FlamePanel_class) {
         char n[32];
@@ -1024,6 +1030,8 @@ static void Headless_json(App *app, const Options *o)
     printf("  \"tree_budget_bytes\": %llu,\n  \"tree_nodes\": %llu,\n  \"folded_calls\": %llu,\n",
            (unsigned long long)app->counters.tree_budget, (unsigned long long)app->counters.nodes,
            (unsigned long long)app->counters.folded_calls);
+    /* events naming a symbol never announced: damage (walk.h), shown as <unknown #id> */
+    printf("  \"unannounced_events\": %llu,\n", (unsigned long long)app->counters.unannounced);
     {
         CpuBasis basis = Headless_cpuBasis(app);
         char pct[32], secs[32], measured[32];
@@ -1142,6 +1150,9 @@ static void Headless_text(App *app, const Options *o)
     char losses[256];
     if (App_lossText(app, ", ", losses, sizeof losses))
         printf("lost: %s\n", losses);
+    if (app->counters.unannounced)
+        printf("damage: %llu events name symbols never announced: shown as <unknown #id>\n",
+               (unsigned long long)app->counters.unannounced);
     if (app->counters.folded_calls)
         printf("call tree: budget %llu MiB reached, %llu calls folded into [other] (the table is exact)\n",
                (unsigned long long)(app->counters.tree_budget >> 20), (unsigned long long)app->counters.folded_calls);

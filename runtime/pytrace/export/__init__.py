@@ -128,6 +128,8 @@ class ExportResult:
         self.lost_no_room = d.get("lost_no_room", 0)
         self.lost_no_ring = d.get("lost_no_ring", 0)
         self.unmatched = d["unmatched"]
+        # events naming a symbol never announced: damage, shown as <unknown #id>
+        self.unannounced = d.get("unannounced", 0)
         self.threads = d["threads"]
         self.symbols = d["symbols"]
         self.timed_out = bool(d["timed_out"])
@@ -234,6 +236,7 @@ class _HtmlResult:
         # every Lost record, as the other formats count them: the job's and a hub's gaps
         self.lost_events = sum(c["dropped_lost_records"] + c["missed_in_hub"] for c in counts)
         self.unmatched = sum(c["unmatched"] for c in counts)
+        self.unannounced = sum(c["unannounced"] for c in counts)
         self.threads = sum(c["threads_seen"] for c in counts)
         self.symbols = sum(c["symbols"] for c in counts)
         self.folded_calls = sum(c["folded_calls"] for c in counts)
@@ -561,6 +564,9 @@ def main(argv=None):
     if walker.unmatched:
         print("pytrace export: %d returns had no matching call and were ignored" % walker.unmatched,
               file=sys.stderr)
+    if walker.unannounced:
+        from ..losses import unannounced_text
+        print("pytrace export: %s" % unannounced_text(walker.unannounced), file=sys.stderr)
     if error is not None:
         print("pytrace export: %s; exported everything before it" % error, file=sys.stderr)
         return 1

@@ -102,6 +102,8 @@ def status(agg, processes=1, extra=None):
          "unrecorded": c.get("unrecorded_events", 0),
          # the call tree's budget: calls past it are in [other] nodes (the table is exact)
          "tree_budget": c["tree_budget"], "folded_calls": c["folded_calls"],
+         # events naming a symbol never announced (damage; viewer/core/walk.h)
+         "unannounced": c.get("unannounced", 0),
          # a stream of more processes than the aggregation reads (process_limit): their
          # messages are counted, never shown
          "process_limit": c.get("process_limit", 0),

@@ -1146,6 +1146,11 @@ static void test_id_all_ones(void)
     CHECK_EQ(pt_agg_tree(agg, NULL, &tr), 0);
     CHECK_EQ(tr.count, 4);
     pt_agg_tree_free(&tr);
+    /* never announced: damage, counted per event (walk.h), the rest kept */
+    pt_agg_counters_t c;
+    pt_agg_counters(agg, &c);
+    CHECK_EQ(c.unannounced, 2);
+    CHECK_EQ(c.events_seen, 6);
     pt_agg_destroy(agg);
 }
 

@@ -278,8 +278,66 @@ static void test_frames(void)
     pt_walk_destroy(w);
 }
 
+/* Events that name a symbol never announced (walk.h): counted per thread and
+ * in all, per process (ids are per process), Lost records (a count in id), id 0
+ * (the producer's "unknown") and bad kinds not; dense and sparse ids alike;
+ * only once pt_walk_check_symbols was called; still walked. */
+static void test_unannounced(void)
+{
+    pt_walk_t *w = NULL;
+    int rc;
+    pt_walk_counters_t c;
+    const uint32_t BIG = 0x7FFFFFF0u;
+    CHECK_EQ(pt_walk_create(&ops, NULL, &w), 0);
+    pt_event_t f[] = {E(1, PT_EV_CALL, F, 0), E(2, PT_EV_RETURN, F, 0)};
+    CHECK_EQ(pt_walk_proc_symbol(w, 0, G), 0); /* not checking: ignored */
+    CHECK_EQ(pt_walk_events(w, 1, f, 2), 0);
+    pt_walk_counters(w, &c);
+    CHECK_EQ(c.unannounced, 0);
+    pt_walk_destroy(w);
+
+    CHECK_EQ(pt_walk_create(&ops, NULL, &w), 0);
+    pt_walk_check_symbols(w);
+    CHECK_EQ(pt_walk_proc_symbol(w, 0, MAIN), 0);
+    CHECK_EQ(pt_walk_proc_symbol(w, 0, F), 0);
+    CHECK_EQ(pt_walk_proc_symbol(w, 0, BIG), 0); /* past the bitmap */
+    CHECK_EQ(pt_walk_proc_symbol(w, 0, F), 0);   /* again: no harm */
+    CHECK_EQ(pt_walk_proc_symbol(w, 1, G), 0);
+    transcript[0] = 0;
+    pt_event_t p0[] = {
+        E(1, PT_EV_CALL, MAIN, 0),
+        E(2, PT_EV_CALL, G, 0),          /* G is process 1's: counted */
+        E(3, PT_EV_RETURN, G, 0),        /* counted */
+        E(4, PT_EV_CALL, BIG, 0),
+        E(5, PT_EV_RETURN, BIG, 0),
+        E(6, PT_EV_LOST, 0xFFFFFFFFu, 0),/* a count, not an id */
+        E(7, PT_EV_FRAME, MAIN, 0),
+        E(7, PT_EV_FRAME, UINT32_MAX, 1),/* counted */
+        E(8, PT_EV_MARK, 0, 0),          /* id 0: the producer's unknown */
+        E(9, 200, H, 0),                 /* a bad kind: bad_events */
+        E(10, PT_EV_CCALL, H, 0),        /* counted */
+        E(11, PT_EV_CRETURN, H, 0),      /* counted */
+    };
+    CHECK_EQ(pt_walk_events(w, 1, p0, sizeof p0 / sizeof *p0), 0);
+    pt_event_t p1[] = {E(1, PT_EV_CALL, G, 0), E(2, PT_EV_CALL, F, 0) /* F is process 0's */};
+    CHECK_EQ(pt_walk_proc_events(w, 1, 1, p1, 2), 0);
+    CHECK_EQ(pt_walk_proc_symbol(w, 0, H), 0); /* announced late: from now on it is named */
+    pt_event_t h[] = {E(12, PT_EV_CALL, H, 0)};
+    CHECK_EQ(pt_walk_events(w, 1, h, 1), 0);
+    pt_walk_counters(w, &c);
+    CHECK_EQ(c.unannounced, 6);
+    CHECK_EQ(c.bad_events, 1);
+    CHECK_EQ(pt_walk_thread(w, 1, &rc)->unannounced, 5);
+    CHECK_EQ(pt_walk_proc_thread(w, 1, 1, &rc)->unannounced, 1);
+    /* still walked: the unannounced ids entered and left like any */
+    CHECKF(!strcmp(transcript, "+main@1 +g@2 -g@3 +x@4 -x@5 gap4294967295@6 +x/r@7 +h@10 -h@11 +g@1 +f@2 +h@12"),
+           "\n got  %s", transcript);
+    pt_walk_destroy(w);
+}
+
 int main(void)
 {
+    test_unannounced();
     test_frames();
     test_processes();
     test_missed_and_unmatched();

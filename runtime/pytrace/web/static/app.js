@@ -368,9 +368,13 @@
     if (unrecorded) parts.push("INCOMPLETE: " + fmtCount(unrecorded) + " events not recorded (the recorder's disk was full)");
     if (s.folded_calls) parts.push(fmtCount(s.folded_calls) + " calls folded into [other] (tree budget " +
                                    Math.round((s.tree_budget || 0) / 1048576) + " MiB)");
+    // events naming a symbol the stream never announced: damage (losses.unannounced_text's words)
+    const unannounced = s.unannounced || 0;
+    if (unannounced) parts.push("DAMAGE: " + fmtCount(unannounced) + " event" + (unannounced === 1 ? " names" : "s name") +
+                                " symbols never announced: shown as <unknown #id>");
     el.textContent = parts.join(" \u00b7 ");
     el.classList.toggle("bad", !!state.error || !!s.error || !!s.damage || (s.dropped || 0) > 0 ||
-                        (s.missed_in_hub || 0) > 0 || past > 0 || unrecorded > 0);
+                        (s.missed_in_hub || 0) > 0 || past > 0 || unrecorded > 0 || unannounced > 0);
     $("title").textContent = (s.pid ? "pid " + s.pid + "  " : "") + (s.command || DATA.title || "");
     // the tab names the job (its first process), whichever process the page shows
     const job = state.job || {};
