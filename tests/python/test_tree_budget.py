@@ -54,19 +54,41 @@ def _job_file(tmp_path):
     return str(path)
 
 
-def _wait_peak(proc, timeout):
-    """Wait for proc to exit: (exit code, peak RSS in bytes) from wait4."""
-    deadline = time.monotonic() + timeout
-    while True:
-        pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            proc.returncode = os.waitstatus_to_exitcode(status)
-            return proc.returncode, ru.ru_maxrss * 1024
-        if time.monotonic() > deadline:
-            proc.kill()
-            os.wait4(proc.pid, 0)
-            pytest.fail("%s did not end within %ss" % (proc.args, timeout))
-        time.sleep(0.05)
+# Linux keeps a process's peak RSS across exec: a child forked from pytest (hundreds of MiB
+# after a long run) reports pytest's peak as its own from wait4. The measured program is
+# therefore forked from this small wrapper, whose wait4 gives the program's own peak.
+_MEASURE = r"""
+import os, signal, sys
+pid = os.fork()
+if pid == 0:
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)   # as subprocess gives a program
+    os.execv(sys.argv[2], sys.argv[2:])
+_, status, ru = os.wait4(pid, 0)
+with open(sys.argv[1], "w") as f:
+    f.write(str(ru.ru_maxrss))
+sys.exit(os.waitstatus_to_exitcode(status) & 0xff)
+"""
+
+
+def _measured(args, peak_file, **kw):
+    """Popen of args under the peak-RSS wrapper."""
+    return subprocess.Popen([sys.executable, "-c", _MEASURE, str(peak_file)] + list(args),
+                            **kw)
+
+
+def _wait_peak(proc, peak_file, timeout):
+    """Wait for proc (from _measured) to exit: (exit code, the program's peak RSS in bytes)."""
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        with open("/proc/%d/task/%d/children" % (proc.pid, proc.pid)) as f:
+            for child in f.read().split():
+                os.kill(int(child), 9)
+        proc.kill()
+        proc.wait()
+        pytest.fail("%s did not end within %ss" % (proc.args, timeout))
+    with open(peak_file) as f:
+        return proc.returncode, int(f.read()) * 1024
 
 
 def _generated_calls(functions):
@@ -84,15 +106,21 @@ def test_top_once_json_never_repeating_paths_within_budget(tmp_path):
                                              [_job_file(tmp_path), "5", count_file],
                                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     assert segment, job.stderr.read()
-    top = subprocess.Popen([TOP, segment, "--once", "--json", "--duration", "120", "--tree-budget",
-                            str(BUDGET_MIB)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    time.sleep(0.5)
+    peak_file = tmp_path / "top.peak"
+    top = _measured([TOP, segment, "--once", "--json", "--duration", "120", "--tree-budget",
+                     str(BUDGET_MIB)], peak_file, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # the job starts once pytrace-top holds its segment (it reads it from the first event)
+    from pytrace import _pytrace
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not [s for s in _pytrace.list_segments()
+                                               if s["name"] == segment and s["consumer_pid"]]:
+        time.sleep(0.02)
     os.close(wait_w)
     out = []
     import threading
     t = threading.Thread(target=lambda: out.append(top.stdout.read()))
     t.start()
-    rc, peak = _wait_peak(top, 150)
+    rc, peak = _wait_peak(top, peak_file, 150)
     t.join()
     job.wait(30)
     assert rc == 0, (top.stderr.read(), job.stderr.read())
@@ -125,13 +153,14 @@ def test_html_export_never_repeating_paths_within_budget(paths_recording, tmp_pa
     budget + the margin, the folded calls said on stderr and in the report's status."""
     rec, _made = paths_recording
     out = str(tmp_path / "paths.html")
-    exp = subprocess.Popen([PY, "-m", "pytrace", "export", rec, "--format", "html", "-o", out, "--tree-budget",
-                            str(BUDGET_MIB)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    peak_file = tmp_path / "export.peak"
+    exp = _measured([PY, "-m", "pytrace", "export", rec, "--format", "html", "-o", out, "--tree-budget",
+                     str(BUDGET_MIB)], peak_file, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     err = []
     import threading
     t = threading.Thread(target=lambda: err.append(exp.stderr.read()))
     t.start()
-    rc, peak = _wait_peak(exp, 300)
+    rc, peak = _wait_peak(exp, peak_file, 300)
     t.join()
     assert rc == 0, err
     assert peak < (BUDGET_MIB + MARGIN_MIB) * MIB, "the export peaked at %.1f MiB" % (peak / MIB)
