@@ -128,6 +128,16 @@ def test_export_refuses_to_write_past_max_size(deep_recording, tmp_path, fmt):
     assert out.stat().st_size > 20 << 10
 
 
+def test_sizes_are_said_in_digits_never_an_exponent(deep_recording, tmp_path):
+    """A size of 1000 units or more is said in digits: --max-size 1000K said "larger than
+    1e+03 KiB" (and the viewer warning "1.02e+03 MiB" for a 1017 MiB chrome file)."""
+    out = tmp_path / "out.json"
+    r = _export(deep_recording, "chrome", out, "--max-size", "1000K", "--max-depth", "0")
+    assert r.returncode == 1, r.stderr          # its chrome export is over 1000 KiB
+    assert "larger than 1000 KiB;" in r.stderr, r.stderr
+    assert "e+0" not in r.stderr, r.stderr
+
+
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
                     reason="needs root and unshare to mount a small tmpfs")
 @pytest.mark.parametrize("fmt", ["chrome", "speedscope", "html"])

@@ -78,7 +78,8 @@ class OutputTooLarge(ValueError):
 def _size_text(n):
     for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= size:
-            return "%.3g %s" % (n / size, unit)
+            # 3 digits, never an exponent: 1017 MiB (was "1.02e+03 MiB"), 1000 KiB, 1.5 GiB
+            return ("%.3g %s" if n < 1000 * size else "%.0f %s") % (n / size, unit)
     return "%d bytes" % n
 
 
