@@ -273,6 +273,21 @@ def test_timeline_formats_take_a_time_range_and_a_min_duration(tmp_path, fmt):
     assert "pytrace export: 83 calls left out (--from, --to)" in r.stderr, r.stderr
 
 
+def test_a_range_past_the_recording_says_how_long_the_recording_is(tmp_path):
+    """--from past the recording's end leaves out every call: stderr says so and gives the
+    recording's span (it said only "N calls left out", and the output was empty)."""
+    rec = tmp_path / "timed.pytrace"
+    _timed_recording(rec)
+    out = tmp_path / "out.json"
+    r = _export(rec, "chrome", out, "--from", "100")
+    assert r.returncode == 0, r.stderr
+    assert _names_per_format(out, "chrome") == []
+    m = re.search(r"pytrace export: 102 calls left out \(--from\); the recording spans (\d+\.\d{3}) s", r.stderr)
+    assert m and 0 < float(m.group(1)) < 100, r.stderr
+    r = _export(rec, "chrome", out, "--min-duration", "1ms")       # no range: no span said
+    assert "calls left out (--min-duration 1ms)\n" in r.stderr, r.stderr
+
+
 def test_time_options_are_refused_for_other_formats(tmp_path):
     rec = tmp_path / "timed.pytrace"
     _timed_recording(rec)
