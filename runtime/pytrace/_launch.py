@@ -277,18 +277,24 @@ def start_job(interp, flags, options, program, timeout=30.0, subprocesses=None, 
 
 def stop_job(job):
     """Stop a job we started (record, top, web): SIGINT as a terminal's Ctrl-C would, then
-    SIGTERM, then SIGKILL, each after a grace."""
+    SIGTERM, then SIGKILL, each after a grace. -> None where SIGINT was enough (or the job
+    had ended), else one line for the user: which signal ended it and what that leaves."""
     import signal
     import subprocess
     for sig, grace in ((signal.SIGINT, 5.0), (signal.SIGTERM, 3.0), (signal.SIGKILL, 3.0)):
         if job.poll() is not None:
-            return
+            break
         job.send_signal(sig)
         try:
             job.wait(timeout=grace)
-            return
         except subprocess.TimeoutExpired:
             continue
+        if sig == signal.SIGINT:
+            return None
+        return ("the program did not end within 5 s of SIGINT (Ctrl-C); %s ended it, before its "
+                "tracing could finish: its segment may be left in /dev/shm (pytrace ls --collect "
+                "removes it)" % signal.Signals(sig).name)
+    return None
 
 
 def read_segment(fd, timeout):

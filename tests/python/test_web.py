@@ -110,6 +110,28 @@ def _status(url):
         return e.code
 
 
+def test_web_says_so_when_its_job_would_not_stop_on_ctrl_c(tmp_path):
+    """Ctrl-C stops `pytrace web -- job`: a job that does not end on SIGINT gets SIGTERM
+    after 5 s, which ends it before its tracing can finish (its segment stays in /dev/shm).
+    The server said nothing of it; now one line names the signal and what it leaves."""
+    job = tmp_path / "stubborn.py"
+    job.write_text("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                   "def wait():\n    time.sleep(0.05)\n"
+                   "for _ in range(2400):\n    wait()\n")
+    srv = WebServer(tmp_path, ["--", PY, str(job)])
+    log = srv.stop()
+    assert srv.proc.returncode == 128 + signal.SIGTERM, log
+    said = [l for l in log.splitlines() if "did not end within 5 s of SIGINT" in l]
+    assert said == ["pytrace web: the program did not end within 5 s of SIGINT (Ctrl-C); SIGTERM ended it, "
+                    "before its tracing could finish: its segment may be left in /dev/shm "
+                    "(pytrace ls --collect removes it)"], log
+    seg = log.split("tracing pid ", 1)[1].split(" into /", 1)[1].split(";", 1)[0]
+    try:                                         # the stale segment the test made
+        os.unlink(os.path.join("/dev/shm", seg))
+    except FileNotFoundError:
+        pass
+
+
 def test_web_refuses_requests_without_the_token(tmp_path):
     rec = _record(tmp_path, "threads.py")
     srv = WebServer(tmp_path, ["--file", str(rec)])
