@@ -277,18 +277,24 @@ def start_job(interp, flags, options, program, timeout=30.0, subprocesses=None, 
 
 def stop_job(job):
     """Stop a job we started (record, top, web): SIGINT as a terminal's Ctrl-C would, then
-    SIGTERM, then SIGKILL, each after a grace."""
+    SIGTERM, then SIGKILL, each after a grace. -> None where SIGINT was enough (or the job
+    had ended), else one line for the user: which signal ended it and what that leaves."""
     import signal
     import subprocess
     for sig, grace in ((signal.SIGINT, 5.0), (signal.SIGTERM, 3.0), (signal.SIGKILL, 3.0)):
         if job.poll() is not None:
-            return
+            break
         job.send_signal(sig)
         try:
             job.wait(timeout=grace)
-            return
         except subprocess.TimeoutExpired:
             continue
+        if sig == signal.SIGINT:
+            return None
+        return ("the program did not end within 5 s of SIGINT (Ctrl-C); %s ended it, before its "
+                "tracing could finish: its segment may be left in /dev/shm (pytrace ls --collect "
+                "removes it)" % signal.Signals(sig).name)
+    return None
 
 
 def read_segment(fd, timeout):
@@ -687,12 +693,27 @@ def _shell_quote(word):
     return "'" + word.replace("'", "'\"'\"'") + "'"
 
 
+def _python_word():
+    """How the advice at exit names this interpreter: `python` where that word on PATH is
+    it (the same file in the same folder: a venv's python is not its base's), else its path
+    (`python` could be another version, or another venv's, than the one that ran the
+    program: a console script's shebang). Only os: see stop_at_exit."""
+    exe = sys.executable or "python"
+    for d in os.environ.get("PATH", "").split(os.pathsep):
+        p = os.path.join(d or ".", "python")
+        if os.path.isfile(p) and os.access(p, os.X_OK):
+            same = (os.path.dirname(os.path.abspath(p)) == os.path.dirname(os.path.abspath(exe))
+                    and os.path.realpath(p) == os.path.realpath(exe))
+            return "python" if same else exe
+    return exe
+
+
 def _summary(c, program_words):
     line = "%d events written, %d dropped" % (c.get("events_written", 0), c.get("events_dropped", 0))
     if c.get("events_dropped"):
         line += ("; a ring was full (no reader, or one that fell behind). To keep every "
-                 "event, record instead: pytrace record -o out.pytrace -- python %s"
-                 % " ".join(_shell_quote(w) for w in program_words))
+                 "event, record instead: pytrace record -o out.pytrace -- %s %s"
+                 % (_shell_quote(_python_word()), " ".join(_shell_quote(w) for w in program_words)))
     _say(line)
     losses = _losses()
     other = losses["describe"](c, losses["OTHER_LOSSES"])

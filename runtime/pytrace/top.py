@@ -245,7 +245,9 @@ def main(argv=None):
         except subprocess.TimeoutExpired:
             pass
     if job.poll() is None:
-        _launch.stop_job(job)
+        note = _launch.stop_job(job)
+        if note:
+            _say(note)
     rc = job.wait()
     if hub is not None:
         try:

@@ -224,6 +224,28 @@ def test_run_says_at_exit_what_was_written_and_dropped(tmp_path):
     assert "RuntimeWarning" not in r.stderr
 
 
+def test_run_advice_at_exit_names_the_interpreter_that_ran_the_program(tmp_path):
+    """The "record instead" advice names the interpreter that ran the program: `python`
+    on PATH may be another one (another version, another venv, a console script's
+    shebang), and the advice said `python` whatever it was."""
+    (tmp_path / "busy.py").write_text("def f(n):\n    return n if n < 2 else f(n-1) + f(n-2)\n"
+                                      "f(24)\n")
+    other = tmp_path / "other-bin"
+    other.mkdir()
+    (other / "python").write_text("#!/bin/sh\necho another python\n")
+    (other / "python").chmod(0o755)
+    env = dict(os.environ, PATH=str(other) + os.pathsep + os.environ.get("PATH", ""))
+    r = subprocess.run([PY, "-m", "pytrace", "run", "busy.py"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    m = re.search(r"pytrace record -o out.pytrace -- (\S+) busy.py$", r.stderr, re.M)
+    assert m, r.stderr
+    # the advice's interpreter, looked up as a shell would with this PATH, is the one that ran
+    ran = subprocess.run([m.group(1), "-c", "import sys; print(sys.prefix)"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert ran.stdout.strip() == sys.prefix, (m.group(1), ran.stdout, ran.stderr)
+
+
 def test_pytrace_top_version():
     """pytrace-top -V prints its version (it was rejected as an unknown option)."""
     import shutil

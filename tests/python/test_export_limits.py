@@ -128,6 +128,16 @@ def test_export_refuses_to_write_past_max_size(deep_recording, tmp_path, fmt):
     assert out.stat().st_size > 20 << 10
 
 
+def test_sizes_are_said_in_digits_never_an_exponent(deep_recording, tmp_path):
+    """A size of 1000 units or more is said in digits: --max-size 1000K said "larger than
+    1e+03 KiB" (and the viewer warning "1.02e+03 MiB" for a 1017 MiB chrome file)."""
+    out = tmp_path / "out.json"
+    r = _export(deep_recording, "chrome", out, "--max-size", "1000K", "--max-depth", "0")
+    assert r.returncode == 1, r.stderr          # its chrome export is over 1000 KiB
+    assert "larger than 1000 KiB;" in r.stderr, r.stderr
+    assert "e+0" not in r.stderr, r.stderr
+
+
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
                     reason="needs root and unshare to mount a small tmpfs")
 @pytest.mark.parametrize("fmt", ["chrome", "speedscope", "html"])
@@ -261,6 +271,21 @@ def test_timeline_formats_take_a_time_range_and_a_min_duration(tmp_path, fmt):
     assert r.returncode == 0, r.stderr
     assert _names_per_format(out, fmt) == ["main"] + ["short"] * 9 + ["tiny"] * 9
     assert "pytrace export: 83 calls left out (--from, --to)" in r.stderr, r.stderr
+
+
+def test_a_range_past_the_recording_says_how_long_the_recording_is(tmp_path):
+    """--from past the recording's end leaves out every call: stderr says so and gives the
+    recording's span (it said only "N calls left out", and the output was empty)."""
+    rec = tmp_path / "timed.pytrace"
+    _timed_recording(rec)
+    out = tmp_path / "out.json"
+    r = _export(rec, "chrome", out, "--from", "100")
+    assert r.returncode == 0, r.stderr
+    assert _names_per_format(out, "chrome") == []
+    m = re.search(r"pytrace export: 102 calls left out \(--from\); the recording spans (\d+\.\d{3}) s", r.stderr)
+    assert m and 0 < float(m.group(1)) < 100, r.stderr
+    r = _export(rec, "chrome", out, "--min-duration", "1ms")       # no range: no span said
+    assert "calls left out (--min-duration 1ms)\n" in r.stderr, r.stderr
 
 
 def test_time_options_are_refused_for_other_formats(tmp_path):

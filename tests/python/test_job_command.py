@@ -265,6 +265,33 @@ def test_top_file_with_pid_shows_that_process_of_the_recording(tmp_path):
     assert doc["functions"] == json.loads(theirs.stdout)["functions"]
 
 
+def test_top_file_json_pid_is_the_shown_process_of_a_multi_process_recording(tmp_path):
+    """`--once --json` of a recording of several processes: "pid" is the shown
+    process's (--pid CHILD: the child's; without --pid: the job's), as the text output
+    and the screen say. It was the pid of the last process read, whichever was shown."""
+    (tmp_path / "job.py").write_text(
+        "import os, sys\n"
+        "def work(n):\n    return sum(range(n))\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n    work(100)\n    os._exit(0)\n"
+        "os.waitpid(pid, 0)\nprint(os.getpid(), pid, flush=True)\n")
+    rec = tmp_path / "f.pytrace"
+    r = _cli(tmp_path, "record", "-o", str(rec), "--", PY, "job.py")
+    assert r.returncode == 0, r.stderr
+    job, child = map(int, r.stdout.split())
+    for shown, args in ((job, []), (job, ["--pid", str(job)]), (child, ["--pid", str(child)])):
+        out = subprocess.run([find_top(), "--file", str(rec), "--once", "--json", *args],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        doc = json.loads(out.stdout)
+        assert sorted(p["pid"] for p in doc["processes"]) == sorted([job, child]), doc["processes"]
+        assert doc["pid"] == shown, (args, doc["pid"], job, child)
+        text = subprocess.run([find_top(), "--file", str(rec), "--once", *args],
+                              capture_output=True, text=True, timeout=60)
+        if args:
+            assert text.stdout.startswith("pid %d " % shown), text.stdout[:80]
+
+
 # ---- workers that end normally ---------------------------------------------------------------
 
 _WORKERS = """\

@@ -93,7 +93,7 @@ def _whole(srv, sid, window=10):
         code, body = _get(srv, session=sid, version=0, window=window)
         assert code == 200, body
         d = json.loads(body)
-        if d["status"]["state"] in ("exited", "dead") and d["rows"]:
+        if d["status"]["state"] in ("exited", "died") and d["rows"]:
             return d
         assert time.monotonic() < deadline, d["status"]
         time.sleep(0.3)
@@ -260,7 +260,7 @@ def test_dropped_is_one_count_with_its_cause_in_web_and_top(tmp_path):
         deadline = time.monotonic() + 120
         while True:
             st = json.loads(_get(srv, session="s", version=0, window=0)[1])["status"]
-            if st["state"] in ("exited", "dead"):
+            if st["state"] in ("exited", "died"):
                 break
             assert time.monotonic() < deadline, st
             time.sleep(0.3)

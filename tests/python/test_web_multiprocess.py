@@ -196,6 +196,40 @@ def test_html_report_holds_every_process(pool, tmp_path, browser):
     assert not (tmp_path / "none.html").exists()
 
 
+def test_html_report_names_each_process_and_says_how_it_ended(pool, tmp_path, browser):
+    """The report's process chooser names the job by its command (it said the recording's
+    file name) and each process with its state, and the status line of each process says
+    how it ended as pytrace-top does: the job "exited", the workers of a `with Pool` (its
+    __exit__ terminates them: SIGTERM) "died". The report said "recording" for every one."""
+    from pytrace import Profile
+    rec, job_pid, ran = pool
+    entries = Profile.from_recording(str(rec)).processes()
+    states = {e.pid: e.state for e in entries}
+    commands = {e.pid: e.command_line for e in entries}
+    assert states[job_pid] == "exited" and {states[p] for p in ran} == {"died"}, states
+    html = tmp_path / "states.html"
+    r = subprocess.run([PY, "-m", "pytrace", "export", str(rec), "--format", "html", "-o", str(html)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    errors = []
+    context, page = _page(browser, errors)
+    page.goto("file://" + str(html))
+    _wait(page, "window.pytrace && pytrace.state.rows.size > 0")
+    options = page.evaluate("""() => [...document.querySelectorAll('#process option')].map(
+        o => [o.value, o.textContent])""")
+    assert set(states) == {int(text.split()[1]) for _v, text in options}, (states, options)
+    for value, text in options:
+        pid = int(text.split()[1])
+        assert text.startswith("pid %d  %s" % (pid, commands[pid][:20])), (text, commands[pid])
+        assert text.endswith("(%s)" % states[pid]), (text, states[pid])
+        page.select_option("#process", value)
+        _wait(page, "pytrace.state.status.pid === %d" % pid)
+        status = page.inner_text("#status").split(" \u00b7 ")
+        assert status[:2] == ["recording", states[pid]], (pid, status)
+    assert errors == []
+    context.close()
+
+
 def _api(srv, process, session):
     url = srv.base + "api/update?token=%s&session=%s&version=0&thread=0&window=0&process=%d" % (
         srv.token, session, process)

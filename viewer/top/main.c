@@ -1014,7 +1014,7 @@ static void Headless_json(App *app, const Options *o)
     Text_json(pi->command_line.ptr, a, sizeof a);
     Text_json(pi->segment.ptr, b, sizeof b);
     printf("{\n  \"pid\": %llu,\n  \"segment\": \"%s\",\n  \"command\": \"%s\",\n  \"state\": \"%s\",\n",
-           (unsigned long long)app->stats.pid, b, a, App_stateName(app));
+           (unsigned long long)(pt_aggset_count(app->set) > 1 ? pi->pid : app->stats.pid), b, a, App_stateName(app));
     printf("  \"events_read\": %llu,\n  \"events_seen\": %llu,\n  \"events_per_second\": %.1f,\n"
            "  \"events_dropped\": %llu,\n  \"span_ns\": %llu,\n  \"window_seconds\": %g,\n  \"thread\": %llu,\n",
            (unsigned long long)app->stats.events_read, (unsigned long long)app->counters.events_seen,

@@ -78,7 +78,8 @@ class OutputTooLarge(ValueError):
 def _size_text(n):
     for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= size:
-            return "%.3g %s" % (n / size, unit)
+            # 3 digits, never an exponent: 1017 MiB (was "1.02e+03 MiB"), 1000 KiB, 1.5 GiB
+            return ("%.3g %s" if n < 1000 * size else "%.0f %s") % (n / size, unit)
     return "%d bytes" % n
 
 
@@ -504,9 +505,12 @@ def main(argv=None):
         walker.events, walker.threads, walker.symbols, where, fmt), file=sys.stderr)
     left_out = getattr(walker, "calls_left_out", 0)
     if left_out:
-        print("pytrace export: %d calls left out (%s)" % (left_out, ", ".join(
+        # with a range, the recording's own span: a --from past its end leaves out every call
+        span = getattr(walker, "span_ns", 0)
+        print("pytrace export: %d calls left out (%s)%s" % (left_out, ", ".join(
             x for x in ("--from" if start else "", "--to" if end else "",
-                        "--min-duration %s" % args.min_duration if min_duration else "") if x)),
+                        "--min-duration %s" % args.min_duration if min_duration else "") if x),
+            "; the recording spans %.3f s" % (span / 1e9) if span and (start or end) else ""),
               file=sys.stderr)
     if getattr(walker, "stacks_folded", 0):
         print("pytrace export: %d stacks deeper than %d frames (the deepest: %d) were cut at %d, what ran "

@@ -340,7 +340,9 @@ def main(argv=None):
         others.stop()
         app.close()
         if job is not None and job.poll() is None:
-            _launch.stop_job(job)
+            note = _launch.stop_job(job)
+            if note:
+                _say(note)
         if job is not None:
             rc = job.wait()
             code = rc if rc >= 0 else 128 - rc

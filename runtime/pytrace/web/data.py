@@ -17,7 +17,8 @@ import secrets
 import threading
 import time
 
-STATE_NAMES = {0: "starting", 1: "running", 2: "stopped", 3: "exited", 4: "dead"}
+# the words pytrace-top and Profile.processes() use (a process that vanished "died")
+STATE_NAMES = {0: "starting", 1: "running", 2: "stopped", 3: "exited", 4: "died"}
 
 
 class PathKeys:
@@ -172,7 +173,8 @@ def report_data(prof, title, timeline_cells=1500, min_fraction=MIN_FRACTION, pro
         name = title if e.index == 0 else (e.command_line or "pid %d" % e.pid)
         procs[str(e.index)] = _process_report(ProcessView(agg, e.index), name, timeline_cells, min_fraction,
                                               len(entries))
-        shown.append([e.index, e.pid, name])
+        # the chooser names each process by its command and state (the job too, not the file's name)
+        shown.append([e.index, e.pid, "%s (%s)" % (e.command_line or "pid %d" % e.pid, e.state)])
     first = procs[str(shown[0][0])] if shown else _process_report(ProcessView(agg, 0), title, timeline_cells,
                                                                    min_fraction, 1)
     out = {"report": True, "title": title}

@@ -354,7 +354,11 @@
       parts.push(s.state || "connecting", fmtCount(s.events_per_second || 0) + " events/s");
       if (state.paused) parts.unshift("PAUSED");
     } else {
-      parts.push("recording", fmtNs(s.span_ns || 0));
+      // how the process ended (a worker killed by a signal: died); a recording cut short says
+      // nothing here (its damage line says it), never "running"
+      parts.push("recording");
+      if (["exited", "died", "stopped"].includes(s.state)) parts.push(s.state);
+      parts.push(fmtNs(s.span_ns || 0));
     }
     parts.push(fmtCount(s.events || 0) + " events",
                "dropped " + (s.dropped || 0) + (s.dropped && s.dropped_cause ? " (" + s.dropped_cause + ")" : ""));
@@ -412,7 +416,10 @@
     for (const [key, pid, title] of state.processes) {
       const o = document.createElement("option");
       o.value = String(key);
-      o.textContent = "pid " + pid + "  " + String(title).replace(/\s+/g, " ").slice(0, 40);
+      const t = String(title).replace(/\s+/g, " ");
+      // a report's title ends with the process's state: keep it when the command is cut
+      const st = LIVE ? null : t.match(/ \((exited|died|stopped|running|\?)\)$/);
+      o.textContent = "pid " + pid + "  " + (st && t.length > 40 ? t.slice(0, 40 - st[0].length) + "\u2026" + st[0] : t.slice(0, 40));
       sel.appendChild(o);
     }
     sel.value = want.includes(cur) ? cur : want[0] || "0";
