@@ -385,3 +385,55 @@ def test_dump_of_a_process_in_a_chroot(tmp_path):
         out, _ = proc.communicate("go\n", timeout=120)
         os.unlink(inside)
     assert out == "finished\n"
+
+
+# A root of root's (every directory down to the interpreter root's, as dump checked), whose
+# interpreter finds its standard library in a folder another user owns (lib/ beside its
+# bin/): the user puts Python source there (as itself, inside) once its process runs, and root's dump, which
+# runs that interpreter chrooted, ran it as root. Built in a private mount namespace, on a
+# small tmpfs, from the Debian root's /usr and /etc (read-only).
+_LIB_ROOT = r"""
+set -eu
+R=$1; OU=$2; PY=$3; SID=$4
+mount -t tmpfs -o size=8m,mode=755 pytrace-test $R
+mkdir -p $R/usr $R/etc $R/tmp $R/proc $R/opt/py/bin $R/opt/py/lib
+chmod 1777 $R/tmp
+mount --bind $SID/usr $R/usr; mount -o remount,bind,ro $R/usr
+mount --bind $SID/etc $R/etc; mount -o remount,bind,ro $R/etc
+ln -s usr/lib $R/lib; ln -s usr/lib64 $R/lib64; ln -s usr/bin $R/bin
+touch $R/opt/py/bin/python3.14
+mount --bind $SID/usr/bin/python3.14 $R/opt/py/bin/python3.14
+mount -t proc proc $R/proc
+chown $OU $R/opt/py/lib
+ln -s /usr/lib/python3.14 $R/opt/py/lib/python3.14
+chroot --userspec=$OU:$OU $R /opt/py/bin/python3.14 -c "import sys, time; print(sys.prefix, flush=True); time.sleep(60)" > $R/tmp/out &
+JOB=$!
+trap 'kill $JOB 2>/dev/null' EXIT
+for i in $(seq 100); do [ -s $R/tmp/out ] && break; sleep 0.1; done
+TARGET=$(pgrep -P $JOB || echo $JOB)
+chroot --userspec=$OU:$OU $R /bin/sh -c "
+  rm /opt/py/lib/python3.14; mkdir -p /opt/py/lib/python3.14/encodings
+  touch /opt/py/lib/python3.14/os.py
+  echo 'import posix; posix.close(posix.open(\"/tmp/ran-as-%d\" % posix.getuid(), posix.O_WRONLY | posix.O_CREAT, 0o644))' > /opt/py/lib/python3.14/encodings/__init__.py"
+echo "prefix $(cat $R/tmp/out)"
+timeout 60 $PY -m pytrace dump $TARGET && echo "dump rc 0" || echo "dump rc $?"
+echo "ran: $(ls $R/tmp | grep ran-as- || true)"
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/opt/pytrace-sid/usr/bin/python3.14")
+                    or shutil.which("unshare") is None or shutil.which("setpriv") is None,
+                    reason="needs root, unshare, setpriv and the Debian root's python3.14")
+def test_root_dump_runs_no_python_source_of_another_user_in_a_chroot(other_uid, tmp_path):  # noqa: F811
+    """The chroot's directories down to its interpreter are root's, but the standard
+    library the interpreter finds (/opt/py/lib/python3.14, beside its bin/) is in a folder
+    the process's user owns: root must refuse to run that interpreter, and say why."""
+    root = tmp_path / "root"
+    root.mkdir()
+    r = subprocess.run(["unshare", "-m", "--propagation", "private", "bash", "-c", _LIB_ROOT, "lib-root",
+                        str(root), str(other_uid), PY, "/opt/pytrace-sid"],
+                       capture_output=True, text=True, timeout=120)
+    assert "prefix /opt/py\n" in r.stdout, (r.stdout, r.stderr)     # it ran from that library
+    assert "ran: \n" in r.stdout, (r.stdout, r.stderr)              # nothing of the user's ran
+    assert "dump rc 1" in r.stdout, (r.stdout, r.stderr)
+    assert "not root's alone" in r.stderr and "standard library" in r.stderr, r.stderr
