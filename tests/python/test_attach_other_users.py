@@ -437,3 +437,77 @@ def test_root_dump_runs_no_python_source_of_another_user_in_a_chroot(other_uid, 
     assert "ran: \n" in r.stdout, (r.stdout, r.stderr)              # nothing of the user's ran
     assert "dump rc 1" in r.stdout, (r.stdout, r.stderr)
     assert "not root's alone" in r.stderr and "standard library" in r.stderr, r.stderr
+
+
+# The other user's process, chrooted (in a user namespace of its own, where it may) into
+# the Debian root, all of it root's, keeping an fd of a directory of its own (fd 9): told
+# to, it moves its root there. That directory has /usr/bin/python3.14 too, a script of
+# the user's that leaves a file behind, owned by whoever ran it.
+_FLIPPER = """
+import os, sys
+print("ready", flush=True)
+sys.stdin.readline()
+os.fchdir(9)
+os.chroot(".")
+print("flipped", flush=True)
+sys.stdin.readline()
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/opt/pytrace-sid/usr/bin/python3.14")
+                    or shutil.which("unshare") is None or shutil.which("setpriv") is None,
+                    reason="needs root, unshare, setpriv and the Debian root's python3.14")
+def test_root_dump_enters_the_root_it_checked(other_uid, monkeypatch):  # noqa: F811
+    """Between dump's check of the process's root and its chroot into /proc/PID/root, the
+    process moves its root to a directory of its user's: root must run the interpreter of
+    the root it checked (pinned by an fd), never one of that user's."""
+    import tempfile
+    from pytrace import dump
+    sid = "/opt/pytrace-sid"
+    if subprocess.run(["setpriv", "--reuid=%d" % other_uid, "--regid=%d" % other_uid, "--clear-groups",
+                       "unshare", "-r", "true"], capture_output=True, timeout=30).returncode != 0:
+        pytest.skip("no unprivileged user namespaces here")
+    evil = tempfile.mkdtemp(prefix="pytrace-test-flip-", dir="/tmp")
+    proc = None
+    try:
+        for path in ("usr/bin", "usr/lib/x86_64-linux-gnu", "lib64"):
+            os.makedirs(os.path.join(evil, path))
+        shutil.copy(sid + "/usr/bin/dash", evil + "/usr/bin/dash")
+        shutil.copy(sid + "/usr/lib/x86_64-linux-gnu/libc.so.6", evil + "/usr/lib/x86_64-linux-gnu/")
+        shutil.copy(os.path.realpath(sid + "/usr/lib64/ld-linux-x86-64.so.2"), evil + "/lib64/")
+        with open(evil + "/usr/bin/python3.14", "w") as f:
+            f.write("#!/usr/bin/dash\necho > /ran\n")
+        os.chmod(evil + "/usr/bin/python3.14", 0o755)
+        for dirpath, dirnames, filenames in os.walk(evil):
+            for name in [dirpath] + [os.path.join(dirpath, n) for n in filenames]:
+                os.chown(name, other_uid, other_uid)
+        os.chmod(evil, 0o755)
+        proc = subprocess.Popen(["setpriv", "--reuid=%d" % other_uid, "--regid=%d" % other_uid,
+                                 "--clear-groups", "unshare", "-r", "bash", "-c",
+                                 'exec 9<"$1"; exec chroot "$2" /usr/bin/python3.14 -c "$3"', "flip",
+                                 evil, sid, _FLIPPER],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, cwd="/")
+        assert proc.stdout.readline() == "ready\n", proc.stderr.read()
+        checked = dump._trusted_root
+        flipped = []
+
+        def check_then_flip(*args):
+            ok = checked(*args)
+            if not flipped:
+                proc.stdin.write("flip\n")
+                proc.stdin.flush()
+                flipped.append(proc.stdout.readline())
+            return ok
+
+        monkeypatch.setattr(dump, "_trusted_root", check_then_flip)
+        assert os.readlink("/proc/%d/root" % proc.pid) == sid
+        dump.main([str(proc.pid)])
+        assert flipped == ["flipped\n"], flipped
+        assert os.readlink("/proc/%d/root" % proc.pid) == evil     # it did move
+        assert not os.path.exists(evil + "/ran"), "root ran the other user's program"
+    finally:
+        if proc is not None:
+            proc.kill()
+            proc.wait(timeout=30)
+        shutil.rmtree(evil)
