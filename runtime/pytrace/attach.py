@@ -716,7 +716,7 @@ def _give_up(target, folder, always_keep=False):
 def _parse_result(text):
     try:
         result = ast.literal_eval(text)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):   # {[]: 1}: TypeError
         result = None
     if not isinstance(result, dict):
         from .cmdline import printable

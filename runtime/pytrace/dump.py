@@ -324,7 +324,7 @@ def _run_unwinder(target, exe, shown, preexec):
     lines = r.stdout.strip().splitlines()
     try:
         answer = ast.literal_eval(lines[-1]) if lines else None
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         answer = None
     if not (isinstance(answer, tuple) and len(answer) >= 2 and answer[0] in ("ok", "error")):
         said = (r.stderr.strip().splitlines() or ["exit status %d" % r.returncode])[-1]

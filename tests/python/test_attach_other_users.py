@@ -59,6 +59,20 @@ PLANTER = """
                         os.write(fd, b"{'status': 'ok', ")
                         planted.append(fd)
                         continue
+                    if how == "result-unhashable":
+                        # an answer that is a literal but no dict a set can hold: {[]: 1}
+                        # (root gives the FIFO to this user, and opens its reading end,
+                        # a moment after the directory appears)
+                        for _ in range(2000):
+                            try:
+                                fd = os.open(os.path.join(folder, "result"), os.O_WRONLY | os.O_NONBLOCK)
+                                break
+                            except OSError:
+                                time.sleep(0.001)
+                        os.write(fd, b"{[]: 1}")
+                        os.close(fd)
+                        planted.append(name)
+                        continue
                     if how == "cancelled-symlink":
                         os.symlink(secret, os.path.join(folder, "cancelled"))
                     else:
@@ -94,14 +108,16 @@ def secret(tmp_path):
 
 @NEEDS_314
 @NEEDS_ROOT
-@pytest.mark.parametrize("how", ["cancelled-symlink", "result-fifo", "result-symlink", "result-held-open"])
+@pytest.mark.parametrize("how", ["cancelled-symlink", "result-fifo", "result-symlink", "result-held-open",
+                                 "result-unhashable"])
 def test_root_attach_follows_no_file_the_other_user_plants(other_uid, secret, how):  # noqa: F811
     """A symlink as `cancelled` (root wrote it at the timeout: the file was truncated), a
     FIFO as `result` (root's read hung past its --timeout), a symlink as `result` (root
     printed the file): the directory is root's, the other user can plant nothing in it,
     root's file stays whole and unread, and root's attach says its timeout in one line.
     The FIFO root made is the user's to write: half an answer held open past the timeout
-    still ends root's attach at its timeout."""
+    still ends root's attach at its timeout; an answer no dict can hold ({[]: 1}) is one
+    line of error."""
     proc = popen_other(PLANTER, how, str(secret), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True)
     try:
@@ -114,6 +130,13 @@ def test_root_attach_follows_no_file_the_other_user_plants(other_uid, secret, ho
         proc.kill()
         proc.wait()
     assert secret.read_text() == SECRET, "root's file was changed through a planted link"
+    if how == "result-unhashable":
+        # the user's word about its own process, refused in one line (it was a TypeError
+        # traceback out of root's attach)
+        assert out == "planted 1\n", (out, err)
+        assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+        assert r.stderr.count("\n") == 1 and "unreadable result" in r.stderr, r.stderr
+        return
     assert "secret" not in r.stderr and "secret" not in r.stdout, r.stderr
     assert r.returncode == 1 and "did not run the attach code within 1.5 s" in r.stderr, r.stderr
     assert took < 15, "root's attach took %.1f s with a 1.5 s --timeout" % took
