@@ -202,3 +202,53 @@ def test_disk_full_during_record(tmp_path, job_code):
     with pytest.warns(RuntimeWarning, match="incomplete: No space left on device"):
         prof = pytrace.Profile.from_recording(str(kept))
     assert prof.counters()["unrecorded_events"] == said_events
+
+
+def _fsize_limited(limit):
+    def preexec():
+        import resource
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return preexec
+
+
+@pytest.mark.parametrize("err", [0xFFFFFFFF, 0x80000000, 0])
+def test_a_crafted_loss_slot_is_said_in_one_line_with_its_counts(tmp_path, err):
+    """The loss slot of an INCOMPLETE recording is the file's word: an errno no system has
+    (2**32-1, 2**31: os.strerror raised OverflowError, and export and Profile.from_recording
+    died with a traceback, exporting nothing), or none with counts (export said nothing
+    while Profile warned): every reader says the same counts, in one line, and keeps what
+    the file holds."""
+    import struct
+    import warnings
+    from pytrace.profile import Profile
+    rec = tmp_path / "rec.ptrace"
+    job = tmp_path / "job.py"
+    job.write_text(JOB)
+    # a real write failure: the file size limit (EFBIG) stops the writer at 200 kB
+    r = subprocess.run([PY, "-m", "pytrace", "record", "-o", str(rec), "--", PY, str(job), "0.6"],
+                       capture_output=True, text=True, timeout=120, preexec_fn=_fsize_limited(200000))
+    assert "is incomplete" in r.stderr, r.stderr
+    with RecordingReader(str(rec)) as reader:
+        for _ in reader.raw():
+            pass
+        lost = reader.unrecorded()
+    assert lost is not None and lost["errno"] == errno.EFBIG and lost["events"] > 0, lost
+    data = bytearray(rec.read_bytes())
+    slot = struct.pack("<QQI", lost["events"], lost["messages"], lost["errno"])
+    at = data.find(slot)
+    assert at > 0 and data.find(slot, at + 1) < 0
+    data[at + 16:at + 20] = struct.pack("<I", err)
+    rec.write_bytes(bytes(data))
+    said = "%d events in %d messages were read and not written" % (lost["events"], lost["messages"])
+
+    r = subprocess.run([PY, "-m", "pytrace", "export", "-f", "pstats", "-o", str(tmp_path / "out.pstats"),
+                        str(rec)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert (tmp_path / "out.pstats").stat().st_size > 0
+    lines = [line for line in r.stderr.splitlines() if "is incomplete" in line]
+    assert len(lines) == 1 and said in lines[0], r.stderr
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        prof = Profile.from_recording(str(rec))
+    assert [str(w.message) for w in caught if said in str(w.message)], [str(w.message) for w in caught]
+    assert prof.counters()["unrecorded_events"] == lost["events"]

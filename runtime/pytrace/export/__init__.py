@@ -544,7 +544,8 @@ def main(argv=None):
         lost = describe(walker.producer_status, OTHER_LOSSES)
         if lost:
             print("pytrace export: the traced job also lost: %s" % lost, file=sys.stderr)
-    if status is not None and getattr(status, "unrecorded_errno", 0):
+    if status is not None and any(getattr(status, k, 0) for k in ("unrecorded_errno", "unrecorded_events",
+                                                                  "unrecorded_messages")):
         from ..losses import unrecorded_text
         print("pytrace export: %s" % unrecorded_text(args.recording, status.unrecorded_events,
                                                      status.unrecorded_messages,
