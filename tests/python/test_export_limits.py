@@ -263,6 +263,21 @@ def test_timeline_formats_take_a_time_range_and_a_min_duration(tmp_path, fmt):
     assert "pytrace export: 83 calls left out (--from, --to)" in r.stderr, r.stderr
 
 
+
+@pytest.mark.parametrize("opt", [("--from", "inf"), ("--from", "1e308"), ("--to", "1e10"),
+                                 ("--min-duration", "1e400"), ("--max-size", "inf")])
+def test_absurd_times_and_sizes_are_refused_in_one_line(tmp_path, opt):
+    """A time past what nanoseconds in 64 bits hold (inf, 1e308, 1e10 s) became an
+    OverflowError traceback; an infinite --max-size too. One line, exit 2, no file."""
+    rec = tmp_path / "timed.pytrace"
+    _timed_recording(rec)
+    out = tmp_path / "out.json"
+    r = _export(rec, "chrome", out, *opt)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.count("\n") == 1 and opt[0] in r.stderr, r.stderr
+    assert not out.exists()
+
+
 def test_time_options_are_refused_for_other_formats(tmp_path):
     rec = tmp_path / "timed.pytrace"
     _timed_recording(rec)
