@@ -826,7 +826,7 @@ def start_options(c_calls=True, include=None, exclude=None, policy="drop", rings
 # ---- pytrace top PID ------------------------------------------------------------------
 
 _VIEW_VALUE_OPTIONS = ("--file", "--duration", "--window", "--thread", "--limit", "--sort",
-                       "--pid", "--policy", "--ring-size", "--include", "--exclude")
+                       "--pid", "--tree-budget", "--policy", "--ring-size", "--include", "--exclude")
 
 
 def _view_pid(argv):
