@@ -291,6 +291,10 @@ static PyObject *agg_counters(agg_obj_t *self, PyObject *args, PyObject *kw)
     SET(d, "threads_seen", U64(c.threads_seen));
     SET(d, "threads_active", U64(c.threads_active));
     SET(d, "hook_errors", U64(c.hook_errors));
+    SET(d, "symbols_dropped", U64(c.symbols_dropped));
+    SET(d, "threads_untraced", U64(c.threads_untraced));
+    SET(d, "events_untraced", U64(c.events_untraced));
+    SET(d, "tracing_displaced", U64(c.tracing_displaced));
     SET(d, "unrecorded_events", U64(c.unrecorded_events));
     SET(d, "symbols", U64(c.symbols));
     SET(d, "nodes", U64(c.nodes));

@@ -716,7 +716,7 @@ def _give_up(target, folder, always_keep=False):
 def _parse_result(text):
     try:
         result = ast.literal_eval(text)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):   # {[]: 1}: TypeError
         result = None
     if not isinstance(result, dict):
         from .cmdline import printable
@@ -826,7 +826,7 @@ def start_options(c_calls=True, include=None, exclude=None, policy="drop", rings
 # ---- pytrace top PID ------------------------------------------------------------------
 
 _VIEW_VALUE_OPTIONS = ("--file", "--duration", "--window", "--thread", "--limit", "--sort",
-                       "--pid", "--policy", "--ring-size", "--include", "--exclude")
+                       "--pid", "--tree-budget", "--policy", "--ring-size", "--include", "--exclude")
 
 
 def _view_pid(argv):

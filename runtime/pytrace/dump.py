@@ -25,6 +25,7 @@ Anything older than 3.14 and not traced gets one line saying so.
 """
 
 import ast
+import os
 import subprocess
 import sys
 import time
@@ -90,9 +91,10 @@ def _other_root(target):
         return "?"
 
 
-def _exe_inside(target, root):
+def _exe_inside(target, root, base):
     """The target's interpreter as a path inside its root (its /proc/PID/exe reads as a
-    path of ours, under root), checked to be that very file; None if it cannot be told."""
+    path of ours, under root), checked to be that very file in base (the root, pinned
+    by an fd: /proc/self/fd/N); None if it cannot be told."""
     import os
     exe = target.exe or ""
     if root in ("?", "/") or not exe.startswith(root.rstrip("/") + "/"):
@@ -100,38 +102,121 @@ def _exe_inside(target, root):
     inside = exe[len(root.rstrip("/")):]
     try:
         a = os.stat(target.proc + "/exe")
-        b = os.stat(target.proc + "/root" + inside)
+        b = os.stat(base + inside)
     except OSError:
         return None
     return inside if (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino) else None
 
 
-def _trusted_root(proc_root, inside):
-    """May root run inside's interpreter in that root? Root must never run a program (or a
-    library) another user chose: the root directory, every directory down to the
-    interpreter, the interpreter, and the library directories the loader searches must
-    each be root's and writable by no one else (then none of them can be swapped between
-    this check and the run)."""
+# Entries of the interpreter's standard library checked one by one: past this many, the
+# root is not taken to be root's alone (a stdlib has about 1,500).
+_TREE_MAX = 50000
+
+
+def _root_only(base, path, links=None):
+    """Walk path inside base (a root directory, pinned by an fd) one component at a
+    time, following symbolic links within base as the kernel does in a chroot: -> the
+    resolved path if every directory walked through and the entry itself belong to
+    root and no one else may write them; "" if it does not exist (then no one but root
+    can make it); None if something on the way is another user's."""
     import os
     import stat as st_
-    paths = ["/"]
-    parts = [p for p in inside.split("/") if p]
-    for i in range(1, len(parts) + 1):
-        paths.append("/" + "/".join(parts[:i]))
-    paths += ["/lib", "/lib64", "/usr", "/usr/lib", "/usr/lib64", "/etc"]
-    for path in paths:
-        try:
-            st = os.lstat(proc_root + path)
-        except FileNotFoundError:
+    links = [0] if links is None else links
+    todo = [p for p in path.split("/") if p]
+    cur = []
+    try:
+        st = os.lstat(base + "/")
+    except OSError:
+        return None
+    if st.st_uid != 0 or st.st_mode & 0o022:
+        return None
+    while todo:
+        name = todo.pop(0)
+        if name == ".":
             continue
+        if name == "..":
+            if cur:
+                cur.pop()
+            continue
+        here = "/" + "/".join(cur + [name])
+        try:
+            st = os.lstat(base + here)
+        except FileNotFoundError:
+            return ""
+        except NotADirectoryError:
+            return ""
         except OSError:
-            return False
-        if st_.S_ISLNK(st.st_mode):
-            try:            # /lib -> usr/lib (merged /usr): the link's target is checked too
-                st = os.stat(proc_root + path)
+            return None
+        if st_.S_ISLNK(st.st_mode):         # in a directory of root's: it stays what it is
+            links[0] += 1
+            try:
+                target = os.readlink(base + here)
             except OSError:
-                continue
+                return None
+            if links[0] > 40:
+                return None
+            if target.startswith("/"):
+                cur = []
+            todo = [p for p in target.split("/") if p] + todo
+            continue
         if st.st_uid != 0 or st.st_mode & 0o022:
+            return None
+        cur.append(name)
+    return "/" + "/".join(cur)
+
+
+def _tree_root_only(base, path, budget):
+    """Every entry under path (resolved, inside base) root's alone; links checked where
+    they lead. budget: [entries left]."""
+    import os
+    import stat as st_
+    for dirpath, dirnames, filenames in os.walk(base + path):
+        for name in dirnames + filenames:
+            budget[0] -= 1
+            if budget[0] < 0:
+                return False
+            full = os.path.join(dirpath, name)
+            try:
+                st = os.lstat(full)
+            except OSError:
+                return False
+            if st_.S_ISLNK(st.st_mode):
+                if _root_only(base, full[len(base):]) is None:
+                    return False
+            elif st.st_uid != 0 or st.st_mode & 0o022:
+                return False
+    return True
+
+
+def _trusted_root(base, inside, version):
+    """May root run inside's interpreter in the root base (pinned by an fd)? Root must
+    never run a program (or a library, or Python source) another user chose: the root
+    directory, every directory down to the interpreter, the interpreter, the standard
+    library the interpreter finds from where it lies (lib/pythonX.Y under each directory
+    above it, every file of it), and the directories and files the loader reads must
+    each be root's and writable by no one else, checked through links as the loader
+    follows them (then none of them can be swapped between this check and the run)."""
+    import os
+    paths = [inside, "/etc", "/etc/ld.so.preload", "/etc/ld.so.cache", "/etc/ld.so.conf",
+             "/etc/ld.so.conf.d", "/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib"]
+    arch = "%s-linux-gnu" % os.uname().machine
+    paths += ["/lib/" + arch, "/usr/lib/" + arch]
+    trees = []
+    above = os.path.dirname(inside)
+    while True:
+        for lib in ("lib", "lib64"):
+            paths.append(os.path.join(above, lib))
+            trees.append(os.path.join(above, lib, "python%d.%d" % tuple(version[:2])))
+        if above == "/":
+            break
+        above = os.path.dirname(above)
+    for path in paths:
+        if _root_only(base, path) is None:
+            return False
+    budget = [_TREE_MAX]
+    for tree in trees:
+        resolved = _root_only(base, tree)
+        if resolved is None or resolved and not _tree_root_only(base, resolved, budget):
             return False
     return True
 
@@ -160,7 +245,28 @@ def _unwind(target):
         raise AttachError("%s runs Python %d.%d (in %s): dump it with a pytrace installed for Python "
                           "%d.%d" % (describe(target), *target.version, target.embedded_in or target.exe,
                                      *target.version))
-    return _run_unwinder(target, [target.proc + "/exe"], target.exe, None)
+    exe = target.proc + "/exe"
+    if os.geteuid() == 0:
+        # as in another root (_unwind_in_root): run the interpreter by a path of ours that
+        # is that very file, whose standard library and libraries are root's alone (run as
+        # /proc/PID/exe, it finds them from the path the process sees, which another
+        # user's mount namespace can make a directory of theirs here)
+        try:
+            same = os.stat(exe), os.stat(target.exe)
+        except OSError:
+            same = None
+        if not same or (same[0].st_dev, same[0].st_ino) != (same[1].st_dev, same[1].st_ino):
+            raise AttachError("%s runs Python %d.%d from %s, which is not that file here (another "
+                              "mount namespace?): dump it with a pytrace installed for it"
+                              % (describe(target), *target.version, _printable(target.exe)), "other-root")
+        if not _trusted_root("", target.exe, target.version):
+            raise AttachError("%s runs Python %d.%d from %s, whose directories or standard library "
+                              "are not root's alone: root does not run it; dump it with a pytrace "
+                              "installed for Python %d.%d" % (describe(target), *target.version,
+                                                              _printable(target.exe), *target.version),
+                              "other-root")
+        exe = target.exe
+    return _run_unwinder(target, [exe], target.exe, None)
 
 
 def _unwind_in_root(target, root):
@@ -169,25 +275,40 @@ def _unwind_in_root(target, root):
     if target.version is None or target.version < MIN_VERSION:
         raise AttachError("%s, with no Python %d.%d+ found there; run pytrace dump inside it"
                           % (where, *MIN_VERSION), "other-root")
-    inside = _exe_inside(target, root) if target.runnable else None
-    if inside is not None and not _trusted_root(target.proc + "/root", inside):
-        raise AttachError("%s that is not root's alone (a directory of it, or of its interpreter or "
-                          "libraries, belongs to or is writable by another user): root does not run "
-                          "programs there; run pytrace dump inside it" % where, "other-root")
-    if inside is None:
-        raise AttachError("%s, and its interpreter (%s) is not one pytrace may run there; run "
-                          "pytrace dump inside it" % (where, _printable(target.exe or "?")), "other-root")
-    if os.geteuid() != 0:
-        raise AttachError("%s: reading its stacks from here means running its interpreter in that "
-                          "root (chroot), which needs root; run pytrace dump inside it, or as root"
-                          % where, "permission")
-    proc_root = target.proc + "/root"
+    # The root is pinned: checked and entered through this one fd. The process may change
+    # its root meanwhile (a user namespace gives it chroot): /proc/PID/root, looked up
+    # again to enter it, could then be a directory of that user's.
+    try:
+        root_fd = os.open(target.proc + "/root", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise AttachError("%s exited" % describe(target), "exited") from None
+    except OSError as e:
+        raise AttachError("%s, which cannot be opened: %s" % (where, e.strerror or e), "other-root") from None
+    try:
+        base = "/proc/self/fd/%d" % root_fd
+        inside = _exe_inside(target, root, base) if target.runnable else None
+        if inside is not None and not _trusted_root(base, inside, target.version):
+            raise AttachError("%s that is not root's alone (a directory of it, or of its interpreter, "
+                              "standard library or libraries, belongs to or is writable by another "
+                              "user): root does not run programs there; run pytrace dump inside it"
+                              % where, "other-root")
+        if inside is None:
+            raise AttachError("%s, and its interpreter (%s) is not one pytrace may run there; run "
+                              "pytrace dump inside it" % (where, _printable(target.exe or "?")),
+                              "other-root")
+        if os.geteuid() != 0:
+            raise AttachError("%s: reading its stacks from here means running its interpreter in that "
+                              "root (chroot), which needs root; run pytrace dump inside it, or as root"
+                              % where, "permission")
 
-    def enter():
-        os.chroot(proc_root)
-        os.chdir("/")
+        def enter():
+            os.fchdir(root_fd)
+            os.chroot(".")
+            os.chdir("/")
 
-    return _run_unwinder(target, [inside], "%s in %s" % (inside, root), enter)
+        return _run_unwinder(target, [inside], "%s in %s" % (inside, root), enter)
+    finally:
+        os.close(root_fd)
 
 
 def _run_unwinder(target, exe, shown, preexec):
@@ -203,7 +324,7 @@ def _run_unwinder(target, exe, shown, preexec):
     lines = r.stdout.strip().splitlines()
     try:
         answer = ast.literal_eval(lines[-1]) if lines else None
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         answer = None
     if not (isinstance(answer, tuple) and len(answer) >= 2 and answer[0] in ("ok", "error")):
         said = (r.stderr.strip().splitlines() or ["exit status %d" % r.returncode])[-1]

@@ -62,7 +62,10 @@ def unrecorded_text(path, events, messages, err):
     everything (the file's INCOMPLETE flag and loss slot, pytrace.recording)."""
     import errno as _errno
     import os as _os
-    cause = _os.strerror(err) if err else "a write failed"
+    try:
+        cause = _os.strerror(err) if err else "a write failed"
+    except (ValueError, OverflowError):     # the file's number, not one of this system's
+        cause = "error %d" % err
     if err in (_errno.ENOSPC, _errno.EDQUOT):
         cause += " (disk full)"
     elif err == _errno.EFBIG:

@@ -59,6 +59,20 @@ PLANTER = """
                         os.write(fd, b"{'status': 'ok', ")
                         planted.append(fd)
                         continue
+                    if how == "result-unhashable":
+                        # an answer that is a literal but no dict a set can hold: {[]: 1}
+                        # (root gives the FIFO to this user, and opens its reading end,
+                        # a moment after the directory appears)
+                        for _ in range(2000):
+                            try:
+                                fd = os.open(os.path.join(folder, "result"), os.O_WRONLY | os.O_NONBLOCK)
+                                break
+                            except OSError:
+                                time.sleep(0.001)
+                        os.write(fd, b"{[]: 1}")
+                        os.close(fd)
+                        planted.append(name)
+                        continue
                     if how == "cancelled-symlink":
                         os.symlink(secret, os.path.join(folder, "cancelled"))
                     else:
@@ -94,14 +108,16 @@ def secret(tmp_path):
 
 @NEEDS_314
 @NEEDS_ROOT
-@pytest.mark.parametrize("how", ["cancelled-symlink", "result-fifo", "result-symlink", "result-held-open"])
+@pytest.mark.parametrize("how", ["cancelled-symlink", "result-fifo", "result-symlink", "result-held-open",
+                                 "result-unhashable"])
 def test_root_attach_follows_no_file_the_other_user_plants(other_uid, secret, how):  # noqa: F811
     """A symlink as `cancelled` (root wrote it at the timeout: the file was truncated), a
     FIFO as `result` (root's read hung past its --timeout), a symlink as `result` (root
     printed the file): the directory is root's, the other user can plant nothing in it,
     root's file stays whole and unread, and root's attach says its timeout in one line.
     The FIFO root made is the user's to write: half an answer held open past the timeout
-    still ends root's attach at its timeout."""
+    still ends root's attach at its timeout; an answer no dict can hold ({[]: 1}) is one
+    line of error."""
     proc = popen_other(PLANTER, how, str(secret), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True)
     try:
@@ -114,6 +130,13 @@ def test_root_attach_follows_no_file_the_other_user_plants(other_uid, secret, ho
         proc.kill()
         proc.wait()
     assert secret.read_text() == SECRET, "root's file was changed through a planted link"
+    if how == "result-unhashable":
+        # the user's word about its own process, refused in one line (it was a TypeError
+        # traceback out of root's attach)
+        assert out == "planted 1\n", (out, err)
+        assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+        assert r.stderr.count("\n") == 1 and "unreadable result" in r.stderr, r.stderr
+        return
     assert "secret" not in r.stderr and "secret" not in r.stdout, r.stderr
     assert r.returncode == 1 and "did not run the attach code within 1.5 s" in r.stderr, r.stderr
     assert took < 15, "root's attach took %.1f s with a 1.5 s --timeout" % took
@@ -385,3 +408,129 @@ def test_dump_of_a_process_in_a_chroot(tmp_path):
         out, _ = proc.communicate("go\n", timeout=120)
         os.unlink(inside)
     assert out == "finished\n"
+
+
+# A root of root's (every directory down to the interpreter root's, as dump checked), whose
+# interpreter finds its standard library in a folder another user owns (lib/ beside its
+# bin/): the user puts Python source there (as itself, inside) once its process runs, and root's dump, which
+# runs that interpreter chrooted, ran it as root. Built in a private mount namespace, on a
+# small tmpfs, from the Debian root's /usr and /etc (read-only).
+_LIB_ROOT = r"""
+set -eu
+R=$1; OU=$2; PY=$3; SID=$4
+mount -t tmpfs -o size=8m,mode=755 pytrace-test $R
+mkdir -p $R/usr $R/etc $R/tmp $R/proc $R/opt/py/bin $R/opt/py/lib
+chmod 1777 $R/tmp
+mount --bind $SID/usr $R/usr; mount -o remount,bind,ro $R/usr
+mount --bind $SID/etc $R/etc; mount -o remount,bind,ro $R/etc
+ln -s usr/lib $R/lib; ln -s usr/lib64 $R/lib64; ln -s usr/bin $R/bin
+touch $R/opt/py/bin/python3.14
+mount --bind $SID/usr/bin/python3.14 $R/opt/py/bin/python3.14
+mount -t proc proc $R/proc
+chown $OU $R/opt/py/lib
+ln -s /usr/lib/python3.14 $R/opt/py/lib/python3.14
+chroot --userspec=$OU:$OU $R /opt/py/bin/python3.14 -c "import sys, time; print(sys.prefix, flush=True); time.sleep(60)" > $R/tmp/out &
+JOB=$!
+trap 'kill $JOB 2>/dev/null' EXIT
+for i in $(seq 100); do [ -s $R/tmp/out ] && break; sleep 0.1; done
+TARGET=$(pgrep -P $JOB || echo $JOB)
+chroot --userspec=$OU:$OU $R /bin/sh -c "
+  rm /opt/py/lib/python3.14; mkdir -p /opt/py/lib/python3.14/encodings
+  touch /opt/py/lib/python3.14/os.py
+  echo 'import posix; posix.close(posix.open(\"/tmp/ran-as-%d\" % posix.getuid(), posix.O_WRONLY | posix.O_CREAT, 0o644))' > /opt/py/lib/python3.14/encodings/__init__.py"
+echo "prefix $(cat $R/tmp/out)"
+timeout 60 $PY -m pytrace dump $TARGET && echo "dump rc 0" || echo "dump rc $?"
+echo "ran: $(ls $R/tmp | grep ran-as- || true)"
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/opt/pytrace-sid/usr/bin/python3.14")
+                    or shutil.which("unshare") is None or shutil.which("setpriv") is None,
+                    reason="needs root, unshare, setpriv and the Debian root's python3.14")
+def test_root_dump_runs_no_python_source_of_another_user_in_a_chroot(other_uid, tmp_path):  # noqa: F811
+    """The chroot's directories down to its interpreter are root's, but the standard
+    library the interpreter finds (/opt/py/lib/python3.14, beside its bin/) is in a folder
+    the process's user owns: root must refuse to run that interpreter, and say why."""
+    root = tmp_path / "root"
+    root.mkdir()
+    r = subprocess.run(["unshare", "-m", "--propagation", "private", "bash", "-c", _LIB_ROOT, "lib-root",
+                        str(root), str(other_uid), PY, "/opt/pytrace-sid"],
+                       capture_output=True, text=True, timeout=120)
+    assert "prefix /opt/py\n" in r.stdout, (r.stdout, r.stderr)     # it ran from that library
+    assert "ran: \n" in r.stdout, (r.stdout, r.stderr)              # nothing of the user's ran
+    assert "dump rc 1" in r.stdout, (r.stdout, r.stderr)
+    assert "not root's alone" in r.stderr and "standard library" in r.stderr, r.stderr
+
+
+# The other user's process, chrooted (in a user namespace of its own, where it may) into
+# the Debian root, all of it root's, keeping an fd of a directory of its own (fd 9): told
+# to, it moves its root there. That directory has /usr/bin/python3.14 too, a script of
+# the user's that leaves a file behind, owned by whoever ran it.
+_FLIPPER = """
+import os, sys
+print("ready", flush=True)
+sys.stdin.readline()
+os.fchdir(9)
+os.chroot(".")
+print("flipped", flush=True)
+sys.stdin.readline()
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/opt/pytrace-sid/usr/bin/python3.14")
+                    or shutil.which("unshare") is None or shutil.which("setpriv") is None,
+                    reason="needs root, unshare, setpriv and the Debian root's python3.14")
+def test_root_dump_enters_the_root_it_checked(other_uid, monkeypatch):  # noqa: F811
+    """Between dump's check of the process's root and its chroot into /proc/PID/root, the
+    process moves its root to a directory of its user's: root must run the interpreter of
+    the root it checked (pinned by an fd), never one of that user's."""
+    import tempfile
+    from pytrace import dump
+    sid = "/opt/pytrace-sid"
+    if subprocess.run(["setpriv", "--reuid=%d" % other_uid, "--regid=%d" % other_uid, "--clear-groups",
+                       "unshare", "-r", "true"], capture_output=True, timeout=30).returncode != 0:
+        pytest.skip("no unprivileged user namespaces here")
+    evil = tempfile.mkdtemp(prefix="pytrace-test-flip-", dir="/tmp")
+    proc = None
+    try:
+        for path in ("usr/bin", "usr/lib/x86_64-linux-gnu", "lib64"):
+            os.makedirs(os.path.join(evil, path))
+        shutil.copy(sid + "/usr/bin/dash", evil + "/usr/bin/dash")
+        shutil.copy(sid + "/usr/lib/x86_64-linux-gnu/libc.so.6", evil + "/usr/lib/x86_64-linux-gnu/")
+        shutil.copy(os.path.realpath(sid + "/usr/lib64/ld-linux-x86-64.so.2"), evil + "/lib64/")
+        with open(evil + "/usr/bin/python3.14", "w") as f:
+            f.write("#!/usr/bin/dash\necho > /ran\n")
+        os.chmod(evil + "/usr/bin/python3.14", 0o755)
+        for dirpath, dirnames, filenames in os.walk(evil):
+            for name in [dirpath] + [os.path.join(dirpath, n) for n in filenames]:
+                os.chown(name, other_uid, other_uid)
+        os.chmod(evil, 0o755)
+        proc = subprocess.Popen(["setpriv", "--reuid=%d" % other_uid, "--regid=%d" % other_uid,
+                                 "--clear-groups", "unshare", "-r", "bash", "-c",
+                                 'exec 9<"$1"; exec chroot "$2" /usr/bin/python3.14 -c "$3"', "flip",
+                                 evil, sid, _FLIPPER],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, cwd="/")
+        assert proc.stdout.readline() == "ready\n", proc.stderr.read()
+        checked = dump._trusted_root
+        flipped = []
+
+        def check_then_flip(*args):
+            ok = checked(*args)
+            if not flipped:
+                proc.stdin.write("flip\n")
+                proc.stdin.flush()
+                flipped.append(proc.stdout.readline())
+            return ok
+
+        monkeypatch.setattr(dump, "_trusted_root", check_then_flip)
+        assert os.readlink("/proc/%d/root" % proc.pid) == sid
+        dump.main([str(proc.pid)])
+        assert flipped == ["flipped\n"], flipped
+        assert os.readlink("/proc/%d/root" % proc.pid) == evil     # it did move
+        assert not os.path.exists(evil + "/ran"), "root ran the other user's program"
+    finally:
+        if proc is not None:
+            proc.kill()
+            proc.wait(timeout=30)
+        shutil.rmtree(evil)

@@ -288,6 +288,20 @@ def test_a_range_past_the_recording_says_how_long_the_recording_is(tmp_path):
     assert "calls left out (--min-duration 1ms)\n" in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("opt", [("--from", "inf"), ("--from", "1e308"), ("--to", "1e10"),
+                                 ("--min-duration", "1e400"), ("--max-size", "inf")])
+def test_absurd_times_and_sizes_are_refused_in_one_line(tmp_path, opt):
+    """A time past what nanoseconds in 64 bits hold (inf, 1e308, 1e10 s) became an
+    OverflowError traceback; an infinite --max-size too. One line, exit 2, no file."""
+    rec = tmp_path / "timed.pytrace"
+    _timed_recording(rec)
+    out = tmp_path / "out.json"
+    r = _export(rec, "chrome", out, *opt)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.count("\n") == 1 and opt[0] in r.stderr, r.stderr
+    assert not out.exists()
+
+
 def test_time_options_are_refused_for_other_formats(tmp_path):
     rec = tmp_path / "timed.pytrace"
     _timed_recording(rec)

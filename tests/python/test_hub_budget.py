@@ -11,6 +11,7 @@ import errno
 import json
 import os
 import resource
+import select
 import shutil
 import signal
 import socket
@@ -60,7 +61,10 @@ SILENT = textwrap.dedent("""
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         s.connect(path)
-        s.sendall(hello)
+        try:
+            s.sendall(hello)
+        except BrokenPipeError:
+            pass            # refused at once: the hub sent its welcome and closed
         w = b""
         while len(w) < 64:
             c = s.recv(64 - len(w))
@@ -267,6 +271,48 @@ def test_hub_refuses_readers_past_its_limit_with_a_clear_message(tmp_path):
             job.wait(timeout=60)
         if hub is not None:
             hub.wait(timeout=60)
+
+
+
+def test_hub_out_of_descriptors_refuses_readers(tmp_path):
+    """--max-readers above what `ulimit -n` allows: a reader past the last descriptor
+    waited in the listen backlog for ever, never welcomed nor refused, and the hub's
+    poll() woke at once for it (an idle hub spun at 70 % of a core: bench-style figure
+    from /tmp/adv/emfile.py). It is refused (EMFILE), said once and counted."""
+    job, segment, wait_w, stop = start_job(tmp_path)
+    hub = silent = None
+
+    def few_fds():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+    try:
+        hub = subprocess.Popen([_bin("pytrace-hub"), "--hold", "1", "--max-readers", "1000", segment],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=few_fds)
+        sock = hub.stdout.readline().strip()
+        assert sock.endswith(".sock"), hub.stderr.read()
+        os.close(wait_w)
+        wait_w = None
+        silent = subprocess.Popen([PY, "-c", SILENT, sock, "100", "0"], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        ready = select.select([silent.stdout], [], [], 60)[0]
+        assert ready, "readers past the hub's descriptors were neither welcomed nor refused"
+        line = silent.stdout.readline()
+        assert line, silent.stderr.read()
+        statuses = json.loads(line)
+        welcomed = statuses.count(0)
+        assert 20 < welcomed < 64, statuses
+        assert statuses[welcomed:] == [-errno.EMFILE] * (100 - welcomed), statuses
+    finally:
+        stop.write_text("")
+        if wait_w is not None:
+            os.close(wait_w)
+        _stop_all([silent])
+        if job.poll() is None:
+            job.wait(timeout=60)
+        if hub is not None:
+            hub.kill()
+            _, err = hub.communicate(timeout=60)
+    assert "no file descriptor left" in err, err
 
 
 READER_TILL_END = textwrap.dedent("""

@@ -263,6 +263,10 @@ def test_top_file_with_pid_shows_that_process_of_the_recording(tmp_path):
     assert doc["pid"] == pid
     assert [f["calls"] for f in doc["functions"] if f["name"] == "work"] == [50]
     assert doc["functions"] == json.loads(theirs.stdout)["functions"]
+    # every value option of pytrace-top is one: --tree-budget 64 was taken for pid 64
+    budget = _cli(tmp_path, "top", "--file", str(rec), "--tree-budget", "64", "--once", "--json")
+    assert budget.returncode == 0, budget.stderr
+    assert json.loads(budget.stdout)["functions"] == json.loads(theirs.stdout)["functions"]
 
 
 def test_top_file_json_pid_is_the_shown_process_of_a_multi_process_recording(tmp_path):

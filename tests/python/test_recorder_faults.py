@@ -202,3 +202,99 @@ def test_disk_full_during_record(tmp_path, job_code):
     with pytest.warns(RuntimeWarning, match="incomplete: No space left on device"):
         prof = pytrace.Profile.from_recording(str(kept))
     assert prof.counters()["unrecorded_events"] == said_events
+
+
+# A recording whose writer ran out of room (RLIMIT_FSIZE stands in for a full disk: EFBIG)
+# after its first messages; the rest of its events are counted in the loss slot.
+_FULL_WRITER = """
+import resource, sys
+sys.path.insert(0, sys.argv[2])
+import fbbuild as fb
+from pytrace.recording import RecordingWriter
+w = RecordingWriter(sys.argv[1], lossless=True, compress=False, loss_slot=True)
+for t, m in [fb.process_info(4242), fb.symbol(1, 0, "f", "job.py", 1), fb.thread_start(1),
+             fb.chunk(1, 0, [(1, 1, 0, 0, 0), (2, 1, 0, 1, 0)])]:
+    w.append(m, t)
+w.flush()
+resource.setrlimit(resource.RLIMIT_FSIZE, (w.stats()["committed"], resource.RLIM_INFINITY))
+for i in range(20):
+    events = [(k * 10, 1, 0, kind, 0) for k in range(i * 100, i * 100 + 100) for kind in (0, 1)]
+    try:
+        w.append(fb.chunk(1, 2 + i * 200, events)[1], 5)
+    except OSError:
+        pass
+try:
+    w.close()
+except OSError:
+    pass
+"""
+
+
+@pytest.mark.parametrize("err", [0xFFFFFFFF, 0x80000000, 0])
+def test_a_crafted_loss_slot_is_said_in_one_line_with_its_counts(tmp_path, err):
+    """The loss slot of an INCOMPLETE recording is the file's word: an errno no system has
+    (2**32-1, 2**31: os.strerror raised OverflowError, and export and Profile.from_recording
+    died with a traceback, exporting nothing), or none with counts (export said nothing
+    while Profile warned): every reader says the same counts, in one line, and keeps what
+    the file holds."""
+    import struct
+    import warnings
+    from pytrace.profile import Profile
+    rec = tmp_path / "rec.ptrace"
+    r = subprocess.run([PY, "-c", _FULL_WRITER, str(rec), os.path.dirname(os.path.abspath(__file__))],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    with RecordingReader(str(rec)) as reader:
+        for _ in reader.raw():
+            pass
+        lost = reader.unrecorded()
+    assert lost == {"events": 4000, "messages": 20, "errno": errno.EFBIG}, lost
+    data = bytearray(rec.read_bytes())
+    slot = struct.pack("<QQI", lost["events"], lost["messages"], lost["errno"])
+    at = data.find(slot)
+    assert at > 0 and data.find(slot, at + 1) < 0
+    data[at + 16:at + 20] = struct.pack("<I", err)
+    rec.write_bytes(bytes(data))
+    said = "%d events in %d messages were read and not written" % (lost["events"], lost["messages"])
+
+    r = subprocess.run([PY, "-m", "pytrace", "export", "-f", "pstats", "-o", str(tmp_path / "out.pstats"),
+                        str(rec)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert (tmp_path / "out.pstats").stat().st_size > 0
+    lines = [line for line in r.stderr.splitlines() if "is incomplete" in line]
+    assert len(lines) == 1 and said in lines[0], r.stderr
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        prof = Profile.from_recording(str(rec))
+    assert [str(w.message) for w in caught if said in str(w.message)], [str(w.message) for w in caught]
+    assert prof.counters()["unrecorded_events"] == lost["events"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                    reason="needs root and unshare to mount a small tmpfs")
+def test_disk_full_at_the_first_flush(tmp_path):
+    """A disk with 8 KiB left: the recorder's first batch does not fit. The loss slot went
+    out with that batch and was cut with it: a 16-byte file, INCOMPLETE with no count (every
+    reader said 0 events lost, record said 600,000). The file holds the count record says."""
+    job = tmp_path / "job.py"
+    job.write_text(JOB)
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    out = disk / "out.pytrace"
+    inner = ("mount -t tmpfs -o size=8k tmpfs %s && %s -m pytrace record -o %s -- %s %s 1; rc=$?; "
+             "cp %s %s/kept.pytrace; exit $rc") % (disk, PY, out, PY, job, out, tmp_path)
+    r = subprocess.run(["unshare", "-m", "sh", "-c", inner], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 3 and "job done" in r.stdout, (r.returncode, r.stderr)
+    m = re.search(r"is incomplete: No space left on device \(disk full\); (\d+) events in (\d+) messages",
+                  r.stderr)
+    assert m and int(m.group(1)) > 0, r.stderr
+    kept = tmp_path / "kept.pytrace"
+    with RecordingReader(str(kept)) as rec:
+        for _ in rec.raw():
+            pass
+        assert rec.incomplete
+        assert rec.unrecorded() == {"events": int(m.group(1)), "messages": int(m.group(2)),
+                                    "errno": errno.ENOSPC}
+    ex = subprocess.run([PY, "-m", "pytrace", "export", str(kept), "-o", str(tmp_path / "p.txt"),
+                         "-f", "collapsed"], capture_output=True, text=True, timeout=120)
+    assert "%s events in %s messages" % (m.group(1), m.group(2)) in ex.stderr, ex.stderr

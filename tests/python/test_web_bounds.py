@@ -283,3 +283,50 @@ def test_dropped_is_one_count_with_its_cause_in_web_and_top(tmp_path):
     assert st["dropped_cause"] == t["events_dropped_cause"] == "the job's rings were full (policy drop)"
     assert st["missed_in_hub"] > 0, "web was never cut by the hub"
     assert "too slowly" in st["missed_cause"]
+
+
+THREADS_PAST_RINGS = textwrap.dedent("""
+    import threading
+    def f(i):
+        return i + 1
+    def work():
+        s = 0
+        for i in range(50000):
+            s = f(s)
+    ts = [threading.Thread(target=work) for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+""")
+
+
+def test_threads_without_a_ring_are_one_count_in_web_top_export_and_profile(tmp_path):
+    """A job with more threads than rings (--rings 2): the threads that ran without one
+    and their events are a loss that export and pytrace-top said, and the web view and
+    Profile.counters() did not (the page said "dropped 0", complete). Every view says
+    the same numbers."""
+    from pytrace.losses import OTHER_LOSSES, describe
+    from pytrace.profile import Profile
+    script = tmp_path / "job.py"
+    script.write_text(THREADS_PAST_RINGS)
+    rec = tmp_path / "rec.pytrace"
+    r = subprocess.run([PY, "-m", "pytrace", "record", "--rings", "2", "-o", str(rec), "--", PY, str(script)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    top = subprocess.run([os.path.join(os.path.dirname(PY), "pytrace-top"), "--file", str(rec), "--once",
+                          "--json"], capture_output=True, text=True, timeout=120)
+    t = json.loads(top.stdout)
+    assert t["threads_untraced"] >= 2 and t["events_untraced"] > 0, t
+    ex = subprocess.run([PY, "-m", "pytrace", "export", str(rec), "-f", "pstats", "-o", str(tmp_path / "p")],
+                        capture_output=True, text=True, timeout=120)
+    said = describe(t, OTHER_LOSSES)
+    assert ("the traced job also lost: %s" % said) in ex.stderr, (said, ex.stderr)
+    c = Profile.from_recording(str(rec)).counters()
+    assert (c["threads_untraced"], c["events_untraced"]) == (t["threads_untraced"], t["events_untraced"]), c
+    srv = WebServer(tmp_path, ["--file", str(rec)])
+    try:
+        st = _whole(srv, "s", window=0)["status"]
+    finally:
+        srv.stop()
+    assert st["other_losses"] == said, (st, said)

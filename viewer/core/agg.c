@@ -212,6 +212,7 @@ struct pt_agg {
     uint64_t events_seen, unmatched, bad_events;
     uint64_t lost_records;
     uint64_t producer_dropped, hook_errors;
+    uint64_t symbols_dropped, threads_untraced, events_untraced, tracing_displaced;
     uint64_t unrecorded_events;   /* max ProducerStatus.unrecorded_events (recordings) */
     uint32_t producer_state;
 };
@@ -946,6 +947,15 @@ int pt_agg_feed_msg(pt_agg_t *a, const pt_fb_msg_t *m)
         if (m->u.producer_status.events_dropped > a->producer_dropped)
             a->producer_dropped = m->u.producer_status.events_dropped;
         a->hook_errors = m->u.producer_status.hook_errors;
+        /* counters of the job that only grow: the largest seen */
+        if (m->u.producer_status.symbols_dropped > a->symbols_dropped)
+            a->symbols_dropped = m->u.producer_status.symbols_dropped;
+        if (m->u.producer_status.threads_untraced > a->threads_untraced)
+            a->threads_untraced = m->u.producer_status.threads_untraced;
+        if (m->u.producer_status.events_untraced > a->events_untraced)
+            a->events_untraced = m->u.producer_status.events_untraced;
+        if (m->u.producer_status.tracing_displaced > a->tracing_displaced)
+            a->tracing_displaced = m->u.producer_status.tracing_displaced;
         if (m->u.producer_status.unrecorded_events > a->unrecorded_events)
             a->unrecorded_events = m->u.producer_status.unrecorded_events;
         return 0;
@@ -1055,6 +1065,10 @@ void pt_agg_counters(const pt_agg_t *a, pt_agg_counters_t *out)
     out->threads_seen = a->thread_count;
     out->threads_active = active;
     out->hook_errors = a->hook_errors;
+    out->symbols_dropped = a->symbols_dropped;
+    out->threads_untraced = a->threads_untraced;
+    out->events_untraced = a->events_untraced;
+    out->tracing_displaced = a->tracing_displaced;
     out->unrecorded_events = a->unrecorded_events;
     out->symbols = a->sym_count;
     out->nodes = a->node_count;

@@ -157,6 +157,8 @@ typedef struct pt_agg_counters {
     uint32_t threads_seen;
     uint32_t threads_active;
     uint64_t hook_errors;
+    /* the job's other losses, from its ProducerStatus (pytrace/losses.py names them) */
+    uint64_t symbols_dropped, threads_untraced, events_untraced, tracing_displaced;
     uint64_t unrecorded_events;  /* a recording's writer read and could not write (a full disk) */
     uint64_t symbols;
     uint64_t nodes;

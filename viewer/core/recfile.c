@@ -774,6 +774,9 @@ int pt_recwriter_append(pt_recwriter_t *w, const uint8_t *msg, size_t len, char 
         if (n && put(w, slot, n) == 0) {
             w->slot_at = at;
             w->st.plain_bytes += (n + 7) & ~(size_t)7;
+            /* on file now, on its own: in a larger first batch, a full disk cut it
+             * with the batch, and the file said INCOMPLETE with no count */
+            return pt_recwriter_flush(w);
         }
     }
     if (w->have >= w->buffer_bytes)

@@ -138,6 +138,7 @@ typedef struct hub {
     hreader_t **readers;
     size_t nreaders, capreaders;
     int listen_fd;
+    int spare_fd;             /* /dev/null, given up to accept and refuse a reader when no fd is left */
     char sock[PT_HUB_PATH_MAX];
     uint64_t root_pid;
     size_t default_bound;
@@ -703,6 +704,23 @@ static void accept_readers(hub_t *h)
 {
     for (;;) {
         int fd = accept4(h->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0 && (errno == EMFILE || errno == ENFILE) && h->spare_fd >= 0) {
+            /* no fd left (ulimit -n below --max-readers): the reader would wait in the
+             * backlog, and poll() would wake at once for it, for ever (the hub spun at
+             * 70 % of a core). Take it with the spare fd and refuse it, counted. */
+            close(h->spare_fd);
+            fd = accept4(h->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+            if (fd >= 0) {
+                if (h->refused_full++ == 0)
+                    say(h, "refused a reader: no file descriptor left for it (%zu readers; ulimit -n); further "
+                           "refusals are counted", h->nreaders);
+                send_welcome(fd, -EMFILE, 0, h->max_readers, h->root_pid);
+                close(fd);
+            }
+            h->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+            if (fd >= 0)
+                continue;
+        }
         if (fd < 0)
             return;
         struct ucred cred;
@@ -1292,6 +1310,7 @@ static int listen_on(hub_t *h, const char *segment, char *err, size_t errlen)
         return -e;
     }
     h->listen_fd = fd;
+    h->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     return 0;
 }
 
@@ -1361,7 +1380,7 @@ static void detach_stdio(hub_t *h)
 
 int main(int argc, char **argv)
 {
-    hub_t hub = {.listen_fd = -1, .default_bound = (size_t)DEFAULT_QUEUE_MIB << 20,
+    hub_t hub = {.listen_fd = -1, .spare_fd = -1, .default_bound = (size_t)DEFAULT_QUEUE_MIB << 20,
                  .budget = (size_t)DEFAULT_BUDGET_MIB << 20, .max_readers = DEFAULT_MAX_READERS};
     hub_t *h = &hub;
     const char *target = NULL;
@@ -1625,6 +1644,8 @@ int main(int argc, char **argv)
     for (size_t i = h->nreaders; i-- > 0;)
         reader_drop(h, i, NULL);
     close(h->listen_fd);
+    if (h->spare_fd >= 0)
+        close(h->spare_fd);
     if (h->shm_watch >= 0)
         close(h->shm_watch);
     unlink(h->sock);

@@ -95,6 +95,8 @@ def _parse_size(text):
         raise ValueError("--max-size %r: give bytes or a size like 500M or 2G (0: no limit)" % text) from None
     if not v >= 0:
         raise ValueError("--max-size %r: a size is not negative" % text)
+    if v == float("inf"):
+        raise ValueError("--max-size %r: give a number (0: no limit)" % text)
     return int(v * mult)
 
 
@@ -113,6 +115,8 @@ def _parse_seconds(text, option):
         raise ValueError("%s %r: give seconds (2.5) or a time with a unit (250ms, 40us)" % (option, text)) from None
     if not v >= 0:
         raise ValueError("%s %r: a time here is not negative" % (option, text))
+    if v > 9e9:         # ns in an int64 (inf, 1e308: an OverflowError traceback where it became ns)
+        raise ValueError("%s %r: a time here is at most 9e9 s" % (option, text))
     return v
 
 
@@ -551,7 +555,8 @@ def main(argv=None):
         lost = describe(walker.producer_status, OTHER_LOSSES)
         if lost:
             print("pytrace export: the traced job also lost: %s" % lost, file=sys.stderr)
-    if status is not None and getattr(status, "unrecorded_errno", 0):
+    if status is not None and any(getattr(status, k, 0) for k in ("unrecorded_errno", "unrecorded_events",
+                                                                  "unrecorded_messages")):
         from ..losses import unrecorded_text
         print("pytrace export: %s" % unrecorded_text(args.recording, status.unrecorded_events,
                                                      status.unrecorded_messages,

@@ -87,6 +87,7 @@ def thread_list(agg):
 
 
 def status(agg, processes=1, extra=None):
+    from ..losses import OTHER_LOSSES, describe
     c = agg.counters()
     p = agg.process_info()
     d = {"state": STATE_NAMES.get(c["producer_state"], str(c["producer_state"])),
@@ -101,6 +102,9 @@ def status(agg, processes=1, extra=None):
          "window_max": c["window_max_seconds"],
          # a recording whose recorder could not write everything (a full disk)
          "unrecorded": c.get("unrecorded_events", 0),
+         # the job's other losses (threads without a ring, symbols dropped, ...), in the
+         # words export and record use (pytrace/losses.py)
+         "other_losses": describe(c, OTHER_LOSSES),
          # the call tree's budget: calls past it are in [other] nodes (the table is exact)
          "tree_budget": c["tree_budget"], "folded_calls": c["folded_calls"],
          # events naming a symbol never announced (damage; viewer/core/walk.h)

@@ -521,6 +521,60 @@ static void test_full_disk_loss_in_file(void)
     free_msgs(&m);
 }
 
+/* The disk fills at the first flush (a first batch larger than the room left): the
+ * slot went out with that batch and was cut with it, so the file said INCOMPLETE
+ * with no count at all (record on a tmpfs with 8 KiB free: 600,034 events lost,
+ * every reader said 0). The slot is flushed with its ProcessInfo, on its own, so
+ * whatever fails after it is counted in it. */
+static void test_full_disk_at_first_flush(void)
+{
+    msgs_t m = {0};
+    sample(&m);
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit old;
+    REQUIRE(getrlimit(RLIMIT_FSIZE, &old) == 0);
+    int fd = open_out();
+    pt_recwriter_t *w = NULL;
+    REQUIRE(pt_recwriter_open(fd, PT_RECFILE_FLAG_LOSSLESS, 0, 1, 1 << 20, &w) == 0);
+    pt_recwriter_keep_loss_slot(w);
+    CHECK_EQ(pt_recwriter_flush(w), 0); /* the header */
+    struct rlimit lim = old;
+    lim.rlim_cur = PT_RECFILE_HEADER_BYTES + 1024; /* room for the ProcessInfo and the slot */
+    REQUIRE(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+    char why[200];
+    uint64_t given_events = 0;
+    int failed = 0;
+    for (size_t i = 0; i < m.n; i++) {
+        const int r = pt_recwriter_append(w, m.buf[i], m.len[i], why, sizeof why);
+        CHECK(r == 0 || (r == -EFBIG && !failed++));
+        pt_fb_msg_t d;
+        if (pt_fb_parse(m.buf[i], m.len[i], &d, NULL, 0) == 0 && d.type == PT_MSG_EVENT_CHUNK)
+            given_events += d.u.event_chunk.count;
+    }
+    const int closed = pt_recwriter_close(w, 1);
+    CHECK(closed == 0 || (closed == -EFBIG && !failed));
+    REQUIRE(setrlimit(RLIMIT_FSIZE, &old) == 0);
+    pt_recwriter_free(w);
+    close(fd);
+
+    pt_recfile_t *rf = NULL;
+    char err[256];
+    REQUIRE(pt_recfile_open(path, &rf, err, sizeof err) == 0);
+    const uint8_t *msg;
+    size_t len;
+    pt_fb_msg_t d;
+    while (pt_recfile_next(rf, &msg, &len, &d) == 1) {
+    }
+    CHECK(pt_recfile_flags(rf) & PT_RECFILE_FLAG_INCOMPLETE);
+    pt_fb_producer_status_t u = {0};
+    CHECK_EQ(pt_recfile_unrecorded(rf, &u), 1);
+    CHECK_EQ(u.unrecorded_events, given_events);
+    CHECK_EQ(u.unrecorded_messages, m.n - 1); /* all but the ProcessInfo */
+    CHECK_EQ(u.unrecorded_errno, EFBIG);
+    pt_recfile_close(rf);
+    free_msgs(&m);
+}
+
 static void test_rejects_non_messages(void)
 {
     msgs_t m = {0};
@@ -557,6 +611,7 @@ int main(void)
     test_follow_a_compressed_file();
     test_write_fails_part_way();
     test_full_disk_loss_in_file();
+    test_full_disk_at_first_flush();
     test_rejects_non_messages();
     unlink(path);
     if (failures) {

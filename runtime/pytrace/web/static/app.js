@@ -362,6 +362,7 @@
     }
     parts.push(fmtCount(s.events || 0) + " events",
                "dropped " + (s.dropped || 0) + (s.dropped && s.dropped_cause ? " (" + s.dropped_cause + ")" : ""));
+    if (s.other_losses) parts.push("the job also lost: " + s.other_losses);
     if (s.missed_in_hub) parts.push("this view missed " + s.missed_in_hub + " (" + s.missed_cause + ")");
     parts.push((s.threads || 0) + " threads", (s.processes || 1) + " process" + ((s.processes || 1) === 1 ? "" : "es"));
     const past = s.messages_past_process_limit || 0;
@@ -377,7 +378,7 @@
     if (unannounced) parts.push("DAMAGE: " + fmtCount(unannounced) + " event" + (unannounced === 1 ? " names" : "s name") +
                                 " symbols never announced: shown as <unknown #id>");
     el.textContent = parts.join(" \u00b7 ");
-    el.classList.toggle("bad", !!state.error || !!s.error || !!s.damage || (s.dropped || 0) > 0 ||
+    el.classList.toggle("bad", !!state.error || !!s.error || !!s.damage || (s.dropped || 0) > 0 || !!s.other_losses ||
                         (s.missed_in_hub || 0) > 0 || past > 0 || unrecorded > 0 || unannounced > 0);
     $("title").textContent = (s.pid ? "pid " + s.pid + "  " : "") + (s.command || DATA.title || "");
     // the tab names the job (its first process), whichever process the page shows
