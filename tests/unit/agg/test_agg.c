@@ -982,11 +982,37 @@ static uint32_t budget_rand(uint32_t n)
     return (uint32_t)(budget_rng % n);
 }
 
+/* With budget_resync set, budget_walk is cut now and then as a reader the hub
+ * cut is (Lost, then the thread's Frame records): the stack reported is the one
+ * open, either as it is or with calls made in the gap still open on top of it
+ * (they enter reported, one call each, and return at once), or only a prefix of
+ * it (what was above is closed at the gap; its returns then close nothing). */
+static int budget_resync;
+static uint32_t budget_stack[64];
+
+static void budget_cut(stream_t *s, int depth)
+{
+    uint32_t kind = budget_rand(3), keep = kind == 2 ? budget_rand((uint32_t)depth + 1) : (uint32_t)depth;
+    uint32_t extra = kind == 1 ? 1 + budget_rand(3) : 0, ids[3];
+    lost(s, 1 + budget_rand(100), 1 + budget_rand(50));
+    for (uint32_t i = 0; i < keep; i++)
+        frame(s, budget_stack[i], (uint16_t)i, 0);
+    for (uint32_t i = 0; i < extra; i++) {
+        ids[i] = 1000 + budget_rand(300);
+        frame(s, ids[i], (uint16_t)(keep + i), 0);
+    }
+    while (extra--)
+        ev(s, PT_EV_RETURN, ids[extra], 1 + budget_rand(50));
+}
+
 static void budget_walk(stream_t *s, int depth, int max_depth)
 {
     uint32_t id = 1000 + budget_rand(300);
     int span = budget_rand(10) == 0;
     ev(s, span ? PT_EV_SPAN_BEGIN : PT_EV_CALL, id, 1 + budget_rand(50));
+    budget_stack[depth - 1] = id;
+    if (budget_resync && !span && budget_rand(8) == 0)
+        budget_cut(s, depth);
     if (depth < max_depth) {
         uint32_t kids = budget_rand(3);
         for (uint32_t k = 0; k < kids; k++)
@@ -1035,7 +1061,9 @@ static void tree_sums(const pt_agg_tree_t *t, uint64_t *calls, uint64_t *self, u
 
 static void test_tree_budget(void)
 {
-    for (int open_at_end = 0; open_at_end < 2; open_at_end++) {
+    /* open_at_end 2: the stream has resyncs after gaps (budget_cut) */
+    for (int open_at_end = 0; open_at_end < 3; open_at_end++) {
+        budget_resync = open_at_end == 2;
         pt_agg_t *big = new_agg(), *small = NULL;
         pt_agg_config_t cfg = {.slice_ns = 100000000ull, .slice_count = 600,
                                .tree_budget = 64ull * PT_AGG_NODE_BYTES * 2};
