@@ -185,11 +185,19 @@ def inspect_target(pid, what="attach to"):
         t.embedded_in = exe
         return t
     if re.fullmatch(r"python\d*", os.path.basename(exe)) and _safe_to_run(t.proc + "/exe"):
-        # a python binary whose name has no version: ask it (the same binary as the target)
+        # a python binary whose name has no version: ask it (the same binary as the target).
+        # Root asks it as the process's own user: its standard library may be in a folder
+        # of that user's (only the version is read back, as numbers)
+        as_user = {}
+        if os.geteuid() == 0 and t.uid != 0:
+            try:
+                as_user = dict(user=t.uid, group=os.stat(t.proc).st_gid, extra_groups=[])
+            except OSError:
+                return t
         try:
             r = subprocess.run([t.proc + "/exe", "-I", "-S", "-c",
                                 "import sys; print(*sys.version_info[:2])"],
-                               capture_output=True, text=True, timeout=10)
+                               capture_output=True, text=True, timeout=10, **as_user)
             major, minor = (int(x) for x in r.stdout.split())
             t.version = (major, minor)
             t.runnable = True

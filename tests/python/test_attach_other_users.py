@@ -182,8 +182,8 @@ def test_root_attaches_to_and_detaches_another_users_process(other_uid):  # noqa
 # root's binary from a folder of theirs (a hard link, where fs.protected_hardlinks is 0;
 # here a copy root made: root's, writable by no one else) or a copy of their own; the
 # interpreter finds its standard library beside it (lib/pythonX.Y, the user's to change).
-# Once the job runs, the user swaps in a library of their own, whose Python source leaves
-# a file named by the uid that ran it.
+# Once the job runs, the user swaps in a library of their own (root's files, but
+# encodings/utf_8.py, which every start imports, leaves a file named by the uid that ran it).
 _OTHER = "3.15" if sys.version_info[:2] == (3, 14) else "3.14"
 _PREFIX_JOB = """
 import sys
@@ -193,21 +193,27 @@ print("done", flush=True)
 """
 _SWAP = r"""
 set -eu
-rm "$1"; mkdir -p "$1/encodings"; touch "$1/os.py"
-echo 'import posix; posix.close(posix.open("%s/ran-as-%d" % ("'"$2"'", posix.geteuid()), posix.O_WRONLY | posix.O_CREAT, 0o644))' > "$1/encodings/__init__.py"
+lib=$1 real=$2 ran=$3
+rm "$lib"; mkdir "$lib" "$lib/encodings"
+for f in "$real"/*; do [ "${f##*/}" = encodings ] || ln -s "$f" "$lib/"; done
+for f in "$real"/encodings/*; do [ "${f##*/}" = utf_8.py ] || ln -s "$f" "$lib/encodings/"; done
+{ echo 'import posix; posix.close(posix.open("'"$ran"'/ran-as-%d" % posix.geteuid(), posix.O_WRONLY | posix.O_CREAT, 0o644))'
+  cat "$real/encodings/utf_8.py"; } > "$lib/encodings/utf_8.py"
 """
 
 
 @NEEDS_314
 @NEEDS_ROOT
 @pytest.mark.skipif(shutil.which("python" + _OTHER) is None, reason="needs python" + _OTHER)
-@pytest.mark.parametrize("owner", ["root", "user"])
-def test_root_attach_runs_no_interpreter_or_source_of_another_user(other_uid, owner):  # noqa: F811
+@pytest.mark.parametrize("owner,name", [("root", "python" + _OTHER), ("user", "python" + _OTHER),
+                                        ("root", "python")])
+def test_root_attach_runs_no_interpreter_or_source_of_another_user(other_uid, owner, name):  # noqa: F811
     """Root's pytrace attaching the other user's job on the other Python version runs that
     job's interpreter only where dump would (the same file, its directories and standard
     library root's alone): here it refuses in one line, and nothing of the user's runs as
     root (it ran their os.py and encodings: the interpreter took its library from their
-    folder). The job ends unchanged."""
+    folder). A name without the version (python) is asked its version as that user. The
+    job ends unchanged."""
     gid = pwd.getpwuid(other_uid).pw_gid
     home = tempfile.mkdtemp(prefix="pytrace-attachexe-", dir="/tmp")
     proc = None
@@ -215,7 +221,7 @@ def test_root_attach_runs_no_interpreter_or_source_of_another_user(other_uid, ow
         os.chmod(home, 0o755)
         os.makedirs(home + "/py/bin")
         os.makedirs(home + "/py/lib")
-        exe = home + "/py/bin/python" + _OTHER
+        exe = home + "/py/bin/" + name
         shutil.copy(os.path.realpath(shutil.which("python" + _OTHER)), exe)
         os.chmod(exe, 0o755)
         lib = home + "/py/lib/python" + _OTHER
@@ -229,7 +235,8 @@ def test_root_attach_runs_no_interpreter_or_source_of_another_user(other_uid, ow
         proc = subprocess.Popen([exe, "-c", _PREFIX_JOB], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, cwd=home, **as_user)
         assert proc.stdout.readline() == "prefix %s/py\n" % home    # its library is the folder's
-        subprocess.run(["sh", "-c", _SWAP, "swap", lib, home], check=True, timeout=30, **as_user)
+        subprocess.run(["sh", "-c", _SWAP, "swap", lib, "/usr/lib/python" + _OTHER, home], check=True,
+                       timeout=30, **as_user)
         r = pytrace("attach", "--timeout", "3", str(proc.pid), timeout=60)
         dump = pytrace("dump", str(proc.pid), timeout=60)     # the same rule
         ran = sorted(n for n in os.listdir(home) if n.startswith("ran-as-"))
