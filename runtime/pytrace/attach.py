@@ -185,11 +185,19 @@ def inspect_target(pid, what="attach to"):
         t.embedded_in = exe
         return t
     if re.fullmatch(r"python\d*", os.path.basename(exe)) and _safe_to_run(t.proc + "/exe"):
-        # a python binary whose name has no version: ask it (the same binary as the target)
+        # a python binary whose name has no version: ask it (the same binary as the target).
+        # Root asks it as the process's own user: its standard library may be in a folder
+        # of that user's (only the version is read back, as numbers)
+        as_user = {}
+        if os.geteuid() == 0 and t.uid != 0:
+            try:
+                as_user = dict(user=t.uid, group=os.stat(t.proc).st_gid, extra_groups=[])
+            except OSError:
+                return t
         try:
             r = subprocess.run([t.proc + "/exe", "-I", "-S", "-c",
                                 "import sys; print(*sys.version_info[:2])"],
-                               capture_output=True, text=True, timeout=10)
+                               capture_output=True, text=True, timeout=10, **as_user)
             major, minor = (int(x) for x in r.stdout.split())
             t.version = (major, minor)
             t.runnable = True
@@ -316,8 +324,9 @@ def _exec_error(target, text):
     return AttachError("sys.remote_exec on %s failed: %s" % (describe(target), text.strip()))
 
 
-def remote_exec(target, path):
-    """Ask target to run the script at path (returns at once, as sys.remote_exec does)."""
+def remote_exec(target, path, verb="attach"):
+    """Ask target to run the script at path (returns at once, as sys.remote_exec does).
+    verb: what the user asked ("attach", "detach"), for the one-line refusals."""
     own = sys.version_info[:2]
     if hasattr(sys, "remote_exec") and (target.version == own or target.version is None):
         try:
@@ -334,8 +343,15 @@ def remote_exec(target, path):
             % (describe(target), target.version[0], target.version[1], target.embedded_in or target.exe,
                own[0], own[1], target.version[0], target.version[1], target.version[0],
                target.version[1], target.pid), "other-python")
+    exe = target.proc + "/exe"
+    if os.geteuid() == 0:
+        # root runs the target's interpreter only where dump would: that very file, with
+        # its directories and standard library root's alone (one rule, in dump); dump
+        # imports this module, hence the import here
+        from .dump import interpreter_for_root
+        exe = interpreter_for_root(target, verb)
     try:
-        r = subprocess.run([target.proc + "/exe", "-I", "-S", "-c", _EXEC_HELPER, str(target.pid), path],
+        r = subprocess.run([exe, "-I", "-S", "-c", _EXEC_HELPER, str(target.pid), path],
                            capture_output=True, text=True, timeout=30)
     except FileNotFoundError:
         raise AttachError("%s exited during the attach" % describe(target), "exited") from None
@@ -639,7 +655,7 @@ class _Folder:
 
 
 def _run_in(target, action, start, deadline, timeout, say, tick, cancelled, folder):
-    remote_exec(target, folder.script)
+    remote_exec(target, folder.script, action)
     # From here on the process may read the script at any moment: every way out either
     # has its result, or has replaced the request by an empty one (a script file that is
     # gone when it looks would be reported on the process's stderr).

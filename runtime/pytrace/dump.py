@@ -221,6 +221,36 @@ def _trusted_root(base, inside, version):
     return True
 
 
+def interpreter_for_root(target, verb):
+    """-> the path by which root may run target's own interpreter (to read its stacks, or
+    to reach it with sys.remote_exec, when it runs another Python version than this one):
+    the very file the process runs, which must be that file here too, with every directory
+    above it, its standard library tree and the loader's files root's alone
+    (_trusted_root). Root never runs a program, library or Python source another user
+    chose. Raises AttachError("other-root") in one line saying what to do instead.
+    verb: what the user asked ("dump", "attach", "detach")."""
+    exe = target.proc + "/exe"
+    # run as /proc/PID/exe, the interpreter finds its standard library from the path the
+    # process sees, which another user's mount namespace can make a directory of theirs
+    # here: run it by a path of ours that is that very file
+    try:
+        same = os.stat(exe), os.stat(target.exe)
+    except OSError:
+        same = None
+    if not same or (same[0].st_dev, same[0].st_ino) != (same[1].st_dev, same[1].st_ino):
+        raise AttachError("%s runs Python %d.%d from %s, which is not that file here (another "
+                          "mount namespace?): %s it with a pytrace installed for Python %d.%d"
+                          % (describe(target), *target.version, _printable(target.exe),
+                             verb, *target.version), "other-root")
+    if not _trusted_root("", target.exe, target.version):
+        raise AttachError("%s runs Python %d.%d from %s, whose directories or standard library "
+                          "are not root's alone: root does not run it; %s it with a pytrace "
+                          "installed for Python %d.%d"
+                          % (describe(target), *target.version, _printable(target.exe), verb,
+                             *target.version), "other-root")
+    return target.exe
+
+
 def _unwind(target):
     """-> [(os thread id, [(function, file, line), ...innermost first])]. Raises AttachError."""
     root = _other_root(target)
@@ -247,25 +277,7 @@ def _unwind(target):
                                      *target.version))
     exe = target.proc + "/exe"
     if os.geteuid() == 0:
-        # as in another root (_unwind_in_root): run the interpreter by a path of ours that
-        # is that very file, whose standard library and libraries are root's alone (run as
-        # /proc/PID/exe, it finds them from the path the process sees, which another
-        # user's mount namespace can make a directory of theirs here)
-        try:
-            same = os.stat(exe), os.stat(target.exe)
-        except OSError:
-            same = None
-        if not same or (same[0].st_dev, same[0].st_ino) != (same[1].st_dev, same[1].st_ino):
-            raise AttachError("%s runs Python %d.%d from %s, which is not that file here (another "
-                              "mount namespace?): dump it with a pytrace installed for it"
-                              % (describe(target), *target.version, _printable(target.exe)), "other-root")
-        if not _trusted_root("", target.exe, target.version):
-            raise AttachError("%s runs Python %d.%d from %s, whose directories or standard library "
-                              "are not root's alone: root does not run it; dump it with a pytrace "
-                              "installed for Python %d.%d" % (describe(target), *target.version,
-                                                              _printable(target.exe), *target.version),
-                              "other-root")
-        exe = target.exe
+        exe = interpreter_for_root(target, "dump")
     return _run_unwinder(target, [exe], target.exe, None)
 
 

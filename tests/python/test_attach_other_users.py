@@ -12,7 +12,9 @@ import os
 import re
 import shutil
 import subprocess
+import pwd
 import sys
+import tempfile
 import textwrap
 import time
 
@@ -173,6 +175,84 @@ def test_root_attaches_to_and_detaches_another_users_process(other_uid):  # noqa
         proc.wait()
     assert proc.returncode == 3 and err == "", err
     assert "tools [None, None, None, None, None, None]\n" in out, out
+
+
+# Root's attach reaches a target of another Python version (3.14 for pytrace on 3.15, and
+# the other way round) by running that target's interpreter. The other user's job runs
+# root's binary from a folder of theirs (a hard link, where fs.protected_hardlinks is 0;
+# here a copy root made: root's, writable by no one else) or a copy of their own; the
+# interpreter finds its standard library beside it (lib/pythonX.Y, the user's to change).
+# Once the job runs, the user swaps in a library of their own (root's files, but
+# encodings/utf_8.py, which every start imports, leaves a file named by the uid that ran it).
+_OTHER = "3.15" if sys.version_info[:2] == (3, 14) else "3.14"
+_PREFIX_JOB = """
+import sys
+print("prefix", sys.prefix, flush=True)
+sys.stdin.readline()
+print("done", flush=True)
+"""
+_SWAP = r"""
+set -eu
+lib=$1 real=$2 ran=$3
+rm "$lib"; mkdir "$lib" "$lib/encodings"
+for f in "$real"/*; do [ "${f##*/}" = encodings ] || ln -s "$f" "$lib/"; done
+for f in "$real"/encodings/*; do [ "${f##*/}" = utf_8.py ] || ln -s "$f" "$lib/encodings/"; done
+{ echo 'import posix; posix.close(posix.open("'"$ran"'/ran-as-%d" % posix.geteuid(), posix.O_WRONLY | posix.O_CREAT, 0o644))'
+  cat "$real/encodings/utf_8.py"; } > "$lib/encodings/utf_8.py"
+"""
+
+
+@NEEDS_314
+@NEEDS_ROOT
+@pytest.mark.skipif(shutil.which("python" + _OTHER) is None, reason="needs python" + _OTHER)
+@pytest.mark.parametrize("owner,name", [("root", "python" + _OTHER), ("user", "python" + _OTHER),
+                                        ("root", "python")])
+def test_root_attach_runs_no_interpreter_or_source_of_another_user(other_uid, owner, name):  # noqa: F811
+    """Root's pytrace attaching the other user's job on the other Python version runs that
+    job's interpreter only where dump would (the same file, its directories and standard
+    library root's alone): here it refuses in one line, and nothing of the user's runs as
+    root (it ran their os.py and encodings: the interpreter took its library from their
+    folder). A name without the version (python) is asked its version as that user. The
+    job ends unchanged."""
+    gid = pwd.getpwuid(other_uid).pw_gid
+    home = tempfile.mkdtemp(prefix="pytrace-attachexe-", dir="/tmp")
+    proc = None
+    try:
+        os.chmod(home, 0o755)
+        os.makedirs(home + "/py/bin")
+        os.makedirs(home + "/py/lib")
+        exe = home + "/py/bin/" + name
+        shutil.copy(os.path.realpath(shutil.which("python" + _OTHER)), exe)
+        os.chmod(exe, 0o755)
+        lib = home + "/py/lib/python" + _OTHER
+        os.symlink("/usr/lib/python" + _OTHER, lib)
+        os.lchown(lib, other_uid, gid)
+        for d in (home, home + "/py", home + "/py/bin", home + "/py/lib"):
+            os.chown(d, other_uid, gid)
+        if owner == "user":
+            os.chown(exe, other_uid, gid)
+        as_user = dict(user=other_uid, group=gid, extra_groups=[])
+        proc = subprocess.Popen([exe, "-c", _PREFIX_JOB], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, cwd=home, **as_user)
+        assert proc.stdout.readline() == "prefix %s/py\n" % home    # its library is the folder's
+        subprocess.run(["sh", "-c", _SWAP, "swap", lib, "/usr/lib/python" + _OTHER, home], check=True,
+                       timeout=30, **as_user)
+        r = pytrace("attach", "--timeout", "3", str(proc.pid), timeout=60)
+        dump = pytrace("dump", str(proc.pid), timeout=60)     # the same rule
+        ran = sorted(n for n in os.listdir(home) if n.startswith("ran-as-"))
+        out, err = proc.communicate("go\n", timeout=30)
+    finally:
+        if proc is not None:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(home, ignore_errors=True)
+    assert "ran-as-0" not in ran, "root ran the other user's Python source (%s): %s" % (ran, r.stderr)
+    assert r.returncode == 1 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
+    mine = "root does not run it" if owner == "root" else "this pytrace runs on"
+    assert mine in r.stderr, r.stderr
+    assert dump.returncode == 1 and dump.stderr.count("\n") == 1, dump.stderr
+    assert ("root does not run it" if owner == "root" else "installed for Python") in dump.stderr, dump.stderr
+    assert out == "done\n" and proc.returncode == 0, (out, err)
 
 
 @NEEDS_314
