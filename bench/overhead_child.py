@@ -211,7 +211,9 @@ def run_hookfloor(work, repeat, c_calls=True):
 def reader_main(segment, go):
     """Drain a segment in this process until the producer stopped (raw messages)."""
     import pytrace
-    with pytrace.Reader(segment, follow=True) as reader:
+    # the segment itself (hub=False): a hub would wait for the job to exit, and the job
+    # waits here for this reader to end after its stop() (the bench hung in reader.wait())
+    with pytrace.Reader(segment, follow=True, hub=False) as reader:
         open(go, "w").close()
         for _ in reader.raw():
             pass
