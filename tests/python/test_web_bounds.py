@@ -156,8 +156,12 @@ POOL = textwrap.dedent("""
     def work(i):
         return sum(range(3000))
     if __name__ == "__main__":
+        # close and join: both workers end normally (the with block alone terminate()s
+        # them, and a worker killed before it started tracing is in no recording)
         with mp.get_context("spawn").Pool(2) as p:
             p.map(work, range(20), chunksize=1)
+            p.close()
+            p.join()
 """)
 
 
