@@ -56,8 +56,15 @@ PLANTER = """
                 try:
                     if how == "result-held-open":
                         # the one thing root's directory lets this user do: write into the
-                        # FIFO root made; half an answer, and never closed
-                        fd = os.open(os.path.join(folder, "result"), os.O_WRONLY | os.O_NONBLOCK)
+                        # FIFO root made; half an answer, and never closed (root makes the
+                        # FIFO and opens its reading end a moment after the directory
+                        # appears: tried until then, as for result-unhashable)
+                        for _ in range(2000):
+                            try:
+                                fd = os.open(os.path.join(folder, "result"), os.O_WRONLY | os.O_NONBLOCK)
+                                break
+                            except OSError:
+                                time.sleep(0.001)
                         os.write(fd, b"{'status': 'ok', ")
                         planted.append(fd)
                         continue
