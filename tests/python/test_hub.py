@@ -131,7 +131,7 @@ def test_three_readers_at_once_each_account_for_every_event(tmp_path):
     job, segment, wait_w = start_job(tmp_path, 300, 20000)
     # queues larger than the whole job: a reader slower than the job (the recorder holds
     # it back, the others do not) still never overflows here, so all counts are exact
-    hub, sock = start_hub(segment, "--hold", "4", "--queue-mib", "1024", "--quiet")
+    hub, sock = start_hub(segment, "--hold", "4", "--queue-mib", "1024", "--budget-mib", "4096", "--quiet")
     rec_path = tmp_path / "out.pytrace"
     rec = subprocess.Popen([PY, "-m", "pytrace", "record", "-o", str(rec_path), str(job.pid)],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -244,7 +244,8 @@ def test_one_of_three_readers_killed_mid_run_leaves_the_job_and_the_other_two_wh
                                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert segment, "the job did not start tracing"
     # queues larger than the whole job: nothing is missed by a reader slower than the job
-    hub, sock = start_hub(segment, "--hold", "3", "--queue-mib", "1024", "--quiet")
+    # (--budget-mib: all queues together may hold that much; the default, 256 MiB, caps them)
+    hub, sock = start_hub(segment, "--hold", "3", "--queue-mib", "1024", "--budget-mib", "4096", "--quiet")
     rec_path = tmp_path / "out.pytrace"
     procs = {
         "record": subprocess.Popen([PY, "-m", "pytrace", "record", "-o", str(rec_path), str(job.pid)],

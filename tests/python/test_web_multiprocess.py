@@ -199,14 +199,18 @@ def test_html_report_holds_every_process(pool, tmp_path, browser):
 def test_html_report_names_each_process_and_says_how_it_ended(pool, tmp_path, browser):
     """The report's process chooser names the job by its command (it said the recording's
     file name) and each process with its state, and the status line of each process says
-    how it ended as pytrace-top does: the job "exited", the workers of a `with Pool` (its
-    __exit__ terminates them: SIGTERM) "died". The report said "recording" for every one."""
+    how it ended as pytrace-top does: the job "exited", the workers of a `with Pool` "died"
+    (its __exit__ terminates them: SIGTERM) or "exited" (they took its sentinel first). The
+    report said "recording" for every one."""
     from pytrace import Profile
     rec, job_pid, ran = pool
     entries = Profile.from_recording(str(rec)).processes()
     states = {e.pid: e.state for e in entries}
     commands = {e.pid: e.command_line for e in entries}
-    assert states[job_pid] == "exited" and {states[p] for p in ran} == {"died"}, states
+    # a worker of a `with Pool` reads died when terminate()'s SIGTERM ended it, exited when it
+    # took the pool's sentinel and left first (a race of the pool's own; CI saw all exited):
+    # either way the report must say what pytrace-top says (below, from the same rule)
+    assert states[job_pid] == "exited" and {states[p] for p in ran} <= {"died", "exited"}, states
     html = tmp_path / "states.html"
     r = subprocess.run([PY, "-m", "pytrace", "export", str(rec), "--format", "html", "-o", str(html)],
                        capture_output=True, text=True, timeout=120)
