@@ -251,6 +251,9 @@ def interpreter_for_root(target, verb):
     return target.exe
 
 
+_UNWIND_TRIES = 5       # reads of a running process's stacks before its failure is said
+
+
 def _unwind(target):
     """-> [(os thread id, [(function, file, line), ...innermost first])]. Raises AttachError."""
     root = _other_root(target)
@@ -263,14 +266,23 @@ def _unwind(target):
     if target.version == sys.version_info[:2] or (target.version is None and sys.version_info >= MIN_VERSION):
         namespace = {"__name__": "pytrace_unwind"}
         exec(compile(_UNWIND, "<pytrace unwind>", "exec"), namespace)
-        try:
-            return namespace["main"](target.pid)
-        except PermissionError:
-            raise permission_error(target, "read the stacks of") from None
-        except ImportError as e:
-            raise AttachError("this Python has no remote unwinder (%s)" % e) from None
-        except (OSError, RuntimeError, ValueError, UnicodeDecodeError) as e:
-            return _unwind_failed(target, "%s: %s" % (type(e).__name__, e))
+        # The unwinder reads a running process: a thread that moves its frames while they
+        # are read fails it ("Failed to parse initial frame in chain", 1 dump in 10 on 3.15
+        # with a busy thread). Such a read is tried again, a few times.
+        for attempt in range(_UNWIND_TRIES):
+            try:
+                return namespace["main"](target.pid)
+            except PermissionError:
+                raise permission_error(target, "read the stacks of") from None
+            except ImportError as e:
+                raise AttachError("this Python has no remote unwinder (%s)" % e) from None
+            except RuntimeError as e:
+                if attempt + 1 < _UNWIND_TRIES:
+                    time.sleep(0.01)
+                    continue
+                return _unwind_failed(target, "%s: %s" % (type(e).__name__, e))
+            except (OSError, ValueError, UnicodeDecodeError) as e:
+                return _unwind_failed(target, "%s: %s" % (type(e).__name__, e))
     if not target.runnable:
         raise AttachError("%s runs Python %d.%d (in %s): dump it with a pytrace installed for Python "
                           "%d.%d" % (describe(target), *target.version, target.embedded_in or target.exe,
@@ -538,6 +550,7 @@ def main(argv=None):
         threads = stacks_from_memory(target)
     except AttachError as e:
         if partial is not None:
+            _say("reading its stacks from its memory failed (%s): what its segment tells" % e)
             _print(target, *partial)
             return 0
         _say(str(e))

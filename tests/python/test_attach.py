@@ -767,7 +767,7 @@ def test_dump_after_a_reader_took_the_start_of_the_stream(tmp_path):
         assert r.returncode == 0, r.stderr
         assert "spin" in python_frames(r.stdout, "busy") or "busy" in python_frames(r.stdout, "busy")
         if sys.version_info >= (3, 14):
-            assert "stacks read from its memory" in r.stdout, r.stdout
+            assert "stacks read from its memory" in r.stdout, (r.stdout, r.stderr)
             assert python_frames(r.stdout, "blocked")[:3] == ["h", "g", "f"], r.stdout
         else:
             assert "stacks from its pytrace segment" in r.stdout, r.stdout
