@@ -349,22 +349,27 @@ def open_reader(target, any_user=False, lock=True, hub=None, defer_release=False
         client = auto_hub(target, lossless=lossless)
         if client is not None:
             return client
-    if hub is not True:
+    for attempt in range(3):
+        if hub is not True:
+            try:
+                return _pytrace.Reader(target, any_user=any_user, lock=lock,
+                                       defer_release=defer_release)
+            except OSError as e:
+                if hub is False or e.errno != errno.EBUSY or not lock:
+                    raise
+                busy = e
+        else:
+            busy = None
         try:
-            return _pytrace.Reader(target, any_user=any_user, lock=lock,
-                                   defer_release=defer_release)
+            return _pytrace.HubClient(target, lossless=lossless, any_user=any_user)
         except OSError as e:
-            if hub is False or e.errno != errno.EBUSY or not lock:
-                raise
-            busy = e
-    else:
-        busy = None
-    try:
-        return _pytrace.HubClient(target, lossless=lossless, any_user=any_user)
-    except OSError as e:
-        if busy is not None and e.errno in (errno.ENXIO, errno.ENOENT):
-            raise busy from None        # held by a plain reader: say so, as before
-        raise
+            # a hub that let the segment go meanwhile (its last reader left): read
+            # it directly, again; held by a plain reader: say so, as before
+            if busy is not None and e.errno == errno.ENOENT and attempt < 2:
+                continue
+            if busy is not None and e.errno in (errno.ENXIO, errno.ENOENT):
+                raise busy from None
+            raise
 
 
 # A hub a reader starts by itself ends this long after its last reader left: a job

@@ -210,3 +210,61 @@ def test_hub_releases_an_unread_job_and_a_later_reader_gets_roots(tmp_path):
     finally:
         job.kill()
         job.wait(timeout=60)
+
+
+# Holds the job's segment as a plain reader for a while, then lets it go: with
+# argv[2] == "hub", under the name a hub runs as (its comm), with no socket -- what a
+# hub is for a moment when it starts, and when it ends (it unlinks its socket, then
+# lets the segment go).
+HOLDER = textwrap.dedent("""
+    import ctypes, sys, time, pytrace
+    if sys.argv[2] == "hub":
+        ctypes.CDLL(None).prctl(15, b"pytrace-hub", 0, 0, 0)     # PR_SET_NAME
+    r = pytrace.Reader(int(sys.argv[1]), follow=True, hub=False)
+    print("held", flush=True)
+    time.sleep(float(sys.argv[3]))
+    r.close()
+""")
+
+
+def _hold(pid, as_what, seconds):
+    h = subprocess.Popen([PY, "-c", HOLDER, str(pid), as_what, str(seconds)],
+                         stdout=subprocess.PIPE, text=True)
+    assert h.stdout.readline().strip() == "held"
+    return h
+
+
+def test_a_reader_arriving_as_a_hub_lets_the_job_go_reads_it_instead_of_failing(tmp_path):
+    """CI saw `pytrace-top PID --once` fail with "is being read by pid N (pytrace-hub
+    ...); stop that reader first" when it came as the hub of the test before ended (its
+    socket gone, the segment not yet let go). A pytrace-hub holder with no socket is
+    waited for: once it lets go, pytrace-top and pytrace.Reader read the segment
+    directly. A plain reader (not a hub) is still named at once."""
+    import pytrace
+    top = _bin("pytrace-top")
+    job, go = start_run_job(tmp_path, 100000, 2000)     # runs until killed
+    try:
+        go.write_text("")
+        h = _hold(job.pid, "hub", 1.0)
+        r = subprocess.run([top, str(job.pid), "--once", "--json"], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert any(f["name"] == "leaf" for f in json.loads(r.stdout)["functions"]), r.stdout[:2000]
+        h.wait(timeout=30)
+
+        h = _hold(job.pid, "hub", 1.0)
+        with pytrace.Reader(job.pid, follow=False) as rd:
+            assert not rd.via_hub
+            assert sum(1 for _ in rd) > 0
+        h.wait(timeout=30)
+
+        h = _hold(job.pid, "plain", 30.0)
+        try:
+            r = subprocess.run([top, str(job.pid), "--once", "--json"], capture_output=True, text=True, timeout=60)
+            assert r.returncode == 1 and "is being read by pid %d" % h.pid in r.stderr, r.stderr
+            assert h.poll() is None                  # named while it holds it, not waited for
+        finally:
+            h.kill()
+            h.wait(timeout=30)
+    finally:
+        job.kill()
+        job.wait(timeout=60)

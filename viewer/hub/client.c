@@ -49,8 +49,8 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...)
     va_end(ap);
 }
 
-int pt_hub_client_find(const char *target, unsigned flags, char *sock, size_t cap, uint64_t *hub_pid, char *err,
-                       size_t errlen)
+static int find_once(const char *target, unsigned flags, char *sock, size_t cap, uint64_t *hub_pid, char *err,
+                     size_t errlen)
 {
     /* The segment of target (newest of a pid) and who holds its lock. */
     size_t max = 256, count = 0;
@@ -120,9 +120,44 @@ int pt_hub_client_find(const char *target, unsigned flags, char *sock, size_t ca
             return 0;
         }
     }
+    *hub_pid = holder;
     set_err(err, errlen, "segment %s is being read by pid %llu, which is not a hub (no socket in %s); stop that "
             "reader first, or read through a hub: pytrace hub PID", segname, (unsigned long long)holder, dirs[0]);
     return -ENXIO;
+}
+
+/* pid is a pytrace-hub process (its comm, which the kernel keeps to 15 bytes). */
+static int is_hub_process(uint64_t pid)
+{
+    char path[64], comm[32] = "";
+    snprintf(path, sizeof path, "/proc/%llu/comm", (unsigned long long)pid);
+    FILE *f = fopen(path, "re");
+    if (f == NULL)
+        return 0;
+    int ok = fgets(comm, sizeof comm, f) != NULL;
+    fclose(f);
+    return ok && !strncmp(comm, "pytrace-hub", 11);
+}
+
+/* A hub holds its segment a moment before its socket listens, and a hub that
+ * ends (its last reader left) unlinks the socket a moment before it lets the
+ * segment go: a holder that is a pytrace-hub with no socket is waited for
+ * (up to HUB_SETTLE_MS) until it serves or lets go, so that a reader arriving
+ * then joins it or reads the segment itself, not fails. */
+#define HUB_SETTLE_MS 3000
+
+int pt_hub_client_find(const char *target, unsigned flags, char *sock, size_t cap, uint64_t *hub_pid, char *err,
+                       size_t errlen)
+{
+    for (int waited = 0;; waited += 20) {
+        uint64_t holder = 0;
+        int rc = find_once(target, flags, sock, cap, &holder, err, errlen);
+        if (rc == 0)
+            *hub_pid = holder;
+        if (rc != -ENXIO || waited >= HUB_SETTLE_MS || !is_hub_process(holder))
+            return rc;
+        usleep(20000);
+    }
 }
 
 static int read_full(int fd, void *out, size_t len, int timeout_ms)
@@ -241,7 +276,13 @@ int pt_hub_client_connect(const char *target, unsigned flags, pt_hub_client_t **
     int rc = pt_hub_client_find(target, flags, sock, sizeof sock, &pid, err, errlen);
     if (rc < 0)
         return rc;
-    return pt_hub_client_open(sock, pid, flags, 0, out, err, errlen);
+    rc = pt_hub_client_open(sock, pid, flags, 0, out, err, errlen);
+    if (rc == -ENOENT || rc == -ECONNREFUSED) { /* it ended between: find again (it may be let go) */
+        rc = pt_hub_client_find(target, flags, sock, sizeof sock, &pid, err, errlen);
+        if (rc == 0)
+            rc = pt_hub_client_open(sock, pid, flags, 0, out, err, errlen);
+    }
+    return rc;
 }
 
 /* The pt_reader_stats view, kept from the stream. */

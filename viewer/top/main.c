@@ -1363,13 +1363,19 @@ int main(int argc, char **argv)
     if (rc != 0)
         rc = o.file ? FileSource_open(o.file, o.follow, &app.source, err, sizeof err)
                     : LiveSource_open(o.target, &app.source, err, sizeof err);
-    if (rc == -EBUSY && !o.no_hub) { /* held: by a hub, read through it (any number of readers may) */
+    /* held: by a hub, read through it (any number of readers may); a hub that let the
+     * segment go meanwhile (its last reader left) leaves it to be read directly */
+    for (int tries = 0; rc == -EBUSY && !o.file && !o.no_hub && tries < 3; tries++) {
         char herr[512] = "";
         int hrc = HubSource_open(o.target, &app.source, herr, sizeof herr);
         if (hrc == 0)
             rc = 0;
-        else if (hrc != -ENXIO && hrc != -ENOENT)
+        else if (hrc == -ENOENT)
+            rc = LiveSource_open(o.target, &app.source, err, sizeof err);
+        else if (hrc != -ENXIO)
             snprintf(err, sizeof err, "%s", herr);
+        if (hrc != -ENOENT)
+            break;
     }
     if (rc) {
         if (interactive_started)
