@@ -1,7 +1,7 @@
 """`pytrace record` against real traced processes, and the exports of what it wrote.
 
 The workload has a known shape; every format must show the same calls and nesting as
-the reference aggregation (calltree (tests/python/calltree.py)) rebuilt from the recorded stream.
+the reference aggregation (calltree (tests/python/support/calltree.py)) rebuilt from the recorded stream.
 """
 
 import collections
@@ -25,7 +25,7 @@ except ImportError:
 from pytrace import recording as rec  # noqa: E402
 from calltree import CallTree  # noqa: E402
 
-from test_export_formats import _collapsed, _check_nesting, check_speedscope  # noqa: E402
+from exportcheck import _check_nesting, _collapsed, check_speedscope  # noqa: E402
 
 PY = sys.executable
 

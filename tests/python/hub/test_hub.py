@@ -20,25 +20,10 @@ import time
 import pytest
 
 from helpers import PY
+from hubkit import JOB, _bin
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
 
-JOB = textwrap.dedent("""
-    import sys
-    def leaf(i):
-        return i + 1
-    def middle(n):
-        s = 0
-        for i in range(n):
-            s += leaf(i)
-        return s
-    def outer(rounds, n, marker):
-        for r in range(rounds):
-            middle(n)
-            if marker and r == rounds // 2:
-                open(marker, "w").close()
-    outer(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else None)
-""")
 
 # Reads the job through whatever holds it; prints its counts as JSON at the end.
 READER = textwrap.dedent("""
@@ -58,10 +43,6 @@ READER = textwrap.dedent("""
                       "dropped": last.events_dropped if last else None,
                       "state": last.state if last else None}))
 """)
-
-
-def _bin(name):
-    return shutil.which(name) or os.path.join(os.path.dirname(PY), name)
 
 
 def start_job(tmp, rounds, n, policy="wait", marker=None):

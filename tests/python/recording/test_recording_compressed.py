@@ -155,7 +155,7 @@ def test_any_flatc_reader_plus_zstd_reads_a_compressed_file(recorded):
 
 
 def test_format_1_0_file_of_earlier_pytrace_reads_as_it_did():
-    # tests/python/fixtures/format-1.0.pytrace was written by `pytrace record` before
+    # tests/python/recording/fixtures/format-1.0.pytrace was written by `pytrace record` before
     # format 2.0; format-1.0.json holds what the 1.0 reader handed out for it.
     want = json.load(open(os.path.join(HERE, "fixtures", "format-1.0.json")))
     r = rec.RecordingReader(FIXTURE)

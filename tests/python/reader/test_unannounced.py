@@ -99,20 +99,20 @@ def test_html_report_status_shows_the_damage(recording, tmp_path):
 
 def test_html_report_in_chromium_says_the_damage(recording, tmp_path):
     """In a real browser the report's status line says the count, marked bad."""
-    import test_web
-    if test_web.CHROMIUM is None or test_web.sync_playwright is None:
+    import webkit
+    if webkit.CHROMIUM is None or webkit.sync_playwright is None:
         pytest.skip("needs Debian's chromium and playwright")
     out = tmp_path / "r.html"
     r = subprocess.run([PY, "-m", "pytrace", "export", recording, "--format", "html", "-o", str(out)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    with test_web.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=test_web.CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+    with webkit.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=webkit.CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
         try:
             errors = []
-            _context, page = test_web._page(b, errors)
+            _context, page = webkit._page(b, errors)
             page.goto("file://" + str(out))
-            test_web._wait(page, "window.pytrace && pytrace.state.rows.size > 0")
+            webkit._wait(page, "window.pytrace && pytrace.state.rows.size > 0")
             status = page.inner_text("#status")
             assert ("DAMAGE: %d events name symbols never announced: shown as <unknown #id>" % DAMAGED
                     in status), status

@@ -19,7 +19,7 @@ there too sys.setprofile with --setprofile (CPython's own translation of monitor
 into profile events, a second opinion on what each version reports: test_corpus checks that
 both agree).
 The tracer is installed before the program's first line, so threads the program starts
-at any time are seen. The tree format is the one of calltree (tests/python/calltree.py).CallTree.to_json():
+at any time are seen. The tree format is the one of calltree (tests/python/support/calltree.py).CallTree.to_json():
 {"threads": {tid: [[parent_index, key, count], ...]}} with keys "py:qualname:file:line",
 "c:name".
 """

@@ -4,7 +4,7 @@
 
 Creates GO_FILE once it holds the segment (the traced program waits for it), follows
 the stream until the producer stopped/exited, rebuilds the call tree with
-calltree (tests/python/calltree.py), and writes JSON: the tree, events read, the reader's stats, thread
+calltree (tests/python/support/calltree.py), and writes JSON: the tree, events read, the reader's stats, thread
 starts/ends, symbols, producer states seen and whether it ended on a dead producer.
 """
 

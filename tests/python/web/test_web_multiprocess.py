@@ -22,7 +22,7 @@ import urllib.request
 import pytest
 
 from helpers import PY
-from test_web import WebServer, _page, _wait, browser, needs_browser  # noqa: F401 (browser: a fixture)
+from webkit import WebServer, _page, _wait, browser, needs_browser  # noqa: F401 (browser: a fixture)
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
 

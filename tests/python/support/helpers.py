@@ -9,6 +9,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+SUPPORT = HERE              # tests/python/support: what a child process needs on sys.path
 CORPUS = os.path.join(HERE, "corpus")
 PY = sys.executable
 

@@ -36,7 +36,7 @@ from helpers import corpus  # noqa: E402
 
 PY = sys.executable
 HERE = os.path.dirname(os.path.abspath(__file__))
-MIXED = os.path.join(HERE, "..", "..", "bench", "overhead_child.py")
+MIXED = os.path.join(HERE, "..", "..", "..", "bench", "overhead_child.py")
 JSON_DIR = os.path.dirname(json.__file__)
 _ADDR = re.compile(r" at 0x[0-9a-f]+>$")
 

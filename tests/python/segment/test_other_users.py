@@ -17,43 +17,12 @@ import time
 import pytest
 
 from helpers import PY
+from users import as_other, other_uid, popen_other  # noqa: F401 (other_uid: a fixture)
 
-OTHER = "pytrace-other"
 SHM = "/dev/shm"
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None
                                 or shutil.which("runuser") is None,
                                 reason="needs root, useradd and runuser to act as a second user")
-
-
-@pytest.fixture(scope="module")
-def other_uid():
-    r = subprocess.run(["id", "-u", OTHER], capture_output=True, text=True)
-    if r.returncode != 0:
-        subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/sh", OTHER], check=True)
-        r = subprocess.run(["id", "-u", OTHER], capture_output=True, text=True, check=True)
-    return int(r.stdout)
-
-
-# Python run as the other user: the interpreter and pytrace are loaded as root (root's
-# pyenv is not readable by other users), then the process drops to OTHER's uid and gid
-# before the test's code runs. Files it needs come through argv or stdin.
-_AS_OTHER = textwrap.dedent("""
-    import os, pwd, sys
-    import pytrace, pytrace.reader
-    pytrace._ext()
-    _pw = pwd.getpwnam(%r)
-    os.setgroups([])
-    os.setgid(_pw.pw_gid)
-    os.setuid(_pw.pw_uid)
-""") % OTHER
-
-
-def as_other(code, *args, **kw):
-    return subprocess.run([PY, "-c", _AS_OTHER + textwrap.dedent(code), *args], **kw)
-
-
-def popen_other(code, *args, **kw):
-    return subprocess.Popen([PY, "-c", _AS_OTHER + textwrap.dedent(code), *args], **kw)
 
 
 def run_pytrace(*args, timeout=60, **kw):

@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from helpers import PY
+from helpers import CORPUS, PY
 from pytrace.export import export as export_api
 from pytrace.export import main as export_main
 from streamgen import recording as random_recording
@@ -20,8 +20,6 @@ from test_export_agreement import _pstats
 from test_export_formats import EXPECTED_CALLS, EXPECTED_SPANS
 from test_export_formats import recording  # noqa: F401  (the scripted recording fixture)
 from pftrace_reader import check_nesting, read_trace, slice_counts
-
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def export_pftrace(path, out, *extra):
@@ -82,7 +80,7 @@ def test_perfetto_slices_equal_pstats_calls_on_random_streams(seed, tmp_path):
 
 @pytest.mark.parametrize("program", ["recursion.py", "generators.py", "spans.py", "threads.py", "exceptions.py"])
 def test_perfetto_slices_equal_pstats_calls_on_corpus(program, tmp_path):
-    src = os.path.join(HERE, "corpus", program)
+    src = os.path.join(CORPUS, program)
     path = tmp_path / "c.pytrace"
     r = subprocess.run([PY, "-m", "pytrace", "record", "-o", str(path), "--", PY, src], capture_output=True,
                        text=True, timeout=300, cwd=str(tmp_path))

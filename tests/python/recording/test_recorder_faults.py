@@ -23,7 +23,7 @@ import urllib.request
 import pytest
 
 import pytrace
-from helpers import PY
+from helpers import PY, SUPPORT
 from pytrace.recording import FLAG_LOSSLESS, RecordingError, RecordingReader
 from topkit import TOP
 
@@ -241,7 +241,7 @@ def test_a_crafted_loss_slot_is_said_in_one_line_with_its_counts(tmp_path, err):
     import warnings
     from pytrace.profile import Profile
     rec = tmp_path / "rec.ptrace"
-    r = subprocess.run([PY, "-c", _FULL_WRITER, str(rec), os.path.dirname(os.path.abspath(__file__))],
+    r = subprocess.run([PY, "-c", _FULL_WRITER, str(rec), SUPPORT],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     with RecordingReader(str(rec)) as reader:

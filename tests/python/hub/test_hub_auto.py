@@ -15,7 +15,7 @@ import time
 import pytest
 
 from helpers import PY
-from test_hub import JOB, _bin
+from hubkit import JOB, _bin
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
 

@@ -314,7 +314,7 @@ def test_html_report_of_many_threads_has_views_of_the_busiest(tmp_path):
     """3,000 short threads: the report holds a view of its own for the 100 busiest threads
     and says how many threads it has no view of (each view was a query over every thread's
     calls: 20,000 threads took 236 s); the all-threads view still counts every call."""
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "bench"))
     try:
         import export_bench
     finally:
@@ -365,8 +365,8 @@ def test_report_in_chromium_shows_damage_and_lists_threads_with_views(suite_reco
     """In a real browser: the report of a truncated recording says DAMAGED with the offset
     in its status line; the report of 3,000 threads lists the 100 it has views of (and
     all threads), says how many have none, and draws every thread's timeline row."""
-    import test_web
-    if test_web.CHROMIUM is None or test_web.sync_playwright is None:
+    import webkit
+    if webkit.CHROMIUM is None or webkit.sync_playwright is None:
         pytest.skip("needs Debian's chromium and playwright")
     offsets = _message_offsets(suite_recording)
     cut = tmp_path / "cut.pytrace"
@@ -374,7 +374,7 @@ def test_report_in_chromium_shows_damage_and_lists_threads_with_views(suite_reco
         cut.write_bytes(f.read(offsets[40] + 10))
     damaged = tmp_path / "damaged.html"
     assert _export(cut, "html", damaged).returncode == 1
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "bench"))
     try:
         import export_bench
     finally:
@@ -383,17 +383,17 @@ def test_report_in_chromium_shows_damage_and_lists_threads_with_views(suite_reco
     export_bench.write_threads_recording(str(rec), 3000)
     many = tmp_path / "threads.html"
     assert _export(rec, "html", many, timeout=300).returncode == 0
-    with test_web.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=test_web.CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+    with webkit.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=webkit.CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
         try:
             errors = []
-            _context, page = test_web._page(b, errors)
+            _context, page = webkit._page(b, errors)
             page.goto("file://" + str(damaged))
-            test_web._wait(page, "window.pytrace && pytrace.state.rows.size > 0")
+            webkit._wait(page, "window.pytrace && pytrace.state.rows.size > 0")
             status = page.inner_text("#status")
             assert "DAMAGED RECORDING: damaged at byte offset %d" % offsets[40] in status, status
             page.goto("file://" + str(many))
-            test_web._wait(page, "window.pytrace && pytrace.state.rows.size > 0")
+            webkit._wait(page, "window.pytrace && pytrace.state.rows.size > 0")
             assert page.evaluate("document.querySelectorAll('#thread option').length") == 101
             status = page.inner_text("#status")
             assert "2900 threads with few events have no view of their own" in status, status

@@ -11,11 +11,9 @@ import sys
 
 import pytest
 
-from helpers import PY
+from helpers import CORPUS, PY
 from streamgen import recording as random_recording
 from topkit import TOP
-
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _top(path):
@@ -131,7 +129,7 @@ def test_top_pstats_collapsed_agree_on_random_streams(seed, tmp_path):
 
 @pytest.mark.parametrize("program", ["recursion.py", "generators.py", "spans.py", "threads.py", "exceptions.py"])
 def test_top_pstats_collapsed_agree_on_corpus_recordings(program, tmp_path):
-    src = os.path.join(HERE, "corpus", program)
+    src = os.path.join(CORPUS, program)
     if not os.path.exists(src):
         pytest.fail("corpus program %s is missing" % program)
     path = tmp_path / "c.pytrace"

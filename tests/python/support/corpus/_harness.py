@@ -2,7 +2,7 @@
 
 Environment (set by the tests):
   PYTRACE_TEST_MODE   "pytrace" (the program traces itself with pytrace.start/stop),
-                      "ref" (the program runs under tests/python/reftracer.py), or
+                      "ref" (the program runs under tests/python/support/reftracer.py), or
                       unset/"none" (plain run)
   PYTRACE_TEST_DIR    handshake directory
   PYTRACE_TEST_C_CALLS  "0" to trace without C calls

@@ -17,6 +17,7 @@ import pytest
 from pytrace import recording as rec
 from pytrace.export import main as export_main
 from pytrace.export import synthetic as syn
+from exportcheck import _check_nesting, _collapsed, check_speedscope
 from pftrace_reader import check_nesting as check_perfetto_nesting
 from pytrace.reader import EventKind, SymbolKind
 
@@ -116,16 +117,6 @@ def _export(path, fmt, out, *extra):
 
 # ---- collapsed -----------------------------------------------------------------
 
-def _collapsed(path):
-    out = {}
-    for line in open(path):
-        stack, _, count = line.rstrip("\n").rpartition(" ")
-        assert stack and count.isdigit(), line
-        names = tuple(f.split(" (")[0] for f in stack.split(";"))
-        out[names] = out.get(names, 0) + int(count)
-    return out
-
-
 def test_collapsed_calls_and_self_time(recording, tmp_path):
     path, end1 = recording
     calls = _collapsed(_export(path, "collapsed", tmp_path / "c.folded", "--weight", "calls"))
@@ -177,18 +168,6 @@ def test_pstats_file_loads_in_gprof2dot(recording, tmp_path):
 
 # ---- perfetto / chrome trace-event JSON -------------------------------------------
 
-def _check_nesting(events):
-    """X events of one thread must nest: intervals are disjoint or contained."""
-    evs = sorted(events, key=lambda e: (e["ts"], -e["dur"]))
-    stack = []
-    for e in evs:
-        start, end = e["ts"], e["ts"] + e["dur"]
-        while stack and stack[-1] <= start + 1e-9:
-            stack.pop()
-        assert not stack or end <= stack[-1] + 1e-6, e
-        stack.append(end)
-
-
 def test_chrome_json_structure_and_content(recording, tmp_path):
     path, _ = recording
     out = _export(path, "chrome", tmp_path / "t.json")
@@ -222,38 +201,6 @@ def test_chrome_json_structure_and_content(recording, tmp_path):
 
 
 # ---- speedscope -------------------------------------------------------------------
-
-def check_speedscope(doc):
-    """The required structure of https://www.speedscope.app/file-format-schema.json
-    (SpeedscopeFile, EventedProfile, FrameInfo), checked by hand."""
-    assert doc["$schema"] == "https://www.speedscope.app/file-format-schema.json"
-    frames = doc["shared"]["frames"]
-    assert isinstance(frames, list)
-    for f in frames:
-        assert isinstance(f["name"], str)
-        assert set(f) <= {"name", "file", "line", "col"}
-    assert isinstance(doc["profiles"], list)
-    opens = collections.Counter()
-    for p in doc["profiles"]:
-        assert p["type"] == "evented"
-        assert isinstance(p["name"], str)
-        assert p["unit"] in ("none", "nanoseconds", "microseconds", "milliseconds", "seconds", "bytes")
-        assert p["startValue"] <= p["endValue"]
-        stack, last = [], p["startValue"]
-        for e in p["events"]:
-            assert e["type"] in ("O", "C") and 0 <= e["frame"] < len(frames)
-            assert last <= e["at"] <= p["endValue"]          # events sorted by time
-            last = e["at"]
-            if e["type"] == "O":
-                stack.append(e["frame"])
-                opens[frames[e["frame"]]["name"]] += 1
-            else:
-                assert stack and stack.pop() == e["frame"]    # speedscope rejects mismatches
-        assert not stack
-    if "activeProfileIndex" in doc:
-        assert 0 <= doc["activeProfileIndex"] < max(1, len(doc["profiles"]))
-    return opens
-
 
 def test_speedscope_structure_and_content(recording, tmp_path):
     path, _ = recording

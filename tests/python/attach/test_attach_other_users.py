@@ -2,7 +2,7 @@
 with no room on disk, and `pytrace dump` of a job a hub holds or that runs in a chroot
 (issue 19, 12).
 
-The second user is the suite's (test_other_users: a real second uid). It owns the target
+The second user is the suite's (support/users.py: a real second uid). It owns the target
 process and plants, in every `pytrace-attach-*` directory root makes under /tmp, `cancelled`
 as a symlink to a root-only file, `result` as a FIFO or as a symlink to that file; or it
 binds the abstract socket name that was the attach lock. Root's file must stay whole and
@@ -21,8 +21,8 @@ import time
 import pytest
 
 from helpers import PY
-from test_attach import JOB, STACKS_JOB, Job, python_frames, segments_of, start_stacks_job
-from test_other_users import other_uid, popen_other  # noqa: F401 - other_uid: a fixture
+from attachkit import JOB, STACKS_JOB, Job, python_frames, segments_of, start_stacks_job
+from users import other_uid, popen_other  # noqa: F401 - other_uid: a fixture
 
 NEEDS_314 = pytest.mark.skipif(sys.version_info < (3, 14), reason="attaching needs Python 3.14+ "
                                "(PEP 768 sys.remote_exec); this is %d.%d" % sys.version_info[:2])
@@ -462,7 +462,7 @@ def test_a_plain_reader_holding_the_segment_is_named_by_its_name(tmp_path):
 
 def _sidroot():
     here = os.path.dirname(os.path.abspath(__file__))
-    return os.path.join(here, "..", "sidroot.sh")
+    return os.path.join(here, "..", "..", "sidroot.sh")
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/opt/pytrace-sid/usr/bin/python3.14")

@@ -1,6 +1,6 @@
 """pytrace.Profile: the Python API over the C aggregation (viewer/core/agg.h, through
 _pytrace.Aggregator). On recordings of the corpus programs it gives the call paths of the
-reference calltree (tests/python/calltree.py), per thread and merged, and the function
+reference calltree (tests/python/support/calltree.py), per thread and merged, and the function
 table of pytrace-top (exactly); its window and timeline follow the phases of a real job;
 bad input gets one clear error."""
 
@@ -12,15 +12,13 @@ import pytest
 
 import pytrace
 from calltree import CallTree, symbol_key
-from helpers import PY
+from helpers import CORPUS, PY
 from pytrace.recording import RecordingReader
 from topkit import TOP
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-
 
 def _record(tmp_path, program, *args):
-    src = program if os.path.isabs(program) else os.path.join(HERE, "corpus", program)
+    src = program if os.path.isabs(program) else os.path.join(CORPUS, program)
     path = tmp_path / (os.path.basename(src) + ".pytrace")
     r = subprocess.run([PY, "-m", "pytrace", "record", "-o", str(path), "--", PY, src] + list(args),
                        capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
