@@ -68,7 +68,7 @@ def test_round_trip_keeps_bytes_order_and_alignment(tmp_path, compress):
 
 
 def test_reader_reads_with_plain_generated_code(tmp_path):
-    """A reader in another language needs only the schema: this is the README recipe."""
+    """A reader in another language needs only the schema: this is the recipe of\n    docs/stream-format.md."""
     from pytrace.fb.Message import Message
     path = tmp_path / "a.pytrace"
     _write(path, _messages())
