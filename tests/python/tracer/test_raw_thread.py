@@ -2,7 +2,7 @@
 are traced where the hook is interpreter-wide: sys.monitoring (3.12+) and the
 frame-evaluation hook (3.11 without C calls). PyEval_SetProfile (3.10, and 3.11 with C
 calls) is per thread, and only threading's threads get it (threading.setprofile), as
-for VizTracer and yappi: README, "Threads"."""
+for VizTracer and yappi: docs/hooks.md, "Threads"."""
 
 import sys
 
