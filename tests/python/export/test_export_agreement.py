@@ -5,12 +5,12 @@ across frames through pytrace.span's helpers, mid-stream starts, recursion, gene
 threads that never end) and on recordings of the corpus programs."""
 
 import os
-import pstats
 import subprocess
 import sys
 
 import pytest
 
+from exportcheck import _key, _pstats
 from helpers import CORPUS, PY
 from streamgen import recording as random_recording
 from topkit import TOP
@@ -34,28 +34,6 @@ def _top(path):
             for i, field in enumerate(("calls", "prim_calls", "self_ns", "total_ns")):
                 row[i] += f[field]
     return {k: tuple(v) for k, v in rows.items()}, shared
-
-
-def _key(name, file, line):
-    """Python functions by (name, file, line), C functions and spans by name."""
-    return (name, file, line) if line > 0 else name
-
-
-def _pstats(path, tmp_path, names):
-    from pytrace.export import main as export_main
-    out = tmp_path / "p.pstats"
-    assert export_main([str(path), "-f", "pstats", "--qualnames", "-o", str(out)]) == 0
-    st = pstats.Stats(str(out)).stats
-    rows = {}
-    for (file, line, name), (cc, nc, tt, ct, _callers) in st.items():
-        if name.startswith("<span '"):
-            key = name[len("<span '"):-2]
-        elif file == "~":
-            key = name[len("<built-in method "):-1]
-        else:
-            key = _key(name, file, line)
-        rows[key] = (nc, cc, round(tt * 1e9), round(ct * 1e9))
-    return rows
 
 
 def _collapsed(path, tmp_path, labels):

@@ -16,9 +16,9 @@ from helpers import CORPUS, PY
 from pytrace.export import export as export_api
 from pytrace.export import main as export_main
 from streamgen import recording as random_recording
-from test_export_agreement import _pstats
-from test_export_formats import EXPECTED_CALLS, EXPECTED_SPANS
-from test_export_formats import recording  # noqa: F401  (the scripted recording fixture)
+from exportcheck import _pstats
+from scripted import EXPECTED_CALLS, EXPECTED_SPANS
+from scripted import recording  # noqa: F401  (the scripted recording fixture)
 from pftrace_reader import check_nesting, read_trace, slice_counts
 
 

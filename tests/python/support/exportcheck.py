@@ -1,7 +1,9 @@
 """Shared by the export and recording tests: each output format checked with its consumer's
-rules (collapsed lines, Chrome trace-event nesting, the speedscope file-format schema)."""
+rules (collapsed lines, Chrome trace-event nesting, the speedscope file-format schema), and a
+recording's pstats export read as rows keyed as pytrace-top's are."""
 
 import collections
+import pstats
 
 
 def _collapsed(path):
@@ -56,3 +58,25 @@ def check_speedscope(doc):
     if "activeProfileIndex" in doc:
         assert 0 <= doc["activeProfileIndex"] < max(1, len(doc["profiles"]))
     return opens
+
+
+def _key(name, file, line):
+    """Python functions by (name, file, line), C functions and spans by name."""
+    return (name, file, line) if line > 0 else name
+
+
+def _pstats(path, tmp_path, names):
+    from pytrace.export import main as export_main
+    out = tmp_path / "p.pstats"
+    assert export_main([str(path), "-f", "pstats", "--qualnames", "-o", str(out)]) == 0
+    st = pstats.Stats(str(out)).stats
+    rows = {}
+    for (file, line, name), (cc, nc, tt, ct, _callers) in st.items():
+        if name.startswith("<span '"):
+            key = name[len("<span '"):-2]
+        elif file == "~":
+            key = name[len("<built-in method "):-1]
+        else:
+            key = _key(name, file, line)
+        rows[key] = (nc, cc, round(tt * 1e9), round(ct * 1e9))
+    return rows
