@@ -11,7 +11,7 @@ apt-get update -qq
 apt-get install -y -qq build-essential liburcu-dev libncurses-dev flatbuffers-compiler \
     libflatbuffers-dev zlib1g-dev libzstd-dev zstd tmux procps clang util-linux passwd debootstrap \
     chromium >/dev/null
-# chromium: the browser tests of pytrace web and the HTML report (tests/python/test_web.py) drive
+# chromium: the browser tests of pytrace web and the HTML report (tests/python/web/test_web.py) drive
 # Debian's chromium with Playwright (its own browser download is not used)
 
 PYTHONS=$(bash tests/pythons.sh)
@@ -21,7 +21,7 @@ esac
 for py in $PYTHONS; do
     "$py" -m pip install -q --disable-pip-version-check --root-user-action=ignore \
         "scikit-build-core>=0.8" cmake ninja flatbuffers pytest gprof2dot coverage perfetto
-    # the browser tests (tests/python/test_web.py); a Python it has no wheel for skips them
+    # the browser tests (tests/python/web/test_web.py); a Python it has no wheel for skips them
     "$py" -m pip install -q --disable-pip-version-check --root-user-action=ignore playwright ||
         echo "playwright is not available for $py: its browser tests will skip"
     "$py" -m pip install -q --disable-pip-version-check --root-user-action=ignore \

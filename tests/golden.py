@@ -6,7 +6,7 @@ compared byte for byte (`diff -r`).
     python tests/golden.py outputs RECDIR OUTDIR  # with the build to check
     diff -r OUT_BEFORE OUT_AFTER
 
-`record` runs the corpus programs (tests/python/corpus, untraced by themselves) under
+`record` runs the corpus programs (tests/python/support/corpus, untraced by themselves) under
 `pytrace record`, merges two of the recordings and copies the format-1.0 fixture; the
 recordings are then fixed input. `outputs` runs, on each: every export format (and their
 options), pytrace-top --file --once (text and JSON, each sort, a window, a thread, each
@@ -22,8 +22,8 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CORPUS = os.path.join(HERE, "python", "corpus")
-FIXTURE = os.path.join(HERE, "python", "fixtures", "format-1.0.pytrace")
+CORPUS = os.path.join(HERE, "python", "support", "corpus")
+FIXTURE = os.path.join(HERE, "python", "recording", "fixtures", "format-1.0.pytrace")
 PROGRAMS = ["threads", "recursion", "deep_recursion", "generators", "exceptions", "ccalls", "forking",
             "spans", "async_tasks", "cprofile_keys"]
 

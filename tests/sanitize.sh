@@ -12,7 +12,7 @@
 # from the pytest process (the exporters, pytrace.Reader) stays on the run's stderr.
 #   PYTRACE_SANITIZE_PYTHON  the Python version to use (default 3.11, see tests/pythons.sh)
 #   PYTRACE_SANITIZE_BUILD   where the build and venv go (default build/sanitize)
-#   PYTRACE_SANITIZE_TESTS   the test files (default: the set below), -k style extras in
+#   PYTRACE_SANITIZE_TESTS   the test files under tests/python (default: the set below), -k style extras in
 #                            PYTRACE_SANITIZE_PYTEST_ARGS
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,12 +24,14 @@ py=$(PYTRACE_PYTHONS=${PYTRACE_SANITIZE_PYTHON:-3.11} bash tests/pythons.sh)
 # walk and every exporter, recordings (format, compression, live, mutated), damaged segments,
 # pytrace-top on recordings, rings (threads, reuse, losses), the job's lifecycle, the Aggregator
 # binding (pytrace.Profile), merging recordings, multi-process exports and the hub with its clients.
-tests=${PYTRACE_SANITIZE_TESTS:-"test_corpus.py test_export_agreement.py test_export_formats.py
-    test_export_perfetto.py test_export_bounds.py test_deep_recursion.py test_spans_filters.py
-    test_recording_format.py test_recording_compressed.py test_recording_live.py
-    test_segment_damage.py test_fuzz_recordings.py test_top_file.py test_threads_rings.py
-    test_ring_reuse.py test_loss_counters.py test_lifecycle.py test_web_profile.py test_merge.py
-    test_multiprocess_export.py test_hub.py"}
+tests=${PYTRACE_SANITIZE_TESTS:-"tracer/test_corpus.py export/test_export_agreement.py
+    export/test_export_formats.py export/test_export_perfetto.py export/test_export_bounds.py
+    tracer/test_deep_recursion.py tracer/test_spans_filters.py recording/test_recording_format.py
+    recording/test_recording_compressed.py recording/test_recording_live.py
+    segment/test_segment_damage.py recording/test_fuzz_recordings.py top/test_top_file.py
+    segment/test_threads_rings.py segment/test_ring_reuse.py tracer/test_loss_counters.py
+    segment/test_lifecycle.py reader/test_web_profile.py recording/test_merge.py
+    export/test_multiprocess_export.py hub/test_hub.py"}
 
 venv=$build/venv
 if [ ! -x "$venv/bin/python" ]; then

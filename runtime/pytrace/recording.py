@@ -1,95 +1,23 @@
 """pytrace recording files: the reader's message stream, kept on disk.
 
-File format (version 2.1; 1.x is the same without compressed chunks)
-====================================================================
-
-All integers are little-endian.
-
-Header, 16 bytes at offset 0::
-
-    offset size  field
-         0    8  magic          b"PYTRREC\\x00"
-         8    2  format major   2 when EventChunks may be compressed, 1 when never
-                                (a reader refuses a major it does not know: pytrace
-                                before 2.0 says "unsupported recording format 2.0")
-        10    2  format minor   1   (a reader accepts any minor of a major it knows;
-                                minor 1 adds INCOMPLETE and the loss slot below)
-        12    4  flags          bit 0  LOSSLESS: recorded with ring policy "wait"
-                                       (no event was dropped on purpose)
-                                bit 1  FINISHED: set by the writer when it closed the
-                                       file normally; nothing will be appended
-                                bit 2  INCOMPLETE: the writer read messages it could
-                                       not write (a full disk); LOSSLESS is cleared
-                                other bits: zero, ignored by readers
-
-Messages follow from offset 16, back to back. Each message is exactly the bytes the
-reader library handed out: a size-prefixed FlatBuffer of schema/pytrace.fbs (root
-``Message``, file identifier ``"PYTR"`` at bytes 8..11 of the message), i.e. a u32
-size prefix S followed by S bytes. It is followed by zero bytes up to the next multiple
-of 8 (the padding is not counted in S), so every message starts 8-aligned in the file
-and can be read in place with the alignment the FlatBuffers verifier expects::
-
-    [u32 S][S bytes of FlatBuffer][0..7 zero bytes]   repeated
-
-The stream order is the reader's: ProcessInfo first; a Symbol before any EventChunk
-that uses its id; a thread's ThreadStart before its events and ThreadEnd after them;
-ProducerStatus whenever the producer state changes (Exited last in a complete job).
-A reader in any language needs only the schema: skip 16 bytes, then repeatedly read
-S, hand bytes [off, off + 4 + S) to the generated ``Message`` reader as a
-size-prefixed buffer, and advance by 4 + S rounded up to 8.
-
-The loss slot (minor 1)
------------------------
-Right after the first ProcessInfo (untagged) the writer of a live stream (`pytrace
-record`; ``RecordingWriter(loss_slot=True)``) puts a ProducerStatus (state
-Running) that has every field, ``unrecorded_events``, ``unrecorded_messages`` and
-``unrecorded_errno`` zero. When a write fails (a full disk) the writer cuts the file
-back to its last whole message, stops writing, counts what it is still given, and
-overwrites that slot in place (the same size) with the counts and the errno, and sets
-INCOMPLETE. Both only rewrite bytes the file already has, so the loss is in the file
-even when the disk is full. A reader at the end of such a file hands out one more
-ProducerStatus (not in the file): the last one read, with the slot's counts, so every
-pytrace reader shows the loss ("N events not recorded"). A 2.0 reader reads the slot as
-a ProducerStatus and ignores the new fields and flag.
-
-Compression (format 2.0)
-------------------------
-The writer stores an EventChunk of 16 events or more as a ``CompressedChunk``
-message of the same schema when that is smaller (it nearly always is: the bench
-recordings shrink 20-35x). ``CompressedChunk {thread, first_event, count, codec,
-raw_bytes, data}`` stands for ``EventChunk {thread, first_event, events}``; codec
-``ZstdDeltaShuffle`` (1) means: the chunk's ``count`` 16-byte records, each record's
-ticks replaced by its difference to the previous record's ticks (mod 2**64, the
-first's to 0), byte-shuffled (byte b of record i at b * count + i), compressed as
-one zstd frame that states its content size (``raw_bytes`` = 16 * count) and
-carries zstd's checksum. So any flatc-generated reader plus libzstd reads a file:
-decompress ``data``, undo the shuffle and the deltas. `RecordingReader` (and
-pytrace-top --file) hand out the EventChunk itself, byte for byte the message the
-writer was given; a reader never sees a CompressedChunk. Symbols and all other
-messages are stored as they are.
-
-Damage
-------
-`RecordingReader` yields everything before the first damaged byte and then raises
-`RecordingError`, whose ``offset`` is the file offset of the damage and whose message
-says what is wrong: bad magic, unsupported version, a file that ends inside a message
-(truncation; in a file its writer never closed, as a killed recorder leaves it, the
-message says so), an implausible size, non-zero padding, a message that fails
-verification (identifier, offsets, vtables, strings and vectors bounds-checked the
-way the stock FlatBuffers verifier does), or a compressed chunk that is no checked
-zstd frame of exactly its stated size (its offset is the CompressedChunk's).
-
-Reading, verifying, compressing and writing are done by one implementation in C
-(viewer/core/recfile.c, through the extension: ``_pytrace.RecFileReader``,
+The file format (version 2.1; 1.x is the same without compressed chunks) is specified once,
+in docs/stream-format.md ("The recording file"): the 16-byte header and its flags, messages
+padded to 8 bytes, CompressedChunk (zstd after delta and shuffle), the loss slot, the end of
+a recording and what is damage. Reading, verifying, compressing and writing are done by one
+implementation in C (viewer/core/recfile.c, through the extension: ``_pytrace.RecFileReader``,
 ``RecFileWriter``, ``verify_message``), the one pytrace-top --file uses too.
 
-Follow mode
------------
-``RecordingReader(path, follow=True)`` reads a file that is still being written: a
-missing header, a short size prefix or a message whose bytes are not all there yet
-means "not written yet": it waits and reads again. It stops at end of file once it has
-read a ProducerStatus with state Exited or Dead, or the header's FINISHED flag is set,
-or when nothing new arrived for ``timeout`` seconds (then ``timed_out`` is True).
+This module: `RecordingWriter` (``loss_slot=True`` writes the loss slot, as `pytrace record`
+does; ``compress=False`` writes format 1), and `RecordingReader`, which yields the messages
+(an EventChunk for each CompressedChunk, byte for byte the message the writer was given; at
+the end of an INCOMPLETE file one more ProducerStatus with the slot's counts) and raises
+`RecordingError` at damage, with its ``offset``.
+
+Follow mode: ``RecordingReader(path, follow=True)`` reads a file that is still being written:
+a missing header, a short size prefix or a message whose bytes are not all there yet means
+"not written yet": it waits and reads again. It stops at end of file once it has read a
+ProducerStatus with state Exited or Dead, or the header's FINISHED flag is set, or when
+nothing new arrived for ``timeout`` seconds (then ``timed_out`` is True).
 """
 
 import os

@@ -1,7 +1,17 @@
-"""pytest setup for the end-to-end tests: corpus programs and helpers run from this tree
-must not leave __pycache__ directories in it."""
+"""pytest setup for the end-to-end tests.
+
+The tests are grouped by area (tracer/, segment/, launch/, reader/, recording/, export/,
+hub/, top/, web/, attach/); what several of them share is in support/ (helpers, topkit,
+the reference tracer and call tree, the stream builders, the corpus programs), which is
+put on sys.path here so that a test imports it by name (`from helpers import PY`).
+
+Corpus programs and helpers run from this tree must not leave __pycache__ directories in it."""
 import os
 import sys
 
 os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
 sys.dont_write_bytecode = True
+
+SUPPORT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "support")
+if SUPPORT not in sys.path:
+    sys.path.insert(0, SUPPORT)

@@ -4,60 +4,26 @@
  * message, with bounded memory. No Python (runtime/_pytrace/recfile_type.c
  * wraps it for runtime/pytrace/recording.py).
  *
- * File format 2.0 (1.0 is the same without CompressedChunk; little-endian):
- *   0   8  magic "PYTRREC\0"
- *   8   2  format major: 2 (EventChunks may be compressed) or 1 (never);
- *          any other major is refused
- *  10   2  format minor (any minor of a known major is accepted)
- *  12   4  flags: bit 0 LOSSLESS (ring policy wait), bit 1 FINISHED (the
- *          writer closed the file normally; nothing more will be appended),
- *          bit 2 INCOMPLETE (minor 1: the writer read messages it could not
- *          write, e.g. a full disk; LOSSLESS is then cleared). Readers ignore
- *          other bits.
- *  16      messages back to back: a u32 size prefix S, S bytes of one
- *          size-prefixed FlatBuffer Message (identifier "PYTR"), then zero
- *          padding up to a multiple of 8 (not counted in S). A complete last
- *          message whose padding is missing at the end of the file is accepted.
+ * The file format (header, padding, compression, the loss slot, the end of a
+ * recording, what is damage) is specified once, in docs/stream-format.md ("The
+ * recording file"). What this API adds:
  *
- * The loss slot (minor 1): right after the first untagged ProcessInfo the writer
- * (asked to: pt_recwriter_keep_loss_slot)
- * puts a ProducerStatus (state Running) that has every field, unrecorded_* 0.
- * When a write fails (a full disk) it cuts the file back to whole messages, stops
- * writing, counts what it is given from then on, and overwrites the slot in
- * place (same size) with unrecorded_events/_messages/_errno, and sets INCOMPLETE:
- * both only rewrite bytes the file has, so the loss is in the file even when the
- * disk is full. A reader of 2.0 reads the slot as a ProducerStatus and ignores the
- * new fields and flag. pt_recfile_next, at the clean end of a file with
- * INCOMPLETE, hands out one more ProducerStatus (not in the file): the last
- * untagged status read, with the slot's unrecorded_* counts (read again), so
- * every reader that keeps the last status has the loss.
- *
- * Compression (format 2): the writer stores an EventChunk of at least
- * PT_RECFILE_COMPRESS_MIN_EVENTS events, laid out as the reader library lays
- * chunks out (pt_fb_chunk_header), as a CompressedChunk message of the same
- * schema (codec ZstdDeltaShuffle, see schema/pytrace.fbs) when that is smaller.
- * The reader decompresses it and hands out the EventChunk it stands for, byte
- * for byte what the writer was given: a reader of this API never sees a
- * CompressedChunk. Each frame states its content size and carries zstd's
- * checksum of it. A chunk whose data is no such frame, whose frame does not
- * decompress to exactly raw_bytes = 16 * count bytes (checksum included), or
- * that has bytes after its frame is damage at the CompressedChunk's offset.
- *
- * Damage (bad magic, other major, implausible size prefix, non-zero padding, a
- * message that fails pt_fb_parse, a truncated tail once nothing more can come)
- * is sticky: every message before it was handed out, and from then on
- * pt_recfile_next returns -EBADMSG; pt_recfile_error() says what and where in
- * one line, pt_recfile_error_offset() is the byte offset of the damage.
- *
- * Files still being written (follow): a file that ends inside the header or
- * inside a message is not damaged yet, it may be "not yet written".
- * pt_recfile_next then returns 0 with pt_recfile_pending() > 0; the caller waits
- * and calls again. Once the caller knows nothing more will come (the recording
- * ended, the writer is gone, or it is not following), pt_recfile_finish turns
- * an incomplete tail into damage. A recording ends at an untagged
- * ProducerStatus with state Exited or Dead (pt_recfile_ended; in a stream of
- * several processes one of them ending is not the end), or when the FINISHED
- * flag is set.
+ * - Writing: the loss slot is written when asked (pt_recwriter_keep_loss_slot);
+ *   an EventChunk of at least PT_RECFILE_COMPRESS_MIN_EVENTS events is stored
+ *   as a CompressedChunk when that is smaller.
+ * - Reading: pt_recfile_next hands out the EventChunk a CompressedChunk stands
+ *   for, never the CompressedChunk; at the clean end of an INCOMPLETE file it
+ *   hands out one more ProducerStatus (not in the file): the last untagged
+ *   status read, with the slot's unrecorded_* counts (read again).
+ * - Damage is sticky: every message before it was handed out, and from then on
+ *   pt_recfile_next returns -EBADMSG; pt_recfile_error() says what and where in
+ *   one line, pt_recfile_error_offset() is the byte offset of the damage.
+ * - Files still being written (follow): a file that ends inside the header or
+ *   inside a message is not damaged yet. pt_recfile_next then returns 0 with
+ *   pt_recfile_pending() > 0; the caller waits and calls again. Once the caller
+ *   knows nothing more will come (the recording ended: pt_recfile_ended, the
+ *   writer is gone, or it is not following), pt_recfile_finish turns an
+ *   incomplete tail into damage.
  *
  * Threading: a pt_recfile_t is used by one thread at a time.
  * Errors: 0 or a negative errno (-ENOMEM, -EBADMSG, -EINVAL, or what open(2)

@@ -9,6 +9,10 @@ to the file, else from the repository root) and its floor compared with the file
 include graph of all files (tests/ and fuzz/ included) has no cycle, so no two files
 include each other, and no header includes itself through others.
 
+Within viewer/, the same rule between its parts, bottom to top: viewer/core (the reading
+core) -> viewer/hub (pytrace-hub and its client library, built on the core) -> viewer/top
+(pytrace-top, which reads through a hub too). core includes neither hub nor top; hub not top.
+
 The tracer core (runtime/_pytrace): its files -- CORE below: session, threads, symbols and
 their headers -- know nothing of the hook adapters (ADAPTERS: sys.monitoring, frame
 evaluation, PyEval_SetProfile). A core file includes no other file of runtime/_pytrace
@@ -90,6 +94,36 @@ def check_c(root, problems):
         if node not in state:
             visit(node, [])
     return len(graph)
+
+
+VIEWER_PARTS = ["viewer/core", "viewer/hub", "viewer/top"]   # bottom to top
+
+
+def viewer_part_of(rel):
+    for i, part in enumerate(VIEWER_PARTS):
+        if rel.startswith(part + "/"):
+            return i
+    return None
+
+
+def check_viewer(root, problems):
+    """viewer/core < viewer/hub < viewer/top: a part includes its own files and the parts below."""
+    checked = 0
+    for rel in source_files(root):
+        mine = viewer_part_of(rel)
+        if mine is None:
+            continue
+        checked += 1
+        with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
+            text = f.read()
+        for target in INCLUDE.findall(text):
+            dep = resolve(root, rel, target)
+            theirs = viewer_part_of(dep) if dep else None
+            if theirs is not None and theirs > mine:
+                problems.append("%s includes %s: %s/ is above %s/ (arrows point down: %s)"
+                                % (rel, target, VIEWER_PARTS[theirs], VIEWER_PARTS[mine],
+                                   " -> ".join(reversed(VIEWER_PARTS))))
+    return checked
 
 
 TRACER_DIR = "runtime/_pytrace"
@@ -210,6 +244,7 @@ def main():
     root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".")
     problems = []
     n_c = check_c(root, problems)
+    n_viewer = check_viewer(root, problems)
     n_core = check_tracer_core(root, problems)
     n_py = check_python(root, problems)
     for p in problems:
@@ -217,9 +252,9 @@ def main():
     if problems:
         print("%d problem(s) in the house's layers" % len(problems))
         return 1
-    print("layers: %d C files include only downwards, without cycles; the tracer core's %d files "
-          "name no hook adapter; %d Python modules use no other module's private names"
-          % (n_c, n_core, n_py))
+    print("layers: %d C files include only downwards, without cycles (%d of viewer/: core, hub, top "
+          "in that order); the tracer core's %d files name no hook adapter; %d Python modules use "
+          "no other module's private names" % (n_c, n_viewer, n_core, n_py))
     return 0
 
 

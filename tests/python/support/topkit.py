@@ -1,0 +1,190 @@
+"""Shared by the pytrace-top tests: the workload of known shape, finding the binary,
+and a detached tmux session running the real viewer.
+
+The workload: `work3` does three times the loop iterations of `work1`, both called from
+the main thread's loop; a second thread ("side") runs `side_work` only.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+
+WORKLOAD = r'''
+import sys, threading, time
+
+def work3():
+    s = 0
+    for i in range(30000):
+        s += i
+    return s
+
+def work1():
+    s = 0
+    for i in range(10000):
+        s += i
+    return s
+
+def side_work():
+    s = 0
+    for i in range(5000):
+        s += i
+    time.sleep(0.001)
+    return s
+
+def side():
+    while True:
+        side_work()
+
+def main(seconds):
+    threading.Thread(target=side, daemon=True, name="side").start()
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        work3()
+        work1()
+
+main(float(sys.argv[1]))
+'''
+
+
+def find_top():
+    """PYTRACE_TOP, else pytrace-top on PATH, else a build directory of this tree."""
+    env = os.environ.get("PYTRACE_TOP")
+    if env and os.access(env, os.X_OK):
+        return env
+    found = shutil.which("pytrace-top")
+    if found:
+        return found
+    for cand in sorted(os.listdir(ROOT)):
+        path = os.path.join(ROOT, cand, "viewer", "pytrace-top")
+        if cand.startswith("build") and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+TOP = find_top()
+
+
+def rows_by_name(doc):
+    return {f["name"]: f for f in doc["functions"]}
+
+
+def table_order(screen, names):
+    """Line index of the first row naming each function."""
+    pos = {}
+    for i, line in enumerate(screen.splitlines()):
+        for n in names:
+            if n not in pos and re.search(r"\b%s\b" % n, line):
+                pos[n] = i
+    return pos
+
+
+def table_names(screen):
+    """The FUNCTION column of the table's rows (the lines below its column header)."""
+    lines = screen.splitlines()
+    for i, line in enumerate(lines):
+        if "FUNCTION" in line and "CALLS" in line:
+            start = line.index("FUNCTION")
+            return [l[start:].split()[0] for l in lines[i + 1:] if len(l) > start and l[start:].strip()]
+    return []
+
+
+class Tmux:
+    """One detached tmux session running `command` (by default pytrace-top ARGS);
+    killed on close."""
+
+    def __init__(self, args="", width=160, height=50, command=None, name="pttop"):
+        self.name = "%s%d" % (name, os.getpid())
+        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
+        cmd = "env LANG=C.UTF-8 LC_ALL=C.UTF-8 TERM=xterm-256color " + (command or "%s %s" % (TOP, args))
+        subprocess.run(["tmux", "new-session", "-d", "-s", self.name, "-x", str(width), "-y", str(height), cmd],
+                       check=True)
+
+    def screen(self):
+        r = subprocess.run(["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True, text=True)
+        return r.stdout
+
+    def screen_sgr(self):
+        """The screen with its attributes: `tmux capture-pane -e` keeps the SGR escape
+        sequences (bold, dim, underline, colours) that the terminal was sent."""
+        r = subprocess.run(["tmux", "capture-pane", "-p", "-e", "-t", self.name], capture_output=True, text=True)
+        return r.stdout
+
+    def keys(self, *keys):
+        subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
+
+    def wait_for(self, predicate, timeout=20, what="screen condition"):
+        deadline = time.monotonic() + timeout
+        s = ""
+        while time.monotonic() < deadline:
+            s = self.screen()
+            if predicate(s):
+                return s
+            time.sleep(0.2)
+        raise AssertionError("timed out waiting for %s; screen:\n%s" % (what, s))
+
+    def kill(self):
+        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
+
+    def close(self):
+        self.keys("q")
+        time.sleep(0.5)
+        self.kill()
+        time.sleep(0.3)  # the consumer lock is released by the exiting viewer
+
+
+_SGR = re.compile(r"\x1b\[([0-9;]*)m")
+
+
+def sgr_at(screen, text, plain_line=None):
+    """The SGR parameters in force where `text` first starts in a `capture-pane -e`
+    screen: a set of strings such as {"1", "4", "44"} (bold, underline, blue background);
+    None if the text is not there. tmux sends an attribute only when it changes, so the
+    state carries over from line to line. plain_line(line without escapes) -> bool: only
+    the lines it accepts are searched."""
+    for line, state, i in _sgr_walk(screen):
+        if line.startswith(text, i) and (plain_line is None or plain_line(_SGR.sub("", line))):
+            return state
+    return None
+
+
+def _sgr_walk(screen):
+    """(line, SGR state, index) at every character of the screen."""
+    state = set()
+    for line in screen.splitlines():
+        yield from _sgr_line(line, state)
+
+
+def _sgr_line(line, state):
+    i = 0
+    while i < len(line):
+        m = _SGR.match(line, i)
+        if m:
+            params = m.group(1).split(";") if m.group(1) else ["0"]
+            j = 0
+            while j < len(params):
+                p = params[j]
+                if p in ("0", ""):
+                    state.clear()
+                elif p in ("38", "48") and j + 1 < len(params):  # 256 colours / rgb: keep as one
+                    n = 3 if params[j + 1] == "5" else 5
+                    state.difference_update({s for s in state if s.startswith(p + ":")})
+                    state.add(p + ":" + ":".join(params[j + 1:j + n]))
+                    j += n - 1
+                elif p in ("22",):
+                    state -= {"1", "2"}
+                elif p == "24":
+                    state.discard("4")
+                else:
+                    if len(p) == 2 and p[0] in "349":  # a colour replaces the one of its kind
+                        state.difference_update({s for s in state if len(s) == 2 and s[0] == p[0]})
+                    state.add(p)
+                j += 1
+            i = m.end()
+            continue
+        yield line, set(state), i
+        i += 1
