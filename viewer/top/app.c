@@ -284,26 +284,16 @@ void App_refresh(App *app)
                 continue;
             pt_agg_counters_t c;
             pt_agg_counters(pt_aggset_agg(app->set, i), &c);
-            t->events_seen += c.events_seen;
-            t->events_per_second += c.events_per_second;
-            t->dropped += c.dropped;
-            t->dropped_lost_records += c.dropped_lost_records;
-            t->dropped_lost_counts += c.dropped_lost_counts;
-            t->dropped_producer += c.dropped_producer;
-            t->missed_in_hub += c.missed_in_hub;
+#define APP_SUM(field) t->field += c.field
+            APP_SUM(events_seen); APP_SUM(events_per_second); APP_SUM(dropped); APP_SUM(dropped_lost_records);
+            APP_SUM(dropped_lost_counts); APP_SUM(dropped_producer); APP_SUM(missed_in_hub);
             if (!t->dropped_cause[0])
                 t->dropped_cause = c.dropped_cause;
             if (!t->missed_cause[0])
                 t->missed_cause = c.missed_cause;
-            t->unmatched_closes += c.unmatched_closes;
-            t->unannounced += c.unannounced;
-            t->threads_seen += c.threads_seen;
-            t->threads_active += c.threads_active;
-            t->hook_errors += c.hook_errors;
-            t->symbols += c.symbols;
-            t->nodes += c.nodes;
-            t->folded_calls += c.folded_calls;
-            t->other_nodes += c.other_nodes;
+            APP_SUM(unmatched_closes); APP_SUM(unannounced); APP_SUM(threads_seen); APP_SUM(threads_active);
+            APP_SUM(hook_errors); APP_SUM(symbols); APP_SUM(nodes); APP_SUM(folded_calls); APP_SUM(other_nodes);
+#undef APP_SUM
             if (c.span_ns > t->span_ns)
                 t->span_ns = c.span_ns;
         }
