@@ -22,6 +22,7 @@
 #include "app.h"
 #include "crt.h"
 #include "top.h"
+#include "viewer/hub/autohub.h"
 
 /* The stream of o's target: its hub, a hub started for it, the segment itself, or
  * the recording. 0, or a negative errno with the reason in err ("" if none). */
@@ -30,12 +31,12 @@ static int open_source(const Options *o, Source **out, char *err, size_t errlen)
     int rc = -ENOENT;
     if (!o->file && !o->no_hub && !(o->once && o->duration <= 0)) {
         /* a view that follows a job reads it through its hub: the one that holds it, or
-         * one started now for a running job that no one reads, so that other readers
-         * (record, pytrace.Reader, another view) can join; a one-shot table of what is
-         * there now (--once without --duration) takes it directly */
+         * one started now for a running job that no one reads (viewer/hub/autohub.h), so
+         * that other readers (record, pytrace.Reader, another view) can join; a one-shot
+         * table of what is there now (--once without --duration) takes it directly */
         char herr[512] = "";
         rc = HubSource_open(o->target, out, herr, sizeof herr);
-        if (rc == -ENOENT && HubSource_startHub(o->target, herr, sizeof herr) == 0)
+        if (rc == -ENOENT && pt_autohub_start(o->target, NULL, NULL, 0, NULL, 0, herr, sizeof herr) == 0)
             rc = HubSource_open(o->target, out, herr, sizeof herr);
     }
     if (rc != 0)
