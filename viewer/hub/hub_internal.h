@@ -182,6 +182,8 @@ uint8_t *scratch(hub_t *h, size_t len);
 /* ---- hub_readers.c */
 /* Bytes queued for the reader, not sent yet. */
 static inline size_t q_len(const hreader_t *r) { return r->qend - r->qstart; }
+/* Accept every reader waiting: this uid only (SO_PEERCRED); past --max-readers, or
+ * with no fd left, one is refused with its reason in the welcome, counted. */
 void accept_readers(hub_t *h);
 /* Read each reader's input (hello, close) as poll() said, dropping the gone. */
 void readers_input(hub_t *h, const struct pollfd *pfd, size_t nfds, uint64_t now);
@@ -189,6 +191,8 @@ void readers_input(hub_t *h, const struct pollfd *pfd, size_t nfds, uint64_t now
 void readers_flush(hub_t *h);
 /* The end: close every reader that has everything (a stuck one after FINISH_GRACE_NS). */
 void readers_close_finished(hub_t *h);
+/* Close reader i and free it (why: said with its counts; NULL: silently); the
+ * last reader takes its place. */
 void reader_drop(hub_t *h, size_t i, const char *why);
 /* Every message drained, to every reader (its queue, or counted as missed). */
 void deliver(hub_t *h, uint32_t seg, const pt_fb_msg_t *m, const uint8_t *msg, size_t len, long ti);
