@@ -192,6 +192,35 @@ def test_python_auto_hub_takes_no_segment_of_another_owner(tmp_path, monkeypatch
     assert job.returncode == 0, err
 
 
+def test_the_hub_auto_hub_starts_holds_none_of_the_callers_files(tmp_path):
+    """The hub a reader starts outlives the call: it must not hold the caller's files
+    (an inheritable pipe whose reader waits for its end would wait for the hub's end
+    too). The C policy's child closes them before exec, as Popen(close_fds=True) did."""
+    from pytrace import reader
+    job, go = start_run_job(tmp_path, 20, 2000)
+    rfd, wfd = os.pipe()
+    os.set_inheritable(wfd, True)
+    client = None
+    try:
+        client = reader.auto_hub(str(job.pid))
+        assert client is not None, "auto_hub did not start a hub for a running job no one reads"
+        hub_pid = _held(job.pid)
+        with open("/proc/%d/cmdline" % hub_pid, "rb") as f:
+            assert b"pytrace-hub" in f.read()
+        pipe = "pipe:[%d]" % os.fstat(wfd).st_ino
+        fds = os.listdir("/proc/%d/fd" % hub_pid)
+        held = [fd for fd in fds if os.readlink("/proc/%d/fd/%s" % (hub_pid, fd)) == pipe]
+        assert held == [], "the hub holds the caller's pipe as fd %s" % held
+    finally:
+        if client is not None:
+            client.close()
+        os.close(rfd)
+        os.close(wfd)
+        go.write_text("")
+    out, err = job.communicate(timeout=180)
+    assert job.returncode == 0, err
+
+
 def test_top_then_record_and_reader_join_a_run_job_through_its_own_hub(tmp_path):
     """pytrace-top follows a `pytrace run` job (no --hub): it starts the job's hub. Then
     `pytrace record PID` and a pytrace.Reader join at the same time: none is refused,

@@ -11,10 +11,28 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "shm/segment.h"
+
+/* Close every fd from lowfd up, in a forked child (async-signal-safe calls only):
+ * close_range where the kernel has it (glibc's wrapper needs 2.34), else one by one. */
+static void close_from(int lowfd)
+{
+#ifdef SYS_close_range
+    if (syscall(SYS_close_range, (unsigned)lowfd, ~0u, 0u) == 0)
+        return;
+#endif
+    struct rlimit rl;
+    long max = 65536;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && (long)rl.rlim_cur < max)
+        max = (long)rl.rlim_cur;
+    for (long fd = lowfd; fd < max; fd++)
+        close((int)fd);
+}
 
 int pt_autohub_free_segment(const char *target, char *name, size_t cap)
 {
@@ -112,7 +130,7 @@ int pt_autohub_start(const char *target, const char *hub, char *segment, size_t 
         dup2(pipefd[1], 1);
         /* none of the caller's other files (a pipe someone reads to its end, a
          * socket): the hub may outlive the caller */
-        (void)close_range(3, ~0u, 0);
+        close_from(3);
         if (path[0])
             execv(argv[0], argv);
         else
