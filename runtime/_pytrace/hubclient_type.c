@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "viewer/hub/autohub.h"
 #include "viewer/hub/client.h"
 
 typedef struct {
@@ -260,8 +261,38 @@ static PyType_Spec hubclient_spec = {
     .slots = hubclient_slots,
 };
 
+/* ---- the auto-hub policy (viewer/hub/autohub.h), for reader.py's auto_hub ---- */
+
+static PyObject *py_start_auto_hub(PyObject *module, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"target", "hub", NULL};
+    const char *target, *hub = NULL;
+    (void)module;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|z:start_auto_hub", kwlist, &target, &hub))
+        return NULL;
+    char segment[128] = "", sock[PT_HUB_PATH_MAX] = "", err[512] = "";
+    int rc;
+    Py_BEGIN_ALLOW_THREADS /* it waits for the hub to listen */
+    rc = pt_autohub_start(target, hub, segment, sizeof segment, sock, sizeof sock, err, sizeof err);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return pt_oserror(rc, rc == -ENOENT ? "no running job of yours that no one reads" : err[0] ? err : strerror(-rc));
+    return Py_BuildValue("(NN)", PyUnicode_DecodeFSDefault(segment), PyUnicode_DecodeFSDefault(sock));
+}
+
+static PyMethodDef autohub_methods[] = {
+    {"start_auto_hub", (PyCFunction)(void (*)(void))py_start_auto_hub, METH_VARARGS | METH_KEYWORDS,
+     "start_auto_hub(target, hub=None) -> (segment, socket path): a running job of yours that no one "
+     "reads gets a hub of its own (pytrace-hub --hold 1 --idle-exit 5; hub: its path, None: beside "
+     "this program, else on PATH), returned once it listens. OSError ENOENT: no such job (read it "
+     "directly); another errno: the hub did not start."},
+    {NULL, NULL, 0, NULL},
+};
+
 int pt_hubclient_type_add(PyObject *module)
 {
+    if (PyModule_AddFunctions(module, autohub_methods) < 0)
+        return -1;
     PyObject *t = PyType_FromModuleAndSpec(module, &hubclient_spec, NULL);
     if (t == NULL)
         return -1;

@@ -372,40 +372,13 @@ def open_reader(target, any_user=False, lock=True, hub=None, defer_release=False
             raise
 
 
-# A hub a reader starts by itself ends this long after its last reader left: a job
-# nobody reads is not drained for nobody, and a later reader starts a hub again.
-AUTO_HUB_IDLE_EXIT = 5.0
-
-
-def _free_running_segment(target):
-    """The name of target's segment (a pid or a name) if its job runs and no one
-    reads it, else None."""
-    from . import _pytrace
-    name = target if not str(target).isdigit() else None
-    pid = int(target) if name is None else None
-    if name is not None and not name.startswith("/"):
-        name = "/" + name
-    try:
-        segs = _pytrace.list_segments()
-    except OSError:
-        return None
-    found = [s for s in segs
-             if (s.get("name") == name if name is not None else s.get("pid") == pid)
-             and s.get("alive") and s.get("valid", True)]
-    if not found:
-        return None
-    seg = found[0]                  # newest first, as a reader takes a pid's segment
-    if seg.get("consumer_pid") or seg.get("state") != int(ProducerState.Running):
-        return None
-    return seg["name"]
-
-
 def auto_hub(target, lossless=False):
     """Read target through a hub, starting one when its job runs and no one reads it
     (or joining the hub that holds it): a HubClient, or None when the job should be
-    read directly instead (no such job, it has ended, another plain reader holds it,
-    or pytrace-hub cannot start). Two readers that start a hub at the same moment
-    both end up on the one that took the segment."""
+    read directly instead (no such job, it has ended, it is not yours, another plain
+    reader holds it, or pytrace-hub cannot start). The policy is the C one that
+    pytrace-top follows (viewer/hub/autohub.h: _pytrace.start_auto_hub). Two readers
+    that start a hub at the same moment both end up on the one that took the segment."""
     from . import _pytrace
     import errno
     try:
@@ -413,25 +386,19 @@ def auto_hub(target, lossless=False):
     except OSError as e:
         if e.errno not in (errno.ENOENT,):
             return None                 # held by a plain reader: the direct path says so
-    segment = _free_running_segment(str(target))
-    if segment is None or find_hub_binary() is None:
+    hub = find_hub_binary()
+    if hub is None:
         return None
     try:
-        proc, path = start_hub(segment, hold=1, idle_exit=AUTO_HUB_IDLE_EXIT,
-                               stderr=subprocess_devnull())
-    except OSError:
-        proc = None                     # another reader's hub took it first, perhaps
+        segment, _ = _pytrace.start_auto_hub(str(target), hub)
+    except OSError as e:
+        if e.errno == errno.ENOENT:
+            return None                 # no running job of yours that no one reads
+        segment = str(target)           # another reader's hub took it first, perhaps
     try:
         return _pytrace.HubClient(segment, lossless=lossless)
     except OSError:
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
         return None
-
-
-def subprocess_devnull():
-    import subprocess
-    return subprocess.DEVNULL
 
 
 def find_hub_binary():

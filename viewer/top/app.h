@@ -96,6 +96,56 @@ typedef struct App {
     char error[256];         /* the view's own error (aggregating), shown when the source has none */
 } App;
 
+/* The main loop reads the source every POLL_MS (getch's timeout; --once's sleep
+ * while it waits for more). CPU use is shown over the last second (as top does):
+ * the kernel counts it in clock ticks (usually 100 a second), so a third of a
+ * second would show it in steps of 3%. It is read at the draw rate all the same,
+ * so a thread that lives less than a second gets a figure (its average since it
+ * started). */
+#define POLL_MS 10
+#define CPU_PERIOD_NS 1000000000ull
+
+/* Sort keys by name (--sort, the status line), by enum pt_agg_sort. */
+extern const char *const App_sortNames[PT_AGG_SORT_COUNT];
+
+/* Losses other than events dropped, one line each (as runtime/pytrace/losses.py):
+ * key is the name in --json and every other tool. */
+typedef struct AppLoss {
+    const char *key, *label;
+    size_t offset; /* of a uint64_t in pt_reader_stats_t */
+} AppLoss;
+extern const AppLoss App_losses[];
+extern const size_t App_lossCount;
+
+/* Once the source is open (app->source): the CPU meters of a live job, the
+ * aggregation set (--tree-budget), --pid to show. 0, or -ENOMEM. */
+int App_start(App *app, uint64_t want_pid, uint64_t tree_budget);
+/* Free what App_start made, the snapshots, and close the source. */
+void App_done(App *app);
+/* Read once (bounded, so keys stay live): events read, or a negative errno
+ * (the source's error line says what). */
+long App_poll(App *app);
+/* Read the job's CPU use from /proc, at most every CPU_READ_NS unless forced. */
+void App_sampleCpu(App *app, int force);
+/* Show process i of the stream. */
+void App_showProcess(App *app, size_t i);
+/* --pid: show the process with this pid; -ENOENT if it was not seen. */
+int App_selectPid(App *app, uint64_t pid);
+/* A process's state in words ("running", "exited", ...). */
+const char *App_procState(const pt_agg_t *agg);
+/* The stream's state for the header and --once ("RUNNING", "ENDED", ...). */
+const char *App_stateName(const App *app);
+/* The job's events dropped (this view's gaps in a hub are counted apart). */
+uint64_t App_dropped(const App *app);
+/* Loss i of App_losses, from the stats. */
+uint64_t App_loss(const App *app, size_t i);
+/* The non-zero losses as "label n<sep>label n" ("" if none); their number. */
+int App_lossText(const App *app, const char *sep, char *out, size_t cap);
+/* Draw text on line y over the whole width (curses). */
+void App_drawLine(int y, int attr, const char *text);
+/* The live view's loop (curses started), until q or a signal. */
+int App_run(App *app);
+
 /* The error line to show: the source's, else the view's own ("" if none). */
 const char *App_error(const App *app);
 /* Refresh snapshots (table, tree, counters). */

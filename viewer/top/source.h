@@ -93,13 +93,6 @@ int LiveSource_open(const char *target, Source **out, char *err, size_t errlen);
  * -ENOENT/-ENXIO when no hub holds it (the caller keeps the segment's own
  * "being read by" error). */
 int HubSource_open(const char *target, Source **out, char *err, size_t errlen);
-/* A job that runs and that no reader holds gets a hub of its own: start
- * pytrace-hub (beside this program, else on PATH) for target's segment, in its
- * own session, ending PT_TOP_AUTO_HUB_IDLE_EXIT s after its last reader left;
- * returns once it listens (then HubSource_open joins it). -ENOENT: no running
- * job that no one reads (the caller attaches directly, and says why not). */
-#define PT_TOP_AUTO_HUB_IDLE_EXIT 5.0
-int HubSource_startHub(const char *target, char *err, size_t errlen);
 /* Events a HubSource missed in the hub's queue (0 for any other source). */
 uint64_t HubSource_missed(const Source *src);
 

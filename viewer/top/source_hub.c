@@ -7,15 +7,9 @@
  * job's drops: HubSource_missed().
  */
 #include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include "shm/segment.h"
 
 #include "source.h"
 #include "viewer/hub/client.h"
@@ -144,127 +138,4 @@ int HubSource_open(const char *target, Source **out, char *err, size_t errlen)
     }
     *out = &hs->base;
     return 0;
-}
-
-/* ---- a hub for a job that has none ------------------------------------------ */
-
-/* target's segment (a pid: its newest; or a name) when its job runs and no
- * reader holds it, into name. */
-static int free_running_segment(const char *target, char *name, size_t cap)
-{
-    char want[96];
-    int by_pid = target[0] != 0 && strspn(target, "0123456789") == strlen(target);
-    uint64_t pid = by_pid ? strtoull(target, NULL, 10) : 0;
-    snprintf(want, sizeof want, "%s%s", target[0] == '/' ? "" : "/", target);
-    size_t max = 64, count = 0;
-    pt_segment_info_t *infos = NULL;
-    for (;;) {
-        pt_segment_info_t *n = realloc(infos, max * sizeof *infos);
-        if (n == NULL) {
-            free(infos);
-            return -ENOMEM;
-        }
-        infos = n;
-        if (pt_segment_list(infos, max, &count) < 0) {
-            free(infos);
-            return -ENOENT;
-        }
-        if (count <= max)
-            break;
-        max = count + 16;
-    }
-    int rc = -ENOENT;
-    for (size_t i = 0; i < count; i++) { /* newest first, as a reader takes a pid's segment */
-        const pt_segment_info_t *si = &infos[i];
-        if (by_pid ? si->pid != pid : strcmp(si->name, want) != 0)
-            continue;
-        if (!si->alive || !si->valid)
-            continue;
-        if (si->state == PT_STATE_RUNNING && si->consumer_pid == 0 && si->uid == (uint32_t)geteuid()) {
-            snprintf(name, cap, "%s", si->name);
-            rc = 0;
-        }
-        break;
-    }
-    free(infos);
-    return rc;
-}
-
-int HubSource_startHub(const char *target, char *err, size_t errlen)
-{
-    char segment[96];
-    int rc = free_running_segment(target, segment, sizeof segment);
-    if (rc < 0)
-        return rc;
-    /* pytrace-hub beside this program (one install), else on PATH */
-    char hub[4096] = "";
-    ssize_t n = readlink("/proc/self/exe", hub, sizeof hub - 32);
-    if (n > 0) {
-        hub[n] = 0;
-        char *slash = strrchr(hub, '/');
-        if (slash)
-            snprintf(slash + 1, sizeof hub - (size_t)(slash + 1 - hub), "pytrace-hub");
-        if (access(hub, X_OK) != 0)
-            hub[0] = 0;
-    }
-    char idle[32];
-    snprintf(idle, sizeof idle, "%g", PT_TOP_AUTO_HUB_IDLE_EXIT);
-    char *argv[] = {hub[0] ? hub : "pytrace-hub", "--quiet", "--hold", "1", "--idle-exit", idle, segment, NULL};
-    int pipefd[2];
-    if (pipe2(pipefd, O_CLOEXEC) < 0)
-        return -errno;
-    pid_t child = fork();
-    if (child < 0) {
-        rc = -errno;
-        close(pipefd[0]);
-        close(pipefd[1]);
-        return rc;
-    }
-    if (child == 0) {
-        /* its own session, and a grandchild of ours: a Ctrl-C here does not cut the
-         * other readers' stream, and the hub is never our zombie */
-        setsid();
-        pid_t g = fork();
-        if (g != 0)
-            _exit(g < 0 ? 1 : 0);
-        int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-        if (null >= 0) {
-            dup2(null, 0);
-            dup2(null, 2);
-        }
-        dup2(pipefd[1], 1);
-        if (hub[0])
-            execv(argv[0], argv);
-        else
-            execvp(argv[0], argv);
-        _exit(127);
-    }
-    close(pipefd[1]);
-    int status;
-    while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
-    }
-    /* the hub prints its socket's path once it listens (or exits: the pipe closes) */
-    char line[512];
-    size_t got = 0;
-    rc = -EIO;
-    for (;;) {
-        struct pollfd p = {pipefd[0], POLLIN, 0};
-        int pr = poll(&p, 1, 10000);
-        if (pr <= 0)
-            break;
-        ssize_t r = read(pipefd[0], line + got, sizeof line - 1 - got);
-        if (r <= 0)
-            break;
-        got += (size_t)r;
-        if (memchr(line, '\n', got)) {
-            rc = 0;
-            break;
-        }
-        if (got >= sizeof line - 1)
-            break;
-    }
-    close(pipefd[0]);
-    if (rc)
-        snprintf(err, errlen, "pytrace-hub for %s did not start", segment);
-    return rc;
 }

@@ -7,6 +7,7 @@ of its picture (the stacks). Real jobs, real hubs, real readers."""
 
 import json
 import os
+import struct
 import subprocess
 import sys
 import textwrap
@@ -100,6 +101,124 @@ def start_run_job(tmp_path, rounds, n):
     _wait_for(lambda: any(s["pid"] == job.pid for s in _pytrace.list_segments()),
               "the job did not start tracing", job)
     return job, go
+
+
+def _segment_of(pid):
+    from pytrace import _pytrace
+    return [s for s in _pytrace.list_segments() if s["pid"] == pid]
+
+
+def _header_at(head, *values):
+    """Where these u64/u32 values (struct format, values) stand in a segment header: found
+    by their values (shm/layout.h's order), not by an offset retyped here."""
+    key = struct.pack(*values)
+    at = head.find(key)
+    assert at >= 0 and head.find(key, at + 1) < 0, "the header's %s" % (values,)
+    return at
+
+
+def _copy_sparse(src, dst):
+    """Copy a segment file as tmpfs holds it: its data, not its holes (a ring is a GiB)."""
+    with open(src, "rb") as fi, open(dst, "wb") as fo:
+        size = os.fstat(fi.fileno()).st_size
+        fo.truncate(size)
+        off = 0
+        while off < size:
+            try:
+                off = os.lseek(fi.fileno(), off, os.SEEK_DATA)
+            except OSError:
+                break
+            end = os.lseek(fi.fileno(), off, os.SEEK_HOLE)
+            fi.seek(off)
+            fo.seek(off)
+            while off < end:
+                chunk = fi.read(min(end - off, 1 << 20))
+                fo.write(chunk)
+                off += len(chunk)
+
+
+def test_python_auto_hub_takes_no_segment_of_another_owner(tmp_path, monkeypatch):
+    """The auto-hub policy is one, in C (viewer/hub/autohub.c, what pytrace-top runs):
+    a running job that no one reads gets a hub only when its segment is the user's own.
+    Crafted: the job's running segment names another uid in its header (the file stays
+    ours), and a newer segment of the same pid, ours, whose producer is gone, comes first
+    for a HubClient (not held by a hub: ENOENT, so auto_hub goes on to its policy).
+    pytrace.reader.auto_hub must not start pytrace-hub for the other owner's segment
+    (its Python copy of the policy did: it never looked at the owner)."""
+    from pytrace import reader
+    job, go = start_run_job(tmp_path, 20, 2000)
+    copy = None
+    try:
+        seg = _segment_of(job.pid)[0]
+        path = "/dev/shm" + seg["name"]
+        with open("/proc/%d/stat" % job.pid) as f:
+            start = int(f.read().rsplit(")", 1)[1].split()[19])    # field 22: start time
+        with open(path, "r+b") as f:
+            head = f.read(4096)
+            uid_at = _header_at(head, "<QQI", seg["pid"], seg["ppid"], seg["uid"]) + struct.calcsize("<QQ")
+            start_at = _header_at(head, "<Q", start)
+            f.seek(uid_at)
+            f.write(struct.pack("<I", seg["uid"] + 4242))      # another owner
+        pid_, seq, rest = seg["name"][len("/pytrace-"):].split("-", 2)
+        copy = "/dev/shm/pytrace-%s-%d-%s" % (pid_, int(seq) + 1, rest)
+        _copy_sparse(path, copy)
+        with open(copy, "r+b") as f:
+            f.seek(uid_at)
+            f.write(struct.pack("<I", seg["uid"]))             # ours
+            f.seek(start_at)
+            f.write(struct.pack("<Q", start + 1))              # its producer is gone
+        segs = _segment_of(job.pid)
+        assert [s["name"] for s in segs] == [copy[len("/dev/shm"):], seg["name"]]
+        assert segs[0]["valid"] and not segs[0]["alive"] and segs[0]["uid"] == seg["uid"]
+        assert segs[1]["valid"] and segs[1]["alive"] and segs[1]["uid"] == seg["uid"] + 4242
+        assert segs[1]["state"] == reader.ProducerState.Running and not segs[1]["consumer_pid"]
+
+        # the real pytrace-hub, behind a script that notes each start
+        started = tmp_path / "hub-starts"
+        hub = tmp_path / "pytrace-hub"
+        hub.write_text("#!/bin/sh\necho \"$@\" >> %s\nexec %s \"$@\"\n" % (started, _bin("pytrace-hub")))
+        hub.chmod(0o755)
+        monkeypatch.setattr(reader, "find_hub_binary", lambda: str(hub))
+        client = reader.auto_hub(str(job.pid))
+        assert client is None, "auto_hub read the job through a hub"
+        assert not started.exists(), "auto_hub started pytrace-hub for a segment of another owner: %s" % (
+            started.read_text())
+        assert not _segment_of(job.pid)[-1]["consumer_pid"]
+    finally:
+        go.write_text("")                     # the job goes on (and ends) whatever happened
+        if copy is not None and os.path.exists(copy):
+            os.unlink(copy)
+    out, err = job.communicate(timeout=180)
+    assert job.returncode == 0, err
+
+
+def test_the_hub_auto_hub_starts_holds_none_of_the_callers_files(tmp_path):
+    """The hub a reader starts outlives the call: it must not hold the caller's files
+    (an inheritable pipe whose reader waits for its end would wait for the hub's end
+    too). The C policy's child closes them before exec, as Popen(close_fds=True) did."""
+    from pytrace import reader
+    job, go = start_run_job(tmp_path, 20, 2000)
+    rfd, wfd = os.pipe()
+    os.set_inheritable(wfd, True)
+    client = None
+    try:
+        client = reader.auto_hub(str(job.pid))
+        assert client is not None, "auto_hub did not start a hub for a running job no one reads"
+        hub_pid = _held(job.pid)
+        with open("/proc/%d/cmdline" % hub_pid, "rb") as f:
+            assert b"pytrace-hub" in f.read()
+        pipe = "pipe:[%d]" % os.fstat(wfd).st_ino
+        fds = os.listdir("/proc/%d/fd" % hub_pid)
+        held = [fd for fd in fds if os.readlink("/proc/%d/fd/%s" % (hub_pid, fd)) == pipe]
+        assert held == [], "the hub holds the caller's pipe as fd %s" % held
+    finally:
+        if client is not None:
+            client.close()
+        os.close(rfd)
+        os.close(wfd)
+        go.write_text("")
+    out, err = job.communicate(timeout=180)
+    assert job.returncode == 0, err
 
 
 def test_top_then_record_and_reader_join_a_run_job_through_its_own_hub(tmp_path):
