@@ -29,16 +29,27 @@ NEEDS_314 = pytest.mark.skipif(sys.version_info < (3, 14), reason="attaching nee
 
 
 # A job that prints at its end and never waits for us.
+# Works, then waits until the test says it is done (a file beside it: see finish()),
+# so that it is alive for every command the test runs however loaded the machine is.
 SHORT_JOB = r'''
-import time
+import os, time
 def step(i):
     return i * 2
 total = 0
 for i in range(200):
     total += step(i)
     time.sleep(0.01)
+deadline = time.monotonic() + 300
+while not os.path.exists(__file__ + ".stop") and time.monotonic() < deadline:
+    time.sleep(0.01)
 print("finished", total)
 '''
+
+
+def finish(script, proc):
+    """Let a SHORT_JOB end; its (stdout, stderr)."""
+    open(str(script) + ".stop", "w").close()
+    return proc.communicate(timeout=120)
 
 
 def pytrace(*args, timeout=180, **kw):
@@ -164,7 +175,7 @@ def test_older_python_is_said_at_once_by_every_command(tmp_path):
                 text=True).stdout.split()) in line, line
         assert not os.path.exists(tmp_path / "r.pytrace")
     finally:
-        out, _ = proc.communicate(timeout=120)
+        out, _ = finish(script, proc)
     assert proc.returncode == 0 and out == "finished 39800\n"
 
 
@@ -196,7 +207,7 @@ def test_attach_to_a_traced_job_says_already_traced(tmp_path):
         line = one_line(r.stderr)
         assert r.returncode == 1 and "is already traced" in line and "pytrace top %d" % proc.pid in line, line
     finally:
-        out, _ = proc.communicate(timeout=120)
+        out, _ = finish(script, proc)
     assert proc.returncode == 0 and out == "finished 39800\n"
 
 
@@ -379,7 +390,7 @@ def test_attach_without_pytrace_for_the_target_python_is_one_line(tmp_path):
         assert r.returncode == 0 and "stacks read from its memory" in r.stdout, r.stdout + r.stderr
         assert "<module>" in python_frames(r.stdout, "MainThread"), r.stdout
     finally:
-        out, err = proc.communicate(timeout=120)
+        out, err = finish(script, proc)
     assert (proc.returncode, out, err) == (0, "finished 39800\n", "")
 
 
@@ -402,7 +413,7 @@ def test_remote_debugging_turned_off_is_one_line(tmp_path, how):
             line = one_line(r.stderr)
             assert r.returncode == 1 and "remote debugging turned off" in line, (cmd, line)
     finally:
-        out, err = proc.communicate(timeout=120)
+        out, err = finish(script, proc)
     assert (proc.returncode, out, err) == (0, "finished 39800\n", "")
 
 
@@ -471,7 +482,7 @@ def test_detach_refuses_a_job_that_traces_itself(tmp_path):
         line = one_line(r.stderr)
         assert r.returncode == 1 and "traces itself" in line, line
     finally:
-        out, err = proc.communicate(timeout=120)
+        out, err = finish(script, proc)
     assert proc.returncode == 0 and out == "finished 39800\n"
     assert "events written" in err           # its own tracing ran to the end
 
@@ -499,7 +510,7 @@ def test_another_user_is_refused(tmp_path):
             line = one_line(r.stderr)
             assert r.returncode == 1 and "permission denied" in line and "belongs to root" in line, (cmd, line)
     finally:
-        out, err = proc.communicate(timeout=120)
+        out, err = finish(script, proc)
     assert (proc.returncode, out, err) == (0, "finished 39800\n", "")
 
 
