@@ -1,0 +1,45 @@
+/*
+ * The poll of _pytrace.Reader and _pytrace.HubClient: one drain for both.
+ *
+ * A reader (shm/reader.h) or hub client (viewer/hub/client.h) hands its
+ * messages to pt_drain_collect while the GIL is released; pt_drain_list then
+ * builds the list of (type, bytes) with the GIL held. An error that follows
+ * some messages does not lose them: they are handed out, and the error is
+ * kept and raised by the next poll (pt_drain_pending) before anything else.
+ */
+#ifndef PT_RUNTIME_DRAIN_H
+#define PT_RUNTIME_DRAIN_H
+
+#ifndef PY_SSIZE_T_CLEAN
+#define PY_SSIZE_T_CLEAN
+#endif
+#include <Python.h>
+
+#include <stdint.h>
+
+typedef struct pt_drain {
+    uint8_t *buf;          /* drained messages: [u32 type][u32 len][bytes, 8-aligned] */
+    size_t len, cap, count;
+    int pending_err;       /* negative errno to raise on the next poll */
+    char pending_msg[256];
+} pt_drain_t;
+
+/* Raise the error a poll kept (and forget it): -1 with OSError set; 0 if none. */
+int pt_drain_pending(pt_drain_t *d);
+
+/* Empty the buffer before a poll (GIL held or not). */
+void pt_drain_begin(pt_drain_t *d);
+
+/* The pt_reader_msg_fn both pollers call, ctx a pt_drain_t (no GIL needed):
+ * 0, or -ENOMEM / -EMSGSIZE. */
+int pt_drain_collect(void *ctx, uint32_t type, const uint8_t *msg, size_t len);
+
+/* After the poll returned rc (error: the poller's last error line, may be
+ * NULL or ""): with nothing drained, rc < 0 raises OSError; with messages,
+ * rc < 0 is kept for the next poll. Returns the new list, or NULL with an
+ * exception. A burst's large buffer is freed. */
+PyObject *pt_drain_list(pt_drain_t *d, long rc, const char *error);
+
+void pt_drain_free(pt_drain_t *d);
+
+#endif /* PT_RUNTIME_DRAIN_H */
