@@ -10,6 +10,24 @@
 /* A burst's buffer past this is not kept between polls. */
 #define DRAIN_KEEP_BYTES (8u << 20)
 
+int pt_drain_check_open(const void *handle, int busy, const char *what)
+{
+    if (handle == NULL) {
+        PyErr_Format(PyExc_ValueError, "%s is closed", what);
+        return -1;
+    }
+    return pt_drain_check_idle(busy, what);
+}
+
+int pt_drain_check_idle(int busy, const char *what)
+{
+    if (busy) {
+        PyErr_Format(PyExc_RuntimeError, "%s is being polled by another thread", what);
+        return -1;
+    }
+    return 0;
+}
+
 int pt_drain_pending(pt_drain_t *d)
 {
     if (!d->pending_err)

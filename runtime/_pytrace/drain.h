@@ -24,6 +24,13 @@ typedef struct pt_drain {
     char pending_msg[256];
 } pt_drain_t;
 
+/* A poller's object may be used: its handle (reader, client) is open (else
+ * ValueError "<what> is closed") and no poll of another thread drains it now
+ * (else RuntimeError). 0, or -1 with the exception set. check_idle: the second
+ * half alone (close()). */
+int pt_drain_check_open(const void *handle, int busy, const char *what);
+int pt_drain_check_idle(int busy, const char *what);
+
 /* Raise the error a poll kept (and forget it): -1 with OSError set; 0 if none. */
 int pt_drain_pending(pt_drain_t *d);
 

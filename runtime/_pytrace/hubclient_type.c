@@ -63,15 +63,7 @@ static void hubclient_dealloc(hubclient_obj_t *self)
 
 static int check_open(hubclient_obj_t *self)
 {
-    if (self->client == NULL) {
-        PyErr_SetString(PyExc_ValueError, "hub client is closed");
-        return -1;
-    }
-    if (self->busy) {
-        PyErr_SetString(PyExc_RuntimeError, "hub client is being polled by another thread");
-        return -1;
-    }
-    return 0;
+    return pt_drain_check_open(self->client, self->busy, "hub client");
 }
 
 static PyObject *hubclient_poll(hubclient_obj_t *self, PyObject *args, PyObject *kwargs)
@@ -133,10 +125,8 @@ static PyObject *hubclient_close(hubclient_obj_t *self, PyObject *args, PyObject
     int unused = 1;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|p:close", kwlist, &unused))
         return NULL;
-    if (self->busy) {
-        PyErr_SetString(PyExc_RuntimeError, "hub client is being polled by another thread");
+    if (pt_drain_check_idle(self->busy, "hub client") < 0)
         return NULL;
-    }
     pt_hub_client_close(self->client);
     self->client = NULL;
     Py_RETURN_NONE;

@@ -69,15 +69,7 @@ static void reader_dealloc(pt_reader_obj_t *self)
 
 static int check_open(pt_reader_obj_t *self)
 {
-    if (self->reader == NULL) {
-        PyErr_SetString(PyExc_ValueError, "reader is closed");
-        return -1;
-    }
-    if (self->busy) {
-        PyErr_SetString(PyExc_RuntimeError, "reader is being polled by another thread");
-        return -1;
-    }
-    return 0;
+    return pt_drain_check_open(self->reader, self->busy, "reader");
 }
 
 static PyObject *reader_poll(pt_reader_obj_t *self, PyObject *args, PyObject *kwargs)
@@ -143,10 +135,8 @@ static PyObject *reader_close(pt_reader_obj_t *self, PyObject *args, PyObject *k
     int unlink_it = 1;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|p:close", kwlist, &unlink_it))
         return NULL;
-    if (self->busy) {
-        PyErr_SetString(PyExc_RuntimeError, "reader is being polled by another thread");
+    if (pt_drain_check_idle(self->busy, "reader") < 0)
         return NULL;
-    }
     if (self->reader) {
         pt_reader_detach(self->reader, unlink_it);
         self->reader = NULL;

@@ -929,6 +929,10 @@ int pt_recfile_merge(const char *const *inputs, size_t n, int out_fd, pt_recmerg
     size_t buf_cap = 0;
     int rc = 0;
     uint32_t lossless = 1;
+    const uint8_t *msg; /* each input's messages, in both passes */
+    size_t len;
+    pt_fb_msg_t m;
+    int r;
     if (err && errlen)
         err[0] = 0;
     if (!n)
@@ -941,10 +945,6 @@ int pt_recfile_merge(const char *const *inputs, size_t n, int out_fd, pt_recmerg
         in->error_offset = -1;
         if ((rc = pt_recfile_open(inputs[i], &rf, err, errlen)) != 0)
             goto out;
-        const uint8_t *msg;
-        size_t len;
-        pt_fb_msg_t m;
-        int r;
         while ((r = merge_next(rf, &msg, &len, &m)) == 1) {
             if (m.type != PT_MSG_PROCESS_INFO)
                 continue;
@@ -992,10 +992,6 @@ int pt_recfile_merge(const char *const *inputs, size_t n, int out_fd, pt_recmerg
         pt_recmerge_input_t *in = &res[i];
         if ((rc = pt_recfile_open(inputs[i], &rf, err, errlen)) != 0)
             goto out;
-        const uint8_t *msg;
-        size_t len;
-        pt_fb_msg_t m;
-        int r;
         while ((r = merge_next(rf, &msg, &len, &m)) == 1) {
             size_t k = merge_proc_find(procs, nprocs, i, m.process);
             if (k == nprocs) { /* a message before (or without) its process's ProcessInfo */

@@ -7,12 +7,17 @@ messages) and then sends a damaged size prefix: a real pytrace-hub never sends o
 a reader must say so rather than lose what came before it."""
 
 import errno
+import json
 import os
 import shutil
 import socket
 import struct
+import subprocess
+import sys
 import tempfile
 import threading
+
+import pytest
 
 from pytrace import _pytrace
 from pytrace.export import synthetic as syn
@@ -29,15 +34,18 @@ def _welcome():
 
 class DamagingHub:
     """Serves one reader: the welcome, `messages`, then a size prefix of 3 bytes (a
-    message is at least 8); keeps the connection open until closed."""
+    message is at least 8); keeps the connection open until closed. With `later`, the
+    welcome and `messages` first, then `later` once go() is called."""
 
-    def __init__(self, messages):
+    def __init__(self, messages, later=None):
         self.dir = tempfile.mkdtemp(prefix="ptbase-hub-")      # 0700, ours
         self.path = os.path.join(self.dir, "hub.sock")
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(self.path)
         self.listener.listen(1)
         self.messages = messages
+        self.later = later
+        self.go_event = threading.Event()
         self.conn = None
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
@@ -51,9 +59,19 @@ class DamagingHub:
             if not part:
                 return
             got += part
-        conn.sendall(_welcome() + b"".join(self.messages) + struct.pack("<I", 3) + bytes(8))
+        if self.later is None:
+            conn.sendall(_welcome() + b"".join(self.messages) + struct.pack("<I", 3) + bytes(8))
+            return
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+        conn.sendall(_welcome() + b"".join(self.messages))
+        if self.go_event.wait(60):
+            conn.sendall(b"".join(self.later))
+
+    def go(self):
+        self.go_event.set()
 
     def close(self):
+        self.go_event.set()
         self.thread.join(timeout=10)
         if self.conn:
             self.conn.close()
@@ -80,4 +98,63 @@ def test_hub_client_keeps_the_error_that_follows_messages():
         assert "damaged" in client.error
         client.close()
     finally:
+        hub.close()
+
+
+# The reader of the second test: its poll meets an error that the client does not meet
+# again (the drain's own buffer cannot grow: out of memory, under RLIMIT_AS), after a
+# message it drained. The message before is handed out; the next poll raises ENOMEM,
+# where HubClient's own poll used to return an empty list, the big message gone unsaid.
+READER = r"""
+import errno, fcntl, json, os, resource, select, struct, sys, termios
+from pytrace import _pytrace
+path, want = sys.argv[1], int(sys.argv[2])
+c = _pytrace.HubClient("unused", socket=path)
+first = c.poll(timeout=10)                 # the client's buffers exist from here on
+print("ready", flush=True)
+sys.stdin.readline()                       # the hub sent the rest
+buf = bytearray(4)
+while True:                                # all of it waits in the socket
+    select.select([c.fileno], [], [], 1)
+    fcntl.ioctl(c.fileno, termios.FIONREAD, buf)
+    if struct.unpack("i", buf)[0] >= want:
+        break
+with open("/proc/self/status") as f:
+    vm = [int(l.split()[1]) << 10 for l in f if l.startswith("VmSize:")][0]
+soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+resource.setrlimit(resource.RLIMIT_AS, (vm + (128 << 10), hard))
+try:
+    second = c.poll()
+finally:
+    resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+try:
+    third = ["returned", len(c.poll())]
+except OSError as e:
+    third = ["raised", e.errno]
+print(json.dumps({"first": len(first), "second": [len(m) for _, m in second], "third": third}), flush=True)
+"""
+
+
+@pytest.mark.skipif("asan" in os.environ.get("LD_PRELOAD", ""), reason="RLIMIT_AS and ASan's shadow memory")
+def test_hub_client_keeps_a_drain_error_that_follows_messages():
+    small = syn.producer_status(state=1)
+    big = struct.pack("<I", (160 << 10) - 4) + bytes((160 << 10) - 4)   # the drain grows to 256 KiB
+    hub = DamagingHub([syn.process_info(pid=4242, segment="/pytrace-4242-0")], later=[small, big])
+    reader = subprocess.Popen([sys.executable, "-c", READER, hub.path, str(len(small) + len(big))],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert reader.stdout.readline().strip() == "ready", reader.stderr.read()
+        hub.go()
+        reader.stdin.write("sent\n")
+        reader.stdin.flush()
+        out, err = reader.communicate(timeout=60)
+        assert reader.returncode == 0, err
+        got = json.loads(out.strip().splitlines()[-1])
+        assert got["first"] == 1
+        assert got["second"] == [len(small)]             # the message before the failure, handed out
+        assert got["third"] == ["raised", errno.ENOMEM]  # and the failure said by the next poll
+    finally:
+        if reader.poll() is None:
+            reader.kill()
+            reader.wait()
         hub.close()
