@@ -28,7 +28,8 @@ int pt_drain_check_idle(int busy, const char *what)
     return 0;
 }
 
-int pt_drain_pending(pt_drain_t *d)
+/* Raise the error a poll kept (and forget it): -1 with OSError set; 0 if none. */
+static int drain_pending(pt_drain_t *d)
 {
     if (!d->pending_err)
         return 0;
@@ -38,9 +39,12 @@ int pt_drain_pending(pt_drain_t *d)
     return -1;
 }
 
-void pt_drain_begin(pt_drain_t *d)
+int pt_drain_begin(pt_drain_t *d, const void *handle, int busy, const char *what)
 {
+    if (pt_drain_check_open(handle, busy, what) < 0 || drain_pending(d) < 0)
+        return -1;
     d->len = d->count = 0;
+    return 0;
 }
 
 int pt_drain_collect(void *ctx, uint32_t type, const uint8_t *msg, size_t len)

@@ -5,7 +5,7 @@
  * messages to pt_drain_collect while the GIL is released; pt_drain_list then
  * builds the list of (type, bytes) with the GIL held. An error that follows
  * some messages does not lose them: they are handed out, and the error is
- * kept and raised by the next poll (pt_drain_pending) before anything else.
+ * kept and raised by the next poll (pt_drain_begin) before anything else.
  */
 #ifndef PT_RUNTIME_DRAIN_H
 #define PT_RUNTIME_DRAIN_H
@@ -31,11 +31,10 @@ typedef struct pt_drain {
 int pt_drain_check_open(const void *handle, int busy, const char *what);
 int pt_drain_check_idle(int busy, const char *what);
 
-/* Raise the error a poll kept (and forget it): -1 with OSError set; 0 if none. */
-int pt_drain_pending(pt_drain_t *d);
-
-/* Empty the buffer before a poll (GIL held or not). */
-void pt_drain_begin(pt_drain_t *d);
+/* Before a poll (GIL held): pt_drain_check_open, then the error the last poll
+ * kept, raised (and forgotten), if any; then an empty buffer. 0, or -1 with
+ * the exception set. */
+int pt_drain_begin(pt_drain_t *d, const void *handle, int busy, const char *what);
 
 /* The pt_reader_msg_fn both pollers call, ctx a pt_drain_t (no GIL needed):
  * 0, or -ENOMEM / -EMSGSIZE. */

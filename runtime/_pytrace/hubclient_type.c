@@ -73,13 +73,10 @@ static PyObject *hubclient_poll(hubclient_obj_t *self, PyObject *args, PyObject 
     double timeout = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|Kd:poll", kwlist, &max_events, &timeout))
         return NULL;
-    if (check_open(self) < 0)
-        return NULL;
-    if (pt_drain_pending(&self->drain) < 0)
+    if (pt_drain_begin(&self->drain, self->client, self->busy, "hub client") < 0)
         return NULL;
     long rc;
     int timeout_ms = timeout > 0 ? (int)(timeout * 1000 + 0.5) : 0;
-    pt_drain_begin(&self->drain);
     self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
     rc = pt_hub_client_poll(self->client, pt_drain_collect, &self->drain, max_events, timeout_ms);

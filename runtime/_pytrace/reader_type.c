@@ -78,12 +78,9 @@ static PyObject *reader_poll(pt_reader_obj_t *self, PyObject *args, PyObject *kw
     unsigned long long max_events = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|K:poll", kwlist, &max_events))
         return NULL;
-    if (check_open(self) < 0)
-        return NULL;
-    if (pt_drain_pending(&self->drain) < 0)
+    if (pt_drain_begin(&self->drain, self->reader, self->busy, "reader") < 0)
         return NULL;
     long rc;
-    pt_drain_begin(&self->drain);
     self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
     rc = pt_reader_poll(self->reader, pt_drain_collect, &self->drain, max_events);
