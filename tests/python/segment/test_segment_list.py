@@ -1,7 +1,7 @@
 """Listing segments has no cap: 200 segments of ended jobs are all listed by
 `_pytrace.list_segments()` (pt_segment_list_alloc through the extension) and by
-pytrace-top's job list (`pytrace-top --all` off a terminal prints it), which kept at
-most 128 rows while it listed into a fixed array."""
+pytrace-top's job list (`pytrace-top --all` off a terminal prints it; viewer/top/picker.c),
+which kept at most 128 rows while it listed into a fixed array."""
 
 import os
 import subprocess
@@ -56,9 +56,6 @@ def test_list_segments_lists_every_segment(ended_jobs):
 
 
 @pytest.mark.skipif(TOP is None, reason="pytrace-top not built/installed")
-@pytest.mark.xfail(strict=True, reason="the job list of pytrace-top (viewer/top/picker.c, Picker_print and "
-                   "Picker_run) still lists into a fixed array of 128 until it calls pt_segment_list_alloc(): "
-                   "remove this mark with that switch")
 def test_top_job_list_shows_200_jobs(ended_jobs):
     r = subprocess.run([TOP, "--all"], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert r.returncode == 0, r.stderr
