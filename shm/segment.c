@@ -34,7 +34,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +46,8 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "shm/base/grow.h"
+#include "shm/base/procstat.h"
 
 #define PT_SEG_PAGE 4096u
 #define PT_DEFAULT_WAIT_TIMEOUT_NS UINT64_C(1000000000)
@@ -91,16 +92,6 @@ struct pt_segment {
  * child's pid differs. */
 static _Atomic uint32_t segment_seq;
 
-void pt_set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err == NULL || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 static int is_pow2_u64(uint64_t v)
 {
     return v != 0 && (v & (v - 1)) == 0;
@@ -113,45 +104,10 @@ static uint64_t align_up(uint64_t v, uint64_t a)
 
 /* ---- process identity ----------------------------------------------------- */
 
-/* Start time (field 22 of /proc/<pid>/stat) and state letter (field 3).
- * Returns 0, or -errno (-ENOENT if the process is gone). */
-static int proc_stat(uint64_t pid, uint64_t *start, char *state)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%llu/stat", (unsigned long long)pid);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return -errno;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    /* comm (field 2) is in parentheses and may itself hold ')' or spaces */
-    char *p = strrchr(buf, ')');
-    if (p == NULL || p[1] != ' ')
-        return -EPROTO;
-    p += 2;
-    if (state != NULL)
-        *state = *p;
-    /* p is at field 3; field 22 is 19 fields further */
-    for (int field = 3; field < 22; field++) {
-        p = strchr(p, ' ');
-        if (p == NULL)
-            return -EPROTO;
-        p++;
-    }
-    char *end;
-    unsigned long long v = strtoull(p, &end, 10);
-    if (end == p)
-        return -EPROTO;
-    *start = v;
-    return 0;
-}
-
 static uint64_t self_start_time(void)
 {
-    uint64_t start = 0;
-    (void)proc_stat((uint64_t)getpid(), &start, NULL);
-    return start;
+    pt_proc_stat_t st;
+    return pt_proc_stat_read((uint64_t)getpid(), 0, &st) == 0 ? st.start : 0;
 }
 
 /* How an error names process pid without guessing: its command line (arguments joined
@@ -198,16 +154,15 @@ static int process_alive(uint64_t pid, uint64_t start)
         return 0;
     if (kill((pid_t)pid, 0) != 0 && errno != EPERM)
         return 0;
-    uint64_t now_start = 0;
-    char state = '?';
-    int rc = proc_stat(pid, &now_start, &state);
+    pt_proc_stat_t st;
+    int rc = pt_proc_stat_read(pid, 0, &st);
     if (rc == -ENOENT)
         return 0;
     if (rc != 0)
         return 1; /* cannot tell more than kill() did */
-    if (state == 'Z' || state == 'X')
+    if (st.state == 'Z' || st.state == 'X')
         return 0;
-    return start == 0 || now_start == start;
+    return start == 0 || st.start == start;
 }
 
 static void copy_str(char *dst, size_t cap, const char *src)
@@ -1323,16 +1278,10 @@ static int scan(listed_t **out, size_t *count, pt_segment_skip_fn skip, void *ct
             if (skip(name, ctx))
                 continue;
         }
-        if (n == cap) {
-            size_t ncap = cap ? cap * 2 : 16;
-            listed_t *nv = realloc(v, ncap * sizeof *nv);
-            if (nv == NULL) {
-                free(v);
-                closedir(d);
-                return -ENOMEM;
-            }
-            v = nv;
-            cap = ncap;
+        if (pt_grow_size((void **)&v, &cap, sizeof *v, n + 1, 16) < 0) {
+            free(v);
+            closedir(d);
+            return -ENOMEM;
         }
         listed_t *e = &v[n];
         memset(e, 0, sizeof *e);
@@ -1374,6 +1323,33 @@ int pt_segment_list_skip(pt_segment_info_t *out, size_t max, size_t *count, pt_s
     if (count != NULL)
         *count = n;
     free(v);
+    return 0;
+}
+
+int pt_segment_list_alloc(pt_segment_info_t **out, size_t *count)
+{
+    return pt_segment_list_alloc_skip(out, count, NULL, NULL);
+}
+
+int pt_segment_list_alloc_skip(pt_segment_info_t **out, size_t *count, pt_segment_skip_fn skip, void *ctx)
+{
+    listed_t *v;
+    size_t n;
+    *out = NULL;
+    *count = 0;
+    int rc = scan(&v, &n, skip, ctx);
+    if (rc != 0)
+        return rc;
+    pt_segment_info_t *infos = n ? malloc(n * sizeof *infos) : NULL;
+    if (n && infos == NULL) {
+        free(v);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++)
+        infos[i] = v[i].info;
+    free(v);
+    *out = infos;
+    *count = n;
     return 0;
 }
 

@@ -5,7 +5,7 @@
  * Producer calls: pt_segment_create, pt_segment_claim_ring, pt_segment_retire_ring,
  * pt_segment_set_state, pt_segment_heartbeat, pt_segment_close(…, unlink=0).
  * Reader calls: pt_segment_attach (validates everything in the header as
- * untrusted input), pt_segment_lock_consumer / unlock, pt_segment_list,
+ * untrusted input), pt_segment_lock_consumer / unlock, pt_segment_list(_alloc),
  * pt_segment_unlink, pt_segment_close.
  *
  * Errors are 0 or a negative errno; where an `err` buffer is given, it receives
@@ -162,6 +162,13 @@ int pt_segment_list(pt_segment_info_t *out, size_t max, size_t *count);
  * only the segments it has not seen. */
 typedef int (*pt_segment_skip_fn)(const char *name, void *ctx);
 int pt_segment_list_skip(pt_segment_info_t *out, size_t max, size_t *count, pt_segment_skip_fn skip, void *ctx);
+
+/* Every segment, newest first, into an array of its own: *out (free() it; NULL
+ * when none) and *count. The listing's size is not capped, so callers need no
+ * retry loop. 0, or a negative errno (-ENOMEM; /dev/shm not readable) with
+ * *out NULL and *count 0. With skip, as pt_segment_list_skip. */
+int pt_segment_list_alloc(pt_segment_info_t **out, size_t *count);
+int pt_segment_list_alloc_skip(pt_segment_info_t **out, size_t *count, pt_segment_skip_fn skip, void *ctx);
 
 /* Unlink every segment whose producer is dead and that no live reader holds
  * (or that is not a valid segment, owned by us, and whose pid is gone).

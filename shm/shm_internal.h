@@ -14,8 +14,8 @@
 #define PT_SHM_PRINTF(f, a)
 #endif
 
-/* Format a one-line error into err (if err is non-NULL and errlen > 0). */
-PT_SHM_HIDDEN void pt_set_err(char *err, size_t errlen, const char *fmt, ...) PT_SHM_PRINTF(3, 4);
+/* pt_set_err: the one-line error of the base layer. */
+#include "shm/base/err.h"
 
 #include <stdint.h>
 

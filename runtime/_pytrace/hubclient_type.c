@@ -7,6 +7,7 @@
  */
 #include "hubclient_type.h"
 
+#include "drain.h"
 #include "pt_tracer.h"
 
 #include <errno.h>
@@ -20,33 +21,8 @@ typedef struct {
     PyObject_HEAD
     pt_hub_client_t *client;
     int busy;
-    uint8_t *buf; /* [u32 type][u32 len][bytes, 8-aligned] */
-    size_t len, cap, count;
+    pt_drain_t drain;
 } hubclient_obj_t;
-
-static int collect(void *vctx, uint32_t type, const uint8_t *msg, size_t len)
-{
-    hubclient_obj_t *self = vctx;
-    if (len > UINT32_MAX)
-        return -EMSGSIZE;
-    size_t need = 8 + ((len + 7) & ~(size_t)7);
-    if (self->len + need > self->cap) {
-        size_t ncap = self->cap ? self->cap : 1u << 16;
-        while (ncap < self->len + need)
-            ncap *= 2;
-        uint8_t *nbuf = realloc(self->buf, ncap);
-        if (nbuf == NULL)
-            return -ENOMEM;
-        self->buf = nbuf;
-        self->cap = ncap;
-    }
-    uint32_t hdr[2] = {type, (uint32_t)len};
-    memcpy(self->buf + self->len, hdr, sizeof hdr);
-    memcpy(self->buf + self->len + 8, msg, len);
-    self->len += need;
-    self->count++;
-    return 0;
-}
 
 static PyObject *hubclient_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
@@ -80,22 +56,14 @@ static void hubclient_dealloc(hubclient_obj_t *self)
 {
     PyTypeObject *tp = Py_TYPE(self);
     pt_hub_client_close(self->client);
-    free(self->buf);
+    pt_drain_free(&self->drain);
     tp->tp_free((PyObject *)self);
     Py_DECREF(tp);
 }
 
 static int check_open(hubclient_obj_t *self)
 {
-    if (self->client == NULL) {
-        PyErr_SetString(PyExc_ValueError, "hub client is closed");
-        return -1;
-    }
-    if (self->busy) {
-        PyErr_SetString(PyExc_RuntimeError, "hub client is being polled by another thread");
-        return -1;
-    }
-    return 0;
+    return pt_drain_check_open(self->client, self->busy, "hub client");
 }
 
 static PyObject *hubclient_poll(hubclient_obj_t *self, PyObject *args, PyObject *kwargs)
@@ -105,41 +73,16 @@ static PyObject *hubclient_poll(hubclient_obj_t *self, PyObject *args, PyObject 
     double timeout = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|Kd:poll", kwlist, &max_events, &timeout))
         return NULL;
-    if (check_open(self) < 0)
+    if (pt_drain_begin(&self->drain, self->client, self->busy, "hub client") < 0)
         return NULL;
     long rc;
     int timeout_ms = timeout > 0 ? (int)(timeout * 1000 + 0.5) : 0;
-    self->len = self->count = 0;
     self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
-    rc = pt_hub_client_poll(self->client, collect, self, max_events, timeout_ms);
+    rc = pt_hub_client_poll(self->client, pt_drain_collect, &self->drain, max_events, timeout_ms);
     Py_END_ALLOW_THREADS
     self->busy = 0;
-    if (rc < 0 && self->count == 0) {
-        const char *e = pt_hub_client_error(self->client);
-        return pt_oserror((int)rc, e && *e ? e : strerror((int)-rc));
-    }
-    PyObject *list = PyList_New((Py_ssize_t)self->count);
-    if (list == NULL)
-        return NULL;
-    size_t off = 0;
-    for (size_t i = 0; i < self->count; i++) {
-        uint32_t hdr[2];
-        memcpy(hdr, self->buf + off, sizeof hdr);
-        PyObject *item = Py_BuildValue("(Iy#)", hdr[0], (const char *)self->buf + off + 8, (Py_ssize_t)hdr[1]);
-        if (item == NULL) {
-            Py_DECREF(list);
-            return NULL;
-        }
-        PyList_SET_ITEM(list, (Py_ssize_t)i, item);
-        off += 8 + ((hdr[1] + 7u) & ~7u);
-    }
-    if (self->cap > (8u << 20)) {
-        free(self->buf);
-        self->buf = NULL;
-        self->cap = 0;
-    }
-    return list;
+    return pt_drain_list(&self->drain, rc, rc < 0 ? pt_hub_client_error(self->client) : NULL);
 }
 
 static PyObject *hubclient_stats(hubclient_obj_t *self, PyObject *unused)
@@ -179,10 +122,8 @@ static PyObject *hubclient_close(hubclient_obj_t *self, PyObject *args, PyObject
     int unused = 1;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|p:close", kwlist, &unused))
         return NULL;
-    if (self->busy) {
-        PyErr_SetString(PyExc_RuntimeError, "hub client is being polled by another thread");
+    if (pt_drain_check_idle(self->busy, "hub client") < 0)
         return NULL;
-    }
     pt_hub_client_close(self->client);
     self->client = NULL;
     Py_RETURN_NONE;
@@ -293,12 +234,5 @@ int pt_hubclient_type_add(PyObject *module)
 {
     if (PyModule_AddFunctions(module, autohub_methods) < 0)
         return -1;
-    PyObject *t = PyType_FromModuleAndSpec(module, &hubclient_spec, NULL);
-    if (t == NULL)
-        return -1;
-    if (PyModule_AddObject(module, "HubClient", t) < 0) {
-        Py_DECREF(t);
-        return -1;
-    }
-    return 0;
+    return pt_add_type(module, &hubclient_spec);
 }

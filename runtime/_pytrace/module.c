@@ -7,6 +7,7 @@
 #include "pt_tracer.h"
 #include "hubclient_type.h"
 #include "recfile_type.h"
+#include "shm/base/procstat.h"
 #include "shm/segment.h"
 
 #include <errno.h>
@@ -33,6 +34,19 @@ PyObject *pt_oserror(int err_neg, const char *msg)
         Py_DECREF(exc);
     }
     return NULL;
+}
+
+int pt_add_type(PyObject *module, PyType_Spec *spec)
+{
+    PyObject *type = PyType_FromModuleAndSpec(module, spec, NULL);
+    if (type == NULL)
+        return -1;
+    const char *dot = strrchr(spec->name, '.');
+    if (PyModule_AddObject(module, dot ? dot + 1 : spec->name, type) < 0) {
+        Py_DECREF(type);
+        return -1;
+    }
+    return 0;
 }
 
 /* ---- start() ----------------------------------------------------------------- */
@@ -460,6 +474,25 @@ PyObject *pt_py_export(PyObject *module, PyObject *args, PyObject *kw);
 /* agg_binding.c: the aggregation (viewer/core/agg.h) as the type Aggregator */
 int pt_agg_type_add(PyObject *module);
 
+/* The one /proc/PID/stat reader (shm/base/procstat.h), for the Python side. */
+static PyObject *py_proc_stat(PyObject *module, PyObject *args)
+{
+    (void)module;
+    unsigned long long pid, tid = 0; /* K: a negative id wraps past PT_PROC_ID_MAX and is refused */
+    if (!PyArg_ParseTuple(args, "K|K:proc_stat", &pid, &tid))
+        return NULL;
+    pt_proc_stat_t st;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = pt_proc_stat_read(pid, tid, &st);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        Py_RETURN_NONE;
+    return Py_BuildValue("{sCsKsKsKsK}", "state", st.state, "ppid", (unsigned long long)st.ppid, "utime",
+                         (unsigned long long)st.utime, "stime", (unsigned long long)st.stime, "start",
+                         (unsigned long long)st.start);
+}
+
 static PyMethodDef pt_methods[] = {
     {"start", (PyCFunction)(void (*)(void))py_start, METH_VARARGS | METH_KEYWORDS,
      "start(*, c_calls=True, include=None, exclude=None, policy='drop', ring_count=0, chunk_bytes=0, "
@@ -480,6 +513,9 @@ static PyMethodDef pt_methods[] = {
     {"span_end", py_span_end, METH_O, "span_end(label_id)"},
     {"mark", py_mark, METH_O, "mark(label_id)"},
     {"list_segments", pt_list_segments, METH_NOARGS, "list_segments() -> list[dict]"},
+    {"proc_stat", py_proc_stat, METH_VARARGS,
+     "proc_stat(pid, tid=0) -> dict | None: /proc/PID/stat (or /proc/PID/task/TID/stat): state (one letter), "
+     "ppid, utime and stime (clock ticks), start (clock ticks since boot); None if it is gone or unreadable."},
     {"collect_stale", pt_collect_stale, METH_NOARGS,
      "collect_stale() -> int: unlink segments of dead processes."},
     {"export", (PyCFunction)(void (*)(void))pt_py_export, METH_VARARGS | METH_KEYWORDS,

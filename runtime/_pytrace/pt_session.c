@@ -391,19 +391,28 @@ static void exit_wait_locked(void)
     }
 }
 
-static void at_exit(void)
+/* End the session as the process ends (exit, exec): closed frames, state
+ * Exited, the bounded wait for a hub (exit_wait), the segment removed unless a
+ * reader holds it. No Python API. Returns whether it was tracing. */
+static int end_for_exit(void)
 {
-    /* Runs after the interpreter is gone: no Python API here. */
     heartbeat_stop();
     pthread_mutex_lock(&pt_core.lock);
     int traced = pt_core.seg != NULL;
-    if (pt_core.seg) {
+    if (traced) {
         if (pt_epoch_now() != 0)
             stop_locked();
         exit_wait_locked();
         segment_release_locked(1);
     }
     pthread_mutex_unlock(&pt_core.lock);
+    return traced;
+}
+
+static void at_exit(void)
+{
+    /* Runs after the interpreter is gone: no Python API here. */
+    int traced = end_for_exit();
     /* Fork children that left with _exit() (multiprocessing workers do) and
      * that no reader holds would otherwise stay in /dev/shm for good. */
     if (traced)
@@ -425,15 +434,7 @@ static int exec_audit_hook(const char *event, PyObject *args, void *data)
     (void)data;
     if (event[0] != 'o' || strcmp(event, "os.exec") != 0)
         return 0;
-    heartbeat_stop();
-    pthread_mutex_lock(&pt_core.lock);
-    if (pt_core.seg) {
-        if (pt_epoch_now() != 0)
-            stop_locked();
-        exit_wait_locked();
-        segment_release_locked(1);
-    }
-    pthread_mutex_unlock(&pt_core.lock);
+    (void)end_for_exit();
     return 0;
 }
 

@@ -38,6 +38,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "shm/base/grow.h"
 #include "shm/ring.h"
 
 #if PY_VERSION_HEX < 0x030B0000
@@ -246,7 +247,7 @@ static pt_thread_t *thread_attach(PyCodeObject *opening)
     char name[PT_THREAD_NAME_BYTES];
     uint32_t *ids = NULL;
     pt_prior_frame_t *frames = NULL;
-    size_t n = 0, cap = 0;
+    size_t n = 0, cap_ids = 0, cap_frames = 0;
     PT_EXC_SAVE;
     t->attaching = 1;
     thread_name(name, sizeof name);
@@ -261,18 +262,9 @@ static pt_thread_t *thread_attach(PyCodeObject *opening)
         if (!(first && code == opening)) {
             uint64_t id = pt_code_lookup(code);
             if (id != PT_CODE_FILTERED) {
-                if (n == cap) {
-                    size_t ncap = cap ? cap * 2 : 64;
-                    uint32_t *nids = realloc(ids, ncap * sizeof *ids);
-                    if (nids == NULL)
-                        break;
-                    ids = nids;
-                    pt_prior_frame_t *nframes = realloc(frames, ncap * sizeof *frames);
-                    if (nframes == NULL)
-                        break;
-                    frames = nframes;
-                    cap = ncap;
-                }
+                if (pt_grow_size((void **)&ids, &cap_ids, sizeof *ids, n + 1, 64) < 0 ||
+                    pt_grow_size((void **)&frames, &cap_frames, sizeof *frames, n + 1, 64) < 0)
+                    break;
                 frames[n].frame = pt_tracer_frame_key(f);
                 frames[n].code = code; /* compared, never dereferenced */
                 ids[n++] = (uint32_t)id;

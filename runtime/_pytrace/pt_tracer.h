@@ -192,5 +192,8 @@ PT_HIDDEN PyObject *pt_reader_type_create(PyObject *module);
 PT_HIDDEN PyObject *pt_list_segments(PyObject *module, PyObject *unused);
 PT_HIDDEN PyObject *pt_collect_stale(PyObject *module, PyObject *unused);
 PT_HIDDEN PyObject *pt_oserror(int err_neg, const char *msg);
+/* Make the heap type of spec and add it to module under the last part of its
+ * name ("pytrace._pytrace.HubClient": HubClient). 0, or -1 with an exception. */
+PT_HIDDEN int pt_add_type(PyObject *module, PyType_Spec *spec);
 
 #endif /* PT_RUNTIME_TRACER_H */

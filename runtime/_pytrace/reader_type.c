@@ -2,11 +2,11 @@
  * _pytrace.Reader: a heap type over the reader library (shm/reader.h), plus
  * list_segments() and collect_stale().
  *
- * poll() releases the GIL while the library drains the segment into a private
- * buffer (type, length, bytes per message), then builds the Python list from
- * that buffer with the GIL held. A Reader is not for concurrent use from two
+ * poll() releases the GIL while the library drains the segment (drain.h, as
+ * HubClient's), then builds the Python list with the GIL held. A Reader is not for concurrent use from two
  * threads: a second poll() while one is draining raises RuntimeError.
  */
+#include "drain.h"
 #include "pt_tracer.h"
 
 #include <errno.h>
@@ -21,41 +21,8 @@ typedef struct {
     pt_reader_t *reader;
     PyObject *segment;      /* str */
     int busy;               /* a poll is draining without the GIL */
-    int pending_err;        /* negative errno to raise on the next poll */
-    char pending_msg[256];
-    uint8_t *buf;           /* drained messages: [u32 type][u32 len][bytes, 8-aligned] */
-    size_t len, cap;
+    pt_drain_t drain;
 } pt_reader_obj_t;
-
-typedef struct {
-    pt_reader_obj_t *self;
-    size_t count;
-} drain_ctx_t;
-
-static int drain_cb(void *vctx, uint32_t type, const uint8_t *msg, size_t len)
-{
-    drain_ctx_t *ctx = vctx;
-    pt_reader_obj_t *self = ctx->self;
-    if (len > UINT32_MAX)
-        return -EMSGSIZE;
-    size_t need = 8 + ((len + 7) & ~(size_t)7);
-    if (self->len + need > self->cap) {
-        size_t ncap = self->cap ? self->cap : 1u << 16;
-        while (ncap < self->len + need)
-            ncap *= 2;
-        uint8_t *nbuf = realloc(self->buf, ncap);
-        if (nbuf == NULL)
-            return -ENOMEM;
-        self->buf = nbuf;
-        self->cap = ncap;
-    }
-    uint32_t hdr[2] = {type, (uint32_t)len};
-    memcpy(self->buf + self->len, hdr, sizeof hdr);
-    memcpy(self->buf + self->len + 8, msg, len);
-    self->len += need;
-    ctx->count++;
-    return 0;
-}
 
 static PyObject *reader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
@@ -95,22 +62,14 @@ static void reader_dealloc(pt_reader_obj_t *self)
     if (self->reader)
         pt_reader_detach(self->reader, 1);
     Py_XDECREF(self->segment);
-    free(self->buf);
+    pt_drain_free(&self->drain);
     tp->tp_free((PyObject *)self);
     Py_DECREF(tp);
 }
 
 static int check_open(pt_reader_obj_t *self)
 {
-    if (self->reader == NULL) {
-        PyErr_SetString(PyExc_ValueError, "reader is closed");
-        return -1;
-    }
-    if (self->busy) {
-        PyErr_SetString(PyExc_RuntimeError, "reader is being polled by another thread");
-        return -1;
-    }
-    return 0;
+    return pt_drain_check_open(self->reader, self->busy, "reader");
 }
 
 static PyObject *reader_poll(pt_reader_obj_t *self, PyObject *args, PyObject *kwargs)
@@ -119,52 +78,15 @@ static PyObject *reader_poll(pt_reader_obj_t *self, PyObject *args, PyObject *kw
     unsigned long long max_events = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|K:poll", kwlist, &max_events))
         return NULL;
-    if (check_open(self) < 0)
+    if (pt_drain_begin(&self->drain, self->reader, self->busy, "reader") < 0)
         return NULL;
-    if (self->pending_err) {
-        int e = self->pending_err;
-        self->pending_err = 0;
-        return pt_oserror(e, self->pending_msg);
-    }
-    drain_ctx_t ctx = {self, 0};
     long rc;
-    self->len = 0;
     self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
-    rc = pt_reader_poll(self->reader, drain_cb, &ctx, max_events);
+    rc = pt_reader_poll(self->reader, pt_drain_collect, &self->drain, max_events);
     Py_END_ALLOW_THREADS
     self->busy = 0;
-    if (rc < 0 && ctx.count == 0) {
-        const char *msg = pt_reader_error(self->reader);
-        return pt_oserror((int)rc, msg && msg[0] ? msg : strerror((int)-rc));
-    }
-    if (rc < 0) { /* hand out what was drained; raise on the next poll */
-        const char *msg = pt_reader_error(self->reader);
-        self->pending_err = (int)rc;
-        snprintf(self->pending_msg, sizeof self->pending_msg, "%s",
-                 msg && msg[0] ? msg : strerror((int)-rc));
-    }
-    PyObject *list = PyList_New((Py_ssize_t)ctx.count);
-    if (list == NULL)
-        return NULL;
-    size_t off = 0;
-    for (size_t i = 0; i < ctx.count; i++) {
-        uint32_t hdr[2];
-        memcpy(hdr, self->buf + off, sizeof hdr);
-        PyObject *item = Py_BuildValue("(Iy#)", hdr[0], (const char *)self->buf + off + 8, (Py_ssize_t)hdr[1]);
-        if (item == NULL) {
-            Py_DECREF(list);
-            return NULL;
-        }
-        PyList_SET_ITEM(list, (Py_ssize_t)i, item);
-        off += 8 + ((hdr[1] + 7u) & ~7u);
-    }
-    if (self->cap > (8u << 20)) { /* do not keep a burst's buffer forever */
-        free(self->buf);
-        self->buf = NULL;
-        self->cap = 0;
-    }
-    return list;
+    return pt_drain_list(&self->drain, rc, rc < 0 ? pt_reader_error(self->reader) : NULL);
 }
 
 static PyObject *reader_release(pt_reader_obj_t *self, PyObject *unused)
@@ -210,10 +132,8 @@ static PyObject *reader_close(pt_reader_obj_t *self, PyObject *args, PyObject *k
     int unlink_it = 1;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|p:close", kwlist, &unlink_it))
         return NULL;
-    if (self->busy) {
-        PyErr_SetString(PyExc_RuntimeError, "reader is being polled by another thread");
+    if (pt_drain_check_idle(self->busy, "reader") < 0)
         return NULL;
-    }
     if (self->reader) {
         pt_reader_detach(self->reader, unlink_it);
         self->reader = NULL;
@@ -307,27 +227,16 @@ PyObject *pt_list_segments(PyObject *module, PyObject *unused)
 {
     (void)module;
     (void)unused;
-    size_t max = 64, count = 0;
+    size_t count = 0;
     pt_segment_info_t *infos = NULL;
     int rc;
-    for (;;) {
-        pt_segment_info_t *n = realloc(infos, max * sizeof *infos);
-        if (n == NULL) {
-            free(infos);
-            return PyErr_NoMemory();
-        }
-        infos = n;
-        Py_BEGIN_ALLOW_THREADS
-        rc = pt_segment_list(infos, max, &count);
-        Py_END_ALLOW_THREADS
-        if (rc < 0 || count <= max)
-            break;
-        max = count + 16;
-    }
-    if (rc < 0) {
-        free(infos);
+    Py_BEGIN_ALLOW_THREADS
+    rc = pt_segment_list_alloc(&infos, &count);
+    Py_END_ALLOW_THREADS
+    if (rc == -ENOMEM)
+        return PyErr_NoMemory();
+    if (rc < 0)
         return pt_oserror(rc, "cannot list /dev/shm");
-    }
     PyObject *list = PyList_New(0);
     for (size_t i = 0; list && i < count; i++) {
         const pt_segment_info_t *s = &infos[i];

@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "runtime/_pytrace/pt_tracer.h"
 #include "viewer/core/recfile.h"
 
 /* ---- helpers ----------------------------------------------------------------------- */
@@ -540,20 +541,8 @@ static PyMethodDef recfile_functions[] = {
 
 int pt_recfile_types_add(PyObject *module)
 {
-    PyObject *reader = PyType_FromModuleAndSpec(module, &rreader_spec, NULL);
-    if (!reader)
+    if (pt_add_type(module, &rreader_spec) < 0 || pt_add_type(module, &rwriter_spec) < 0)
         return -1;
-    if (PyModule_AddObject(module, "RecFileReader", reader) < 0) {
-        Py_DECREF(reader);
-        return -1;
-    }
-    PyObject *writer = PyType_FromModuleAndSpec(module, &rwriter_spec, NULL);
-    if (!writer)
-        return -1;
-    if (PyModule_AddObject(module, "RecFileWriter", writer) < 0) {
-        Py_DECREF(writer);
-        return -1;
-    }
     if (PyModule_AddFunctions(module, recfile_functions) < 0)
         return -1;
     if (PyModule_AddIntConstant(module, "RECORDING_FORMAT_MAJOR", PT_RECFILE_FORMAT_MAJOR) < 0 ||

@@ -72,18 +72,11 @@ class Target:
 def _start_time(pid):
     """Field 22 of /proc/PID/stat (the process's start, in clock ticks), or None if it is
     gone or a zombie (it has exited; its parent has not reaped it yet)."""
-    try:
-        with open("/proc/%d/stat" % pid, "rb") as f:
-            stat = f.read()
-    except OSError:
+    from . import _pytrace
+    st = _pytrace.proc_stat(pid)
+    if st is None or st["state"] in ("Z", "X"):
         return None
-    try:
-        fields = stat[stat.rindex(b")") + 2:].split()
-        if fields[0] in (b"Z", b"X"):
-            return None
-        return int(fields[19])
-    except (ValueError, IndexError):
-        return None
+    return st["start"]
 
 
 def alive(target):
@@ -496,11 +489,11 @@ class _PidLock:
 
 def _main_thread_state(pid):
     """How the main thread of pid waits now, in words (for the progress line)."""
-    try:
-        with open("/proc/%d/stat" % pid, "rb") as f:
-            state = f.read().rsplit(b")", 1)[1].split()[0].decode()
-    except (OSError, IndexError):
+    from . import _pytrace
+    st = _pytrace.proc_stat(pid)
+    if st is None:
         return "unknown"
+    state = st["state"]
     try:
         with open("/proc/%d/wchan" % pid) as f:
             wchan = f.read().strip()

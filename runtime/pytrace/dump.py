@@ -382,12 +382,11 @@ def _thread_label(pid, tid):
 
 
 def _thread_state(pid, tid):
-    try:
-        with open("/proc/%d/task/%d/stat" % (pid, tid), "rb") as f:
-            state = f.read().rsplit(b")", 1)[1].split()[0].decode()
-    except (OSError, IndexError):
+    from . import _pytrace
+    st = _pytrace.proc_stat(pid, tid)
+    if st is None:
         return ""
-    return "running" if state == "R" else "waiting"
+    return "running" if st["state"] == "R" else "waiting"
 
 
 def stacks_from_memory(target):

@@ -32,6 +32,8 @@
 
 #include <zstd.h>
 
+#include "shm/base/grow.h"
+
 #define INITIAL_CAP (1u << 20)
 
 struct pt_recfile {
@@ -167,16 +169,8 @@ static int fill(pt_recfile_t *rf, size_t need)
         rf->have -= skip;
         rf->buf_off = rf->off;
     }
-    if (need > rf->cap) {
-        size_t cap = rf->cap ? rf->cap : INITIAL_CAP;
-        while (cap < need)
-            cap *= 2;
-        uint8_t *nb = realloc(rf->buf, cap);
-        if (!nb)
-            return -ENOMEM;
-        rf->buf = nb;
-        rf->cap = cap;
-    }
+    if (pt_grow_size((void **)&rf->buf, &rf->cap, 1, need, INITIAL_CAP) < 0)
+        return -ENOMEM;
     while (rf->have < need) {
         ssize_t n = pread(rf->fd, rf->buf + rf->have, rf->cap - rf->have, (off_t)(rf->buf_off + rf->have));
         if (n < 0) {
@@ -236,17 +230,7 @@ static int read_header(pt_recfile_t *rf)
  * realloc, like malloc, is 8-aligned, as the Event vector needs. */
 static int reserve(uint8_t **buf, size_t *cap, size_t need)
 {
-    if (need <= *cap)
-        return 0;
-    size_t cap2 = *cap ? *cap : 64u << 10;
-    while (cap2 < need)
-        cap2 *= 2;
-    uint8_t *nb = realloc(*buf, cap2);
-    if (!nb)
-        return -ENOMEM;
-    *buf = nb;
-    *cap = cap2;
-    return 0;
+    return pt_grow_size((void **)buf, cap, 1, need, 64u << 10);
 }
 
 /* The ZstdDeltaShuffle transform works on blocks of SHUFFLE_BLOCK records through
@@ -901,6 +885,15 @@ typedef struct merge_proc {
     uint32_t input, old_tag, new_tag;
 } merge_proc_t;
 
+/* The index of input's process tag in procs, or nprocs if it has none. */
+static size_t merge_proc_find(const merge_proc_t *procs, size_t nprocs, size_t input, uint32_t tag)
+{
+    size_t k = 0;
+    while (k < nprocs && !(procs[k].input == input && procs[k].old_tag == tag))
+        k++;
+    return k;
+}
+
 static void merge_note(pt_recmerge_input_t *in, const pt_recfile_t *rf)
 {
     if (pt_recfile_error_offset(rf) >= 0) {
@@ -936,6 +929,10 @@ int pt_recfile_merge(const char *const *inputs, size_t n, int out_fd, pt_recmerg
     size_t buf_cap = 0;
     int rc = 0;
     uint32_t lossless = 1;
+    const uint8_t *msg; /* each input's messages, in both passes */
+    size_t len;
+    pt_fb_msg_t m;
+    int r;
     if (err && errlen)
         err[0] = 0;
     if (!n)
@@ -948,27 +945,14 @@ int pt_recfile_merge(const char *const *inputs, size_t n, int out_fd, pt_recmerg
         in->error_offset = -1;
         if ((rc = pt_recfile_open(inputs[i], &rf, err, errlen)) != 0)
             goto out;
-        const uint8_t *msg;
-        size_t len;
-        pt_fb_msg_t m;
-        int r;
         while ((r = merge_next(rf, &msg, &len, &m)) == 1) {
             if (m.type != PT_MSG_PROCESS_INFO)
                 continue;
-            size_t k = 0;
-            while (k < nprocs && !(procs[k].input == i && procs[k].old_tag == m.process))
-                k++;
-            if (k < nprocs)
+            if (merge_proc_find(procs, nprocs, i, m.process) < nprocs)
                 continue; /* a second ProcessInfo of one process: the first counts */
-            if (nprocs == cap) {
-                size_t nc = cap ? cap * 2 : 16;
-                merge_proc_t *np = realloc(procs, nc * sizeof *np);
-                if (!np) {
-                    rc = -ENOMEM;
-                    goto out;
-                }
-                procs = np;
-                cap = nc;
+            if (pt_grow_size((void **)&procs, &cap, sizeof *procs, nprocs + 1, 16) < 0) {
+                rc = -ENOMEM;
+                goto out;
             }
             if (nprocs >= UINT32_MAX - 1) {
                 rc = -E2BIG;
@@ -1008,14 +992,8 @@ int pt_recfile_merge(const char *const *inputs, size_t n, int out_fd, pt_recmerg
         pt_recmerge_input_t *in = &res[i];
         if ((rc = pt_recfile_open(inputs[i], &rf, err, errlen)) != 0)
             goto out;
-        const uint8_t *msg;
-        size_t len;
-        pt_fb_msg_t m;
-        int r;
         while ((r = merge_next(rf, &msg, &len, &m)) == 1) {
-            size_t k = 0;
-            while (k < nprocs && !(procs[k].input == i && procs[k].old_tag == m.process))
-                k++;
+            size_t k = merge_proc_find(procs, nprocs, i, m.process);
             if (k == nprocs) { /* a message before (or without) its process's ProcessInfo */
                 in->orphans++;
                 continue;

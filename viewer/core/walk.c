@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "grow_internal.h"
+#include "shm/base/grow.h"
 #include "u64map_internal.h"
 
 #define MAX_STACK_DEPTH (1u << 20)
@@ -133,15 +133,10 @@ int pt_walk_proc_symbol(pt_walk_t *w, uint32_t process, uint32_t id)
     if ((uint64_t)id < (uint64_t)ss->count * 2 + SYM_DENSE_SLACK) {
         uint32_t word = id / 64;
         if (word >= ss->words) {
-            uint32_t nw = ss->words ? ss->words : 64;
-            while (nw <= word)
-                nw *= 2;
-            uint64_t *b = realloc(ss->bits, (size_t)nw * sizeof *b);
-            if (!b)
+            size_t words = ss->words; /* < 2^26: id / 64 of a uint32_t id, doubled */
+            if (pt_grow_zeroed((void **)&ss->bits, &words, sizeof *ss->bits, (size_t)word + 1, 64) < 0)
                 return -ENOMEM;
-            memset(b + ss->words, 0, (size_t)(nw - ss->words) * sizeof *b);
-            ss->bits = b;
-            ss->words = nw;
+            ss->words = (uint32_t)words;
         }
         if (!(ss->bits[word] >> (id % 64) & 1)) {
             ss->bits[word] |= 1ull << (id % 64);

@@ -9,7 +9,6 @@
 
 #include <errno.h>
 #include <poll.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +18,8 @@
 #include <unistd.h>
 
 #include "schema/pt_fb.h"
+#include "shm/base/err.h"
+#include "shm/base/grow.h"
 #include "shm/segment.h"
 
 struct pt_hub_client {
@@ -39,38 +40,15 @@ struct pt_hub_client {
     char error[256];
 };
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err == NULL || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 static int find_once(const char *target, unsigned flags, char *sock, size_t cap, uint64_t *hub_pid, char *err,
                      size_t errlen)
 {
     /* The segment of target (newest of a pid) and who holds its lock. */
-    size_t max = 256, count = 0;
+    size_t count = 0;
     pt_segment_info_t *infos = NULL;
-    int rc;
-    for (;;) {
-        pt_segment_info_t *n = realloc(infos, max * sizeof *infos);
-        if (n == NULL) {
-            free(infos);
-            return -ENOMEM;
-        }
-        infos = n;
-        rc = pt_segment_list(infos, max, &count);
-        if (rc < 0 || count <= max)
-            break;
-        max = count + 16;
-    }
+    int rc = pt_segment_list_alloc(&infos, &count);
     if (rc < 0) {
-        free(infos);
-        set_err(err, errlen, "cannot list /dev/shm: %s", strerror(-rc));
+        pt_set_err(err, errlen, "cannot list /dev/shm: %s", strerror(-rc));
         return rc;
     }
     const char *name = target;
@@ -89,11 +67,11 @@ static int find_once(const char *target, unsigned flags, char *sock, size_t cap,
     }
     if (found == NULL) {
         free(infos);
-        set_err(err, errlen, "no pytrace segment %s%s", by_pid ? "for pid " : "", target);
+        pt_set_err(err, errlen, "no pytrace segment %s%s", by_pid ? "for pid " : "", target);
         return -ENOENT;
     }
     if (found->uid != geteuid() && !(flags & PT_HUB_CLIENT_ANY_USER)) {
-        set_err(err, errlen, "segment %s belongs to uid %u", found->name, (unsigned)found->uid);
+        pt_set_err(err, errlen, "segment %s belongs to uid %u", found->name, (unsigned)found->uid);
         free(infos);
         return -EACCES;
     }
@@ -102,7 +80,7 @@ static int find_once(const char *target, unsigned flags, char *sock, size_t cap,
     snprintf(segname, sizeof segname, "%s", found->name);
     free(infos);
     if (holder == 0) {
-        set_err(err, errlen, "segment %s is not held by a hub", segname);
+        pt_set_err(err, errlen, "segment %s is not held by a hub", segname);
         return -ENOENT;
     }
     char dirs[2][PT_HUB_PATH_MAX];
@@ -121,7 +99,7 @@ static int find_once(const char *target, unsigned flags, char *sock, size_t cap,
         }
     }
     *hub_pid = holder;
-    set_err(err, errlen, "segment %s is being read by pid %llu, which is not a hub (no socket in %s); stop that "
+    pt_set_err(err, errlen, "segment %s is being read by pid %llu, which is not a hub (no socket in %s); stop that "
             "reader first, or read through a hub: pytrace hub PID", segname, (unsigned long long)holder, dirs[0]);
     return -ENXIO;
 }
@@ -190,18 +168,18 @@ int pt_hub_client_open(const char *sock, uint64_t expect_pid, unsigned flags, ui
     snprintf(dir, sizeof dir, "%s", sock);
     char *slash = strrchr(dir, '/');
     if (slash == NULL || strlen(sock) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
-        set_err(err, errlen, "'%s' is not a socket path", sock);
+        pt_set_err(err, errlen, "'%s' is not a socket path", sock);
         return -EINVAL;
     }
     *slash = 0;
     struct stat st;
     if (lstat(dir[0] ? dir : "/", &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077)) {
-        set_err(err, errlen, "%s is not a directory of yours closed to others (mode 0700); not connecting", dir);
+        pt_set_err(err, errlen, "%s is not a directory of yours closed to others (mode 0700); not connecting", dir);
         return -EACCES;
     }
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) {
-        set_err(err, errlen, "socket: %s", strerror(errno));
+        pt_set_err(err, errlen, "socket: %s", strerror(errno));
         return -errno;
     }
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
@@ -209,7 +187,7 @@ int pt_hub_client_open(const char *sock, uint64_t expect_pid, unsigned flags, ui
     if (connect(fd, (struct sockaddr *)&addr, sizeof addr) < 0) {
         int e = errno;
         close(fd);
-        set_err(err, errlen, "cannot connect to the hub at %s: %s", sock, strerror(e));
+        pt_set_err(err, errlen, "cannot connect to the hub at %s: %s", sock, strerror(e));
         return e == ENOENT ? -ENOENT : -e;
     }
     struct ucred cred;
@@ -217,7 +195,7 @@ int pt_hub_client_open(const char *sock, uint64_t expect_pid, unsigned flags, ui
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0 || cred.uid != geteuid() ||
         (expect_pid && (uint64_t)cred.pid != expect_pid)) {
         close(fd);
-        set_err(err, errlen, "the process at %s (pid %d, uid %u) is not the hub expected; not reading from it", sock,
+        pt_set_err(err, errlen, "the process at %s (pid %d, uid %u) is not the hub expected; not reading from it", sock,
                 (int)cred.pid, (unsigned)cred.uid);
         return -EACCES;
     }
@@ -231,30 +209,30 @@ int pt_hub_client_open(const char *sock, uint64_t expect_pid, unsigned flags, ui
     int rc = read_full(fd, &w, sizeof w, 10000);
     if (rc < 0 && send_errno) {
         close(fd);
-        set_err(err, errlen, "cannot greet the hub at %s: %s", sock, strerror(send_errno));
+        pt_set_err(err, errlen, "cannot greet the hub at %s: %s", sock, strerror(send_errno));
         return -EPIPE;
     }
     if (rc < 0) {
         close(fd);
-        set_err(err, errlen, "the hub at %s %s", sock,
+        pt_set_err(err, errlen, "the hub at %s %s", sock,
                 rc == -EPIPE ? "closed the connection without a welcome (it refused us)"
                              : "did not answer within 10 s");
         return rc == -EPIPE ? -EACCES : rc;
     }
     if (memcmp(w.magic, PT_HUB_WELCOME_MAGIC, sizeof w.magic) != 0 || w.major != PT_HUB_MAJOR) {
         close(fd);
-        set_err(err, errlen, "%s is not a pytrace hub of protocol %u", sock, PT_HUB_MAJOR);
+        pt_set_err(err, errlen, "%s is not a pytrace hub of protocol %u", sock, PT_HUB_MAJOR);
         return -EPROTO;
     }
     if (w.status == -EUSERS) {
         close(fd);
-        set_err(err, errlen, "the hub at %s refused us: it serves its most readers at once (%u, pytrace-hub "
+        pt_set_err(err, errlen, "the hub at %s refused us: it serves its most readers at once (%u, pytrace-hub "
                 "--max-readers); try again when one has left", sock, (unsigned)w.queue_kib);
         return -EUSERS;
     }
     if (w.status != 0) {
         close(fd);
-        set_err(err, errlen, "the hub at %s refused us: %s", sock, strerror(w.status < 0 ? -w.status : w.status));
+        pt_set_err(err, errlen, "the hub at %s refused us: %s", sock, strerror(w.status < 0 ? -w.status : w.status));
         return w.status < 0 ? w.status : -w.status;
     }
     pt_hub_client_t *c = calloc(1, sizeof *c);
@@ -318,16 +296,8 @@ static void note(pt_hub_client_t *c, const pt_fb_msg_t *m)
         /* a stream of several processes (tagged): the counters are the sum of
          * each process's last status; the state is the first process's */
         uint32_t proc = m->process;
-        if (proc < (1u << 16) && proc >= c->nstatus) {
-            size_t n = (size_t)proc + 16;
-            pt_fb_producer_status_t *ns = realloc(c->status, n * sizeof *ns);
-            if (ns == NULL)
-                break;
-            memset(ns + c->nstatus, 0, (n - c->nstatus) * sizeof *ns);
-            c->status = ns;
-            c->nstatus = n;
-        }
-        if (proc >= c->nstatus)
+        if (proc >= (1u << 16) ||
+            pt_grow_zeroed((void **)&c->status, &c->nstatus, sizeof *c->status, (size_t)proc + 1, 16) < 0)
             break;
         c->status[proc] = m->u.producer_status;
         c->status[proc].state = m->u.producer_status.state ? m->u.producer_status.state : 1;
@@ -368,14 +338,8 @@ long pt_hub_client_poll(pt_hub_client_t *c, pt_reader_msg_fn fn, void *ctx, uint
                 c->have -= c->start;
                 c->start = 0;
             }
-            if (c->cap - c->have < (64u << 10)) {
-                size_t ncap = c->cap ? c->cap * 2 : (1u << 20);
-                uint8_t *nb = realloc(c->buf, ncap);
-                if (nb == NULL)
-                    return -ENOMEM;
-                c->buf = nb;
-                c->cap = ncap;
-            }
+            if (pt_grow_size((void **)&c->buf, &c->cap, 1, c->have + (64u << 10), 1u << 20) < 0)
+                return -ENOMEM;
             if (round == 0 && timeout_ms > 0 && c->have == c->start) {
                 struct pollfd p = {c->fd, POLLIN, 0};
                 while (poll(&p, 1, timeout_ms) < 0 && errno == EINTR)

@@ -7,22 +7,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err == NULL || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
+#include "shm/base/err.h"
 
 /* 0 if path is a directory of ours that no one else may enter or write. */
 static int check_dir(const char *path, char *err, size_t errlen)
@@ -30,7 +21,7 @@ static int check_dir(const char *path, char *err, size_t errlen)
     int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) {
         int e = errno;
-        set_err(err, errlen, "%s: %s", path,
+        pt_set_err(err, errlen, "%s: %s", path,
                 e == ELOOP || e == ENOTDIR ? "not a directory (a link or a file is in its place); remove it"
                                            : strerror(e));
         return e == ELOOP ? -ENOTDIR : -e;
@@ -39,16 +30,16 @@ static int check_dir(const char *path, char *err, size_t errlen)
     int rc = fstat(fd, &st);
     close(fd);
     if (rc < 0) {
-        set_err(err, errlen, "%s: %s", path, strerror(errno));
+        pt_set_err(err, errlen, "%s: %s", path, strerror(errno));
         return -errno;
     }
     if (st.st_uid != geteuid()) {
-        set_err(err, errlen, "%s belongs to uid %u, not to you (uid %u); remove it, it is not pytrace's", path,
+        pt_set_err(err, errlen, "%s belongs to uid %u, not to you (uid %u); remove it, it is not pytrace's", path,
                 (unsigned)st.st_uid, (unsigned)geteuid());
         return -EPERM;
     }
     if (st.st_mode & 077) {
-        set_err(err, errlen, "%s is open to other users (mode %03o); it must be 0700: chmod 700 it", path,
+        pt_set_err(err, errlen, "%s is open to other users (mode %03o); it must be 0700: chmod 700 it", path,
                 (unsigned)(st.st_mode & 0777));
         return -EPERM;
     }
@@ -87,12 +78,12 @@ int pt_hub_dir(int create, char *out, size_t cap, char *err, size_t errlen)
     pt_hub_dirs(dirs, err, errlen);
     const char *dir = dirs[0];
     if (strlen(dir) + 1 > cap) {
-        set_err(err, errlen, "socket directory name too long");
+        pt_set_err(err, errlen, "socket directory name too long");
         return -ENAMETOOLONG;
     }
     if (create && mkdir(dir, 0700) < 0 && errno != EEXIST) {
         int e = errno;
-        set_err(err, errlen, "cannot create %s: %s", dir, strerror(e));
+        pt_set_err(err, errlen, "cannot create %s: %s", dir, strerror(e));
         return -e;
     }
     int rc = check_dir(dir, err, errlen);

@@ -1,78 +1,14 @@
 #include "cpu.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-/* pid_max is at most 2^22 on Linux; anything larger read from a segment is not
- * a task id and is never put into a path. */
-#define CPU_ID_MAX 4194304ull
-
-int Cpu_parseStat(const char *text, uint64_t *cpu_ticks, uint64_t *start_ticks)
-{
-    /* "pid (comm) state ppid ... utime(14) stime(15) ... starttime(22) ..." */
-    const char *p = strrchr(text, ')');
-    if (!p)
-        return -EINVAL;
-    p++;
-    uint64_t utime = 0, stime = 0, start = 0;
-    for (int field = 3; field <= 22; field++) {
-        while (*p == ' ')
-            p++;
-        if (!*p)
-            return -EINVAL;
-        const char *tok = p;
-        while (*p && *p != ' ' && *p != '\n')
-            p++;
-        if (field == 14 || field == 15 || field == 22) {
-            char *end;
-            errno = 0;
-            unsigned long long v = strtoull(tok, &end, 10);
-            if (end != p || errno || tok[0] == '-')
-                return -EINVAL;
-            if (field == 14)
-                utime = v;
-            else if (field == 15)
-                stime = v;
-            else
-                start = v;
-        }
-        if (*p == '\n')
-            p++;
-    }
-    *cpu_ticks = utime + stime;
-    *start_ticks = start;
-    return 0;
-}
-
-int Cpu_readStat(uint64_t pid, uint64_t tid, uint64_t *cpu_ticks, uint64_t *start_ticks)
-{
-    char path[96], buf[1024];
-    if (pid == 0 || pid > CPU_ID_MAX || tid > CPU_ID_MAX)
-        return -EINVAL;
-    if (tid)
-        snprintf(path, sizeof path, "/proc/%" PRIu64 "/task/%" PRIu64 "/stat", pid, tid);
-    else
-        snprintf(path, sizeof path, "/proc/%" PRIu64 "/stat", pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    ssize_t n;
-    do
-        n = read(fd, buf, sizeof buf - 1);
-    while (n < 0 && errno == EINTR);
-    int err = n < 0 ? -errno : 0;
-    close(fd);
-    if (err)
-        return err;
-    buf[n] = 0;
-    return Cpu_parseStat(buf, cpu_ticks, start_ticks);
-}
+#include "shm/base/grow.h"
+#include "shm/base/procstat.h"
 
 static uint64_t Cpu_clock(clockid_t id)
 {
@@ -193,11 +129,11 @@ const CpuMeter *Cpu_thread(const Cpu *c, uint64_t thread)
 
 static void Cpu_read(const Cpu *c, CpuMeter *m, uint64_t tid, uint64_t now_ns, uint64_t boot_ns)
 {
-    uint64_t ticks, start;
-    if (Cpu_readStat(c->pid, tid, &ticks, &start))
+    pt_proc_stat_t st;
+    if (pt_proc_stat_read(c->pid, tid, &st))
         m->gone = 1; /* keep what was read: the figures of its last second */
     else
-        CpuMeter_note(m, ticks, start, now_ns, boot_ns, c->period_ns);
+        CpuMeter_note(m, st.utime + st.stime, st.start, now_ns, boot_ns, c->period_ns);
 }
 
 int Cpu_sample(Cpu *c, const uint64_t *threads, const uint64_t *tids, size_t n, uint64_t now_ns)
@@ -216,15 +152,9 @@ int Cpu_sample(Cpu *c, const uint64_t *threads, const uint64_t *tids, size_t n, 
             continue;
         CpuMeter *m = Cpu_find(c, threads[i]);
         if (!m) {
-            if (c->count == c->cap) {
-                size_t cap = c->cap ? c->cap * 2 : 16;
-                CpuMeter *grown = realloc(c->threads, cap * sizeof *grown);
-                if (!grown) {
-                    rc = -ENOMEM;
-                    continue;
-                }
-                c->threads = grown;
-                c->cap = cap;
+            if (pt_grow_size((void **)&c->threads, &c->cap, sizeof *c->threads, c->count + 1, 16) < 0) {
+                rc = -ENOMEM;
+                continue;
             }
             m = &c->threads[c->count++];
             memset(m, 0, sizeof *m);

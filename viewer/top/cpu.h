@@ -55,17 +55,8 @@ typedef struct Cpu {
     size_t count, cap;
 } Cpu;
 
-/* Parse the text of a /proc stat file: utime + stime and starttime, in clock
- * ticks. The command name may hold spaces and parentheses: fields are counted
- * from its last ')'. 0, or -EINVAL if the text is not a stat line. */
-int Cpu_parseStat(const char *text, uint64_t *cpu_ticks, uint64_t *start_ticks);
-
-/* Read /proc/PID/stat (tid == 0) or /proc/PID/task/TID/stat. A tid that is not
- * a task of pid is not found (-ENOENT). */
-int Cpu_readStat(uint64_t pid, uint64_t tid, uint64_t *cpu_ticks, uint64_t *start_ticks);
-
-/* Fold one read into a meter (cpu_ticks, start_ticks as from Cpu_readStat;
- * now_ns monotonic, boot_ns CLOCK_BOOTTIME). */
+/* Fold one read into a meter (cpu_ticks: utime + stime, start_ticks: start,
+ * as pt_proc_stat_read gives them; now_ns monotonic, boot_ns CLOCK_BOOTTIME). */
 void CpuMeter_note(CpuMeter *m, uint64_t cpu_ticks, uint64_t start_ticks, uint64_t now_ns, uint64_t boot_ns,
                    uint64_t period_ns);
 

@@ -7,10 +7,12 @@
 #include <curses.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "app.h"
 #include "crt.h"
+#include "shm/base/grow.h"
 #include "shm/clock.h"
 #include "shm/segment.h"
 #include "text.h"
@@ -60,20 +62,21 @@ static size_t Picker_filter(pt_segment_info_t *infos, size_t count, int all)
 /* Returns 0 with the chosen name, 1 if the user quit. */
 int Picker_run(char *chosen, size_t cap, int all)
 {
-    enum { MAXSEG = 128 };
-    static PickerRow rows[MAXSEG], prev[MAXSEG];
-    size_t count = 0, prev_count = 0;
-    int selected = 0;
+    PickerRow *rows = NULL, *prev = NULL; /* this listing's and the one before (for the rates) */
+    size_t count = 0, prev_count = 0, rows_cap = 0, prev_cap = 0;
+    int selected = 0, rc = 1;
     uint64_t last = 0, prev_t = 0;
     timeout(100);
     while (!CRT_quit) {
         uint64_t now = pt_monotonic_ns();
         if (!last || now - last >= 1000000000ull) {
-            pt_segment_info_t infos[MAXSEG];
+            pt_segment_info_t *infos = NULL;
             size_t found = 0;
-            if (pt_segment_list(infos, MAXSEG, &found) < 0)
+            if (pt_segment_list_alloc(&infos, &found) < 0)
                 found = 0;
-            count = Picker_filter(infos, found < MAXSEG ? found : MAXSEG, all);
+            count = Picker_filter(infos, found, all);
+            if (pt_grow_size((void **)&rows, &rows_cap, sizeof *rows, count, 16) < 0)
+                count = rows_cap; /* out of memory: the first ones */
             for (size_t i = 0; i < count; i++) {
                 rows[i].info = infos[i];
                 rows[i].rate = 0;
@@ -83,8 +86,12 @@ int Picker_run(char *chosen, size_t cap, int all)
                         rows[i].rate = (double)(infos[i].events_written - prev[j].info.events_written) * 1e9 /
                                        (double)(now - prev_t);
             }
-            memcpy(prev, rows, count * sizeof *rows);
-            prev_count = count;
+            free(infos);
+            prev_count = 0;
+            if (count && pt_grow_size((void **)&prev, &prev_cap, sizeof *prev, count, 16) == 0) {
+                memcpy(prev, rows, count * sizeof *rows);
+                prev_count = count;
+            }
             prev_t = now;
             last = now;
         }
@@ -109,33 +116,38 @@ int Picker_run(char *chosen, size_t cap, int all)
         refresh();
         int ch = getch();
         switch (ch) {
-        case 'q': case 'Q': return 1;
+        case 'q': case 'Q': goto out;
         case KEY_UP: case 'k': if (selected > 0) selected--; break;
         case KEY_DOWN: case 'j': if (selected + 1 < (int)count) selected++; break;
         case '\n': case '\r': case KEY_ENTER:
             if (count) {
                 snprintf(chosen, cap, "%s", rows[selected].info.name);
-                return 0;
+                rc = 0;
+                goto out;
             }
             break;
         default: break;
         }
     }
-    return 1;
+out:
+    free(rows);
+    free(prev);
+    return rc;
 }
 
 int Picker_print(int all)
 {
-    pt_segment_info_t infos[128];
+    pt_segment_info_t *infos = NULL;
     size_t found = 0;
-    int rc = pt_segment_list(infos, 128, &found);
+    int rc = pt_segment_list_alloc(&infos, &found);
     if (rc < 0) {
         fprintf(stderr, "pytrace-top: cannot list segments: %s\n", strerror(-rc));
         return 1;
     }
-    found = Picker_filter(infos, found < 128 ? found : 128, all);
+    found = Picker_filter(infos, found, all);
     if (!found) {
         printf("no %spytrace segments\n", all ? "" : "live ");
+        free(infos);
         return 0;
     }
     printf(" %-8s %-8s %7s %9s %10s  %-18s %s\n", "PID", "STATE", "THREADS", "EV/S", "DROPS", "SEGMENT", "COMMAND");
@@ -145,5 +157,6 @@ int Picker_print(int all)
         Picker_format(&r, line, sizeof line);
         printf("%s\n", line);
     }
+    free(infos);
     return 0;
 }

@@ -85,11 +85,9 @@ def _write_url_file(path, url):
 
 
 def _ppid(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return 0
+    from .. import _pytrace
+    st = _pytrace.proc_stat(pid)
+    return st["ppid"] if st else 0
 
 
 def _descends(pid, roots):

@@ -1,7 +1,8 @@
 """tests/unit/layers: the house's arrows all point down, and no two files call each other.
 
-Floors, top to bottom: bench -> runtime -> viewer -> shm -> schema. A file may use its
-own floor and the floors below it, never one above (schema/pt_wire.h defines the wire
+Floors, top to bottom: bench -> runtime -> viewer -> shm -> schema; shm/base, the layer at
+the bottom of shm/ (growable array, error string, /proc reader), includes no other file of
+the project. A file may use its own floor and the floors below it, never one above (schema/pt_wire.h defines the wire
 that shm/ builds on; viewer/ reads segments through shm/; runtime/ calls viewer/core).
 
 C and C++: every `#include "..."` of a file under one of these folders is resolved (next
@@ -34,6 +35,7 @@ import re
 import sys
 
 FLOORS = ["schema", "shm", "viewer", "runtime", "bench"]   # bottom to top
+BASE = "shm/base/"   # includes only its own files
 SOURCE_EXT = (".c", ".h", ".cc", ".cpp")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
@@ -71,6 +73,9 @@ def check_c(root, problems):
             if dep is None:
                 continue
             graph[rel].append(dep)
+            if rel.startswith(BASE) and not dep.startswith(BASE):
+                problems.append("%s includes %s: the base layer (%s) includes nothing else of the project"
+                                % (rel, target, BASE))
             mine, theirs = floor_of(rel), floor_of(dep)
             if mine is not None and theirs is not None and theirs > mine:
                 problems.append("%s includes %s: %s/ is above %s/ (arrows point down: %s)"

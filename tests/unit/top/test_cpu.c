@@ -1,8 +1,8 @@
 /*
- * pytrace-top's CPU meter: /proc stat lines parsed from the last ')' (a thread
- * name may hold ") "), hostile text refused, a task of another process not
- * read, a reused task id not taken for the task, and the three figures (last period, measured, since start) computed
- * from the kernel's ticks. The live part spins this thread until the kernel
+ * pytrace-top's CPU meter (its /proc reader, shm/base/procstat, is tested in
+ * tests/unit/base): a reused task id not taken for the task, and the three
+ * figures (last period, measured, since start) computed from the kernel's
+ * ticks. The live part spins this thread until the kernel
  * has counted some CPU time for it, and sleeps another thread meanwhile; it
  * asserts what the kernel counted, never a duration.
  */
@@ -17,33 +17,6 @@
 
 #include "tests/unit/check.h"
 #include "viewer/top/cpu.h"
-
-/* A stat line: fields 3.. after the name; utime (14) = 150, stime (15) = 50,
- * starttime (22) = 9999. */
-#define FIELDS "S 1 2 3 4 5 6 7 8 9 10 150 50 13 14 15 16 17 18 9999 20 21 22\n"
-
-static void test_parse(void)
-{
-    uint64_t cpu = 0, start = 0;
-    CHECK_EQ(Cpu_parseStat("42 (python3) " FIELDS, &cpu, &start), 0);
-    CHECK_EQ(cpu, 200);
-    CHECK_EQ(start, 9999);
-    /* a thread may name itself "x) R 1 2 (" : fields count from the last ')' */
-    cpu = start = 0;
-    CHECK_EQ(Cpu_parseStat("42 (x) R 1 2 ( y) " FIELDS, &cpu, &start), 0);
-    CHECK_EQ(cpu, 200);
-    CHECK_EQ(start, 9999);
-    CHECK_EQ(Cpu_parseStat("42 python3 S 1 2", &cpu, &start), -EINVAL);                 /* no ')' */
-    CHECK_EQ(Cpu_parseStat("42 (python3) S 1 2 3 4 5 6 7 8 9 10 150", &cpu, &start), -EINVAL); /* cut */
-    CHECK_EQ(Cpu_parseStat("42 (p) S 1 2 3 4 5 6 7 8 9 10 -150 50 13 14 15 16 17 18 9999 20\n", &cpu, &start),
-             -EINVAL);
-    CHECK_EQ(Cpu_parseStat("42 (p) S 1 2 3 4 5 6 7 8 9 10 1x0 50 13 14 15 16 17 18 9999 20\n", &cpu, &start),
-             -EINVAL);
-    CHECK_EQ(Cpu_parseStat("42 (p) S 1 2 3 4 5 6 7 8 9 10 99999999999999999999999 50 13 14 15 16 17 18 9 20\n",
-                           &cpu, &start),
-             -EINVAL);
-    CHECK_EQ(Cpu_parseStat("", &cpu, &start), -EINVAL);
-}
 
 static void test_meter_arithmetic(void)
 {
@@ -96,14 +69,7 @@ static void *sleeper(void *arg)
 
 static void test_live(void)
 {
-    uint64_t pid = (uint64_t)getpid(), me = (uint64_t)syscall(SYS_gettid), cpu, start;
-    CHECK_EQ(Cpu_readStat(pid, 0, &cpu, &start), 0);
-    CHECK_EQ(Cpu_readStat(pid, me, &cpu, &start), 0);
-    /* the parent is not a task of this process: never read through our pid */
-    CHECK_EQ(Cpu_readStat(pid, (uint64_t)getppid(), &cpu, &start), -ENOENT);
-    CHECK_EQ(Cpu_readStat(0, 0, &cpu, &start), -EINVAL);
-    CHECK_EQ(Cpu_readStat(1ull << 40, 0, &cpu, &start), -EINVAL); /* not a pid: never a path */
-
+    uint64_t pid = (uint64_t)getpid(), me = (uint64_t)syscall(SYS_gettid);
     pthread_t th;
     REQUIRE(pthread_create(&th, NULL, sleeper, NULL) == 0);
     while (!sleeper_tid)
@@ -156,7 +122,6 @@ static void test_live(void)
 
 int main(void)
 {
-    test_parse();
     test_meter_arithmetic();
     test_live();
     if (failures)
