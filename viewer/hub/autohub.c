@@ -40,23 +40,10 @@ int pt_autohub_free_segment(const char *target, char *name, size_t cap)
     int by_pid = target[0] != 0 && strspn(target, "0123456789") == strlen(target);
     uint64_t pid = by_pid ? strtoull(target, NULL, 10) : 0;
     snprintf(want, sizeof want, "%s%s", target[0] == '/' ? "" : "/", target);
-    size_t max = 64, count = 0;
+    size_t count = 0;
     pt_segment_info_t *infos = NULL;
-    for (;;) {
-        pt_segment_info_t *n = realloc(infos, max * sizeof *infos);
-        if (n == NULL) {
-            free(infos);
-            return -ENOMEM;
-        }
-        infos = n;
-        if (pt_segment_list(infos, max, &count) < 0) {
-            free(infos);
-            return -ENOENT;
-        }
-        if (count <= max)
-            break;
-        max = count + 16;
-    }
+    if (pt_segment_list_alloc(&infos, &count) < 0)
+        return -ENOENT;
     int rc = -ENOENT;
     for (size_t i = 0; i < count; i++) { /* newest first, as a reader takes a pid's segment */
         const pt_segment_info_t *si = &infos[i];

@@ -48,6 +48,7 @@
 #include <unistd.h>
 
 #include "shm/clock.h"
+#include "shm/base/grow.h"
 #include "shm/segment.h"
 #include "viewer/hub/hub_internal.h"
 
@@ -69,22 +70,6 @@ void say(const hub_t *h, const char *fmt, ...)
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
-}
-
-int grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return 0;
-    size_t ncap = *cap ? *cap : 8;
-    while (ncap < need)
-        ncap *= 2;
-    void *n = realloc(*p, ncap * elem);
-    if (n == NULL)
-        return -ENOMEM;
-    memset((char *)n + *cap * elem, 0, (ncap - *cap) * elem);
-    *p = n;
-    *cap = ncap;
-    return 0;
 }
 
 static int listen_on(hub_t *h, const char *segment, char *err, size_t errlen)
@@ -172,7 +157,7 @@ static int serve(hub_t *h)
     while (!stop_requested) {
         uint64_t now = pt_monotonic_ns();
         /* sockets first: a reader that joined sees the state before what follows */
-        if (grow((void **)&pfd, &pfd_cap, h->nreaders + 2, sizeof *pfd)) {
+        if (pt_grow_zeroed((void **)&pfd, &pfd_cap, sizeof *pfd, h->nreaders + 2, 8)) {
             status = 1;
             break;
         }

@@ -144,8 +144,6 @@ extern volatile sig_atomic_t stop_requested;
 /* ---- hub.c: shared helpers */
 /* "pytrace-hub: " + the message on stderr, unless --quiet. */
 void say(const hub_t *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Grow *p (elem bytes each, *cap of them) to hold need, zero-filled. 0 or -ENOMEM. */
-int grow(void **p, size_t *cap, size_t need, size_t elem);
 
 /* ---- hub_args.c */
 typedef struct hub_args {

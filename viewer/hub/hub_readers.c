@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "shm/base/grow.h"
 #include "shm/clock.h"
 #include "viewer/hub/hub_internal.h"
 
@@ -96,8 +97,8 @@ static int reader_threads(hreader_t *r, size_t n)
     if (n <= r->nthr)
         return 0;
     size_t cap = r->nthr, cap2 = r->nthr, cap3 = r->nthr, cap4 = r->nthr;
-    if (grow((void **)&r->known, &cap, n, 1) || grow((void **)&r->missed, &cap2, n, 8) ||
-        grow((void **)&r->missed_total, &cap3, n, 8) || grow((void **)&r->due, &cap4, n, 1))
+    if (pt_grow_zeroed((void **)&r->known, &cap, 1, n, 8) || pt_grow_zeroed((void **)&r->missed, &cap2, 8, n, 8) ||
+        pt_grow_zeroed((void **)&r->missed_total, &cap3, 8, n, 8) || pt_grow_zeroed((void **)&r->due, &cap4, 1, n, 8))
         return -ENOMEM;
     r->nthr = cap < cap2 ? cap : cap2;
     if (cap3 < r->nthr)
@@ -112,7 +113,7 @@ static int reader_segs(hreader_t *r, size_t n)
     size_t cap = r->nseg, cap2 = r->nseg;
     if (n <= r->nseg)
         return 0;
-    if (grow((void **)&r->sym_sent, &cap, n, sizeof(size_t)) || grow((void **)&r->pi_sent, &cap2, n, 1))
+    if (pt_grow_zeroed((void **)&r->sym_sent, &cap, sizeof(size_t), n, 8) || pt_grow_zeroed((void **)&r->pi_sent, &cap2, 1, n, 8))
         return -ENOMEM;
     r->nseg = cap < cap2 ? cap : cap2;
     return 0;
@@ -470,7 +471,7 @@ void accept_readers(hub_t *h)
             continue;
         }
         hreader_t *r = calloc(1, sizeof *r);
-        if (r == NULL || grow((void **)&h->readers, &h->capreaders, h->nreaders + 1, sizeof *h->readers)) {
+        if (r == NULL || pt_grow_zeroed((void **)&h->readers, &h->capreaders, sizeof *h->readers, h->nreaders + 1, 8)) {
             free(r);
             close(fd);
             continue;

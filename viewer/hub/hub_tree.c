@@ -15,6 +15,8 @@
 #include <unistd.h>
 
 #include "shm/clock.h"
+#include "shm/base/grow.h"
+#include "shm/base/procstat.h"
 #include "shm/segment.h"
 #include "viewer/hub/hub_internal.h"
 
@@ -39,7 +41,7 @@ static long thread_index(hub_t *h, uint32_t seg, uint64_t number)
     for (size_t i = h->nthreads; i-- > 0;)
         if (h->threads[i].seg == seg && h->threads[i].number == number)
             return (long)i;
-    if (grow((void **)&h->threads, &h->capthreads, h->nthreads + 1, sizeof *h->threads))
+    if (pt_grow_zeroed((void **)&h->threads, &h->capthreads, sizeof *h->threads, h->nthreads + 1, 8))
         return -ENOMEM;
     hthread_t *t = &h->threads[h->nthreads];
     memset(t, 0, sizeof *t);
@@ -135,7 +137,7 @@ static int on_message(void *vctx, uint32_t type, const uint8_t *msg, size_t len)
             s->pid = m.u.process_info.pid;
         break;
     case PT_MSG_SYMBOL: {
-        if (grow((void **)&s->syms, &s->capsyms, s->nsyms + 1, sizeof *s->syms))
+        if (pt_grow_zeroed((void **)&s->syms, &s->capsyms, sizeof *s->syms, s->nsyms + 1, 8))
             return -ENOMEM;
         blob_t *b = &s->syms[s->nsyms];
         memset(b, 0, sizeof *b);
@@ -145,7 +147,7 @@ static int on_message(void *vctx, uint32_t type, const uint8_t *msg, size_t len)
         uint32_t id = m.u.symbol.id;
         if (id < (1u << 24)) {
             size_t cap = s->symkind_cap;
-            if (grow((void **)&s->symkind, &cap, (size_t)id + 1, 1))
+            if (pt_grow_zeroed((void **)&s->symkind, &cap, 1, (size_t)id + 1, 8))
                 return -ENOMEM;
             s->symkind_cap = (uint32_t)cap;
             s->symkind[id] = (uint8_t)(1 + m.u.symbol.kind);
@@ -238,30 +240,11 @@ long drain(hub_t *h)
  * since boot); 0 if the process is gone. */
 static uint64_t proc_stat(uint64_t pid, uint64_t *start)
 {
-    char path[64], buf[1024];
+    pt_proc_stat_t st;
+    int ok = pt_proc_stat_read(pid, 0, &st) == 0;
     if (start)
-        *start = 0;
-    snprintf(path, sizeof path, "/proc/%llu/stat", (unsigned long long)pid);
-    FILE *f = fopen(path, "re");
-    if (f == NULL)
-        return 0;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    const char *p = strrchr(buf, ')'); /* comm may hold anything */
-    unsigned long long ppid = 0;
-    char state;
-    if (p == NULL || sscanf(p + 1, " %c %llu", &state, &ppid) != 2)
-        return 0;
-    if (start) { /* field 22; p + 1 starts at field 3 */
-        const char *q = p + 1;
-        for (int field = 2; field < 21 && q; field++)
-            q = strchr(q + 1, ' ');
-        unsigned long long st = 0;
-        if (q && sscanf(q, " %llu", &st) == 1)
-            *start = st;
-    }
-    return ppid;
+        *start = ok ? st.start : 0;
+    return ok ? st.ppid : 0;
 }
 
 /* Does a process (started at cand_start, 0 if gone) whose parent was ppid
@@ -296,7 +279,7 @@ static void give_up(hub_t *h, struct hfailed *f, const char *what, const char *w
 static int attach_seg(hub_t *h, const char *name, uint64_t pid)
 {
     char err[512] = "";
-    if (grow((void **)&h->segs, &(size_t){h->nsegs}, h->nsegs + 1, sizeof *h->segs))
+    if (pt_grow_zeroed((void **)&h->segs, &(size_t){h->nsegs}, sizeof *h->segs, h->nsegs + 1, 8))
         return -ENOMEM;
     hseg_t *s = &h->segs[h->nsegs];
     memset(s, 0, sizeof *s);
@@ -306,7 +289,7 @@ static int attach_seg(hub_t *h, const char *name, uint64_t pid)
         for (size_t i = 0; i < h->nfailed && f == NULL; i++)
             if (!strcmp(h->failed[i].name, name))
                 f = &h->failed[i];
-        if (f == NULL && !grow((void **)&h->failed, &h->capfailed, h->nfailed + 1, sizeof *h->failed)) {
+        if (f == NULL && !pt_grow_zeroed((void **)&h->failed, &h->capfailed, sizeof *h->failed, h->nfailed + 1, 8)) {
             f = &h->failed[h->nfailed++];
             memset(f, 0, sizeof *f);
             snprintf(f->name, sizeof f->name, "%s", name);
@@ -375,7 +358,7 @@ static int settled(const char *name, void *ctx)
 static void not_the_jobs(hub_t *h, const char *name)
 {
     if (strlen(name) >= sizeof h->others->name ||
-        grow((void **)&h->others, &h->capothers, h->nothers + 1, sizeof *h->others))
+        pt_grow_zeroed((void **)&h->others, &h->capothers, sizeof *h->others, h->nothers + 1, 8))
         return; /* then it is looked at again next time: slower, not wrong */
     snprintf(h->others[h->nothers++].name, sizeof h->others->name, "%s", name);
 }
@@ -383,25 +366,11 @@ static void not_the_jobs(hub_t *h, const char *name)
 /* Attach every segment of the job's tree not read yet. Returns how many. */
 int scan_children(hub_t *h)
 {
-    size_t max = 256, count = 0;
+    size_t count = 0;
     pt_segment_info_t *infos = NULL;
-    int rc, added = 0;
-    for (;;) {
-        pt_segment_info_t *n = realloc(infos, max * sizeof *infos);
-        if (n == NULL) {
-            free(infos);
-            return 0;
-        }
-        infos = n;
-        rc = pt_segment_list_skip(infos, max, &count, settled, h);
-        if (rc < 0 || count <= max)
-            break;
-        max = count + 16;
-    }
-    if (rc < 0) {
-        free(infos);
+    int added = 0;
+    if (pt_segment_list_alloc_skip(&infos, &count, settled, h) < 0)
         return 0;
-    }
     /* oldest first: a parent is read before its children */
     for (size_t k = count; k-- > 0;) {
         const pt_segment_info_t *si = &infos[k];

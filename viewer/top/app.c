@@ -13,6 +13,7 @@
 
 #include "app.h"
 #include "schema/pt_fb.h"
+#include "shm/base/grow.h"
 #include "shm/clock.h"
 #include "text.h"
 
@@ -220,17 +221,9 @@ static void App_mergedTable(App *app, const pt_agg_query_t *q, pt_agg_table_t *o
         pt_agg_table_t t;
         if (pt_agg_table(pt_aggset_agg(app->set, i), q, app->sort, app->sort_desc, app->filter, &t))
             continue;
-        if (n + t.count > cap) {
-            size_t nc = cap ? cap : 64;
-            while (nc < n + t.count)
-                nc *= 2;
-            pt_agg_row_t *r = realloc(rows, nc * sizeof *r);
-            if (!r) {
-                pt_agg_table_free(&t);
-                continue;
-            }
-            rows = r;
-            cap = nc;
+        if (pt_grow_size((void **)&rows, &cap, sizeof *rows, n + t.count, 64)) {
+            pt_agg_table_free(&t);
+            continue;
         }
         memcpy(rows + n, t.rows, t.count * sizeof *rows);
         n += t.count;
