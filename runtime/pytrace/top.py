@@ -24,7 +24,6 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
 
@@ -42,11 +41,8 @@ def _say(text):
 
 def find_viewer():
     """pytrace-top next to this interpreter's scripts, else on PATH."""
-    scripts = sysconfig.get_path("scripts")
-    cand = os.path.join(scripts, "pytrace-top") if scripts else None
-    if cand and os.access(cand, os.X_OK):
-        return cand
-    return shutil.which("pytrace-top")
+    from .reader import installed_program
+    return installed_program("pytrace-top")
 
 
 def _split_options(before):
