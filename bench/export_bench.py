@@ -69,7 +69,13 @@ def mib(n):
 def write_threads_recording(path, threads):
     """A recording of `threads` short threads, one after another (crafted: the messages
     a job that starts a thread per task gives)."""
-    from pytrace.export import synthetic as syn
+    # the message builder the tests use (tests/python/support/synthetic.py: not in the wheel)
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "python",
+                                    "support"))
+    try:
+        import synthetic as syn
+    finally:
+        sys.path.pop(0)
     from pytrace.reader import EventKind
     from pytrace.recording import RecordingWriter
     call, ret = int(EventKind.Call), int(EventKind.Return)

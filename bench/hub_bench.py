@@ -56,7 +56,7 @@ def main():
     ap.add_argument("--ring-size", type=float, default=64, help="MiB per ring (default 64)")
     ap.add_argument("--queue-mib", type=float, default=256, help="each reader's queue in the hub")
     args = ap.parse_args()
-    from pytrace import _launch
+    from pytrace import _job
     hub_bin = shutil.which("pytrace-hub") or os.path.join(os.path.dirname(sys.executable), "pytrace-hub")
     top_bin = shutil.which("pytrace-top") or os.path.join(os.path.dirname(sys.executable), "pytrace-top")
     tmp = tempfile.mkdtemp(prefix="pytrace-hub-bench-")
@@ -66,8 +66,8 @@ def main():
     chunks = max(2, int(args.ring_size * (1 << 20)) // (64 << 10))
     chunks = 1 << (chunks.bit_length() - 1)
     opts = {"c_calls": True, "policy": "drop", "chunk_bytes": 64 << 10, "chunks_per_ring": chunks}
-    job, segment, wait_w = _launch.start_job(sys.executable, [], opts, [job_py, str(args.seconds)],
-                                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    job, segment, wait_w = _job.start_job(sys.executable, [], opts, [job_py, str(args.seconds)],
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     hub_cmd = [hub_bin, "--hold", "3", "--queue-mib", str(args.queue_mib), "--quiet", segment]
     hub = subprocess.Popen(hub_cmd, stdout=subprocess.PIPE, text=True)
     hub.stdout.readline()

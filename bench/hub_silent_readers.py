@@ -82,14 +82,14 @@ def main():
                     os.path.join(os.path.dirname(sys.executable), "pytrace-hub"))
     ap.add_argument("--as-mib", type=int, default=4096)
     a = ap.parse_args(argv)
-    from pytrace import _launch, _pytrace
+    from pytrace import _job, _pytrace
     tmp = tempfile.mkdtemp(prefix="pytrace-bench-silent-")
     script, stop = os.path.join(tmp, "job.py"), os.path.join(tmp, "stop")
     with open(script, "w") as f:
         f.write(JOB)
-    job, segment, wait_w = _launch.start_job(sys.executable, [], {"c_calls": True, "policy": "drop"},
-                                             [script, stop], stdout=subprocess.DEVNULL,
-                                             stderr=subprocess.DEVNULL)
+    job, segment, wait_w = _job.start_job(sys.executable, [], {"c_calls": True, "policy": "drop"},
+                                          [script, stop], stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.DEVNULL)
     limit = a.as_mib << 20
 
     def cap():

@@ -104,12 +104,12 @@ class Job:
     """The job, traced, waiting for its reader (the launcher's handshake)."""
 
     def __init__(self, seconds, tmp):
-        from pytrace import _launch
+        from pytrace import _job
         path = os.path.join(tmp, "job.py")
         with open(path, "w") as f:
             f.write(JOB)
         opts = {"c_calls": True, "policy": "drop"}
-        self.proc, self.segment, self._wait_w = _launch.start_job(
+        self.proc, self.segment, self._wait_w = _job.start_job(
             sys.executable, [], opts, [path, str(seconds)], stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL)
         if not self.segment:

@@ -1,13 +1,15 @@
 """The launcher: runs a Python program traced from its first line, as python runs it.
 
     python [flags] PROGRAM, with PYTRACE_LAUNCH=options and pytrace/_boot first on
-    PYTHONPATH (command(); boot() starts tracing), or, with -E, -I or -S:
+    PYTHONPATH (boot() starts tracing), or, with -E, -I or -S:
     python [flags] .../pytrace/_launch.py [name=value ...] -- PROGRAM
     PROGRAM: script.py args | -m module args | -c code args | - args | dir-or-zip args
 
-`pytrace run` replaces itself with this (os.execve: same pid, the interpreter's flags
-kept), and `pytrace record`, `top` and `web` start their job with it (command(),
-start_job()). The first form keeps the program's own command line (ps, /proc/PID/
+This file is what runs inside the traced job; the parents' side, that makes these
+command lines and starts and stops the job, is pytrace._job. `pytrace run` replaces
+itself with this (os.execve: same pid, the interpreter's flags kept), and `pytrace
+record`, `top` and `web` start their job with it (_job.command(), _job.start_job()).
+The first form keeps the program's own command line (ps, /proc/PID/
 cmdline); the rest of this text tells the second, whose rules boot() keeps too. The options are start()'s (c_calls=0, policy=wait, include=X, ...)
 plus report_fd= / wait_fd= (record and top's handshake: the segment name goes out
 on one pipe, then the job waits until the reader holds the segment), quiet=1 (no
@@ -34,7 +36,7 @@ import os
 import sys
 
 ENV_OPTIONS = "PYTRACE_SUBPROCESS_OPTIONS"   # start() options for traced children
-LAUNCH_ENV = "PYTRACE_LAUNCH"                # the job's options, read by boot() (command())
+LAUNCH_ENV = "PYTRACE_LAUNCH"                # the job's options, read by boot() (_job.command())
 # Files of the package whose code is pytrace's own: never in a picture.
 HIDDEN_FILES = ("__init__.py", "_launch.py")
 BOOT_FILES = ("sitecustomize.py", "usercustomize.py")     # in _boot/: see boot()
@@ -50,14 +52,8 @@ _START_KEYS = {"c_calls": "bool", "policy": "str", "include": "list", "exclude":
 _LAUNCH_KEYS = {"report_fd": "int", "wait_fd": "int", "quiet": "bool", "subprocesses": "str",
                 "pythonpath": "str"}
 
-# A process of a tree that a hub reads (record, top, run --hub --subprocesses) waits at
-# its exit, when no reader holds its segment yet, up to this long for the hub (start()'s
-# exit_wait): a child that ends before the hub found it is read all the same. The hub
-# gives up on a child it cannot attach in the same 2 s (CHILD_RETRY_NS).
-HUB_CHILD_EXIT_WAIT = 2.0
 
-
-# ---- the command line (also used by the parents: cli, record, top) ------------------
+# ---- the command line, read here and by the parents (pytrace._job) --------------------
 
 def split_python_args(args):
     """Split python's arguments (without the interpreter) into its flags and the
@@ -114,62 +110,6 @@ def split_python_args(args):
     return flags, []
 
 
-PYTHON_NAME = r"python[0-9.]*"     # an interpreter by its name (record.split_command too)
-
-
-def find_program(word):
-    """A program named without an interpreter (`record -- pytest`, `pytrace run job.py`):
-    a file here, else a command on PATH, run as the shell would run it but traced.
-    -> (interpreter or None for pytrace's own, its flags, the path to run). A script with
-    a Python shebang (a console script: pytest, pip) runs under that shebang's interpreter,
-    where its packages are; one with no shebang is Python source, as before. ValueError,
-    in one line, for what is not Python: a native executable, a shell or other script."""
-    import re
-    import shutil
-    path = word
-    if os.sep not in word and not os.path.exists(word):
-        path = shutil.which(word)
-        if path is None:
-            return None, [], word        # python says it: can't open file
-    if os.path.isdir(path) or not os.path.isfile(path):
-        return None, [], path            # a directory with __main__.py; or python says why
-    try:
-        with open(path, "rb") as f:
-            head = f.read(4096)
-    except OSError:
-        return None, [], path
-    if head.startswith(b"\x7fELF") or b"\0" in head[:1024] and not head.startswith(b"PK"):
-        raise ValueError("%s is a native executable, not a Python program: pytrace runs Python "
-                         "(a script, -m module, -c code, or a Python console script)" % path)
-    if not head.startswith(b"#!") or not os.access(path, os.X_OK):
-        return None, [], path            # Python source (or a zip), run as python runs it
-    shebang = head[2:].split(b"\n", 1)[0].decode(errors="replace").split()
-    words = list(shebang)
-    if words and os.path.basename(words[0]) == "env":        # #!/usr/bin/env [-S] python3 -u
-        words = [w for w in words[1:] if w != "-S" and "=" not in w]
-        if words:
-            words[0] = shutil.which(words[0]) or words[0]
-    if words and re.fullmatch(PYTHON_NAME, os.path.basename(words[0])):
-        try:
-            flags = split_python_args(words[1:])[0]
-        except ValueError:
-            flags = []
-        return words[0], flags, path
-    shim = re.search(rb'exec "([^"]*/pyenv)" exec', head)
-    if shim and word == os.path.basename(word):      # pyenv's shim: the command it runs
-        import subprocess
-        try:
-            real = subprocess.run([shim.group(1).decode(errors="replace"), "which", word],
-                                  capture_output=True, text=True, timeout=30).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            real = ""
-        if real and real != path and os.path.isfile(real):
-            return find_program(real)
-    raise ValueError("%s is a %s script, not a Python program: pytrace runs Python (a script, "
-                     "-m module, -c code, or a Python console script)"
-                     % (path, os.path.basename(shebang[0]) if shebang else "#!"))
-
-
 def interpreter_flags(orig_argv=None):
     """The flags this interpreter was started with (-X dev, -u, -O, ...), from
     sys.orig_argv: what a new interpreter needs to run the program alike."""
@@ -178,10 +118,6 @@ def interpreter_flags(orig_argv=None):
         return split_python_args(list(argv[1:]))[0]
     except ValueError:
         return []
-
-
-def launcher_path():
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "_launch.py")
 
 
 def encode_options(options):
@@ -200,124 +136,6 @@ def encode_options(options):
         else:
             out.append("%s=%s" % (key, value))
     return out
-
-
-def boot_dir():
-    """The directory of the sitecustomize.py / usercustomize.py that start a job's
-    tracing (put first on its PYTHONPATH by command(); see boot())."""
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "_boot")
-
-
-def _skips_boot(flags):
-    """True if these interpreter flags keep python from importing sitecustomize from
-    PYTHONPATH (-E, -I: no PYTHONPATH; -S: no site)."""
-    i = 0
-    while i < len(flags):
-        flag = flags[i]
-        if flag in ("-W", "-X") or flag.startswith("--"):
-            i += 1 if "=" in flag else 2
-            continue
-        if any(letter in flag[1:] for letter in "EIS"):
-            return True
-        i += 1
-    return False
-
-
-def command(interp, flags, options, program, env=None, **launch):
-    """-> (argv, environment) that run `program` (as split_python_args gives it) traced
-    with start() `options`, under `interp` with its `flags`. launch: report_fd, wait_fd,
-    quiet, subprocesses. env: the environment to start from (os.environ).
-
-    The command line is the program's own (`python [flags] job.py args`, as ps and
-    /proc/PID/cmdline show it untraced): the options travel in LAUNCH_ENV, and the
-    sitecustomize of boot_dir(), first on PYTHONPATH, starts tracing (boot()), and puts
-    PYTHONPATH back. Flags that keep python from reading PYTHONPATH or from running
-    site (-E, -I, -S) get the launcher's command line instead: python .../_launch.py
-    [options] -- PROGRAM."""
-    opts = dict(options)
-    opts.update({k: v for k, v in launch.items() if v is not None})
-    env = dict(os.environ if env is None else env)
-    if _skips_boot(flags):
-        return ([interp] + list(flags) + [launcher_path()] + encode_options(opts) + ["--"]
-                + list(program)), env
-    if "PYTHONPATH" in env:
-        opts["pythonpath"] = env["PYTHONPATH"]
-    env["PYTHONPATH"] = boot_dir() + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env[LAUNCH_ENV] = _env_encode(encode_options(opts))
-    return [interp] + list(flags) + list(program), env
-
-
-def start_job(interp, flags, options, program, timeout=30.0, subprocesses=None, **popen):
-    """Start `program` traced with the handshake (record, top): -> (Popen, segment name
-    or "" if tracing did not start within `timeout` s, wait_fd). The job waits, with
-    tracing on, until wait_fd is closed: attach first, then close it. subprocesses: a
-    directory from write_subprocess_hook() (its Python children are traced too; the
-    job removes it at exit): the job's hub reads them, so each waits for it at exit
-    (HUB_CHILD_EXIT_WAIT). OSError if the interpreter cannot be started."""
-    import subprocess
-    if subprocesses:
-        options = dict(options, exit_wait=HUB_CHILD_EXIT_WAIT)
-    report_r, report_w = os.pipe()
-    wait_r, wait_w = os.pipe()
-    argv, env = command(interp, flags, options, program, env=popen.pop("env", None),
-                        report_fd=report_w, wait_fd=wait_r, quiet=True, subprocesses=subprocesses)
-    try:
-        job = subprocess.Popen(argv, pass_fds=(report_w, wait_r), env=env, **popen)
-    except OSError:
-        os.close(report_r)
-        os.close(wait_w)
-        raise
-    finally:
-        os.close(report_w)
-        os.close(wait_r)
-    segment = read_segment(report_r, timeout)
-    os.close(report_r)
-    return job, segment, wait_w
-
-
-def stop_job(job):
-    """Stop a job we started (record, top, web): SIGINT as a terminal's Ctrl-C would, then
-    SIGTERM, then SIGKILL, each after a grace. -> None where SIGINT was enough (or the job
-    had ended), else one line for the user: which signal ended it and what that leaves."""
-    import signal
-    import subprocess
-    for sig, grace in ((signal.SIGINT, 5.0), (signal.SIGTERM, 3.0), (signal.SIGKILL, 3.0)):
-        if job.poll() is not None:
-            break
-        job.send_signal(sig)
-        try:
-            job.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            continue
-        if sig == signal.SIGINT:
-            return None
-        return ("the program did not end within 5 s of SIGINT (Ctrl-C); %s ended it, before its "
-                "tracing could finish: its segment may be left in /dev/shm (pytrace ls --collect "
-                "removes it)" % signal.Signals(sig).name)
-    return None
-
-
-def read_segment(fd, timeout):
-    """The segment name the job reports once tracing started ("" if it never does)."""
-    import select
-    import time
-    deadline = time.monotonic() + timeout
-    data = b""
-    while b"\n" not in data:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            break
-        try:
-            ready, _, _ = select.select([fd], [], [], left)
-        except InterruptedError:
-            continue
-        if not ready:
-            break
-        chunk = os.read(fd, 256)
-        if not chunk:
-            break
-        data += chunk
-    return data.split(b"\n")[0].decode(errors="replace").strip()
 
 
 # ---- in the traced process: everything before start() -------------------------------
@@ -504,7 +322,7 @@ def _hidden(extra=()):
             + [os.path.join(here, "_boot", name) for name in BOOT_FILES] + list(extra))
 
 
-def _env_encode(tokens):
+def env_encode(tokens):
     return "\n".join(t.replace("\\", "\\\\").replace("\n", "\\n") for t in tokens)
 
 
@@ -781,7 +599,7 @@ def _main(args):
     if hook_dir:
         old = os.environ.get("PYTHONPATH")
         os.environ["PYTHONPATH"] = hook_dir + (os.pathsep + old if old else "")
-        os.environ[ENV_OPTIONS] = _env_encode(encode_options(options))
+        os.environ[ENV_OPTIONS] = env_encode(encode_options(options))
     runpy = None
     if prog.module is not None or prog.importer:
         import runpy                 # as python -m (and a dir/zip program) imports it
@@ -829,7 +647,7 @@ def _main(args):
 
 
 def boot(hook_file):
-    """In a job started by command(): called by _boot/sitecustomize.py (and
+    """In a job started by _job.command(): called by _boot/sitecustomize.py (and
     usercustomize.py) while site.py imports them, before python runs the program,
     which it then runs itself: its command line, sys.argv, sys.orig_argv, __main__,
     sys.path[0] and tracebacks are python's own. Starts tracing at the last of the two
@@ -896,7 +714,7 @@ def boot(hook_file):
     if hook_dir:
         old = os.environ.get("PYTHONPATH")
         os.environ["PYTHONPATH"] = hook_dir + (os.pathsep + old if old else "")
-        os.environ[ENV_OPTIONS] = _env_encode(encode_options(options))
+        os.environ[ENV_OPTIONS] = env_encode(encode_options(options))
     if program and program[0] == "-m" or os.path.isdir(program[0]) or _is_zip(program[0]):
         import runpy                  # python -m imports it now: not in the program's picture
     session = _Session(ext, launch.get("quiet", False), hook_dir, program)
@@ -1098,33 +916,6 @@ def _cmdline():
             return f.read().rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
     except OSError:
         return " ".join(sys.orig_argv)
-
-
-def subprocess_hook():
-    """A new directory holding the sitecustomize.py that traces Python children (the
-    launcher puts it first on their PYTHONPATH and removes it at exit)."""
-    import tempfile
-    hook_dir = tempfile.mkdtemp(prefix="pytrace-site-")
-    write_subprocess_hook(hook_dir)
-    return hook_dir
-
-
-def write_subprocess_hook(hook_dir):
-    """The sitecustomize.py and usercustomize.py of `pytrace run --subprocesses` in
-    hook_dir: they run autostart() from this file without importing the pytrace
-    package (its bytecode cache is used)."""
-    text = ("# written by `pytrace run --subprocesses`: trace this Python child too\n"
-            "def _pytrace_autostart(launcher=%r, hook=__file__):\n"
-            "    from _frozen_importlib_external import SourceFileLoader\n"
-            "    code = SourceFileLoader('pytrace._launch', launcher).get_code('pytrace._launch')\n"
-            "    namespace = {'__name__': 'pytrace._launch', '__file__': launcher}\n"
-            "    exec(code, namespace)\n"
-            "    namespace['autostart'](hook)\n"
-            "_pytrace_autostart()\n"
-            "del _pytrace_autostart\n" % launcher_path())
-    for name in ("sitecustomize.py", "usercustomize.py"):
-        with open(os.path.join(hook_dir, name), "w") as f:
-            f.write(text)
 
 
 if __name__ == "__main__":

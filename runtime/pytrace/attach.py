@@ -979,7 +979,17 @@ def _parser(command):
     return p
 
 
-def main(command, argv):
+def main(argv):
+    """`pytrace attach ARGV`."""
+    return _command_line("attach", argv)
+
+
+def detach_main(argv):
+    """`pytrace detach ARGV`."""
+    return _command_line("detach", argv)
+
+
+def _command_line(command, argv):
     from .cmdline import UsageError, extension
     ns = _parser(command).parse_args(argv)
     if not ns.pid.isdigit() or int(ns.pid) <= 0:

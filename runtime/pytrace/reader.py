@@ -401,16 +401,22 @@ def auto_hub(target, lossless=False):
         return None
 
 
-def find_hub_binary():
-    """pytrace-hub next to this interpreter's scripts, else on PATH (None if absent)."""
+def installed_program(name):
+    """pytrace's program `name` (pytrace-hub, pytrace-top): the one pip installed next to
+    this interpreter's scripts, else the one on PATH (None if absent)."""
     import os
     import shutil
     import sysconfig
     scripts = sysconfig.get_path("scripts")
-    cand = os.path.join(scripts, "pytrace-hub") if scripts else None
+    cand = os.path.join(scripts, name) if scripts else None
     if cand and os.access(cand, os.X_OK):
         return cand
-    return shutil.which("pytrace-hub")
+    return shutil.which(name)
+
+
+def find_hub_binary():
+    """pytrace-hub next to this interpreter's scripts, else on PATH (None if absent)."""
+    return installed_program("pytrace-hub")
 
 
 def start_hub(target, hold=0, detach=False, timeout=10.0, stderr=None, subprocesses=False,

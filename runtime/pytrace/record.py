@@ -11,9 +11,9 @@ instead, and the recording then marks every gap), attaches to the child's segmen
 through the reader library, and writes every message it drains to the file as it
 arrives (format: pytrace.recording).
 
-The job is started by the launcher (pytrace._launch, as `pytrace run` and `pytrace
-top` start theirs): tracing starts before the program imports anything, and right
-after it starts the job reports its segment name on a pipe and waits (at most
+The job is started traced (pytrace._job.start_job, as `pytrace top` and `web` start
+theirs; pytrace._launch runs in it): tracing starts before the program imports anything,
+and right after it starts the job reports its segment name on a pipe and waits (at most
 --attach-timeout) until the recorder has attached. Without that handshake a short
 job could exit, and unlink its segment, before the recorder found it, and the start
 of any job would race the recorder's attach. The second form attaches to a running
@@ -29,12 +29,11 @@ e.g. a full disk: the file keeps everything before and says what it lacks).
 
 import argparse
 import os
-import re
 import signal
 import sys
 import time
 
-from . import _launch
+from . import _job
 from .cmdline import ArgumentParser, UsageError, segment_default, start_options
 from .reader import CAUGHT_UP_BYTES, find_hub_binary, open_reader, start_hub
 from .recording import RecordingWriter
@@ -95,22 +94,6 @@ def _parser():
     p.add_argument("command", nargs=argparse.REMAINDER,
                    help="-- python script.py args..., or the PID of a traced job")
     return p
-
-
-def split_command(command):
-    """`python [flags] program...` (or just the program: a script run by this interpreter,
-    or a console script on PATH, see _launch.find_program) -> (interpreter, its flags,
-    program as _launch.split_python_args gives it).
-    ValueError (one line) for what python would not run as a program."""
-    interp = sys.executable
-    if command and re.fullmatch(_launch.PYTHON_NAME, os.path.basename(command[0])):
-        interp, command = command[0], command[1:]
-    elif command and not command[0].startswith("-"):
-        # a program without its interpreter: a script, or a console script on PATH
-        shebang, flags, path = _launch.find_program(command[0])
-        return shebang or interp, flags, [path] + list(command[1:])
-    flags, program = _launch.split_python_args(list(command))
-    return interp, flags, program
 
 
 class _Interrupts:
@@ -412,7 +395,7 @@ def main(argv=None):
         target_pid = int(command[0])
     else:
         try:
-            interp, flags, target = split_command(command)
+            interp, flags, target = _job.split_command(command)
         except ValueError as e:
             _say(str(e))
             return 2
@@ -429,15 +412,15 @@ def main(argv=None):
         if args.hub and args.subprocesses and find_hub_binary() is not None:
             # the hub reads the whole tree: its Python children (multiprocessing spawn
             # and forkserver, subprocess) are traced too, not only its fork children
-            hook_dir = _launch.subprocess_hook()
+            hook_dir = _job.subprocess_hook()
         else:
             # nothing would read a fork() child's segment (no hub, or --no-subprocesses):
             # it is not traced, rather than waiting on full rings (policy wait) for nobody
             options = dict(options, fork_children=False)
         try:
-            child, segment, wait_w = _launch.start_job(interp, flags, options, target,
-                                                       timeout=args.attach_timeout,
-                                                       subprocesses=hook_dir)
+            child, segment, wait_w = _job.start_job(interp, flags, options, target,
+                                                    timeout=args.attach_timeout,
+                                                    subprocesses=hook_dir)
         except OSError as e:
             _say("cannot start %s: %s" % (interp, e))
             return 1

@@ -24,11 +24,10 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
 
-from . import _launch, record
+from . import _job
 from .cmdline import UsageError, job_options_help, run_parser, start_options
 
 _JOB_FLAGS_WITH_VALUE = ("--policy", "--ring-size", "--include", "--exclude")
@@ -42,11 +41,8 @@ def _say(text):
 
 def find_viewer():
     """pytrace-top next to this interpreter's scripts, else on PATH."""
-    scripts = sysconfig.get_path("scripts")
-    cand = os.path.join(scripts, "pytrace-top") if scripts else None
-    if cand and os.access(cand, os.X_OK):
-        return cand
-    return shutil.which("pytrace-top")
+    from .reader import installed_program
+    return installed_program("pytrace-top")
 
 
 def _split_options(before):
@@ -171,7 +167,7 @@ def main(argv=None):
     cut = argv.index("--")
     try:
         job_opts, view_opts = _split_options(argv[:cut])
-        interp, flags, target = record.split_command(argv[cut + 1:])
+        interp, flags, target = _job.split_command(argv[cut + 1:])
     except ValueError as e:
         _say(str(e))
         return 2
@@ -199,10 +195,10 @@ def main(argv=None):
         streams = {"stdin": subprocess.DEVNULL, "stdout": aside[0], "stderr": aside[1]}
     sys.stdout.flush()
     sys.stderr.flush()
-    hook_dir = _launch.subprocess_hook()       # the job removes it at its exit
+    hook_dir = _job.subprocess_hook()       # the job removes it at its exit
     try:
-        job, segment, wait_w = _launch.start_job(interp, flags, options, target,
-                                                 subprocesses=hook_dir, **streams)
+        job, segment, wait_w = _job.start_job(interp, flags, options, target,
+                                              subprocesses=hook_dir, **streams)
     except OSError as e:
         _say("cannot start %s: %s" % (interp, e))
         _close(aside)
@@ -245,7 +241,7 @@ def main(argv=None):
         except subprocess.TimeoutExpired:
             pass
     if job.poll() is None:
-        note = _launch.stop_job(job)
+        note = _job.stop_job(job)
         if note:
             _say(note)
     rc = job.wait()

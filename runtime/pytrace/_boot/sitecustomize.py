@@ -2,6 +2,7 @@
 # from the PYTHONPATH that pytrace gave the job, before it runs the program. It runs
 # pytrace/_launch.py's boot() without importing the pytrace package, which starts tracing
 # and puts PYTHONPATH back; the module this one shadows, if any, is run and takes its name.
+# usercustomize.py runs this same code as itself.
 def _pytrace_boot(hook=__file__):
     from _frozen_importlib_external import SourceFileLoader
     launcher = hook.rpartition("/_boot/")[0] + "/_launch.py"

@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 
-from .. import _launch
+from .. import _job
 from ..cmdline import JOB_OPTIONS, ArgumentParser, UsageError, run_parser, start_options
 
 _USAGE = """pytrace web [options] PID | SEGMENT
@@ -175,7 +175,6 @@ class _Others:
 
 
 def main(argv=None):
-    from .. import record
     from ..profile import Profile
     from .server import Feeder, WebApp, reader_batches
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -235,7 +234,7 @@ def main(argv=None):
         wait_w = None
         if command is not None:
             try:
-                interp, flags, target = record.split_command(command)
+                interp, flags, target = _job.split_command(command)
                 options = start_options(ns, "web")
             except (ValueError, UsageError) as e:
                 _say(str(e))
@@ -244,7 +243,7 @@ def main(argv=None):
                 _say("give the program to run: pytrace web -- python script.py [args]")
                 return 2
             try:
-                job, segment, wait_w = _launch.start_job(interp, flags, options, target)
+                job, segment, wait_w = _job.start_job(interp, flags, options, target)
             except OSError as e:
                 _say("cannot start %s: %s" % (interp, e))
                 return 1
@@ -263,7 +262,7 @@ def main(argv=None):
                 os.close(wait_w)
             _say("cannot read %s: %s" % (where, e.strerror or e))
             if job is not None:
-                _launch.stop_job(job)
+                _job.stop_job(job)
             return 1
         finally:
             if wait_w is not None:
@@ -287,7 +286,7 @@ def main(argv=None):
     except OSError as e:
         _say("cannot listen on %s:%d: %s" % (ns.host, ns.port, e.strerror or e))
         if job is not None:
-            _launch.stop_job(job)
+            _job.stop_job(job)
         return 1
     ended = threading.Event()
     feeder = Feeder(agg, source, batch=batch, on_end=lambda f: ended.set())
@@ -338,7 +337,7 @@ def main(argv=None):
         others.stop()
         app.close()
         if job is not None and job.poll() is None:
-            note = _launch.stop_job(job)
+            note = _job.stop_job(job)
             if note:
                 _say(note)
         if job is not None:

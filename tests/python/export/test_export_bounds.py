@@ -11,7 +11,7 @@ import time
 import pytest
 
 from helpers import PY
-from pytrace.export import synthetic as syn
+import synthetic as syn
 from pytrace.reader import EventKind
 from pytrace.recording import RecordingWriter
 

@@ -16,7 +16,7 @@ import pytest
 
 from pytrace import recording as rec
 from pytrace.export import main as export_main
-from pytrace.export import synthetic as syn
+import synthetic as syn
 from exportcheck import _check_nesting, _collapsed, check_speedscope
 from pftrace_reader import check_nesting as check_perfetto_nesting
 from scripted import (CALL, CCALL, CRET, EXPECTED_CALLS, EXPECTED_PATHS, EXPECTED_SPANS, RET,  # noqa: F401

@@ -13,7 +13,7 @@
   view per thread was a query over the whole tree per thread: quadratic);
 - pstats' header time of a multi-process job is said for what it is.
 
-Recordings are real (`pytrace record` of small jobs) or crafted (pytrace.export.synthetic)
+Recordings are real (`pytrace record` of small jobs) or crafted (support/synthetic.py)
 where the shape matters (known durations, thousands of threads)."""
 
 import json
@@ -27,7 +27,7 @@ import pytest
 
 from helpers import PY
 from pftrace_reader import check_nesting, read_trace
-from pytrace.export import synthetic as syn
+import synthetic as syn
 from pytrace.reader import EventKind, SymbolKind
 from pytrace.recording import HEADER_BYTES, RecordingWriter
 

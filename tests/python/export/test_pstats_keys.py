@@ -225,7 +225,7 @@ def test_recording_without_profile_names_exports_cprofile_keys_it_can_derive(tmp
     owner and module: exact for module functions and methods of their own type."""
     from pytrace import recording as rec
     from pytrace.export import main as export_main
-    from pytrace.export import synthetic as syn
+    import synthetic as syn
     syms = [  # id, name, file, line, kind, profile_name
         (1, "main", "app.py", 1, 0, None),
         (2, "Klass.method.<locals>.inner", "app.py", 5, 0, None),
@@ -273,7 +273,7 @@ def test_recording_verifier_checks_the_profile_name_string():
     """profile_name is a string the recording verifier bounds-checks like the others: a
     wild offset in it is damage, not a read outside the message."""
     from pytrace import recording as rec
-    from pytrace.export import synthetic as syn
+    import synthetic as syn
     from pytrace.fb.Message import Message
     from pytrace.fb.Symbol import Symbol
     msg = bytearray(syn.symbol(3, "Klass.method", "app.py", 3, profile_name="method"))

@@ -48,16 +48,16 @@ READER = textwrap.dedent("""
 def start_job(tmp, rounds, n, policy="wait", marker=None):
     """A traced job that waits (the launcher's handshake) until wait_w is closed; it
     creates `marker` halfway through."""
-    from pytrace import _launch
+    from pytrace import _job
     script = tmp / "job.py"
     script.write_text(JOB)
     # policy wait with a long bound: the job waits for a lossless reader however loaded
     # the machine is (the default bound of 1 s is a time, and these tests assert no time)
-    job, segment, wait_w = _launch.start_job(PY, [], {"c_calls": True, "policy": policy,
-                                                      "wait_timeout": 120.0},
-                                             [str(script), str(rounds), str(n)]
-                                             + ([str(marker)] if marker else []),
-                                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    job, segment, wait_w = _job.start_job(PY, [], {"c_calls": True, "policy": policy,
+                                                   "wait_timeout": 120.0},
+                                          [str(script), str(rounds), str(n)]
+                                          + ([str(marker)] if marker else []),
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert segment, "the job did not start tracing"
     return job, segment, wait_w
 
@@ -218,11 +218,11 @@ def test_one_of_three_readers_killed_mid_run_leaves_the_job_and_the_other_two_wh
                            timeout=120)
     assert plain.returncode == 0 and plain.stdout.startswith("total "), plain.stderr
     marker, resume = tmp_path / "halfway", tmp_path / "resume"
-    from pytrace import _launch
-    job, segment, wait_w = _launch.start_job(PY, [], {"c_calls": True, "policy": "wait",
-                                                      "wait_timeout": 120.0},
-                                             [str(script), str(rounds), str(n), str(marker), str(resume)],
-                                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    from pytrace import _job
+    job, segment, wait_w = _job.start_job(PY, [], {"c_calls": True, "policy": "wait",
+                                                   "wait_timeout": 120.0},
+                                          [str(script), str(rounds), str(n), str(marker), str(resume)],
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert segment, "the job did not start tracing"
     # queues larger than the whole job: nothing is missed by a reader slower than the job
     # (--budget-mib: all queues together may hold that much; the default, 256 MiB, caps them)
@@ -493,14 +493,14 @@ def test_process_tree_every_forked_worker_is_read_and_tagged(tmp_path):
     and tags each message with its process: the calls of the pool's worker function,
     counted per process from one reader's stream, add up to exactly the tasks, spread
     over worker processes (each with its own ProcessInfo first)."""
-    from pytrace import _launch
+    from pytrace import _job
     script = tmp_path / "pool.py"
     script.write_text(POOL)
     tasks = 200
-    job, segment, wait_w = _launch.start_job(PY, [], {"c_calls": True, "policy": "wait",
-                                                      "wait_timeout": 120.0},
-                                             [str(script), str(tasks)],
-                                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    job, segment, wait_w = _job.start_job(PY, [], {"c_calls": True, "policy": "wait",
+                                                   "wait_timeout": 120.0},
+                                          [str(script), str(tasks)],
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert segment
     hub, sock = start_hub(segment, "--subprocesses", "--hold", "1")
     import pytrace

@@ -88,13 +88,13 @@ def _limit_as():
 
 
 def start_job(tmp_path):
-    from pytrace import _launch
+    from pytrace import _job
     script = tmp_path / "job.py"
     script.write_text(JOB)
     stop = tmp_path / "stop"
-    job, segment, wait_w = _launch.start_job(PY, [], {"c_calls": True, "policy": "drop"},
-                                             [str(script), str(stop)],
-                                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    job, segment, wait_w = _job.start_job(PY, [], {"c_calls": True, "policy": "drop"},
+                                          [str(script), str(stop)],
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert segment, "the job did not start tracing"
     return job, segment, wait_w, stop
 
@@ -425,16 +425,16 @@ def test_readers_cut_by_the_budget_are_told_every_event_they_missed(tmp_path):
     threw away is lost silently, nothing is counted twice. The third reads only after the
     job ended: it still gets its resync and the end of the stream (the job's state EXITED),
     not a close."""
-    from pytrace import _launch
+    from pytrace import _job
     script = tmp_path / "job.py"
     script.write_text(FINITE_JOB)
     marker = tmp_path / "halfway"
     # policy wait (a long bound): the job never drops, whatever the load; the hub drains
     # it at its pace, since none of these readers asked for lossless
-    job, segment, wait_w = _launch.start_job(PY, [], {"c_calls": True, "policy": "wait",
-                                                      "wait_timeout": 120.0},
-                                             [str(script), "300", str(marker)],
-                                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    job, segment, wait_w = _job.start_job(PY, [], {"c_calls": True, "policy": "wait",
+                                                   "wait_timeout": 120.0},
+                                          [str(script), "300", str(marker)],
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert segment
     hub = None
     socks = []

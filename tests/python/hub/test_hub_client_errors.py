@@ -20,7 +20,7 @@ import threading
 import pytest
 
 from pytrace import _pytrace
-from pytrace.export import synthetic as syn
+import synthetic as syn
 
 HELLO_BYTES, WELCOME_BYTES = 32, 64
 

@@ -181,13 +181,13 @@ def test_run_quiet_still_reports_untraced_children(tmp_path):
     if not os.path.exists(OTHER) or subprocess.run([OTHER, "-c", "import pytrace._pytrace"],
                                                    capture_output=True).returncode == 0:
         pytest.skip("needs a second interpreter without pytrace")
-    from pytrace import _launch
+    from pytrace import _job
     hook = tmp_path / "hook"
     hook.mkdir()
-    _launch.write_subprocess_hook(str(hook))
+    _job.write_subprocess_hook(str(hook))
     (tmp_path / "job.py").write_text("import subprocess, sys\nsubprocess.run([sys.argv[1], '-c', 'pass'])\n")
-    argv, env = _launch.command(PY, [], {}, [str(tmp_path / "job.py"), OTHER], quiet=True,
-                                subprocesses=str(hook))
+    argv, env = _job.command(PY, [], {}, [str(tmp_path / "job.py"), OTHER], quiet=True,
+                             subprocesses=str(hook))
     r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert "1 child process NOT traced" in r.stderr

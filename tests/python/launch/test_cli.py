@@ -296,6 +296,28 @@ def test_help_names_each_command_and_the_defaults():
     assert "default %g)" % (_pytrace.DEFAULT_RING_BYTES / 2**20) in r.stdout
 
 
+def test_every_command_of_the_table_parses_its_own_help():
+    """The commands come from one table (pytrace.cli.COMMANDS): each row's function is
+    found and parses its own arguments (`pytrace NAME --help`: exit 0, its own usage),
+    `pytrace --help` shows each row's usage form, and an unknown command's error lists
+    every row, in the table's order."""
+    from pytrace import cli
+    names = [c.name for c in cli.COMMANDS]
+    assert {"run", "ls", "top", "record", "export", "merge", "web", "attach", "detach", "dump",
+            "hub"} <= set(names)
+    top = pytrace_cmd("--help")
+    assert top.returncode == 0
+    for c in cli.COMMANDS:
+        r = pytrace_cmd(c.name, "--help")
+        assert r.returncode == 0, (c.name, r.stderr)
+        assert r.stdout.startswith("usage: pytrace %s " % c.name), (c.name, r.stdout[:200])
+        if c.usage is not None:
+            assert "pytrace %s\n" % c.usage in top.stdout, (c.usage, top.stdout)
+    r = pytrace_cmd("bogus")
+    assert r.returncode == 2
+    assert r.stderr == "pytrace: unknown command 'bogus' (try: %s)\n" % ", ".join(names)
+
+
 def test_missing_script_is_said_once(tmp_path):
     """A missing script: one line as python gives it (exit 2), and `record` adds only that
     the job ended before tracing, not a misleading 'no pytrace segment'."""

@@ -19,7 +19,7 @@ import time
 import pytest
 
 from helpers import PY
-from pytrace.export import synthetic as syn
+import synthetic as syn
 from pytrace.reader import EventKind
 from pytrace.recording import RecordingWriter
 
@@ -100,11 +100,11 @@ def test_top_once_json_never_repeating_paths_within_budget(tmp_path):
     """pytrace-top --once --json --tree-budget 8 on a live job of never-repeating paths:
     peak RSS under 8 MiB + the margin, the folded calls counted in the JSON, and the table
     holds every call the job made (policy wait: nothing dropped)."""
-    from pytrace import _launch
+    from pytrace import _job
     count_file = str(tmp_path / "calls")
-    job, segment, wait_w = _launch.start_job(PY, [], {"c_calls": False, "policy": "wait"},
-                                             [_job_file(tmp_path), "5", count_file],
-                                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    job, segment, wait_w = _job.start_job(PY, [], {"c_calls": False, "policy": "wait"},
+                                          [_job_file(tmp_path), "5", count_file],
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     assert segment, job.stderr.read()
     peak_file = tmp_path / "top.peak"
     # --no-hub: pytrace-top is the segment's reader, so the job's policy wait holds it back

@@ -19,7 +19,7 @@ import pytest
 
 from helpers import PY
 from pytrace.export import FORMATS
-from pytrace.export import synthetic as syn
+import synthetic as syn
 from pytrace.reader import EventKind
 from pytrace.recording import RecordingWriter
 

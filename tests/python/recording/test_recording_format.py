@@ -12,7 +12,7 @@ import time
 import pytest
 
 from pytrace import recording as rec
-from pytrace.export import synthetic as syn
+import synthetic as syn
 from pytrace.reader import decode
 
 

@@ -1,8 +1,8 @@
 """Schema messages built with the flatc-generated Python builders (test input for the
 decoder and the call tree, independent of the C builder), as (message type, bytes)
-pairs. The builders themselves are pytrace.export.synthetic's."""
+pairs. The builders themselves are synthetic.py's (beside this file)."""
 
-from pytrace.export import synthetic as syn
+import synthetic as syn
 
 
 def symbol(sym_id, kind, name, file="", line=0, process=0):

@@ -5,7 +5,7 @@ mark, a gap and the stack rebuilt after it), written as a recording by the `reco
 import pytest
 
 from pytrace import recording as rec
-from pytrace.export import synthetic as syn
+import synthetic as syn
 from pytrace.reader import EventKind, SymbolKind
 
 # the schema's numbers (pytrace.fb, through pytrace.reader), as plain ints

@@ -13,7 +13,7 @@ set, and some threads never end (no ThreadEnd).
 
 import random
 
-from pytrace.export import synthetic as syn
+import synthetic as syn
 from pytrace.reader import EventKind, SymbolKind
 
 # the schema's numbers (pytrace.fb, through pytrace.reader), as plain ints

@@ -231,13 +231,13 @@ def test_dropped_is_one_count_with_its_cause_in_web_and_top(tmp_path):
     job's own count (its last ProducerStatus) with the same cause, and web's own gap in
     the hub is counted apart (missed_in_hub) with its cause; before, the web view added
     its gaps to the job's drops (3,139,170 against top's 622,177)."""
-    from pytrace import _launch
+    from pytrace import _job
     script = tmp_path / "job.py"
     script.write_text(DROPPY)
-    job, segment, wait_w = _launch.start_job(PY, [], {"c_calls": True, "policy": "drop",
-                                                      "chunk_bytes": 64 << 10, "chunks_per_ring": 16},
-                                             [str(script), "400"], stdout=subprocess.PIPE,
-                                             stderr=subprocess.PIPE)
+    job, segment, wait_w = _job.start_job(PY, [], {"c_calls": True, "policy": "drop",
+                                                   "chunk_bytes": 64 << 10, "chunks_per_ring": 16},
+                                          [str(script), "400"], stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE)
     assert segment
     hub = subprocess.Popen([os.path.join(os.path.dirname(PY), "pytrace-hub"), "--hold", "3", "--queue-mib", "1",
                             "--quiet", segment], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -128,6 +128,22 @@
     state.span = v.span_ns;
   }
 
+  // ---- canvases ------------------------------------------------------------------
+  // A canvas made width x height CSS pixels, drawn at the screen's resolution
+  // (devicePixelRatio): its cleared 2d context, in CSS pixels, text centred on y.
+  function canvasContext(canvas, width, height, font) {
+    const dpr = window.devicePixelRatio || 1;
+    canvas.width = Math.round(width * dpr);
+    canvas.height = Math.round(height * dpr);
+    canvas.style.height = height + "px";
+    const ctx = canvas.getContext("2d");
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.clearRect(0, 0, width, height);
+    ctx.font = font;
+    ctx.textBaseline = "middle";
+    return ctx;
+  }
+
   // ---- flame graph -------------------------------------------------------------
   const ROW = 18;
   function children() {
@@ -172,15 +188,7 @@
       }
     }
     const height = Math.max(ROW * 3, ...drawn.map((r) => r.y + ROW)) + 2;
-    const dpr = window.devicePixelRatio || 1;
-    canvas.width = Math.round(width * dpr);
-    canvas.height = Math.round(height * dpr);
-    canvas.style.height = height + "px";
-    const ctx = canvas.getContext("2d");
-    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
-    ctx.clearRect(0, 0, width, height);
-    ctx.font = "12px monospace";
-    ctx.textBaseline = "middle";
+    const ctx = canvasContext(canvas, width, height, "12px monospace");
     for (const r of drawn) {
       const s = sym(r.node.sym);
       const hit = matches(s);
@@ -247,15 +255,7 @@
     const order = new Map(state.threads.map((t, i) => [t[0], i]));
     threadIds.sort((a, b) => (order.get(a) ?? 1e9) - (order.get(b) ?? 1e9) || a - b);
     const height = Math.max(1, threadIds.length) * TL_ROW + 4;
-    const dpr = window.devicePixelRatio || 1;
-    canvas.width = Math.round(width * dpr);
-    canvas.height = Math.round(height * dpr);
-    canvas.style.height = height + "px";
-    const ctx = canvas.getContext("2d");
-    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
-    ctx.clearRect(0, 0, width, height);
-    ctx.font = "11px monospace";
-    ctx.textBaseline = "middle";
+    const ctx = canvasContext(canvas, width, height, "11px monospace");
     const cw = (width - LABEL_W) / cellsN;
     const names = new Map(state.threads.map((t) => [t[0], t[2] || ("thread " + t[0])]));
     threadIds.forEach((th, i) => {

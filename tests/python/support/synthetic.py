@@ -1,21 +1,22 @@
 """Build pytrace messages from Python values (flatbuffers Builder + the generated code).
 
-For tests and demos: a scripted event list becomes the same size-prefixed FlatBuffers
-the reader library hands out, so recordings can be made without a traced process.
+For tests and benchmarks (it was pytrace.export.synthetic; nothing in the package uses
+it): a scripted event list becomes the same size-prefixed FlatBuffers the reader
+library hands out, so recordings can be made without a traced process.
 """
 
 import struct
 
 import flatbuffers
 
-from ..fb import EventChunk as _EC
-from ..fb import LostCount as _LC
-from ..fb import Message as _M
-from ..fb import ProcessInfo as _PI
-from ..fb import ProducerStatus as _PS
-from ..fb import Symbol as _S
-from ..fb import ThreadEnd as _TE
-from ..fb import ThreadStart as _TS
+from pytrace.fb import EventChunk as _EC
+from pytrace.fb import LostCount as _LC
+from pytrace.fb import Message as _M
+from pytrace.fb import ProcessInfo as _PI
+from pytrace.fb import ProducerStatus as _PS
+from pytrace.fb import Symbol as _S
+from pytrace.fb import ThreadEnd as _TE
+from pytrace.fb import ThreadStart as _TS
 
 _EVENT = struct.Struct("<QIHBB")
 
