@@ -14,6 +14,7 @@ import json
 import os
 import secrets
 import socketserver
+import sys
 import threading
 import time
 import urllib.parse
@@ -164,6 +165,13 @@ class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.app = app
         super().__init__(addr, handler)
+
+    def handle_error(self, request, client_address):
+        # a page that went away while its answer was being sent (a closed tab, a
+        # poll in flight when the browser quit) is no error of the server's
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
 
 class WebApp:
