@@ -80,6 +80,17 @@ static pt_agg_t *agg_lock_process(agg_obj_t *self, Py_ssize_t index)
     return agg;
 }
 
+/* The methods whose one argument is process=0 (fmt "|n:NAME"): parse it and
+ * take the lock, as agg_lock_process; NULL with an exception set otherwise. */
+static pt_agg_t *agg_lock_process_arg(agg_obj_t *self, PyObject *args, PyObject *kw, const char *fmt)
+{
+    static char *kwlist[] = {"process", NULL};
+    Py_ssize_t process = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, fmt, kwlist, &process))
+        return NULL;
+    return agg_lock_process(self, process);
+}
+
 /* Slice headers (32 bytes each) every process may hold, all processes together:
  * a stream that invents processes stops being read past max_processes. */
 #define SLICE_BUDGET (32u * 1024u * 1024u)
@@ -258,12 +269,8 @@ PyDoc_STRVAR(counters_doc, "counters(process=0) -> dict: pt_agg_counters of that
 
 static PyObject *agg_counters(agg_obj_t *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"process", NULL};
-    Py_ssize_t process = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|n:counters", kwlist, &process))
-        return NULL;
     pt_agg_counters_t c;
-    pt_agg_t *agg = agg_lock_process(self, process);
+    pt_agg_t *agg = agg_lock_process_arg(self, args, kw, "|n:counters");
     if (!agg)
         return NULL;
     pt_agg_counters(agg, &c);
@@ -320,16 +327,12 @@ PyDoc_STRVAR(process_doc, "process_info(process=0) -> dict: that process's Proce
 
 static PyObject *agg_process_info(agg_obj_t *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"process", NULL};
-    Py_ssize_t process = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|n:process_info", kwlist, &process))
+    pt_agg_t *agg = agg_lock_process_arg(self, args, kw, "|n:process_info");
+    if (!agg)
         return NULL;
     PyObject *d = PyDict_New();
-    if (!d)
-        return NULL;
-    pt_agg_t *agg = agg_lock_process(self, process);
-    if (!agg) {
-        Py_DECREF(d);
+    if (!d) {
+        agg_unlock(self);
         return NULL;
     }
     const pt_fb_process_info_t *pi = pt_agg_process_info(agg);
@@ -362,16 +365,12 @@ PyDoc_STRVAR(threads_doc, "threads(process=0) -> list[(thread, os_tid, name, end
 
 static PyObject *agg_threads(agg_obj_t *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"process", NULL};
-    Py_ssize_t process = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|n:threads", kwlist, &process))
+    pt_agg_t *agg = agg_lock_process_arg(self, args, kw, "|n:threads");
+    if (!agg)
         return NULL;
     PyObject *list = PyList_New(0);
-    if (!list)
-        return NULL;
-    pt_agg_t *agg = agg_lock_process(self, process);
-    if (!agg) {
-        Py_DECREF(list);
+    if (!list) {
+        agg_unlock(self);
         return NULL;
     }
     size_t n = pt_agg_thread_count(agg);
@@ -405,18 +404,14 @@ PyDoc_STRVAR(stacks_doc,
 
 static PyObject *agg_stacks(agg_obj_t *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"process", NULL};
-    Py_ssize_t process = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|n:stacks", kwlist, &process))
-        return NULL;
-    PyObject *list = PyList_New(0);
-    if (!list)
-        return NULL;
     pt_agg_frame_t *frames = NULL;
     uint32_t cap = 0;
-    pt_agg_t *agg = agg_lock_process(self, process);
-    if (!agg) {
-        Py_DECREF(list);
+    pt_agg_t *agg = agg_lock_process_arg(self, args, kw, "|n:stacks");
+    if (!agg)
+        return NULL;
+    PyObject *list = PyList_New(0);
+    if (!list) {
+        agg_unlock(self);
         return NULL;
     }
     size_t n = pt_agg_thread_count(agg);
