@@ -176,6 +176,17 @@ static inline uint32_t pt_cct_top(const pt_cct_thread_t *th)
     return th->depth ? th->stack[th->depth - 1] : th->root;
 }
 
+/* d ticks of th's time (its clock moved on with its stack as it is) go to the
+ * frame on top, to its fold record and to th->acc: pt_cct_account's second
+ * half, for a reader that keeps the thread's clock itself. */
+static inline void pt_cct_give(pt_cct_t *t, pt_cct_thread_t *th, uint64_t d)
+{
+    t->nodes[pt_cct_top(th)].self += d;
+    if (th->depth && th->fstack[th->depth - 1] != PT_CCT_NONE)
+        t->folds[th->fstack[th->depth - 1]].self += d;
+    th->acc += d;
+}
+
 /* The self-time rule: the ticks since th's last event go to the frame on top
  * (and to its fold record, and to th->acc). Returns the ticks given (0 for the
  * first event, or a tick that does not move forward); th->last is then the
@@ -190,10 +201,7 @@ static inline uint64_t pt_cct_account(pt_cct_t *t, pt_cct_thread_t *th, uint64_t
     if (now <= th->last)
         return 0;
     uint64_t d = now - th->last;
-    t->nodes[pt_cct_top(th)].self += d;
-    if (th->depth && th->fstack[th->depth - 1] != PT_CCT_NONE)
-        t->folds[th->fstack[th->depth - 1]].self += d;
-    th->acc += d;
+    pt_cct_give(t, th, d);
     th->last = now;
     return d;
 }
