@@ -179,7 +179,7 @@ static int on_enter(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t ticks
     uint64_t now = ex_now(e, t, ticks);
     if (e->w->enter)
         return e->w->enter(e, wt, id, now, flags);
-    uint32_t s = pt_ex_sym_index(e, t->proc, id);
+    uint32_t s = pt_cct_sym(e->cct, t->proc, id);
     if (s == NONE)
         return -ENOMEM;
     if (e->filter) /* the open is written when a call that passes closes (on_leave) */
@@ -342,11 +342,17 @@ static int feed(ex_t *e, const pt_fb_msg_t *m, pt_export_result_t *res)
     if (!p->selected) /* --pid: another process */
         return 0;
     switch (m->type) {
-    case PT_MSG_SYMBOL:
+    case PT_MSG_SYMBOL: {
         start(e, p);
         if (pt_walk_proc_symbol(e->walk, p->tag, m->u.symbol.id))
             return -ENOMEM;
-        return pt_ex_feed_symbol(e, proc_index(e, p), &m->u.symbol);
+        uint32_t s = pt_cct_sym_set(e->cct, proc_index(e, p), &m->u.symbol);
+        if (s == NONE)
+            return -ENOMEM;
+        if (e->w->symbol) /* what a writer derived from it */
+            e->w->symbol(e, s);
+        return 0;
+    }
     case PT_MSG_THREAD_START: {
         start(e, p);
         const pt_fb_thread_start_t *in = &m->u.thread_start;
@@ -431,7 +437,7 @@ static void ex_free(ex_t *e)
     if (e->ws && e->w->destroy)
         e->w->destroy(e);
     free(e->ws);
-    pt_ex_syms_free(e);
+    pt_cct_destroy(e->cct);
     for (uint32_t i = 0; i < e->nthr; i++) {
         free(e->thr[i].name);
         free(e->thr[i].stack);
@@ -462,7 +468,8 @@ int pt_export_file(const char *recording, int out_fd, const pt_export_opts_t *op
     e->out.max_bytes = opts->max_bytes;
     e->filter = !e->w->tree && (opts->from_ns > 0 || opts->to_ns > 0 || opts->min_duration_ns > 0);
     e->out.buf = malloc(OUT_BUF_BYTES);
-    if (!e->out.buf || pt_u64map_init(&e->sym_map, 1024) || pt_u64map_init(&e->proc_map, 16) ||
+    pt_cct_config_t tree = {.budget = opts->tree_budget, .key_of = e->w->tree_key, .ctx = e};
+    if (!e->out.buf || pt_cct_create(&tree, &e->cct) || pt_u64map_init(&e->proc_map, 16) ||
         pt_walk_create(&ex_ops, e, &e->walk))
         goto out;
     pt_walk_check_symbols(e->walk); /* events naming ids never announced are damage (walk.h) */
@@ -608,7 +615,7 @@ int pt_export_file(const char *recording, int out_fd, const pt_export_opts_t *op
     res->unmatched = wc.unmatched + wc.unmatched_spans;
     res->unannounced = wc.unannounced;
     res->threads = wc.threads;
-    res->symbols = e->nsyms;
+    res->symbols = e->cct->sym_count;
     rc = e->w->end ? e->w->end(e, &wc) : 0;
     if (!rc) {
         pt_ob_flush(&e->out);
@@ -620,6 +627,10 @@ out:
     res->calls_left_out = e->left_out;
     res->stacks_folded = e->stacks_folded;
     res->deepest = e->deepest;
+    if (e->cct) {
+        res->tree_budget = e->cct->cfg.budget;
+        res->folded_calls = e->cct->folded_calls;
+    }
     pt_recfile_close(rf);
     ex_free(e);
     return rc;

@@ -28,7 +28,7 @@ static const char *chrome_head(ex_t *e, uint32_t sym)
         return c->head[sym];
     if (ex_grow_fill((void **)&c->head, &c->cap_head, sizeof *c->head, sym + 1, 0))
         return NULL;
-    const sym_t *s = &e->syms[sym];
+    const pt_cct_symbol_t *s = ex_sym(e, sym);
     obuf_t m = {.fd = -1, .cap = 256 + 6 * (strlen(s->name) + strlen(s->file))};
     m.buf = malloc(m.cap);
     if (!m.buf)
@@ -205,10 +205,10 @@ static int chrome_close(ex_t *e, pt_walk_thread_t *wt, uint32_t sym, uint64_t st
 static int chrome_mark(ex_t *e, pt_walk_thread_t *wt, uint32_t id, uint64_t now)
 {
     thr_t *t = thr_of(e, wt);
-    uint32_t s = pt_ex_sym_index(e, t->proc, id);
+    uint32_t s = pt_cct_sym(e->cct, t->proc, id);
     if (s == NONE)
         return -ENOMEM;
-    chrome_instant(e, t, "mark", e->syms[s].name, now, -1);
+    chrome_instant(e, t, "mark", ex_sym(e, s)->name, now, -1);
     return 0;
 }
 

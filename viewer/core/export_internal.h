@@ -6,7 +6,8 @@
  *   - the output buffer, JSON/UTF-8 escaping and number printing
  *     (export_out.c; its hot path static inline here);
  *   - the driver's state (ex_t): options, processes, threads with their open
- *     stacks, the symbol table (kept by export_tree.c with the tree);
+ *     stacks, the symbol table (pt_cct's, cct.h: the tree formats keep their
+ *     calling-context tree in the same pt_cct);
  *   - the writer table (ex_writer_t): what the driver calls a format's writer
  *     with. Each writer keeps its own state (per thread too) behind e->ws.
  */
@@ -18,6 +19,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "cct.h"
 #include "export.h"
 #include "walk.h"
 #include "grow_internal.h"
@@ -113,18 +115,6 @@ static inline void ob_us3(obuf_t *o, int64_t ns)
 
 /* ---- the driver's state (export.c) ------------------------------------------ */
 
-/* A symbol (Message.process, id): the symbol table is export_tree.c's. */
-typedef struct sym {
-    uint32_t id;
-    uint32_t proc;               /* index in ex_t.procs */
-    uint8_t kind;
-    uint32_t line;
-    char *name, *file, *profile; /* profile NULL: absent */
-    char *folded;                /* collapsed label, cleaned */
-    uint32_t canon;              /* collapsed: the process's first symbol with this label (NONE: not yet) */
-    uint32_t key;                /* pstats key index */
-} sym_t;
-
 /* A thread of the walk (index = pt_walk_thread_t.index): what every format
  * reads. Its open stack holds what the writer pushed: nodes (the tree) or
  * symbol indexes (the timeline formats). */
@@ -171,9 +161,7 @@ typedef struct ex {
     uint32_t nprocs, cap_procs;
     pt_u64map_t proc_map; /* tag -> index */
 
-    sym_t *syms;
-    uint32_t nsyms, cap_syms;
-    pt_u64map_t sym_map;
+    pt_cct_t *cct;        /* the symbols, (process, id) -> dense index, and the tree formats' tree */
 
     thr_t *thr;
     uint32_t nthr, cap_thr;
@@ -195,7 +183,7 @@ typedef struct ex {
  *   begin         the output's beginning, at the first message that counts
  *   process       a process's ProcessInfo that came after begin
  *   named         a thread's name changed
- *   symbol        a symbol announced again (drop what was derived from it)
+ *   symbol        a symbol announced (drop what was derived from it)
  *   self          a thread's clock moved on by `ticks` with its stack as it is
  *   enter, exit   the tree formats: a call and a return (exit after the pop);
  *                 NULL: the driver's timeline rule, which calls
@@ -210,6 +198,8 @@ typedef struct ex {
  */
 struct ex_writer {
     int tree;   /* the calling-context tree (collapsed, pstats): no time filter */
+    /* tree: the key a call's node is merged by (pt_cct_config_t.key_of); NULL: its id */
+    uint32_t (*tree_key)(void *e, uint32_t proc, uint32_t id);
     int defers; /* filtering: opens are deferred (speedscope, perfetto) */
     int (*init)(ex_t *e);
     void (*destroy)(ex_t *e);
@@ -286,13 +276,7 @@ PT_EX_HIDDEN int pt_ex_passes(const ex_t *e, const proc_t *p, uint64_t start, ui
 /* The first selected process that has its ProcessInfo (NULL if none). */
 PT_EX_HIDDEN const proc_t *pt_ex_first_selected(const ex_t *e);
 
-/* ---- the symbol table (export_tree.c) --------------------------------------- */
-
-/* Dense index of symbol id of process proc; an id never announced gets a
- * placeholder name. NONE when out of memory. */
-PT_EX_HIDDEN uint32_t pt_ex_sym_index(ex_t *e, uint32_t proc, uint32_t id);
-/* A Symbol message. 0 or -ENOMEM. */
-PT_EX_HIDDEN int pt_ex_feed_symbol(ex_t *e, uint32_t proc, const pt_fb_symbol_t *in);
-PT_EX_HIDDEN void pt_ex_syms_free(ex_t *e);
+/* Symbol s (a dense index of e->cct: pt_cct_sym). */
+static inline const pt_cct_symbol_t *ex_sym(const ex_t *e, uint32_t s) { return pt_cct_sym_at(e->cct, s); }
 
 #endif /* PT_VIEWER_EXPORT_INTERNAL_H */

@@ -402,7 +402,7 @@ static int pf_intern(ex_t *e, pf_thr_t *pt, uint32_t s, pb_t *pkt)
         pt->pf_icap = cap;
     }
     pt->pf_interned[s / 8] |= (uint8_t)(1u << (s % 8));
-    const sym_t *sy = &e->syms[s];
+    const pt_cct_symbol_t *sy = ex_sym(e, s);
     pb_t idata = {0}, en = {0}, sl = {0};
     pb_uint(&en, 1, (uint64_t)s + 1);
     pb_str(&en, 2, sy->name);
@@ -450,7 +450,7 @@ static int pf_event(ex_t *e, pt_walk_thread_t *wt, unsigned type, uint32_t sym, 
         if (sym != NONE) {
             te[tl++] = 10u << 3 | PB_VARINT;
             tl += varint_put(te + tl, (uint64_t)sym + 1);
-            if (e->syms[sym].kind == PT_SYM_PY_FUNCTION && type == PF_SLICE_BEGIN) {
+            if (ex_sym(e, sym)->kind == PT_SYM_PY_FUNCTION && type == PF_SLICE_BEGIN) {
                 tl += varint_put(te + tl, 34u << 3 | PB_VARINT);
                 tl += varint_put(te + tl, (uint64_t)sym + 1);
             }
@@ -471,7 +471,7 @@ static int pf_event(ex_t *e, pt_walk_thread_t *wt, unsigned type, uint32_t sym, 
     pb_uint(&te, 9, type);
     if (sym != NONE) {
         pb_uint(&te, 10, (uint64_t)sym + 1);
-        if (e->syms[sym].kind == PT_SYM_PY_FUNCTION && type == PF_SLICE_BEGIN)
+        if (ex_sym(e, sym)->kind == PT_SYM_PY_FUNCTION && type == PF_SLICE_BEGIN)
             pb_uint(&te, 34, (uint64_t)sym + 1);
     }
     if (lost_name) {
@@ -615,7 +615,7 @@ static int pf_resume(ex_t *e, pt_walk_thread_t *wt)
 
 static int pf_mark(ex_t *e, pt_walk_thread_t *wt, uint32_t id, uint64_t now)
 {
-    uint32_t s = pt_ex_sym_index(e, thr_of(e, wt)->proc, id);
+    uint32_t s = pt_cct_sym(e->cct, thr_of(e, wt)->proc, id);
     if (s == NONE)
         return -ENOMEM;
     return pf_instant(e, wt, s, now, 0);

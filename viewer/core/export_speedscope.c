@@ -186,7 +186,7 @@ static int ss_end(ex_t *e, const pt_walk_counters_t *wc)
     free(copy);
     ob_puts(o, "\n],\n\"shared\":{\"frames\":[");
     for (uint32_t i = 0; i < ss->ss_frames; i++) {
-        const sym_t *s = &e->syms[ss->ss_frame_sym[i]];
+        const pt_cct_symbol_t *s = ex_sym(e, ss->ss_frame_sym[i]);
         ob_puts(o, i ? ",{\"name\":" : "{\"name\":");
         pt_ob_json(o, s->name);
         if (s->kind == PT_SYM_PY_FUNCTION) {

@@ -1,25 +1,26 @@
 /*
- * pt_export's symbol table and calling-context tree, and the two formats
- * written from the tree: collapsed (folded stacks) and pstats (a marshal file
- * pstats.Stats loads).
+ * The two formats written from the calling-context tree: collapsed (folded
+ * stacks) and pstats (a marshal file pstats.Stats loads).
  *
- *   - The symbol table (every format's): one entry per (process, id), dense
- *     indexes; an id never announced is "<unknown #N>" (as agg.c names it).
- *   - The tree (node = path from the root; threads share the root unless
- *     per_thread; each process after the first has its own subtree below
- *     node 0, so self ticks convert with its clock), each node with its calls
- *     and self ticks. Self time is accounted exactly as agg.c does it (the
- *     ticks between two callbacks of a thread go to the entry on top), so
- *     pytrace-top, pstats and collapsed agree to the tick on every function.
+ *   - The tree is pt_cct's (cct.h, in e->cct with the symbols): the same
+ *     tree, self-time rule, budget and walk as pytrace-top's, so pytrace-top,
+ *     pstats and collapsed agree to the tick on every function. Threads share
+ *     the root (node 0) unless per_thread; each process after the first has
+ *     its own subtree below node 0 (its root's owner is the process), so self
+ *     ticks convert with its clock. A root's aux32 is its thread (per_thread)
+ *     or NONE.
+ *   - Past the tree budget (opts.tree_budget), new paths fold into [other]
+ *     nodes: collapsed writes them as "[other]" frames; pstats takes their
+ *     functions from the fold records (its rows stay exact; the callers of a
+ *     folded call are not kept).
  *   - collapsed: symbols of one process with the same label share their
- *     nodes (folded_canon), each stack one line; opts.max_depth folds what ran
- *     deeper under a "[deeper frames]" marker.
- *   - pstats rows are derived at the end: calls, calls of nodes whose
- *     function is not already on the path (primitive), self, and inclusive
- *     time of outermost activations; caller edges the same per (caller,
- *     callee) pair, which is cProfile's per-pair recursion level. pstats keys
- *     merge the processes; strings are made valid UTF-8 (marshal refuses
- *     anything else).
+ *     nodes (folded_canon, the tree's key), each stack one line;
+ *     opts.max_depth folds what ran deeper under a "[deeper frames]" marker.
+ *   - pstats rows are pt_cct_walk's: calls, primitive calls, self, and
+ *     inclusive time of outermost activations; caller edges the same per
+ *     (caller, callee) pair, which is cProfile's per-pair recursion level.
+ *     pstats keys merge the processes; strings are made valid UTF-8 (marshal
+ *     refuses anything else).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "export_internal.h"
@@ -30,122 +31,37 @@
 
 #include "grow_internal.h"
 
-typedef struct node {
-    uint32_t parent, sym, first_child, next_sibling;
-    uint32_t cache_id, cache_child;
-    uint32_t thread; /* per-thread root: thread index; else NONE */
-    uint32_t proc;   /* index in ex_t.procs (its subtree's process) */
-    uint64_t calls, self;
-} node_t;
+typedef struct tsym {      /* what the tree formats derive from a symbol */
+    char *folded;          /* collapsed label, cleaned (NULL: not yet) */
+    uint32_t canon;        /* collapsed: the process's first symbol with this label (NONE: not yet) */
+    uint32_t key;          /* pstats key index */
+} tsym_t;
 
 typedef struct tree {
-    node_t *nodes;
-    uint32_t nnodes, cap_nodes;
-    pt_u64map_t node_map;
-    pt_u64map_t label_map; /* collapsed: (process, label hash) -> symbol index */
+    pt_cct_thread_t *cur;  /* per thread (index): its place in e->cct */
+    uint32_t cap_cur;
     uint32_t *proc_root;   /* a process's subtree (node 0 for the first process) */
     uint32_t cap_proc_root;
-    uint32_t *thread_root; /* a thread's root: its process's, or its own (per_thread) */
-    uint32_t cap_thread_root;
+    tsym_t *sx;            /* per symbol (dense index) */
+    uint32_t cap_sx;
+    pt_u64map_t label_map; /* collapsed: (process, label hash) -> symbol index */
 } tree_t;
 
-/* ---- symbols ---------------------------------------------------------------- */
-
-static void sym_clear(sym_t *s)
-{
-    free(s->name);
-    free(s->file);
-    free(s->profile);
-    free(s->folded);
-}
-
-uint32_t pt_ex_sym_index(ex_t *e, uint32_t proc, uint32_t id)
-{
-    const uint64_t key = (uint64_t)proc << 32 | id; /* ids are per process */
-    uint32_t *slot = pt_u64map_slot(&e->sym_map, key, NONE);
-    if (!slot)
-        return NONE;
-    if (*slot != NONE)
-        return *slot;
-    if (pt_grow((void **)&e->syms, &e->cap_syms, sizeof *e->syms, e->nsyms + 1))
-        return NONE;
-    sym_t *s = &e->syms[e->nsyms];
-    memset(s, 0, sizeof *s);
-    char buf[48];
-    snprintf(buf, sizeof buf, "<unknown #%u>", id); /* as agg.c names it */
-    s->id = id;
-    s->proc = proc;
-    s->name = pt_ex_dup_c(buf);
-    s->file = pt_ex_dup_c("?");
-    s->canon = NONE;
-    if (!s->name || !s->file) {
-        sym_clear(s);
-        return NONE;
-    }
-    slot = pt_u64map_slot(&e->sym_map, key, NONE); /* the map did not grow since */
-    *slot = e->nsyms;
-    return e->nsyms++;
-}
-
-int pt_ex_feed_symbol(ex_t *e, uint32_t proc, const pt_fb_symbol_t *in)
-{
-    uint32_t i = pt_ex_sym_index(e, proc, in->id);
-    if (i == NONE)
-        return -ENOMEM;
-    sym_t *s = &e->syms[i];
-    char *name = pt_ex_dup_str(in->name), *file = pt_ex_dup_str(in->file);
-    char *profile = in->profile_name.ptr ? pt_ex_dup_str(in->profile_name) : NULL;
-    if (!name || !file || (in->profile_name.ptr && !profile)) {
-        free(name);
-        free(file);
-        free(profile);
-        return -ENOMEM;
-    }
-    free(s->name);
-    free(s->file);
-    free(s->profile);
-    free(s->folded);
-    s->folded = NULL;
-    if (e->w->symbol) /* what a writer derived from it */
-        e->w->symbol(e, i);
-    s->name = name;
-    s->file = file;
-    s->profile = profile;
-    s->kind = in->kind;
-    s->line = in->line;
-    return 0;
-}
-
-/* ---- the tree --------------------------------------------------------------- */
-
-static uint32_t node_new(ex_t *e, uint32_t parent, uint32_t sym, uint32_t thread)
+/* Symbol s's derived entry (the array grown to hold it); NULL when out of memory. */
+static tsym_t *tsym(ex_t *e, uint32_t s)
 {
     tree_t *tr = e->ws;
-    if (pt_grow((void **)&tr->nodes, &tr->cap_nodes, sizeof *tr->nodes, tr->nnodes + 1))
-        return NONE;
-    uint32_t i = tr->nnodes++;
-    node_t *n = &tr->nodes[i];
-    *n = (node_t){.parent = parent, .sym = sym, .first_child = NONE, .next_sibling = NONE,
-                  .cache_id = NONE, .cache_child = NONE, .thread = thread,
-                  .proc = parent != NONE ? tr->nodes[parent].proc : 0};
-    if (parent != NONE) {
-        n->next_sibling = tr->nodes[parent].first_child;
-        tr->nodes[parent].first_child = i;
+    uint32_t old = tr->cap_sx;
+    if (s >= old) {
+        if (pt_grow((void **)&tr->sx, &tr->cap_sx, sizeof *tr->sx, s + 1))
+            return NULL;
+        for (uint32_t i = old; i < tr->cap_sx; i++)
+            tr->sx[i] = (tsym_t){.folded = NULL, .canon = NONE, .key = NONE};
     }
-    return i;
+    return &tr->sx[s];
 }
 
-/* A process's subtree root (processes after the first): sym and thread NONE. */
-static uint32_t node_new_proc(ex_t *e, uint32_t proc)
-{
-    tree_t *tr = e->ws;
-    uint32_t r = node_new(e, 0, NONE, NONE);
-    if (r != NONE)
-        tr->nodes[r].proc = proc;
-    return r;
-}
-
-static const char *folded_label(ex_t *e, sym_t *s);
+static const char *folded_label(ex_t *e, uint32_t s);
 
 /* collapsed: symbols of one process with the same label (two code objects of one
  * function, a dataclass's generated methods) share their nodes, so each stack
@@ -153,12 +69,15 @@ static const char *folded_label(ex_t *e, sym_t *s);
 static uint32_t folded_canon(ex_t *e, uint32_t s)
 {
     tree_t *tr = e->ws;
-    if (e->syms[s].canon != NONE)
-        return e->syms[s].canon;
-    const char *label = folded_label(e, &e->syms[s]);
+    tsym_t *x = tsym(e, s);
+    if (!x)
+        return NONE;
+    if (x->canon != NONE)
+        return x->canon;
+    const char *label = folded_label(e, s);
     if (!label)
         return NONE;
-    uint64_t h = 1469598103934665603ull ^ e->syms[s].proc; /* FNV-1a over the label */
+    uint64_t h = 1469598103934665603ull ^ ex_sym(e, s)->proc; /* FNV-1a over the label */
     for (const unsigned char *c = (const unsigned char *)label; *c; c++)
         h = (h ^ *c) * 1099511628211ull;
     uint32_t first = pt_u64map_get(&tr->label_map, h);
@@ -166,20 +85,20 @@ static uint32_t folded_canon(ex_t *e, uint32_t s)
         if (pt_u64map_put(&tr->label_map, h, s))
             return NONE;
         first = s;
-    } else if (e->syms[first].proc != e->syms[s].proc || !e->syms[first].folded ||
-               strcmp(e->syms[first].folded, label)) {
+    } else if (ex_sym(e, first)->proc != ex_sym(e, s)->proc || !tr->sx[first].folded ||
+               strcmp(tr->sx[first].folded, label)) {
         first = s;
     }
-    e->syms[s].canon = first;
+    tr->sx[s].canon = first;
     return first;
 }
 
-void pt_ex_syms_free(ex_t *e)
+/* The tree's key of a call of (proc, id) for collapsed: its label's symbol. */
+static uint32_t collapsed_key(void *ctx, uint32_t proc, uint32_t id)
 {
-    for (uint32_t i = 0; i < e->nsyms; i++)
-        sym_clear(&e->syms[i]);
-    free(e->syms);
-    pt_u64map_free(&e->sym_map);
+    ex_t *e = ctx;
+    uint32_t s = pt_cct_sym(e->cct, proc, id);
+    return s == NONE ? NONE : folded_canon(e, s);
 }
 
 /* ---- the tree writers' ops -------------------------------------------------- */
@@ -190,19 +109,35 @@ static int tree_init(ex_t *e)
     if (!tr)
         return -ENOMEM;
     e->ws = tr;
-    if (pt_u64map_init(&tr->node_map, 4096) || pt_u64map_init(&tr->label_map, 1024))
+    if (pt_u64map_init(&tr->label_map, 1024))
         return -ENOMEM;
-    return node_new(e, NONE, NONE, NONE) == 0 ? 0 : -ENOMEM; /* the root */
+    if (pt_cct_root(e->cct, NONE, 0) != 0) /* the root */
+        return -ENOMEM;
+    e->cct->nodes[0].aux32 = NONE;
+    return 0;
 }
 
 static void tree_destroy(ex_t *e)
 {
     tree_t *tr = e->ws;
-    free(tr->nodes);
-    pt_u64map_free(&tr->node_map);
-    pt_u64map_free(&tr->label_map);
+    for (uint32_t i = 0; i < tr->cap_cur; i++)
+        pt_cct_thread_free(&tr->cur[i]);
+    free(tr->cur);
     free(tr->proc_root);
-    free(tr->thread_root);
+    for (uint32_t i = 0; i < tr->cap_sx; i++)
+        free(tr->sx[i].folded);
+    free(tr->sx);
+    pt_u64map_free(&tr->label_map);
+}
+
+/* A symbol announced: the label derived from it goes (its canon stays). */
+static void tree_symbol(ex_t *e, uint32_t s)
+{
+    tree_t *tr = e->ws;
+    if (s < tr->cap_sx) {
+        free(tr->sx[s].folded);
+        tr->sx[s].folded = NULL;
+    }
 }
 
 /* The first process's tree is node 0's, the others hang below it. */
@@ -212,8 +147,11 @@ static int tree_proc_new(ex_t *e, uint32_t proc)
     if (pt_grow((void **)&tr->proc_root, &tr->cap_proc_root, sizeof *tr->proc_root, proc + 1))
         return -ENOMEM;
     uint32_t r = 0;
-    if (proc && (r = node_new_proc(e, proc)) == NONE)
-        return -ENOMEM;
+    if (proc) {
+        if ((r = pt_cct_root(e->cct, 0, proc)) == NONE)
+            return -ENOMEM;
+        e->cct->nodes[r].aux32 = NONE;
+    }
     tr->proc_root[proc] = r;
     return 0;
 }
@@ -221,70 +159,57 @@ static int tree_proc_new(ex_t *e, uint32_t proc)
 static int tree_thread(ex_t *e, uint32_t index)
 {
     tree_t *tr = e->ws;
-    if (pt_grow((void **)&tr->thread_root, &tr->cap_thread_root, sizeof *tr->thread_root, index + 1))
-        return -ENOMEM;
-    uint32_t root = tr->proc_root[e->thr[index].proc];
+    uint32_t proc = e->thr[index].proc, root = tr->proc_root[proc];
     if (e->o.per_thread) {
-        root = node_new(e, root, NONE, index);
-        if (root == NONE)
+        if ((root = pt_cct_root(e->cct, root, proc)) == NONE)
             return -ENOMEM;
+        e->cct->nodes[root].aux32 = index;
     }
-    tr->thread_root[index] = root;
+    uint32_t old = tr->cap_cur;
+    if (index >= old) {
+        if (pt_grow((void **)&tr->cur, &tr->cap_cur, sizeof *tr->cur, index + 1))
+            return -ENOMEM;
+        memset(tr->cur + old, 0, (size_t)(tr->cap_cur - old) * sizeof *tr->cur);
+    }
+    pt_cct_thread_init(&tr->cur[index], root, index);
     return 0;
 }
 
-/* Self time to the entry on top (the agg.c rule). */
-static void account(ex_t *e, thr_t *t, uint64_t ticks)
+/* The thread's clock moved on: the ticks go to the entry on top (cct.h). */
+static void tree_self(ex_t *e, thr_t *t, uint64_t ticks)
 {
     tree_t *tr = e->ws;
-    uint32_t top = t->depth ? t->stack[t->depth - 1] : tr->thread_root[t - e->thr];
-    tr->nodes[top].self += ticks;
+    pt_cct_give(e->cct, &tr->cur[t - e->thr], ticks);
 }
 
-/* A call: the child of the node on top (one node per label for collapsed). */
+/* A call: the node below the one on top (one node per label for collapsed). */
 static int tree_enter(ex_t *e, pt_walk_thread_t *wt, uint32_t id, uint64_t now, unsigned flags)
 {
     tree_t *tr = e->ws;
     thr_t *t = thr_of(e, wt);
-    uint32_t parent = t->depth ? t->stack[t->depth - 1] : tr->thread_root[wt->index];
-    node_t *p = &tr->nodes[parent];
-    uint32_t c = p->cache_id == id ? p->cache_child : NONE;
-    if (c == NONE) {
-        uint64_t key = (uint64_t)parent << 32 | id;
-        if (e->o.format == PT_EXPORT_COLLAPSED) { /* one node per label (folded_canon) */
-            uint32_t s = pt_ex_sym_index(e, t->proc, id);
-            if (s == NONE || (s = folded_canon(e, s)) == NONE)
-                return -ENOMEM;
-            key = (uint64_t)parent << 32 | s;
-        }
-        uint32_t *slot = pt_u64map_slot(&tr->node_map, key, NONE);
-        if (!slot)
-            return -ENOMEM;
-        c = *slot;
-        if (c == NONE) {
-            uint32_t s = pt_ex_sym_index(e, t->proc, id);
-            if (s == NONE)
-                return -ENOMEM;
-            c = node_new(e, parent, s, NONE);
-            if (c == NONE)
-                return -ENOMEM;
-            *pt_u64map_slot(&tr->node_map, key, NONE) = c;
-        }
-        p = &tr->nodes[parent];
-        p->cache_id = id;
-        p->cache_child = c;
-    }
-    if (!(flags & PT_WALK_CONTINUED))
-        tr->nodes[c].calls++;
-    return pt_ex_push(t, c, now);
+    pt_cct_thread_t *cur = &tr->cur[wt->index];
+    int rc = pt_cct_enter(e->cct, cur, t->proc, id, !(flags & PT_WALK_CONTINUED), e->walk, wt, NULL);
+    return rc ? rc : pt_ex_push(t, pt_cct_top(cur), now); /* the driver's stack: its depth */
+}
+
+static int tree_exit(ex_t *e, pt_walk_thread_t *wt, uint64_t now)
+{
+    (void)now;
+    tree_t *tr = e->ws;
+    pt_cct_exit(e->cct, &tr->cur[wt->index]);
+    return 0;
 }
 
 /* ---- collapsed -------------------------------------------------------------- */
 
-static const char *folded_label(ex_t *e, sym_t *s)
+static const char *folded_label(ex_t *e, uint32_t sym)
 {
-    if (s->folded)
-        return s->folded;
+    tsym_t *x = tsym(e, sym);
+    if (!x)
+        return NULL;
+    if (x->folded)
+        return x->folded;
+    const pt_cct_symbol_t *s = ex_sym(e, sym);
     size_t n = strlen(s->name) + strlen(s->file) + 40;
     char *b = malloc(n);
     if (!b)
@@ -298,14 +223,13 @@ static const char *folded_label(ex_t *e, sym_t *s)
             *p = ':';
         else if ((unsigned char)*p < 0x20 || *p == 0x7f)
             *p = ' ';
-    (void)e;
-    s->folded = b;
+    x->folded = b;
     return b;
 }
 
-static uint64_t folded_value(const ex_t *e, const node_t *nd)
+static uint64_t folded_value(const ex_t *e, const pt_cct_node_t *nd)
 {
-    return e->o.weight_calls ? nd->calls : (uint64_t)llround((double)nd->self * e->procs[nd->proc].ns_per_tick);
+    return e->o.weight_calls ? nd->calls : (uint64_t)llround((double)nd->self * e->procs[nd->owner].ns_per_tick);
 }
 
 /* One line: the path, sep (" " or ";[deeper frames] ") and the value. */
@@ -322,31 +246,31 @@ static int folded_line(obuf_t *o, const char *path, size_t plen, const char *sep
  * many there are, and the deepest (frames below n); no stack (parent links). */
 static uint64_t fold_below(ex_t *e, uint32_t n, uint64_t *count, uint32_t *below)
 {
-    tree_t *tr = e->ws;
+    const pt_cct_node_t *nodes = e->cct->nodes;
     uint64_t sum = 0;
-    uint32_t depth = 0, c = tr->nodes[n].first_child;
+    uint32_t depth = 0, c = nodes[n].first_child;
     while (c != NONE) {
         depth++;
         if (depth > *below)
             *below = depth;
-        sum += folded_value(e, &tr->nodes[c]);
+        sum += folded_value(e, &nodes[c]);
         (*count)++;
-        if (tr->nodes[c].first_child != NONE) {
-            c = tr->nodes[c].first_child;
+        if (nodes[c].first_child != NONE) {
+            c = nodes[c].first_child;
             continue;
         }
-        while (c != n && tr->nodes[c].next_sibling == NONE) {
-            c = tr->nodes[c].parent;
+        while (c != n && nodes[c].next_sibling == NONE) {
+            c = nodes[c].parent;
             depth--;
         }
-        c = c == n ? NONE : tr->nodes[c].next_sibling;
+        c = c == n ? NONE : nodes[c].next_sibling;
     }
     return sum;
 }
 
 static int write_collapsed(ex_t *e)
 {
-    tree_t *tr = e->ws;
+    const pt_cct_node_t *nodes = e->cct->nodes;
     obuf_t *o = &e->out;
     char *path = NULL;
     size_t plen = 0, pcap = 0;
@@ -354,15 +278,15 @@ static int write_collapsed(ex_t *e)
     uint32_t *frames = NULL; /* frames on the path at each level (thread and process roots are none) */
     int rc = 0;
     /* iterative DFS from the root: path holds the names of the current node's ancestors */
-    uint32_t n = tr->nnodes > 1 ? tr->nodes[0].first_child : NONE;
+    uint32_t n = e->cct->node_count > 1 ? nodes[0].first_child : NONE;
     while (n != NONE) {
-        node_t *nd = &tr->nodes[n];
+        const pt_cct_node_t *nd = &nodes[n];
         const char *label;
         char tb[96];
-        if (nd->sym == NONE && nd->thread == NONE) {
+        if (nd->sym == NONE && nd->aux32 == NONE) {
             label = ""; /* a process's subtree: its stacks merge with the others' */
-        } else if (nd->sym == NONE) {
-            thr_t *t = &e->thr[nd->thread];
+        } else if (nd->sym == NONE) { /* a thread's (per_thread) */
+            thr_t *t = &e->thr[nd->aux32];
             char nb[40];
             const char *tn = pt_ex_thread_name(t, nb, sizeof nb);
             size_t need = strlen(tn) + 48;
@@ -378,15 +302,17 @@ static int write_collapsed(ex_t *e)
                 else if ((unsigned char)*p < 0x20 || *p == 0x7f)
                     *p = ' ';
             label = b;
+        } else if (nd->sym == PT_CCT_OTHER) {
+            label = "[other]"; /* calls below its parent folded past the tree budget */
         } else {
-            label = folded_label(e, &e->syms[nd->sym]);
+            label = folded_label(e, nd->sym);
             if (!label) {
                 rc = -ENOMEM;
                 break;
             }
         }
         size_t ll = strlen(label);
-        int heap_label = nd->sym == NONE && nd->thread != NONE && label != tb;
+        int heap_label = nd->sym == NONE && nd->aux32 != NONE && label != tb;
         /* enter n: path += (";" if nonempty) + label */
         uint32_t cap_f = cap_l;
         if (pt_grow((void **)&lens, &cap_l, sizeof *lens, nl + 1) ||
@@ -444,11 +370,11 @@ static int write_collapsed(ex_t *e)
         /* leave n and ancestors until one has a next sibling */
         while (n != NONE) {
             plen = lens[--nl];
-            if (tr->nodes[n].next_sibling != NONE) {
-                n = tr->nodes[n].next_sibling;
+            if (nodes[n].next_sibling != NONE) {
+                n = nodes[n].next_sibling;
                 break;
             }
-            n = tr->nodes[n].parent;
+            n = nodes[n].parent;
             if (n == 0)
                 n = NONE;
         }
@@ -542,7 +468,7 @@ typedef struct pedge {
 } pedge_t;
 
 /* cProfile's label of a C function from a recording without profile names. */
-static char *old_c_label(const sym_t *s)
+static char *old_c_label(const pt_cct_symbol_t *s)
 {
     const char *name = s->name, *module = s->file;
     size_t ml = strlen(module), n = strlen(name) + 64;
@@ -560,7 +486,7 @@ static char *old_c_label(const sym_t *s)
 }
 
 /* The pstats key of a symbol (file, line, name), malloc'd strings. */
-static int pstats_key(const sym_t *s, int qualnames, char **file, uint32_t *line, char **name)
+static int pstats_key(const pt_cct_symbol_t *s, int qualnames, char **file, uint32_t *line, char **name)
 {
     *line = 0;
     if (s->kind == PT_SYM_PY_FUNCTION) {
@@ -620,88 +546,80 @@ static int edge_cmp(const void *x, const void *y)
     return a->caller < b->caller ? -1 : a->caller > b->caller;
 }
 
+/* The walk's visits (pt_cct_walk): the (caller, callee) pairs, each with
+ * how many of its nodes are on the path (cProfile's per-pair recursion). */
+typedef struct pairs {
+    const pt_cct_t *cct;
+    const uint64_t *incl;
+    pt_u64map_t edge_map, edge_on; /* (caller << 32 | callee) -> edge, -> on the path */
+    pedge_t *edges;
+    uint32_t nedges, cap_edges;
+} pairs_t;
+
+static int pair_visit(void *ctx, uint32_t n, int leaving, int outermost)
+{
+    (void)outermost;
+    pairs_t *pp = ctx;
+    const pt_cct_node_t *nd = &pp->cct->nodes[n];
+    uint32_t ps = nd->parent != NONE ? pp->cct->nodes[nd->parent].sym : NONE;
+    if (ps == NONE) /* below a root: no caller */
+        return 0;
+    uint64_t ek = (uint64_t)ps << 32 | nd->sym;
+    uint32_t *on = pt_u64map_slot(&pp->edge_on, ek, 0);
+    if (!on)
+        return -ENOMEM;
+    if (leaving) {
+        (*on)--;
+        return 0;
+    }
+    int outer_pair = !*on;
+    (*on)++;
+    uint32_t *slot = pt_u64map_slot(&pp->edge_map, ek, NONE);
+    if (!slot)
+        return -ENOMEM;
+    if (*slot == NONE) {
+        if (pt_grow((void **)&pp->edges, &pp->cap_edges, sizeof *pp->edges, pp->nedges + 1))
+            return -ENOMEM;
+        pp->edges[pp->nedges] = (pedge_t){.caller = ps, .callee = nd->sym};
+        *pt_u64map_slot(&pp->edge_map, ek, NONE) = pp->nedges++;
+        slot = pt_u64map_slot(&pp->edge_map, ek, NONE);
+    }
+    pedge_t *ed = &pp->edges[*slot];
+    ed->nc += nd->calls;
+    ed->tt += nd->self;
+    if (outer_pair) {
+        ed->cc += nd->calls;
+        ed->ct += pp->incl[n];
+    }
+    return 0;
+}
+
 static int write_pstats(ex_t *e)
 {
     tree_t *tr = e->ws;
+    const pt_cct_t *cct = e->cct;
     int rc = -ENOMEM;
-    uint32_t nn = tr->nnodes, ns = e->nsyms;
+    uint32_t nn = cct->node_count, ns = cct->sym_count;
     uint64_t *incl = calloc(nn ? nn : 1, sizeof *incl);
-    uint32_t *onpath = calloc(ns ? ns : 1, sizeof *onpath);
-    uint64_t *f = calloc((size_t)(ns ? ns : 1) * 4, sizeof *f); /* nc, cc, tt, ct per symbol */
+    pt_cct_sums_t *f = calloc(ns ? ns : 1, sizeof *f); /* per symbol */
     double *scale = malloc((size_t)(e->nprocs ? e->nprocs : 1) * sizeof *scale); /* per process */
-    pt_u64map_t edge_map = {0}, edge_on = {0}, key_map = {0};
-    pedge_t *edges = NULL;
-    uint32_t nedges = 0, cap_edges = 0;
+    pairs_t pp = {.cct = cct, .incl = incl};
+    pt_u64map_t key_map = {0};
     pkey_t *keys = NULL;
     uint32_t nkeys = 0, cap_keys = 0;
-    if (!incl || !onpath || !f || !scale || pt_u64map_init(&edge_map, 1024) || pt_u64map_init(&edge_on, 64) ||
-        pt_u64map_init(&key_map, 1024))
+    if (!incl || !f || !scale || (ns && !tsym(e, ns - 1)) || pt_u64map_init(&pp.edge_map, 1024) ||
+        pt_u64map_init(&pp.edge_on, 64) || pt_u64map_init(&key_map, 1024))
         goto out;
-    for (uint32_t i = nn; i-- > 1;) {
-        incl[i] += tr->nodes[i].self;
-        incl[tr->nodes[i].parent] += incl[i];
-    }
-    /* DFS with the functions and (caller, callee) pairs on the path counted */
-    uint32_t n = nn > 1 ? tr->nodes[0].first_child : NONE;
-    while (n != NONE) {
-        node_t *nd = &tr->nodes[n];
-        uint32_t s = nd->sym;
-        uint32_t ps = nd->parent != NONE ? tr->nodes[nd->parent].sym : NONE;
-        if (s != NONE) {
-            uint64_t *fs = f + (size_t)s * 4;
-            fs[0] += nd->calls;
-            fs[2] += nd->self;
-            if (!onpath[s]) {
-                fs[1] += nd->calls;
-                fs[3] += incl[n];
-            }
-            onpath[s]++;
-            if (ps != NONE) {
-                uint64_t ek = (uint64_t)ps << 32 | s;
-                uint32_t *slot = pt_u64map_slot(&edge_map, ek, NONE);
-                if (!slot)
-                    goto out;
-                if (*slot == NONE) {
-                    if (pt_grow((void **)&edges, &cap_edges, sizeof *edges, nedges + 1))
-                        goto out;
-                    edges[nedges] = (pedge_t){.caller = ps, .callee = s};
-                    *pt_u64map_slot(&edge_map, ek, NONE) = nedges++;
-                    slot = pt_u64map_slot(&edge_map, ek, NONE);
-                }
-                pedge_t *ed = &edges[*slot];
-                uint32_t *on = pt_u64map_slot(&edge_on, ek, 0);
-                if (!on)
-                    goto out;
-                ed->nc += nd->calls;
-                ed->tt += nd->self;
-                if (!*on) {
-                    ed->cc += nd->calls;
-                    ed->ct += incl[n];
-                }
-                (*on)++;
-            }
-        }
-        if (nd->first_child != NONE) {
-            n = nd->first_child;
-            continue;
-        }
-        while (n != NONE) {
-            node_t *x = &tr->nodes[n];
-            if (x->sym != NONE) { /* leave x */
-                onpath[x->sym]--;
-                uint32_t px = x->parent != NONE ? tr->nodes[x->parent].sym : NONE;
-                if (px != NONE)
-                    (*pt_u64map_slot(&edge_on, (uint64_t)px << 32 | x->sym, 0))--;
-            }
-            if (x->next_sibling != NONE) {
-                n = x->next_sibling;
-                break;
-            }
-            n = x->parent;
-            if (n == 0)
-                n = NONE;
-        }
-    }
+    pt_cct_sum_up(cct, NULL, NULL, incl, NULL);
+    /* the functions' rows and the pairs', then the folded calls' rows */
+    const pt_cct_view_t all = {.incl = incl};
+    const uint32_t root = 0;
+    if (nn && (rc = pt_cct_walk(cct, &root, 1, &all, f, pair_visit, &pp)) != 0)
+        goto out;
+    rc = -ENOMEM;
+    pt_cct_fold_sums(cct, f);
+    pedge_t *edges = pp.edges;
+    uint32_t nedges = pp.nedges;
     /* Times are in the first selected process's ticks: another process's
      * ticks are scaled by the ratio of the clocks (exactly 1 when they share
      * the clock, as the processes of one machine do). */
@@ -714,15 +632,14 @@ static int write_pstats(ex_t *e)
                        ? (double)clock->pinfo.ticks_per_second / (double)e->procs[i].pinfo.ticks_per_second
                        : 1.0;
     for (uint32_t s = 0; s < ns; s++) {
-        const double sc = scale[e->syms[s].proc];
+        const double sc = scale[ex_sym(e, s)->proc];
         if (sc != 1.0) {
-            uint64_t *fs = f + (size_t)s * 4;
-            fs[2] = (uint64_t)llround((double)fs[2] * sc);
-            fs[3] = (uint64_t)llround((double)fs[3] * sc);
+            f[s].self = (uint64_t)llround((double)f[s].self * sc);
+            f[s].total = (uint64_t)llround((double)f[s].total * sc);
         }
     }
     for (uint32_t i = 0; i < nedges; i++) {
-        const double sc = scale[e->syms[edges[i].callee].proc];
+        const double sc = scale[ex_sym(e, edges[i].callee)->proc];
         if (sc != 1.0) {
             edges[i].tt = (uint64_t)llround((double)edges[i].tt * sc);
             edges[i].ct = (uint64_t)llround((double)edges[i].ct * sc);
@@ -730,13 +647,12 @@ static int write_pstats(ex_t *e)
     }
     /* keys: symbols with one key are added together */
     for (uint32_t s = 0; s < ns; s++) {
-        e->syms[s].key = NONE;
-        uint64_t *fs = f + (size_t)s * 4;
-        if (!fs[0] && !fs[2] && !fs[3])
+        tr->sx[s].key = NONE;
+        if (!f[s].calls && !f[s].self && !f[s].total)
             continue;
         char *file, *name;
         uint32_t line;
-        if (pstats_key(&e->syms[s], e->o.qualnames, &file, &line, &name))
+        if (pstats_key(ex_sym(e, s), e->o.qualnames, &file, &line, &name))
             goto out;
         uint64_t h = str_hash(file, line, name);
         uint32_t k = NONE;
@@ -765,15 +681,15 @@ static int write_pstats(ex_t *e)
                 break;
             }
         }
-        e->syms[s].key = k;
-        keys[k].nc += fs[0];
-        keys[k].cc += fs[1];
-        keys[k].tt += fs[2];
-        keys[k].ct += fs[3];
+        tr->sx[s].key = k;
+        keys[k].nc += f[s].calls;
+        keys[k].cc += f[s].prim;
+        keys[k].tt += f[s].self;
+        keys[k].ct += f[s].total;
     }
     for (uint32_t i = 0; i < nedges; i++) {
-        edges[i].caller = e->syms[edges[i].caller].key;
-        edges[i].callee = e->syms[edges[i].callee].key;
+        edges[i].caller = tr->sx[edges[i].caller].key;
+        edges[i].callee = tr->sx[edges[i].callee].key;
     }
     if (nedges) /* edges is NULL when no call has a caller; qsort's pointer must not be */
         qsort(edges, nedges, sizeof *edges, edge_cmp);
@@ -827,23 +743,14 @@ out:
         free(keys[i].name);
     }
     free(keys);
-    free(edges);
+    free(pp.edges);
     free(incl);
-    free(onpath);
     free(f);
     free(scale);
-    pt_u64map_free(&edge_map);
-    pt_u64map_free(&edge_on);
+    pt_u64map_free(&pp.edge_map);
+    pt_u64map_free(&pp.edge_on);
     pt_u64map_free(&key_map);
     return rc;
-}
-
-static int tree_exit(ex_t *e, pt_walk_thread_t *wt, uint64_t now)
-{
-    (void)e;
-    (void)wt;
-    (void)now;
-    return 0;
 }
 
 static int collapsed_end(ex_t *e, const pt_walk_counters_t *wc)
@@ -859,9 +766,10 @@ static int pstats_end(ex_t *e, const pt_walk_counters_t *wc)
 }
 
 const ex_writer_t pt_ex_collapsed = {
-    .tree = 1, .init = tree_init, .destroy = tree_destroy, .proc_new = tree_proc_new, .thread = tree_thread,
-    .self = account, .enter = tree_enter, .exit = tree_exit, .end = collapsed_end};
+    .tree = 1, .tree_key = collapsed_key, .init = tree_init, .destroy = tree_destroy, .proc_new = tree_proc_new,
+    .thread = tree_thread, .symbol = tree_symbol, .self = tree_self, .enter = tree_enter, .exit = tree_exit,
+    .end = collapsed_end};
 
 const ex_writer_t pt_ex_pstats = {
     .tree = 1, .init = tree_init, .destroy = tree_destroy, .proc_new = tree_proc_new, .thread = tree_thread,
-    .self = account, .enter = tree_enter, .exit = tree_exit, .end = pstats_end};
+    .symbol = tree_symbol, .self = tree_self, .enter = tree_enter, .exit = tree_exit, .end = pstats_end};
