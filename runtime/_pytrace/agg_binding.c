@@ -22,6 +22,7 @@
 #include <Python.h>
 #include <pythread.h>
 
+#include "py_dict_set.h"
 #include "viewer/core/agg.h"
 #include "viewer/core/aggset.h"
 
@@ -89,6 +90,18 @@ static pt_agg_t *agg_lock_process_arg(agg_obj_t *self, PyObject *args, PyObject 
     if (!PyArg_ParseTupleAndKeywords(args, kw, fmt, kwlist, &process))
         return NULL;
     return agg_lock_process(self, process);
+}
+
+/* agg_lock_process_arg, and a new empty list in *list (NULL, unlocked, when
+ * that fails): the methods that list something of a process. */
+static pt_agg_t *agg_lock_list(agg_obj_t *self, PyObject *args, PyObject *kw, const char *fmt, PyObject **list)
+{
+    pt_agg_t *agg = agg_lock_process_arg(self, args, kw, fmt);
+    if (agg && !(*list = PyList_New(0))) {
+        agg_unlock(self);
+        return NULL;
+    }
+    return agg;
 }
 
 /* Slice headers (32 bytes each) every process may hold, all processes together:
@@ -252,15 +265,7 @@ static int parse_query(PyObject *args, PyObject *kw, const char *fmt, char **kwl
     return 0;
 }
 
-#define SET(d, key, expr)                                         \
-    do {                                                          \
-        PyObject *o_ = (expr);                                    \
-        if (!o_ || PyDict_SetItemString(d, key, o_) < 0) {        \
-            Py_XDECREF(o_);                                       \
-            goto err;                                             \
-        }                                                         \
-        Py_DECREF(o_);                                            \
-    } while (0)
+#define SET PT_DICT_SET
 #define U64(v) PyLong_FromUnsignedLongLong((unsigned long long)(v))
 
 PyDoc_STRVAR(counters_doc, "counters(process=0) -> dict: pt_agg_counters of that process (events, rates, drops, "
@@ -365,14 +370,10 @@ PyDoc_STRVAR(threads_doc, "threads(process=0) -> list[(thread, os_tid, name, end
 
 static PyObject *agg_threads(agg_obj_t *self, PyObject *args, PyObject *kw)
 {
-    pt_agg_t *agg = agg_lock_process_arg(self, args, kw, "|n:threads");
+    PyObject *list;
+    pt_agg_t *agg = agg_lock_list(self, args, kw, "|n:threads", &list);
     if (!agg)
         return NULL;
-    PyObject *list = PyList_New(0);
-    if (!list) {
-        agg_unlock(self);
-        return NULL;
-    }
     size_t n = pt_agg_thread_count(agg);
     for (size_t i = 0; i < n; i++) {
         pt_agg_thread_info_t ti;
@@ -406,14 +407,10 @@ static PyObject *agg_stacks(agg_obj_t *self, PyObject *args, PyObject *kw)
 {
     pt_agg_frame_t *frames = NULL;
     uint32_t cap = 0;
-    pt_agg_t *agg = agg_lock_process_arg(self, args, kw, "|n:stacks");
+    PyObject *list;
+    pt_agg_t *agg = agg_lock_list(self, args, kw, "|n:stacks", &list);
     if (!agg)
         return NULL;
-    PyObject *list = PyList_New(0);
-    if (!list) {
-        agg_unlock(self);
-        return NULL;
-    }
     size_t n = pt_agg_thread_count(agg);
     for (size_t i = 0; i < n; i++) {
         pt_agg_thread_info_t ti;

@@ -24,6 +24,7 @@
  *   - A node's aux64/aux32 (cct.h) are its window cache: the absolute slice
  *     of its last entry and the entry's index; a fold record's the same.
  */
+#define _POSIX_C_SOURCE 200809L /* strndup */
 #include "agg.h"
 
 #include "cct.h"
@@ -145,17 +146,6 @@ struct pt_agg {
 };
 
 static const pt_walk_ops_t agg_walk_ops; /* defined with the callbacks below */
-
-static char *dup_bytes(const char *p, size_t n)
-{
-    char *s = malloc(n + 1);
-    if (!s)
-        return NULL;
-    if (n)
-        memcpy(s, p, n);
-    s[n] = 0;
-    return s;
-}
 
 static void recompute_slice_ticks(pt_agg_t *a)
 {
@@ -572,9 +562,10 @@ static int close_thread(pt_agg_t *a, thread_t *th, uint64_t ticks)
     return rc;
 }
 
+/* A C string of s (a NUL inside ends it). */
 static char *str_copy(pt_fb_str_t s)
 {
-    return dup_bytes(s.ptr ? s.ptr : "", s.ptr ? s.len : 0);
+    return strndup(s.ptr ? s.ptr : "", s.ptr ? s.len : 0);
 }
 
 int pt_agg_feed_msg(pt_agg_t *a, const pt_fb_msg_t *m)

@@ -16,6 +16,7 @@
  *   - The walk is stackless (first_child / next_sibling / parent) and keeps
  *     per symbol how many of its nodes are on the current path.
  */
+#define _POSIX_C_SOURCE 200809L /* strndup */
 #include "cct.h"
 
 #include <errno.h>
@@ -73,18 +74,8 @@ void pt_cct_destroy(pt_cct_t *t)
 
 /* ---- symbols ---------------------------------------------------------------- */
 
-static char *dup_bytes(const char *p, size_t n)
-{
-    char *s = malloc(n + 1);
-    if (!s)
-        return NULL;
-    if (n)
-        memcpy(s, p, n);
-    s[n] = 0;
-    return s;
-}
-
-static char *dup_fb(pt_fb_str_t s) { return dup_bytes(s.ptr ? s.ptr : "", s.ptr ? s.len : 0); }
+/* A C string of s (a NUL inside ends it: names are C strings from here on). */
+static char *dup_fb(pt_fb_str_t s) { return strndup(s.ptr ? s.ptr : "", s.ptr ? s.len : 0); }
 
 uint32_t pt_cct_sym(pt_cct_t *t, uint32_t proc, uint32_t id)
 {
@@ -97,7 +88,7 @@ uint32_t pt_cct_sym(pt_cct_t *t, uint32_t proc, uint32_t id)
     char buf[40];
     snprintf(buf, sizeof buf, "<unknown #%u>", id);
     pt_cct_symbol_t *s = &t->syms[t->sym_count];
-    *s = (pt_cct_symbol_t){.id = id, .proc = proc, .name = dup_bytes(buf, strlen(buf)), .file = dup_bytes("", 0)};
+    *s = (pt_cct_symbol_t){.id = id, .proc = proc, .name = strdup(buf), .file = strdup("")};
     if (!s->name || !s->file || pt_u64map_put(&t->sym_map, key, t->sym_count)) {
         free_sym_strings(s);
         return PT_CCT_NONE;
