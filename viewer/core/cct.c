@@ -256,8 +256,8 @@ void pt_cct_thread_free(pt_cct_thread_t *th)
     th->depth = th->stack_cap = th->fstack_cap = th->fo_count = th->fo_cap = 0;
 }
 
-int pt_cct_enter(pt_cct_t *t, pt_cct_thread_t *th, uint32_t proc, uint32_t id, int counted, const pt_walk_t *walk,
-                 const pt_walk_thread_t *wt, pt_cct_entered_t *out)
+int pt_cct_enter_slow(pt_cct_t *t, pt_cct_thread_t *th, uint32_t proc, uint32_t id, int counted,
+                      const pt_walk_t *walk, const pt_walk_thread_t *wt, pt_cct_entered_t *out)
 {
     if (th->depth == th->stack_cap &&
         pt_grow((void **)&th->stack, &th->stack_cap, sizeof *th->stack, th->depth + 1))

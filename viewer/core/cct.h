@@ -221,8 +221,31 @@ typedef struct pt_cct_entered {
  * while the tree is within budget, else the top's [other] node. counted: the
  * activation is a call (not PT_WALK_CONTINUED): one more call of its node
  * (and fold record). out may be NULL. 0 or -ENOMEM. */
-int pt_cct_enter(pt_cct_t *t, pt_cct_thread_t *th, uint32_t proc, uint32_t id, int counted,
-                 const pt_walk_t *walk, const pt_walk_thread_t *wt, pt_cct_entered_t *out);
+int pt_cct_enter_slow(pt_cct_t *t, pt_cct_thread_t *th, uint32_t proc, uint32_t id, int counted,
+                      const pt_walk_t *walk, const pt_walk_thread_t *wt, pt_cct_entered_t *out);
+
+static inline int pt_cct_enter(pt_cct_t *t, pt_cct_thread_t *th, uint32_t proc, uint32_t id, int counted,
+                               const pt_walk_t *walk, const pt_walk_thread_t *wt, pt_cct_entered_t *out)
+{
+    /* the hot path, inline: room on the stacks, the top's last child again
+     * (cache_key starts as PT_CCT_NONE, which is also an id a stream may carry:
+     * an empty cache is told by its child), and neither is [other] */
+    if (th->depth < th->stack_cap && th->depth < th->fstack_cap) {
+        const pt_cct_node_t *p = &t->nodes[pt_cct_top(th)];
+        if (p->cache_child != PT_CCT_NONE && p->cache_key == id && p->sym != PT_CCT_OTHER &&
+            t->nodes[p->cache_child].sym != PT_CCT_OTHER) {
+            uint32_t c = p->cache_child;
+            if (counted)
+                t->nodes[c].calls++;
+            th->fstack[th->depth] = PT_CCT_NONE;
+            th->stack[th->depth++] = c;
+            if (out)
+                *out = (pt_cct_entered_t){.node = c, .fold = PT_CCT_NONE, .outermost = 0};
+            return 0;
+        }
+    }
+    return pt_cct_enter_slow(t, th, proc, id, counted, walk, wt, out);
+}
 
 /* Does closing th's top frame end an outermost folded activation? (its
  * inclusive ticks are then flushed by pt_cct_exit) */

@@ -223,11 +223,11 @@ static int on_leave(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t ticks
     ex_t *e = ctx;
     thr_t *t = thr_of(e, wt);
     uint64_t now = ex_now(e, t, ticks);
+    if (e->w->exit) /* the tree formats' own stack */
+        return e->w->exit(e, wt, now);
     if (!t->depth)
         return 0;
     t->depth--;
-    if (e->w->exit)
-        return e->w->exit(e, wt, now);
     if (e->filter && e->w->defers)
         return leave_filtered(e, wt, t->depth, now);
     return e->w->close(e, wt, STACK_SYM(t->stack[t->depth]), t->starts[t->depth], now);

@@ -185,7 +185,8 @@ typedef struct ex {
  *   named         a thread's name changed
  *   symbol        a symbol announced (drop what was derived from it)
  *   self          a thread's clock moved on by `ticks` with its stack as it is
- *   enter, exit   the tree formats: a call and a return (exit after the pop);
+ *   enter, exit   the tree formats: a call and a return (they keep their own
+ *                 stack, pt_cct's: the driver's stays empty);
  *                 NULL: the driver's timeline rule, which calls
  *   open, close   a call's slice opens at `at` / closes (start, end); with a
  *                 time filter and `defers`, opens wait until a call that

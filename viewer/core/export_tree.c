@@ -185,11 +185,10 @@ static void tree_self(ex_t *e, thr_t *t, uint64_t ticks)
 /* A call: the node below the one on top (one node per label for collapsed). */
 static int tree_enter(ex_t *e, pt_walk_thread_t *wt, uint32_t id, uint64_t now, unsigned flags)
 {
+    (void)now;
     tree_t *tr = e->ws;
-    thr_t *t = thr_of(e, wt);
-    pt_cct_thread_t *cur = &tr->cur[wt->index];
-    int rc = pt_cct_enter(e->cct, cur, t->proc, id, !(flags & PT_WALK_CONTINUED), e->walk, wt, NULL);
-    return rc ? rc : pt_ex_push(t, pt_cct_top(cur), now); /* the driver's stack: its depth */
+    return pt_cct_enter(e->cct, &tr->cur[wt->index], thr_of(e, wt)->proc, id, !(flags & PT_WALK_CONTINUED), e->walk,
+                        wt, NULL);
 }
 
 static int tree_exit(ex_t *e, pt_walk_thread_t *wt, uint64_t now)
