@@ -104,6 +104,20 @@ static pt_agg_t *agg_lock_list(agg_obj_t *self, PyObject *args, PyObject *kw, co
     return agg;
 }
 
+/* Append t (a new reference; NULL: an error is set) to list, the lock held;
+ * on an error the lock and the list go: -1. */
+static int append_locked(agg_obj_t *self, PyObject *list, PyObject *t)
+{
+    if (!t || PyList_Append(list, t) < 0) {
+        Py_XDECREF(t);
+        agg_unlock(self);
+        Py_DECREF(list);
+        return -1;
+    }
+    Py_DECREF(t);
+    return 0;
+}
+
 /* Slice headers (32 bytes each) every process may hold, all processes together:
  * a stream that invents processes stops being read past max_processes. */
 #define SLICE_BUDGET (32u * 1024u * 1024u)
@@ -383,13 +397,8 @@ static PyObject *agg_threads(agg_obj_t *self, PyObject *args, PyObject *kw)
         PyObject *t = name ? Py_BuildValue("(KKNiKI)", (unsigned long long)ti.thread, (unsigned long long)ti.os_tid,
                                            name, ti.ended, (unsigned long long)ti.events, ti.depth)
                            : NULL;
-        if (!t || PyList_Append(list, t) < 0) {
-            Py_XDECREF(t);
-            agg_unlock(self);
-            Py_DECREF(list);
+        if (append_locked(self, list, t))
             return NULL;
-        }
-        Py_DECREF(t);
     }
     agg_unlock(self);
     return list;
@@ -732,13 +741,8 @@ static PyObject *agg_processes(agg_obj_t *self, PyObject *unused)
                                           (unsigned long long)pi->pid, (unsigned long long)pi->ppid, cmd,
                                           c.producer_state, c.threads_active, (unsigned long long)c.events_seen)
                           : NULL;
-        if (!t || PyList_Append(list, t) < 0) {
-            Py_XDECREF(t);
-            agg_unlock(self);
-            Py_DECREF(list);
+        if (append_locked(self, list, t))
             return NULL;
-        }
-        Py_DECREF(t);
     }
     agg_unlock(self);
     return list;
