@@ -181,9 +181,12 @@ static inline uint32_t pt_cct_top(const pt_cct_thread_t *th)
  * half, for a reader that keeps the thread's clock itself. */
 static inline void pt_cct_give(pt_cct_t *t, pt_cct_thread_t *th, uint64_t d)
 {
-    t->nodes[pt_cct_top(th)].self += d;
-    if (th->depth && th->fstack[th->depth - 1] != PT_CCT_NONE)
-        t->folds[th->fstack[th->depth - 1]].self += d;
+    /* read before the first store (which the compiler must assume may alias th) */
+    const uint32_t depth = th->depth, top = depth ? th->stack[depth - 1] : th->root;
+    const uint32_t fold = depth ? th->fstack[depth - 1] : PT_CCT_NONE;
+    t->nodes[top].self += d;
+    if (fold != PT_CCT_NONE)
+        t->folds[fold].self += d;
     th->acc += d;
 }
 
@@ -230,15 +233,18 @@ static inline int pt_cct_enter(pt_cct_t *t, pt_cct_thread_t *th, uint32_t proc, 
     /* the hot path, inline: room on the stacks, the top's last child again
      * (cache_key starts as PT_CCT_NONE, which is also an id a stream may carry:
      * an empty cache is told by its child), and neither is [other] */
-    if (th->depth < th->stack_cap && th->depth < th->fstack_cap) {
-        const pt_cct_node_t *p = &t->nodes[pt_cct_top(th)];
+    const uint32_t depth = th->depth;
+    if (depth < th->stack_cap && depth < th->fstack_cap) {
+        const pt_cct_node_t *p = &t->nodes[depth ? th->stack[depth - 1] : th->root];
         if (p->cache_child != PT_CCT_NONE && p->cache_key == id && p->sym != PT_CCT_OTHER &&
             t->nodes[p->cache_child].sym != PT_CCT_OTHER) {
-            uint32_t c = p->cache_child;
+            const uint32_t c = p->cache_child;
+            uint32_t *stack = th->stack, *fstack = th->fstack;
+            th->depth = depth + 1;
+            stack[depth] = c;
+            fstack[depth] = PT_CCT_NONE;
             if (counted)
                 t->nodes[c].calls++;
-            th->fstack[th->depth] = PT_CCT_NONE;
-            th->stack[th->depth++] = c;
             if (out)
                 *out = (pt_cct_entered_t){.node = c, .fold = PT_CCT_NONE, .outermost = 0};
             return 0;
