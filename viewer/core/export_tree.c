@@ -233,19 +233,31 @@ static int tree_thread(ex_t *e, uint32_t index)
     return 0;
 }
 
-/* Self time to the entry on top (the agg.c rule). */
-static void account(ex_t *e, thr_t *t, uint64_t ticks)
+/* The thread's clock at `ticks`; the ticks it went on are self time of the
+ * entry on top (the agg.c rule). */
+static inline uint64_t account(ex_t *e, thr_t *t, uint32_t index, uint64_t ticks)
+{
+    uint64_t moved, now = ex_clock(t, ticks, &moved);
+    if (moved) {
+        tree_t *tr = e->ws;
+        tr->nodes[t->depth ? t->stack[t->depth - 1] : tr->thread_root[index]].self += moved;
+    }
+    return now;
+}
+
+/* The clock went on (a mark, a gap, a thread's start or end): self time too. */
+static void tree_self(ex_t *e, thr_t *t, uint64_t moved)
 {
     tree_t *tr = e->ws;
-    uint32_t top = t->depth ? t->stack[t->depth - 1] : tr->thread_root[t - e->thr];
-    tr->nodes[top].self += ticks;
+    tr->nodes[t->depth ? t->stack[t->depth - 1] : tr->thread_root[t - e->thr]].self += moved;
 }
 
 /* A call: the child of the node on top (one node per label for collapsed). */
-static int tree_enter(ex_t *e, pt_walk_thread_t *wt, uint32_t id, uint64_t now, unsigned flags)
+static int tree_enter(ex_t *e, pt_walk_thread_t *wt, uint32_t id, uint64_t ticks, unsigned flags)
 {
     tree_t *tr = e->ws;
     thr_t *t = thr_of(e, wt);
+    uint64_t now = account(e, t, wt->index, ticks);
     uint32_t parent = t->depth ? t->stack[t->depth - 1] : tr->thread_root[wt->index];
     node_t *p = &tr->nodes[parent];
     uint32_t c = p->cache_id == id ? p->cache_child : NONE;
@@ -276,7 +288,7 @@ static int tree_enter(ex_t *e, pt_walk_thread_t *wt, uint32_t id, uint64_t now, 
     }
     if (!(flags & PT_WALK_CONTINUED))
         tr->nodes[c].calls++;
-    return pt_ex_push(t, c, now);
+    return ex_push(t, c, now);
 }
 
 /* ---- collapsed -------------------------------------------------------------- */
@@ -838,11 +850,13 @@ out:
     return rc;
 }
 
-static int tree_exit(ex_t *e, pt_walk_thread_t *wt, uint64_t now)
+/* A return: the entry on top closes. */
+static int tree_exit(ex_t *e, pt_walk_thread_t *wt, uint64_t ticks)
 {
-    (void)e;
-    (void)wt;
-    (void)now;
+    thr_t *t = thr_of(e, wt);
+    account(e, t, wt->index, ticks);
+    if (t->depth)
+        t->depth--;
     return 0;
 }
 
@@ -860,8 +874,8 @@ static int pstats_end(ex_t *e, const pt_walk_counters_t *wc)
 
 const ex_writer_t pt_ex_collapsed = {
     .tree = 1, .init = tree_init, .destroy = tree_destroy, .proc_new = tree_proc_new, .thread = tree_thread,
-    .self = account, .enter = tree_enter, .exit = tree_exit, .end = collapsed_end};
+    .self = tree_self, .enter = tree_enter, .exit = tree_exit, .end = collapsed_end};
 
 const ex_writer_t pt_ex_pstats = {
     .tree = 1, .init = tree_init, .destroy = tree_destroy, .proc_new = tree_proc_new, .thread = tree_thread,
-    .self = account, .enter = tree_enter, .exit = tree_exit, .end = pstats_end};
+    .self = tree_self, .enter = tree_enter, .exit = tree_exit, .end = pstats_end};
