@@ -129,22 +129,6 @@ const char *pt_ex_thread_name(const thr_t *t, char *buf, size_t n)
     return buf;
 }
 
-int pt_ex_push(thr_t *t, uint32_t v, uint64_t start)
-{
-    if (t->depth == t->cap) {
-        uint32_t cap = t->cap;
-        if (pt_grow((void **)&t->stack, &cap, sizeof *t->stack, t->depth + 1))
-            return -ENOMEM;
-        uint32_t cap2 = t->cap;
-        if (pt_grow((void **)&t->starts, &cap2, sizeof *t->starts, t->depth + 1))
-            return -ENOMEM;
-        t->cap = cap;
-    }
-    t->stack[t->depth] = v;
-    t->starts[t->depth++] = start;
-    return 0;
-}
-
 /* ---- time filter ------------------------------------------------------------ */
 
 /* ns since the recording's start (--from/--to are relative to it) */
@@ -175,22 +159,22 @@ static int in_range(const ex_t *e, const proc_t *p, uint64_t at)
 static int on_enter(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t ticks, unsigned flags)
 {
     ex_t *e = ctx;
+    if (e->w->enter) /* the tree: its clock gives its self time */
+        return e->w->enter(e, wt, id, ticks, flags);
     thr_t *t = thr_of(e, wt);
     uint64_t now = ex_now(e, t, ticks);
-    if (e->w->enter)
-        return e->w->enter(e, wt, id, now, flags);
     uint32_t s = pt_cct_sym(e->cct, t->proc, id);
     if (s == NONE)
         return -ENOMEM;
     if (e->filter) /* the open is written when a call that passes closes (on_leave) */
-        return pt_ex_push(t, s | (flags & PT_WALK_CONTINUED ? STACK_CONTINUED : 0), now);
+        return ex_push(t, s | (flags & PT_WALK_CONTINUED ? STACK_CONTINUED : 0), now);
     if (e->w->open) {
         int rc = e->w->open(e, wt, s, now, (flags & PT_WALK_CONTINUED) != 0);
         if (rc)
             return rc;
         t = thr_of(e, wt);
     }
-    return pt_ex_push(t, s, now);
+    return ex_push(t, s, now);
 }
 
 /* Filtering speedscope/perfetto: the call at stack level d (just popped)
@@ -221,10 +205,10 @@ static int on_leave(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t ticks
     (void)id;
     (void)flags;
     ex_t *e = ctx;
+    if (e->w->exit) /* the tree: its clock gives its self time; its own stack */
+        return e->w->exit(e, wt, ticks);
     thr_t *t = thr_of(e, wt);
     uint64_t now = ex_now(e, t, ticks);
-    if (e->w->exit) /* the tree formats' own stack */
-        return e->w->exit(e, wt, now);
     if (!t->depth)
         return 0;
     t->depth--;

@@ -185,8 +185,9 @@ typedef struct ex {
  *   named         a thread's name changed
  *   symbol        a symbol announced (drop what was derived from it)
  *   self          a thread's clock moved on by `ticks` with its stack as it is
- *   enter, exit   the tree formats: a call and a return (they keep their own
- *                 stack, pt_cct's: the driver's stays empty);
+ *   enter, exit   the tree formats: a call and a return, at raw ticks (the
+ *                 writer keeps the clock, ex_clock, its self time and its
+ *                 own stack, pt_cct's: the driver's stays empty);
  *                 NULL: the driver's timeline rule, which calls
  *   open, close   a call's slice opens at `at` / closes (start, end); with a
  *                 time filter and `defers`, opens wait until a call that
@@ -195,7 +196,8 @@ typedef struct ex {
  *   end           the output's end (before the last flush)
  *   destroy       free what e->ws holds (also after a failed init; the
  *                 driver frees e->ws itself)
- * Every op may be NULL (nothing to do). Ticks are the thread's clamped clock.
+ * Every op may be NULL (nothing to do). Ticks are the thread's clock (ex_now)
+ * but for enter and exit.
  */
 struct ex_writer {
     int tree;   /* the calling-context tree (collapsed, pstats): no time filter */
@@ -211,8 +213,8 @@ struct ex_writer {
     void (*named)(ex_t *e, uint32_t index);
     void (*symbol)(ex_t *e, uint32_t s);
     void (*self)(ex_t *e, thr_t *t, uint64_t ticks);
-    int (*enter)(ex_t *e, pt_walk_thread_t *wt, uint32_t id, uint64_t now, unsigned flags);
-    int (*exit)(ex_t *e, pt_walk_thread_t *wt, uint64_t now);
+    int (*enter)(ex_t *e, pt_walk_thread_t *wt, uint32_t id, uint64_t ticks, unsigned flags);
+    int (*exit)(ex_t *e, pt_walk_thread_t *wt, uint64_t ticks);
     int (*open)(ex_t *e, pt_walk_thread_t *wt, uint32_t sym, uint64_t at, int continued);
     int (*close)(ex_t *e, pt_walk_thread_t *wt, uint32_t sym, uint64_t start, uint64_t end);
     int (*resume)(ex_t *e, pt_walk_thread_t *wt);
@@ -228,10 +230,11 @@ static inline thr_t *thr_of(ex_t *e, pt_walk_thread_t *wt) { return &e->thr[wt->
 
 static inline uint32_t proc_index(const ex_t *e, const proc_t *p) { return (uint32_t)(p - e->procs); }
 
-/* A thread's clock: ticks below the largest seen count as it (so slices nest
- * and self time never goes back); what it moves on goes to the writer's self. */
-static inline uint64_t ex_now(ex_t *e, thr_t *t, uint64_t now)
+/* A thread's clock at `now` ticks: ticks below the largest seen count as it
+ * (so slices nest and self time never goes back); *moved: how far it went on. */
+static inline uint64_t ex_clock(thr_t *t, uint64_t now, uint64_t *moved)
 {
+    *moved = 0;
     if (!t->have_last) {
         t->have_last = 1;
         t->last = now;
@@ -239,9 +242,17 @@ static inline uint64_t ex_now(ex_t *e, thr_t *t, uint64_t now)
     }
     if (now <= t->last)
         return t->last;
-    if (e->w->self)
-        e->w->self(e, t, now - t->last);
+    *moved = now - t->last;
     t->last = now;
+    return now;
+}
+
+/* ex_clock, what the clock went on given to the writer's self. */
+static inline uint64_t ex_now(ex_t *e, thr_t *t, uint64_t ticks)
+{
+    uint64_t moved, now = ex_clock(t, ticks, &moved);
+    if (moved && e->w->self)
+        e->w->self(e, t, moved);
     return now;
 }
 
@@ -262,6 +273,8 @@ static inline int64_t chrome_ns(const proc_t *p, uint64_t ticks)
 static inline int ex_grow_fill(void **arr, uint32_t *cap, size_t elem, uint32_t need, int fill)
 {
     uint32_t old = *cap;
+    if (need <= old)
+        return 0;
     if (pt_grow(arr, cap, elem, need))
         return -ENOMEM;
     memset((char *)*arr + (size_t)old * elem, fill, (size_t)(*cap - old) * elem);
@@ -269,7 +282,22 @@ static inline int ex_grow_fill(void **arr, uint32_t *cap, size_t elem, uint32_t 
 }
 
 /* Push v (a node or a symbol index) that opened at `start`. 0 or -ENOMEM. */
-PT_EX_HIDDEN int pt_ex_push(thr_t *t, uint32_t v, uint64_t start);
+static inline int ex_push(thr_t *t, uint32_t v, uint64_t start)
+{
+    if (t->depth == t->cap) {
+        uint32_t cap = t->cap;
+        if (pt_grow((void **)&t->stack, &cap, sizeof *t->stack, t->depth + 1))
+            return -ENOMEM;
+        uint32_t cap2 = t->cap;
+        if (pt_grow((void **)&t->starts, &cap2, sizeof *t->starts, t->depth + 1))
+            return -ENOMEM;
+        t->cap = cap;
+    }
+    t->stack[t->depth] = v;
+    t->starts[t->depth++] = start;
+    return 0;
+}
+
 /* The thread's name, or "thread N" in buf. */
 PT_EX_HIDDEN const char *pt_ex_thread_name(const thr_t *t, char *buf, size_t n);
 /* Does the call from start to end pass opts.from_ns/to_ns/min_duration_ns? */

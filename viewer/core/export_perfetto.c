@@ -61,6 +61,7 @@
 #define PF_SLICE_BEGIN 1u        /* TrackEvent.Type */
 #define PF_SLICE_END 2u
 #define PF_INSTANT 3u
+#define PF_CONTINUED 0x100u    /* pf_event: added to PF_SLICE_BEGIN */
 
 /* wire types */
 #define PB_VARINT 0u
@@ -418,11 +419,14 @@ static int pf_intern(ex_t *e, pf_thr_t *pt, uint32_t s, pb_t *pkt)
     return pb_done_all((pb_t *const[]){&en, &sl, &idata}, 3);
 }
 
-/* A TrackEvent on the thread's track at `now` (clamped ticks). sym: a symbol
- * index for BEGIN and INSTANT of a mark, NONE otherwise; lost_name/lost: a gap. */
-static int pf_event(ex_t *e, pt_walk_thread_t *wt, unsigned type, uint32_t sym, uint64_t now, const char *lost_name,
-                    uint64_t lost, int continued)
+/* A TrackEvent on the thread's track at `now` (clamped ticks). type: its
+ * TrackEvent.Type, with PF_CONTINUED for a BEGIN that continues an activation;
+ * sym: a symbol index for BEGIN and INSTANT of a mark, NONE otherwise (an
+ * INSTANT without one is a gap of `lost` events). */
+static int pf_event(ex_t *e, pt_walk_thread_t *wt, unsigned type, uint32_t sym, uint64_t now, uint64_t lost)
 {
+    const int continued = (type & PF_CONTINUED) != 0, gap = type == PF_INSTANT && sym == NONE;
+    type &= ~PF_CONTINUED;
     thr_t *t = thr_of(e, wt);
     pf_thr_t *pt = &((pf_t *)e->ws)->thr[wt->index];
     int64_t sns = chrome_ns(&e->procs[t->proc], now);
@@ -441,7 +445,7 @@ static int pf_event(ex_t *e, pt_walk_thread_t *wt, unsigned type, uint32_t sym, 
     uint64_t delta = ns - pt->pf_last_ns;
     pt->pf_last_ns = ns;
     int interned_needed = sym != NONE && !((size_t)sym / 8 < pt->pf_icap && (pt->pf_interned[sym / 8] >> (sym % 8) & 1));
-    if (!interned_needed && !lost_name && !continued) {
+    if (!interned_needed && !gap && !continued) {
         /* the hot path: fixed-size fields into a stack buffer */
         uint8_t te[32], pkt[64];
         size_t tl = 0, pl = 0;
@@ -474,7 +478,9 @@ static int pf_event(ex_t *e, pt_walk_thread_t *wt, unsigned type, uint32_t sym, 
         if (ex_sym(e, sym)->kind == PT_SYM_PY_FUNCTION && type == PF_SLICE_BEGIN)
             pb_uint(&te, 34, (uint64_t)sym + 1);
     }
-    if (lost_name) {
+    if (gap) {
+        char lost_name[48];
+        snprintf(lost_name, sizeof lost_name, "lost %llu events", (unsigned long long)lost);
         pb_str(&te, 23, lost_name);
         pb_str(&da, 10, "lost_events");
         pb_uint(&da, 3, lost);
@@ -511,14 +517,6 @@ static int pf_end(ex_t *e, const pt_walk_counters_t *wc)
     return rc ? rc : e->out.err;
 }
 
-static int pf_instant_now(ex_t *e, pt_walk_thread_t *wt, uint32_t sym, uint64_t ticks, uint64_t lost)
-{
-    char name[48];
-    if (sym == NONE)
-        snprintf(name, sizeof name, "lost %llu events", (unsigned long long)lost);
-    return pf_event(e, wt, PF_INSTANT, sym, ticks, sym == NONE ? name : NULL, lost, 0);
-}
-
 /* Filtering perfetto: write the waiting instants up to `upto` ticks (all of
  * them when no open is deferred any more), in time order. */
 static int pf_flush_waiting(ex_t *e, pt_walk_thread_t *wt, uint64_t upto, int all)
@@ -527,7 +525,7 @@ static int pf_flush_waiting(ex_t *e, pt_walk_thread_t *wt, uint64_t upto, int al
     uint32_t n = 0;
     while (n < pt->pf_nwait && (all || pt->pf_wait[n].ticks <= upto)) {
         pf_instant_t w = pt->pf_wait[n++];
-        int rc = pf_instant_now(e, wt, w.sym, w.ticks, w.lost);
+        int rc = pf_event(e, wt, PF_INSTANT, w.sym, w.ticks, w.lost);
         if (rc)
             return rc;
     }
@@ -544,7 +542,7 @@ static int pf_instant(ex_t *e, pt_walk_thread_t *wt, uint32_t sym, uint64_t tick
 {
     thr_t *t = thr_of(e, wt);
     if (!e->filter || t->emitted >= t->depth)
-        return pf_instant_now(e, wt, sym, ticks, lost);
+        return pf_event(e, wt, PF_INSTANT, sym, ticks, lost);
     pf_thr_t *pt = &((pf_t *)e->ws)->thr[wt->index];
     if (pt_grow((void **)&pt->pf_wait, &pt->pf_cap_wait, sizeof *pt->pf_wait, pt->pf_nwait + 1))
         return -ENOMEM;
@@ -595,16 +593,24 @@ static void pf_destroy(ex_t *e)
 /* A slice opens (the instants that waited until `at` go first). */
 static int pf_open(ex_t *e, pt_walk_thread_t *wt, uint32_t sym, uint64_t at, int continued)
 {
-    int rc = ((pf_t *)e->ws)->thr[wt->index].pf_nwait ? pf_flush_waiting(e, wt, at, 0) : 0;
-    return rc ? rc : pf_event(e, wt, PF_SLICE_BEGIN, sym, at, NULL, 0, continued);
+    if (e->filter && ((pf_t *)e->ws)->thr[wt->index].pf_nwait) { /* they wait only when filtering */
+        int rc = pf_flush_waiting(e, wt, at, 0);
+        if (rc)
+            return rc;
+    }
+    return pf_event(e, wt, PF_SLICE_BEGIN | (continued ? PF_CONTINUED : 0), sym, at, 0);
 }
 
 static int pf_close(ex_t *e, pt_walk_thread_t *wt, uint32_t sym, uint64_t start, uint64_t now)
 {
     (void)sym;
     (void)start;
-    int rc = ((pf_t *)e->ws)->thr[wt->index].pf_nwait ? pf_flush_waiting(e, wt, now, 0) : 0;
-    return rc ? rc : pf_event(e, wt, PF_SLICE_END, NONE, now, NULL, 0, 0);
+    if (e->filter && ((pf_t *)e->ws)->thr[wt->index].pf_nwait) {
+        int rc = pf_flush_waiting(e, wt, now, 0);
+        if (rc)
+            return rc;
+    }
+    return pf_event(e, wt, PF_SLICE_END, NONE, now, 0);
 }
 
 /* No open is deferred any more: the instants that waited go out. */

@@ -175,26 +175,39 @@ static int tree_thread(ex_t *e, uint32_t index)
     return 0;
 }
 
-/* The thread's clock moved on: the ticks go to the entry on top (cct.h). */
-static void tree_self(ex_t *e, thr_t *t, uint64_t ticks)
+/* The thread's clock at `ticks`; the ticks it went on are self time of the
+ * entry on top (cct.h). */
+static inline uint64_t account(ex_t *e, thr_t *t, uint32_t index, uint64_t ticks)
+{
+    uint64_t moved, now = ex_clock(t, ticks, &moved);
+    if (moved) {
+        tree_t *tr = e->ws;
+        pt_cct_give(e->cct, &tr->cur[index], moved);
+    }
+    return now;
+}
+
+/* The clock went on (a mark, a gap, a thread's start or end): self time too. */
+static void tree_self(ex_t *e, thr_t *t, uint64_t moved)
 {
     tree_t *tr = e->ws;
-    pt_cct_give(e->cct, &tr->cur[t - e->thr], ticks);
+    pt_cct_give(e->cct, &tr->cur[t - e->thr], moved);
 }
 
 /* A call: the node below the one on top (one node per label for collapsed). */
-static int tree_enter(ex_t *e, pt_walk_thread_t *wt, uint32_t id, uint64_t now, unsigned flags)
+static int tree_enter(ex_t *e, pt_walk_thread_t *wt, uint32_t id, uint64_t ticks, unsigned flags)
 {
-    (void)now;
     tree_t *tr = e->ws;
-    return pt_cct_enter(e->cct, &tr->cur[wt->index], thr_of(e, wt)->proc, id, !(flags & PT_WALK_CONTINUED), e->walk,
-                        wt, NULL);
+    thr_t *t = thr_of(e, wt);
+    account(e, t, wt->index, ticks);
+    return pt_cct_enter(e->cct, &tr->cur[wt->index], t->proc, id, !(flags & PT_WALK_CONTINUED), e->walk, wt, NULL);
 }
 
-static int tree_exit(ex_t *e, pt_walk_thread_t *wt, uint64_t now)
+/* A return: the entry on top closes. */
+static int tree_exit(ex_t *e, pt_walk_thread_t *wt, uint64_t ticks)
 {
-    (void)now;
     tree_t *tr = e->ws;
+    account(e, thr_of(e, wt), wt->index, ticks);
     pt_cct_exit(e->cct, &tr->cur[wt->index]);
     return 0;
 }
