@@ -22,6 +22,7 @@
 #include <Python.h>
 #include <pythread.h>
 
+#include "py_dict_set.h"
 #include "viewer/core/agg.h"
 #include "viewer/core/aggset.h"
 
@@ -78,6 +79,43 @@ static pt_agg_t *agg_lock_process(agg_obj_t *self, Py_ssize_t index)
         no_process(index);
     }
     return agg;
+}
+
+/* The methods whose one argument is process=0 (fmt "|n:NAME"): parse it and
+ * take the lock, as agg_lock_process; NULL with an exception set otherwise. */
+static pt_agg_t *agg_lock_process_arg(agg_obj_t *self, PyObject *args, PyObject *kw, const char *fmt)
+{
+    static char *kwlist[] = {"process", NULL};
+    Py_ssize_t process = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, fmt, kwlist, &process))
+        return NULL;
+    return agg_lock_process(self, process);
+}
+
+/* agg_lock_process_arg, and a new empty list in *list (NULL, unlocked, when
+ * that fails): the methods that list something of a process. */
+static pt_agg_t *agg_lock_list(agg_obj_t *self, PyObject *args, PyObject *kw, const char *fmt, PyObject **list)
+{
+    pt_agg_t *agg = agg_lock_process_arg(self, args, kw, fmt);
+    if (agg && !(*list = PyList_New(0))) {
+        agg_unlock(self);
+        return NULL;
+    }
+    return agg;
+}
+
+/* Append t (a new reference; NULL: an error is set) to list, the lock held;
+ * on an error the lock and the list go: -1. */
+static int append_locked(agg_obj_t *self, PyObject *list, PyObject *t)
+{
+    if (!t || PyList_Append(list, t) < 0) {
+        Py_XDECREF(t);
+        agg_unlock(self);
+        Py_DECREF(list);
+        return -1;
+    }
+    Py_DECREF(t);
+    return 0;
 }
 
 /* Slice headers (32 bytes each) every process may hold, all processes together:
@@ -241,15 +279,7 @@ static int parse_query(PyObject *args, PyObject *kw, const char *fmt, char **kwl
     return 0;
 }
 
-#define SET(d, key, expr)                                         \
-    do {                                                          \
-        PyObject *o_ = (expr);                                    \
-        if (!o_ || PyDict_SetItemString(d, key, o_) < 0) {        \
-            Py_XDECREF(o_);                                       \
-            goto err;                                             \
-        }                                                         \
-        Py_DECREF(o_);                                            \
-    } while (0)
+#define SET PT_DICT_SET
 #define U64(v) PyLong_FromUnsignedLongLong((unsigned long long)(v))
 
 PyDoc_STRVAR(counters_doc, "counters(process=0) -> dict: pt_agg_counters of that process (events, rates, drops, "
@@ -258,12 +288,8 @@ PyDoc_STRVAR(counters_doc, "counters(process=0) -> dict: pt_agg_counters of that
 
 static PyObject *agg_counters(agg_obj_t *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"process", NULL};
-    Py_ssize_t process = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|n:counters", kwlist, &process))
-        return NULL;
     pt_agg_counters_t c;
-    pt_agg_t *agg = agg_lock_process(self, process);
+    pt_agg_t *agg = agg_lock_process_arg(self, args, kw, "|n:counters");
     if (!agg)
         return NULL;
     pt_agg_counters(agg, &c);
@@ -320,16 +346,12 @@ PyDoc_STRVAR(process_doc, "process_info(process=0) -> dict: that process's Proce
 
 static PyObject *agg_process_info(agg_obj_t *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"process", NULL};
-    Py_ssize_t process = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|n:process_info", kwlist, &process))
+    pt_agg_t *agg = agg_lock_process_arg(self, args, kw, "|n:process_info");
+    if (!agg)
         return NULL;
     PyObject *d = PyDict_New();
-    if (!d)
-        return NULL;
-    pt_agg_t *agg = agg_lock_process(self, process);
-    if (!agg) {
-        Py_DECREF(d);
+    if (!d) {
+        agg_unlock(self);
         return NULL;
     }
     const pt_fb_process_info_t *pi = pt_agg_process_info(agg);
@@ -362,18 +384,10 @@ PyDoc_STRVAR(threads_doc, "threads(process=0) -> list[(thread, os_tid, name, end
 
 static PyObject *agg_threads(agg_obj_t *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"process", NULL};
-    Py_ssize_t process = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|n:threads", kwlist, &process))
+    PyObject *list;
+    pt_agg_t *agg = agg_lock_list(self, args, kw, "|n:threads", &list);
+    if (!agg)
         return NULL;
-    PyObject *list = PyList_New(0);
-    if (!list)
-        return NULL;
-    pt_agg_t *agg = agg_lock_process(self, process);
-    if (!agg) {
-        Py_DECREF(list);
-        return NULL;
-    }
     size_t n = pt_agg_thread_count(agg);
     for (size_t i = 0; i < n; i++) {
         pt_agg_thread_info_t ti;
@@ -383,13 +397,8 @@ static PyObject *agg_threads(agg_obj_t *self, PyObject *args, PyObject *kw)
         PyObject *t = name ? Py_BuildValue("(KKNiKI)", (unsigned long long)ti.thread, (unsigned long long)ti.os_tid,
                                            name, ti.ended, (unsigned long long)ti.events, ti.depth)
                            : NULL;
-        if (!t || PyList_Append(list, t) < 0) {
-            Py_XDECREF(t);
-            agg_unlock(self);
-            Py_DECREF(list);
+        if (append_locked(self, list, t))
             return NULL;
-        }
-        Py_DECREF(t);
     }
     agg_unlock(self);
     return list;
@@ -405,20 +414,12 @@ PyDoc_STRVAR(stacks_doc,
 
 static PyObject *agg_stacks(agg_obj_t *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"process", NULL};
-    Py_ssize_t process = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|n:stacks", kwlist, &process))
-        return NULL;
-    PyObject *list = PyList_New(0);
-    if (!list)
-        return NULL;
     pt_agg_frame_t *frames = NULL;
     uint32_t cap = 0;
-    pt_agg_t *agg = agg_lock_process(self, process);
-    if (!agg) {
-        Py_DECREF(list);
+    PyObject *list;
+    pt_agg_t *agg = agg_lock_list(self, args, kw, "|n:stacks", &list);
+    if (!agg)
         return NULL;
-    }
     size_t n = pt_agg_thread_count(agg);
     for (size_t i = 0; i < n; i++) {
         pt_agg_thread_info_t ti;
@@ -740,13 +741,8 @@ static PyObject *agg_processes(agg_obj_t *self, PyObject *unused)
                                           (unsigned long long)pi->pid, (unsigned long long)pi->ppid, cmd,
                                           c.producer_state, c.threads_active, (unsigned long long)c.events_seen)
                           : NULL;
-        if (!t || PyList_Append(list, t) < 0) {
-            Py_XDECREF(t);
-            agg_unlock(self);
-            Py_DECREF(list);
+        if (append_locked(self, list, t))
             return NULL;
-        }
-        Py_DECREF(t);
     }
     agg_unlock(self);
     return list;

@@ -7,6 +7,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "py_dict_set.h"
 #include "viewer/core/export.h"
 
 #include <errno.h>
@@ -39,34 +40,26 @@ static const struct {
     {"perfetto", PT_EXPORT_PERFETTO},
 };
 
-#define SET_U64(d, key, v)                                                   \
-    do {                                                                     \
-        PyObject *o_ = PyLong_FromUnsignedLongLong((unsigned long long)(v)); \
-        if (!o_ || PyDict_SetItemString(d, key, o_) < 0) {                   \
-            Py_XDECREF(o_);                                                  \
-            goto err;                                                        \
-        }                                                                    \
-        Py_DECREF(o_);                                                       \
-    } while (0)
+#define SET_U64(d, key, v) PT_DICT_SET(d, key, PyLong_FromUnsignedLongLong((unsigned long long)(v)))
 
 PyObject *pt_py_export(PyObject *module, PyObject *args, PyObject *kw)
 {
     (void)module;
     static char *kwlist[] = {"recording", "format", "fd", "weight_calls", "per_thread", "qualnames",
                              "follow", "timeout", "tmp_dir", "uncompressed", "pids", "max_bytes", "max_depth",
-                             "from_ns", "to_ns", "min_duration_ns", NULL};
+                             "from_ns", "to_ns", "min_duration_ns", "tree_budget", NULL};
     PyObject *path_obj = NULL, *pids_obj = NULL;
     uint64_t pids[PT_EXPORT_MAX_PIDS];
     const char *fmt = NULL, *tmp_dir = NULL;
     int fd = -1, weight_calls = 0, per_thread = 0, qualnames = 0, follow = 0, uncompressed = 0;
     double timeout = 30.0;
-    unsigned long long max_bytes = 0;
+    unsigned long long max_bytes = 0, tree_budget = 0;
     unsigned int max_depth = 0;
     long long from_ns = 0, to_ns = 0, min_duration_ns = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&si|ppppdzpOKILLL", kwlist, PyUnicode_FSConverter, &path_obj, &fmt,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&si|ppppdzpOKILLLK", kwlist, PyUnicode_FSConverter, &path_obj, &fmt,
                                      &fd, &weight_calls, &per_thread, &qualnames, &follow, &timeout, &tmp_dir,
                                      &uncompressed, &pids_obj, &max_bytes, &max_depth, &from_ns, &to_ns,
-                                     &min_duration_ns))
+                                     &min_duration_ns, &tree_budget))
         return NULL;
     size_t npids = 0;
     if (pids_obj && pids_obj != Py_None) { /* pids: a sequence of ints, the processes to export */
@@ -97,7 +90,7 @@ PyObject *pt_py_export(PyObject *module, PyObject *args, PyObject *kw)
                           .follow = follow, .timeout = timeout, .tmp_dir = tmp_dir,
                           .pf_uncompressed = uncompressed, .pids = npids ? pids : NULL, .npids = npids,
                           .max_bytes = max_bytes, .max_depth = max_depth, .from_ns = from_ns, .to_ns = to_ns,
-                          .min_duration_ns = min_duration_ns};
+                          .min_duration_ns = min_duration_ns, .tree_budget = tree_budget};
     for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++)
         if (!strcmp(fmt, formats[i].name))
             o.format = formats[i].format;
@@ -150,6 +143,8 @@ PyObject *pt_py_export(PyObject *module, PyObject *args, PyObject *kw)
     SET_U64(d, "calls_left_out", res.calls_left_out);
     SET_U64(d, "stacks_folded", res.stacks_folded);
     SET_U64(d, "deepest", res.deepest);
+    SET_U64(d, "tree_budget", res.tree_budget);
+    SET_U64(d, "folded_calls", res.folded_calls);
     SET_U64(d, "span_ns", res.span_ns);
     SET_U64(d, "timed_out", res.timed_out);
     SET_U64(d, "processes", res.processes);

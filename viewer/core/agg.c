@@ -2,40 +2,32 @@
  * pt_agg implementation.
  *
  * Design summary
- *   - Nodes live in one growable array; a node's index never changes, and a
- *     child always has a larger index than its parent, so inclusive time is a
- *     single reverse pass (incl[parent] += incl[child]) at query time.
- *   - (parent, symbol id) -> node is an open-addressing hash table; each node
- *     also caches its last looked-up child, which hits for loops calling the
- *     same function over and over.
+ *   - The calling-context tree, its symbols, the self-time rule, the tree
+ *     budget and the walk that gives primitive calls and total times are
+ *     pt_cct's (cct.h); one tree holds every thread (a root per thread).
+ *     pt_agg adds the threads, the window, the counters and the queries.
  *   - Per event we only add ticks to the top frame's self time (and to the
  *     slice entry of that node), push or pop. Inclusive time, primitive calls
  *     and the pstats "total time of outermost activations" are derived from
- *     the tree at query time (a node is an outermost activation of its symbol
- *     when no ancestor has the same symbol). That keeps the hot path short and
+ *     the tree at query time (pt_cct_walk). That keeps the hot path short and
  *     makes recursion exact by construction.
  *   - Window: a ring of slices; each slice holds (node, calls, self) entries.
  *     A node caches the absolute slice number of its last entry and the entry
  *     index, so the steady path appends at most once per node per slice and
  *     otherwise adds in place. Slice arrays keep their capacity when reused.
- *   - Tree budget (agg.h): past node_limit, child_of gives the parent's
- *     [other] node, and below an [other] node every call is that node again.
- *     Refusing new nodes (rather than evicting the least used ones) keeps
- *     every node that exists exact and costs nothing per event; the paths
- *     folded are the ones first seen after the budget was reached, which in a
- *     program with never-repeating paths are the rare ones. The flat table
- *     must stay exact, so a folded activation is also kept, per (thread,
- *     symbol), in a "folded record" (frec) with its calls, primitive calls
- *     (the walk's open count says whether it is outermost), self ticks and,
- *     for an outermost one, its inclusive ticks; the window has the same per
- *     slice (fentries). Inclusive ticks are counted lazily: each thread has a
- *     clock acc (ticks given to anything on it), an open outermost folded
- *     activation remembers acc at its last flush, and the difference goes to
- *     the slice the ticks were in when the thread's slice changes or the
- *     activation exits: O(1) per event, O(open ones) per slice change.
+ *   - Tree budget (cct.h): past it, new paths go to [other] nodes and a
+ *     folded activation is kept in a fold record per (thread, symbol); the
+ *     window has the same per slice (fentries). A fold record's inclusive
+ *     ticks are flushed to the slice they were given in when the thread's
+ *     slice changes or the activation exits (cct's fold_flushed hook): O(1)
+ *     per event, O(open ones) per slice change.
+ *   - A node's aux64/aux32 (cct.h) are its window cache: the absolute slice
+ *     of its last entry and the entry's index; a fold record's the same.
  */
+#define _POSIX_C_SOURCE 200809L /* strndup */
 #include "agg.h"
 
+#include "cct.h"
 #include "grow_internal.h"
 #include "u64map_internal.h"
 #include "walk.h"
@@ -49,8 +41,6 @@
 #define DEFAULT_SLICE_COUNT 6000u
 #define INITIAL_SLICE_CAP 256u /* slots a new aggregation allocates (slice_ring_fit grows them) */
 #define NO_SLICE UINT64_MAX
-#define OTHER_SYM (UINT32_MAX - 1u) /* node.sym of an [other] node (no dense symbol has it) */
-#define MIN_NODE_LIMIT 64u
 
 /* Ticks come from untrusted input and may sit anywhere up to 2^64 - 1: every
  * sum or product of them saturates, so a border never wraps below a tick. */
@@ -75,70 +65,25 @@ static inline uint64_t u64_of_double(double v)
     return (uint64_t)v;
 }
 
-/* Node, symbol and thread indices share "none" with the maps' "empty". */
-_Static_assert(PT_AGG_NONE == PT_U64MAP_EMPTY, "pt_agg's none is the u64 map's empty value");
+/* Node, symbol and thread indices share "none" with the maps' and the tree's. */
+_Static_assert(PT_AGG_NONE == PT_U64MAP_EMPTY && PT_AGG_NONE == PT_CCT_NONE, "pt_agg's none is the tree's");
+_Static_assert(PT_AGG_OTHER == PT_CCT_OTHER, "an [other] node's symbol is the tree's");
+_Static_assert(PT_AGG_DEFAULT_TREE_BUDGET == PT_CCT_DEFAULT_BUDGET && PT_AGG_NODE_BYTES == PT_CCT_NODE_BYTES,
+               "the tree budget is the tree's");
+_Static_assert(NO_SLICE == UINT64_MAX, "a new node's and fold record's aux64 (UINT64_MAX) is no slice");
 
 /* ---- state ---------------------------------------------------------------- */
-
-typedef struct node {
-    uint32_t parent;
-    uint32_t sym;          /* dense symbol index; PT_AGG_NONE for a thread root */
-    uint32_t first_child;
-    uint32_t next_sibling;
-    uint32_t cache_sym;    /* last child looked up from here */
-    uint32_t cache_child;
-    uint32_t slice_entry;  /* index of this node's entry in slice slice_no */
-    uint32_t thread;       /* thread index */
-    uint64_t slice_no;     /* NO_SLICE if none */
-    uint64_t calls;
-    uint64_t self;         /* ticks */
-} node_t;
-
-/* Folded activations of one symbol on one thread (see the design summary). */
-typedef struct frec {
-    uint32_t thread;       /* thread index */
-    uint32_t sym;          /* dense symbol index */
-    uint32_t slice_entry;  /* index of its entry in slice slice_no's fentries */
-    uint32_t reserved;
-    uint64_t slice_no;     /* NO_SLICE if none */
-    uint64_t calls, prim, self, total;
-} frec_t;
-
-typedef struct fopen {     /* an open outermost folded activation */
-    uint32_t frec;
-    uint32_t pos;          /* its stack position */
-    uint64_t mark;         /* the thread's acc when its ticks were last counted */
-} fopen_t;
-
-typedef struct sym {
-    uint32_t id;
-    uint8_t kind;
-    uint8_t known;
-    char *name;
-    char *file;
-    uint32_t line;
-} sym_t;
-
 
 typedef struct thread {
     uint64_t number;
     uint64_t os_tid;
     char *name;
-    uint32_t root;
     int ended;
-    uint64_t last;         /* ticks of the last event accounted */
-    int have_last;
     uint64_t events;
     uint64_t dropped_reported; /* LostCount / ThreadEnd */
     pt_walk_thread_t *wt;  /* the walk's state of it (NULL until its first event) */
-    uint32_t *stack;       /* CCT nodes of the walk's open entries */
-    uint32_t depth, stack_cap;
-    uint32_t *fstack;      /* per stack position: its frec if folded, else PT_AGG_NONE */
-    uint32_t fstack_cap;
-    fopen_t *fo;           /* open outermost folded activations, innermost last */
-    uint32_t fo_count, fo_cap;
-    uint64_t acc;          /* ticks given to anything on this thread */
-    uint64_t acc_slice;    /* the slice those ticks were last given in (NO_SLICE: none yet) */
+    pt_cct_thread_t cur;   /* its place in the tree: the nodes of the walk's open entries, its clock */
+    uint64_t acc_slice;    /* the slice cur.acc's ticks were last given in (NO_SLICE: none yet) */
     /* slice cache: ticks [slice_start, slice_end) are slice slice_no */
     uint64_t slice_no, slice_start, slice_end;
     uint32_t slice_slot;   /* slice_no % slice_cap when it was cached (checked against sl->no) */
@@ -151,7 +96,7 @@ typedef struct slice_entry {
 } slice_entry_t;
 
 typedef struct fentry {
-    uint32_t frec;
+    uint32_t frec;         /* the tree's fold record */
     uint32_t calls;
     uint32_t prim;
     uint32_t reserved;
@@ -184,30 +129,13 @@ struct pt_agg {
     int have_ticks;
     uint64_t min_tick, latest;
 
-    node_t *nodes;
-    uint32_t node_count, node_cap;
-    pt_u64map_t node_map;        /* (parent << 32 | symbol id) -> node */
-    uint64_t tree_budget;        /* bytes */
-    uint32_t node_limit;         /* nodes that are not [other] */
-    uint32_t other_count;        /* [other] nodes */
-    pt_u64map_t other_map;       /* parent -> its [other] child */
-    uint64_t folded_calls;
-    frec_t *frecs;
-    uint32_t frec_count, frec_cap;
-    pt_u64map_t frec_map;        /* (thread index << 32 | dense symbol) -> frec */
-
-    sym_t *syms;
-    uint32_t sym_count, sym_cap;
-    pt_u64map_t sym_map;         /* id -> dense index */
+    pt_cct_t *cct;               /* the tree and its symbols (one process: process 0) */
 
     thread_t *threads;
     uint32_t thread_count, thread_cap;
     pt_u64map_t thread_map;      /* number -> index */
     pt_walk_t *walk;       /* the stream rules (walk.h) */
     uint32_t last_thread;  /* lookup cache */
-
-    char **old_strings;    /* replaced symbol strings, freed at destroy */
-    size_t old_count, old_cap;
 
     uint64_t events_seen, unmatched, bad_events;
     uint64_t lost_records;
@@ -219,22 +147,13 @@ struct pt_agg {
 
 static const pt_walk_ops_t agg_walk_ops; /* defined with the callbacks below */
 
-static char *dup_bytes(const char *p, size_t n)
-{
-    char *s = malloc(n + 1);
-    if (!s)
-        return NULL;
-    if (n)
-        memcpy(s, p, n);
-    s[n] = 0;
-    return s;
-}
-
 static void recompute_slice_ticks(pt_agg_t *a)
 {
     double t = (double)a->tps * (double)a->slice_ns / 1e9;
     a->slice_ticks = t < 1.0 ? 1 : u64_of_double(t + 0.5);
 }
+
+static void fold_flushed(void *ctx, pt_cct_thread_t *cur, uint32_t fold, uint64_t ticks);
 
 int pt_agg_create(const pt_agg_config_t *cfg, pt_agg_t **out)
 {
@@ -243,9 +162,6 @@ int pt_agg_create(const pt_agg_config_t *cfg, pt_agg_t **out)
         return -ENOMEM;
     a->slice_ns = cfg && cfg->slice_ns ? cfg->slice_ns : DEFAULT_SLICE_NS;
     a->slice_count = cfg && cfg->slice_count ? cfg->slice_count : DEFAULT_SLICE_COUNT;
-    a->tree_budget = cfg && cfg->tree_budget ? cfg->tree_budget : PT_AGG_DEFAULT_TREE_BUDGET;
-    uint64_t limit = a->tree_budget / PT_AGG_NODE_BYTES / 2;
-    a->node_limit = limit < MIN_NODE_LIMIT ? MIN_NODE_LIMIT : limit > UINT32_MAX / 4 ? UINT32_MAX / 4 : (uint32_t)limit;
     a->tps = 1000000000ull;
     a->pinfo.ticks_per_second = a->tps;
     recompute_slice_ticks(a);
@@ -256,8 +172,8 @@ int pt_agg_create(const pt_agg_config_t *cfg, pt_agg_t **out)
         goto err;
     for (uint32_t i = 0; i < a->slice_cap; i++)
         a->slices[i].no = NO_SLICE;
-    if (pt_u64map_init(&a->node_map, 1024) || pt_u64map_init(&a->sym_map, 256) || pt_u64map_init(&a->thread_map, 16) ||
-        pt_u64map_init(&a->other_map, 16) || pt_u64map_init(&a->frec_map, 16))
+    pt_cct_config_t cc = {.budget = cfg ? cfg->tree_budget : 0, .fold_flushed = fold_flushed, .ctx = a};
+    if (pt_cct_create(&cc, &a->cct) || pt_u64map_init(&a->thread_map, 16))
         goto err;
     if (pt_walk_create(&agg_walk_ops, a, &a->walk))
         goto err;
@@ -279,29 +195,14 @@ void pt_agg_destroy(pt_agg_t *a)
             free(a->slices[i].fentries);
         }
     free(a->slices);
-    free(a->nodes);
-    pt_u64map_free(&a->node_map);
-    pt_u64map_free(&a->other_map);
-    free(a->frecs);
-    pt_u64map_free(&a->frec_map);
-    for (uint32_t i = 0; i < a->sym_count; i++) {
-        free(a->syms[i].name);
-        free(a->syms[i].file);
-    }
-    free(a->syms);
-    pt_u64map_free(&a->sym_map);
+    pt_cct_destroy(a->cct);
     for (uint32_t i = 0; i < a->thread_count; i++) {
         free(a->threads[i].name);
-        free(a->threads[i].stack);
-        free(a->threads[i].fstack);
-        free(a->threads[i].fo);
+        pt_cct_thread_free(&a->threads[i].cur);
     }
     free(a->threads);
     pt_u64map_free(&a->thread_map);
     pt_walk_destroy(a->walk);
-    for (size_t i = 0; i < a->old_count; i++)
-        free(a->old_strings[i]);
-    free(a->old_strings);
     free((void *)a->pinfo.command_line.ptr);
     free((void *)a->pinfo.python_version.ptr);
     free((void *)a->pinfo.segment.ptr);
@@ -310,160 +211,19 @@ void pt_agg_destroy(pt_agg_t *a)
 
 /* ---- symbols ---------------------------------------------------------------- */
 
-static uint32_t sym_index(pt_agg_t *a, uint32_t id)
+static pt_agg_symbol_t symbol_out(const pt_agg_t *a, uint32_t sym)
 {
-    uint32_t idx = pt_u64map_get(&a->sym_map, id);
-    if (idx != PT_AGG_NONE)
-        return idx;
-    if (pt_grow((void **)&a->syms, &a->sym_cap, sizeof *a->syms, a->sym_count + 1))
-        return PT_AGG_NONE;
-    char buf[40];
-    snprintf(buf, sizeof buf, "<unknown #%u>", id);
-    sym_t *s = &a->syms[a->sym_count];
-    memset(s, 0, sizeof *s);
-    s->id = id;
-    s->name = dup_bytes(buf, strlen(buf));
-    s->file = dup_bytes("", 0);
-    if (!s->name || !s->file) {
-        free(s->name);
-        free(s->file);
-        return PT_AGG_NONE;
-    }
-    if (pt_u64map_put(&a->sym_map, id, a->sym_count)) {
-        free(s->name);
-        free(s->file);
-        return PT_AGG_NONE;
-    }
-    return a->sym_count++;
-}
-
-static void keep_old(pt_agg_t *a, char *s)
-{
-    if (a->old_count == a->old_cap) {
-        size_t ncap = a->old_cap ? a->old_cap * 2 : 16;
-        char **p = realloc(a->old_strings, ncap * sizeof *p);
-        if (!p) { /* leak rather than dangle */
-            return;
-        }
-        a->old_strings = p;
-        a->old_cap = ncap;
-    }
-    a->old_strings[a->old_count++] = s;
-}
-
-static int feed_symbol(pt_agg_t *a, const pt_fb_symbol_t *in)
-{
-    if (pt_walk_proc_symbol(a->walk, 0, in->id))
-        return -ENOMEM;
-    uint32_t idx = sym_index(a, in->id);
-    if (idx == PT_AGG_NONE)
-        return -ENOMEM;
-    sym_t *s = &a->syms[idx];
-    char *name = dup_bytes(in->name.ptr ? in->name.ptr : "", in->name.ptr ? in->name.len : 0);
-    char *file = dup_bytes(in->file.ptr ? in->file.ptr : "", in->file.ptr ? in->file.len : 0);
-    if (!name || !file) {
-        free(name);
-        free(file);
-        return -ENOMEM;
-    }
-    /* pointers handed out earlier stay valid until destroy */
-    keep_old(a, s->name);
-    keep_old(a, s->file);
-    s->name = name;
-    s->file = file;
-    s->kind = in->kind;
-    s->line = in->line;
-    s->known = 1;
-    return 0;
+    const pt_cct_symbol_t *s = pt_cct_sym_at(a->cct, sym);
+    return (pt_agg_symbol_t){.id = s->id, .kind = s->kind, .known = s->known, .name = s->name, .file = s->file,
+                             .line = s->line};
 }
 
 pt_agg_symbol_t pt_agg_symbol(pt_agg_t *a, uint32_t id)
 {
-    pt_agg_symbol_t out = {.id = id, .name = "<unknown>", .file = ""};
-    uint32_t idx = sym_index(a, id);
+    uint32_t idx = pt_cct_sym(a->cct, 0, id);
     if (idx == PT_AGG_NONE)
-        return out;
-    const sym_t *s = &a->syms[idx];
-    out.kind = s->kind;
-    out.known = s->known;
-    out.name = s->name;
-    out.file = s->file;
-    out.line = s->line;
-    return out;
-}
-
-/* ---- nodes ------------------------------------------------------------------ */
-
-static uint32_t node_new(pt_agg_t *a, uint32_t parent, uint32_t sym, uint32_t thread)
-{
-    if (pt_grow((void **)&a->nodes, &a->node_cap, sizeof *a->nodes, a->node_count + 1))
-        return PT_AGG_NONE;
-    uint32_t idx = a->node_count++;
-    node_t *n = &a->nodes[idx];
-    n->parent = parent;
-    n->sym = sym;
-    n->first_child = PT_AGG_NONE;
-    n->next_sibling = PT_AGG_NONE;
-    n->cache_sym = PT_AGG_NONE;
-    n->cache_child = PT_AGG_NONE;
-    n->slice_entry = 0;
-    n->thread = thread;
-    n->slice_no = NO_SLICE;
-    n->calls = 0;
-    n->self = 0;
-    if (parent != PT_AGG_NONE) {
-        n->next_sibling = a->nodes[parent].first_child;
-        a->nodes[parent].first_child = idx;
-    }
-    return idx;
-}
-
-/* The [other] child of `parent`, created on first need (at most one per node,
- * so they are bounded by the nodes that are not [other]). */
-static uint32_t other_of(pt_agg_t *a, uint32_t parent)
-{
-    uint32_t c = pt_u64map_get(&a->other_map, parent);
-    if (c != PT_AGG_NONE)
-        return c;
-    c = node_new(a, parent, OTHER_SYM, a->nodes[parent].thread);
-    if (c == PT_AGG_NONE || pt_u64map_put(&a->other_map, parent, c))
-        return PT_AGG_NONE;
-    a->other_count++;
-    return c;
-}
-
-/* The child of `parent` for symbol id; created on first sight while the tree
- * is within its budget, else the parent's [other] node. Below an [other] node
- * every call is that node. */
-static inline uint32_t child_of(pt_agg_t *a, uint32_t parent, uint32_t id)
-{
-    node_t *p = &a->nodes[parent];
-    if (p->sym == OTHER_SYM)
-        return parent;
-    /* cache_sym starts as PT_AGG_NONE, which is also a symbol id a stream may
-     * carry: an empty cache is told by its child */
-    if (p->cache_child != PT_AGG_NONE && p->cache_sym == id)
-        return p->cache_child;
-    uint64_t key = ((uint64_t)parent << 32) | id;
-    uint32_t c = pt_u64map_get(&a->node_map, key);
-    if (c == PT_AGG_NONE && a->node_count - a->other_count >= a->node_limit) {
-        c = other_of(a, parent);
-        if (c == PT_AGG_NONE)
-            return PT_AGG_NONE;
-    } else if (c == PT_AGG_NONE) {
-        uint32_t sym = sym_index(a, id);
-        if (sym == PT_AGG_NONE)
-            return PT_AGG_NONE;
-        c = node_new(a, parent, sym, a->nodes[parent].thread);
-        if (c == PT_AGG_NONE)
-            return PT_AGG_NONE;
-        if (pt_u64map_put(&a->node_map, key, c))
-            return PT_AGG_NONE;
-    }
-    p = &a->nodes[parent]; /* node_new may have moved the array */
-    p->cache_sym = id;
-    p->cache_child = c;
-    return c;
+        return (pt_agg_symbol_t){.id = id, .name = "<unknown>", .file = ""};
+    return symbol_out(a, idx);
 }
 
 /* ---- slices ----------------------------------------------------------------- */
@@ -553,12 +313,12 @@ static inline uint64_t thread_slice(pt_agg_t *a, thread_t *th, uint64_t t)
 
 static void slice_add(pt_agg_t *a, uint32_t node, uint64_t no, uint32_t slot, uint32_t calls, uint64_t self)
 {
-    node_t *n = &a->nodes[node];
-    if (n->slice_no == no) {
+    pt_cct_node_t *n = &a->cct->nodes[node]; /* aux64: the slice of its last entry, aux32: the entry */
+    if (n->aux64 == no) {
         slice_t *sl = &a->slices[slot];
-        if (sl->no == no && n->slice_entry < sl->count && sl->entries[n->slice_entry].node == node) {
-            sl->entries[n->slice_entry].calls += calls;
-            sl->entries[n->slice_entry].self += self;
+        if (sl->no == no && n->aux32 < sl->count && sl->entries[n->aux32].node == node) {
+            sl->entries[n->aux32].calls += calls;
+            sl->entries[n->aux32].self += self;
             return;
         }
     }
@@ -569,28 +329,11 @@ static void slice_add(pt_agg_t *a, uint32_t node, uint64_t no, uint32_t slot, ui
         pt_grow((void **)&sl->entries, &sl->cap, sizeof *sl->entries, sl->count + 1))
         return;
     sl->entries[sl->count] = (slice_entry_t){.node = node, .calls = calls, .self = self};
-    n->slice_no = no;
-    n->slice_entry = sl->count++;
+    n->aux64 = no;
+    n->aux32 = sl->count++;
 }
 
-/* ---- folded records (the flat table of what the tree folded) ---------------- */
-
-static uint32_t frec_get(pt_agg_t *a, uint32_t thread, uint32_t sym)
-{
-    uint64_t key = (uint64_t)thread << 32 | sym;
-    uint32_t f = pt_u64map_get(&a->frec_map, key);
-    if (f != PT_AGG_NONE)
-        return f;
-    if (a->frec_count >= UINT32_MAX / 4 ||
-        pt_grow((void **)&a->frecs, &a->frec_cap, sizeof *a->frecs, a->frec_count + 1))
-        return PT_AGG_NONE;
-    f = a->frec_count;
-    a->frecs[f] = (frec_t){.thread = thread, .sym = sym, .slice_no = NO_SLICE};
-    if (pt_u64map_put(&a->frec_map, key, f))
-        return PT_AGG_NONE;
-    a->frec_count++;
-    return f;
-}
+/* ---- fold records in the window ------------------------------------------- */
 
 /* Add to folded record f's entry in slice no (nothing if it fell out of the ring). */
 static void fslice_add(pt_agg_t *a, uint32_t f, uint64_t no, uint32_t calls, uint32_t prim, uint64_t self,
@@ -598,11 +341,11 @@ static void fslice_add(pt_agg_t *a, uint32_t f, uint64_t no, uint32_t calls, uin
 {
     if (no == NO_SLICE)
         return;
-    frec_t *r = &a->frecs[f];
+    pt_cct_fold_t *r = &a->cct->folds[f]; /* aux64: the slice of its last entry, aux32: the entry */
     slice_t *sl = NULL;
-    if (r->slice_no == no) {
+    if (r->aux64 == no) {
         sl = &a->slices[no % a->slice_cap];
-        if (sl->no != no || r->slice_entry >= sl->fcount || sl->fentries[r->slice_entry].frec != f)
+        if (sl->no != no || r->aux32 >= sl->fcount || sl->fentries[r->aux32].frec != f)
             sl = NULL;
     }
     if (!sl) {
@@ -613,10 +356,10 @@ static void fslice_add(pt_agg_t *a, uint32_t f, uint64_t no, uint32_t calls, uin
             pt_grow((void **)&sl->fentries, &sl->fcap, sizeof *sl->fentries, sl->fcount + 1))
             return;
         sl->fentries[sl->fcount] = (fentry_t){.frec = f};
-        r->slice_no = no;
-        r->slice_entry = sl->fcount++;
+        r->aux64 = no;
+        r->aux32 = sl->fcount++;
     }
-    fentry_t *e = &sl->fentries[r->slice_entry];
+    fentry_t *e = &sl->fentries[r->aux32];
     e->calls += calls;
     e->prim += prim;
     e->self += self;
@@ -637,9 +380,10 @@ static thread_t *thread_get(pt_agg_t *a, uint64_t number)
         thread_t *th = &a->threads[idx];
         memset(th, 0, sizeof *th);
         th->number = number;
-        th->root = node_new(a, PT_AGG_NONE, PT_AGG_NONE, idx);
-        if (th->root == PT_AGG_NONE || pt_u64map_put(&a->thread_map, number, idx))
+        uint32_t root = pt_cct_root(a->cct, PT_AGG_NONE, idx);
+        if (root == PT_AGG_NONE || pt_u64map_put(&a->thread_map, number, idx))
             return NULL;
+        pt_cct_thread_init(&th->cur, root, idx);
         th->slice_no = NO_SLICE;
         th->acc_slice = NO_SLICE;
         a->thread_count++;
@@ -662,45 +406,32 @@ static void note_tick(pt_agg_t *a, uint64_t t)
         a->latest = t;
 }
 
-/* Count the ticks since their last flush of the open outermost folded
- * activations from index `from` on as their inclusive time, in the slice they
- * were given in. */
-static void fo_flush(pt_agg_t *a, thread_t *th, uint32_t from)
+/* cct's hook: ticks of an open outermost folded activation were counted as
+ * its inclusive time; they go to the slice they were given in. */
+static void fold_flushed(void *ctx, pt_cct_thread_t *cur, uint32_t fold, uint64_t ticks)
 {
-    for (uint32_t i = from; i < th->fo_count; i++) {
-        fopen_t *o = &th->fo[i];
-        uint64_t d = th->acc - o->mark;
-        if (!d)
-            continue;
-        a->frecs[o->frec].total += d;
-        fslice_add(a, o->frec, th->acc_slice, 0, 0, 0, d);
-        o->mark = th->acc;
-    }
+    pt_agg_t *a = ctx;
+    const thread_t *th = &a->threads[cur->owner];
+    fslice_add(a, fold, th->acc_slice, 0, 0, 0, ticks);
 }
 
-/* Give the ticks since the thread's last event to the frame on top. */
+/* Give the ticks since the thread's last event to the frame on top (the
+ * tree's rule), and to the window's slices they fall in. */
 static void account(pt_agg_t *a, thread_t *th, uint64_t now)
 {
-    if (!th->have_last) {
-        th->have_last = 1;
-        th->last = now;
+    uint64_t t = th->cur.last;
+    uint64_t given = pt_cct_account(a->cct, &th->cur, now);
+    if (!given)
         return;
-    }
-    if (now <= th->last)
-        return; /* same tick, or a clock that went back: nothing to give */
-    uint32_t top = th->depth ? th->stack[th->depth - 1] : th->root;
-    uint32_t fr = th->depth ? th->fstack[th->depth - 1] : PT_AGG_NONE;
-    uint64_t t = th->last;
-    a->nodes[top].self += now - t;
-    if (fr != PT_AGG_NONE)
-        a->frecs[fr].self += now - t;
+    uint32_t top = pt_cct_top(&th->cur);
+    uint32_t fr = th->cur.depth ? th->cur.fstack[th->cur.depth - 1] : PT_AGG_NONE;
+    /* the thread's clock acc as it was at tick t (folded totals per slice) */
+    const uint64_t acc0 = th->cur.acc - given, t0 = t;
     /* window: split the interval at slice borders; parts older than the
      * ring are only in the whole run */
     uint64_t ring_ticks = sat_mul(a->slice_count, a->slice_ticks);
-    if (now - t > ring_ticks) {
-        th->acc += now - ring_ticks - t;
+    if (now - t > ring_ticks)
         t = now - ring_ticks;
-    }
     /* at most slice_count + 1 rounds: each one ends at a slice border (or
      * at now), and the interval spans at most the ring */
     while (t < now) {
@@ -710,13 +441,11 @@ static void account(pt_agg_t *a, thread_t *th, uint64_t now)
         if (fr != PT_AGG_NONE)
             fslice_add(a, fr, no, 0, 0, end - t, 0);
         if (no != th->acc_slice) {
-            fo_flush(a, th, 0);
+            pt_cct_fold_flush(a->cct, &th->cur, 0, acc0 + (t - t0));
             th->acc_slice = no;
         }
-        th->acc += end - t;
         t = end;
     }
-    th->last = now;
 }
 
 /* ---- the walk's callbacks (the rules are in walk.h) ------------------------ */
@@ -742,43 +471,16 @@ static int agg_enter(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t now,
     pt_agg_t *a = ctx;
     thread_t *th = walk_thread(a, wt);
     account(a, th, now);
-    if (th->depth == th->stack_cap &&
-        pt_grow((void **)&th->stack, &th->stack_cap, sizeof *th->stack, th->depth + 1))
+    int counted = !(flags & PT_WALK_CONTINUED); /* one call per activation, seen or reported */
+    pt_cct_entered_t in;
+    if (pt_cct_enter(a->cct, &th->cur, 0, id, counted, a->walk, wt, &in))
         return -ENOMEM;
-    if (th->depth == th->fstack_cap &&
-        pt_grow((void **)&th->fstack, &th->fstack_cap, sizeof *th->fstack, th->depth + 1))
-        return -ENOMEM;
-    uint32_t parent = th->depth ? th->stack[th->depth - 1] : th->root;
-    uint32_t c = child_of(a, parent, id);
-    if (c == PT_AGG_NONE)
-        return -ENOMEM;
-    uint32_t fr = PT_AGG_NONE;
-    int outer = 0;
-    if (a->nodes[c].sym == OTHER_SYM) { /* folded: the flat table keeps it in a frec */
-        uint32_t sym = sym_index(a, id);
-        fr = sym == PT_AGG_NONE ? PT_AGG_NONE : frec_get(a, (uint32_t)(th - a->threads), sym);
-        if (fr == PT_AGG_NONE)
-            return -ENOMEM;
-        outer = pt_walk_open(a->walk, wt, id) == 1; /* no other entry of it on the stack */
-        if (outer) {
-            if (th->fo_count == th->fo_cap && pt_grow((void **)&th->fo, &th->fo_cap, sizeof *th->fo, th->fo_count + 1))
-                return -ENOMEM;
-            th->fo[th->fo_count++] = (fopen_t){.frec = fr, .pos = th->depth, .mark = th->acc};
-        }
-    }
-    if (!(flags & PT_WALK_CONTINUED)) { /* one call per activation, seen or reported */
-        a->nodes[c].calls++;
+    if (counted) {
         uint64_t no = thread_slice(a, th, now);
-        slice_add(a, c, no, th->slice_slot, 1, 0);
-        if (fr != PT_AGG_NONE) {
-            a->folded_calls++;
-            a->frecs[fr].calls++;
-            a->frecs[fr].prim += (uint64_t)outer;
-            fslice_add(a, fr, no, 1, (uint32_t)outer, 0, 0);
-        }
+        slice_add(a, in.node, no, th->slice_slot, 1, 0);
+        if (in.fold != PT_AGG_NONE)
+            fslice_add(a, in.fold, no, 1, (uint32_t)in.outermost, 0, 0);
     }
-    th->fstack[th->depth] = fr;
-    th->stack[th->depth++] = c;
     return 0;
 }
 
@@ -789,12 +491,7 @@ static int agg_exit(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t now, 
     pt_agg_t *a = ctx;
     thread_t *th = walk_thread(a, wt);
     account(a, th, now);
-    if (th->depth)
-        th->depth--;
-    if (th->fo_count && th->fo[th->fo_count - 1].pos >= th->depth) { /* an outermost folded one ends */
-        fo_flush(a, th, th->fo_count - 1);
-        th->fo_count--;
-    }
+    pt_cct_exit(a->cct, &th->cur); /* an outermost folded one that ends is flushed */
     return 0;
 }
 
@@ -860,15 +557,15 @@ static int close_thread(pt_agg_t *a, thread_t *th, uint64_t ticks)
         account(a, th, ticks);
     }
     int rc = pt_walk_thread_end(a->walk, th->number, ticks);
-    th->depth = 0;
-    th->fo_count = 0; /* their exits flushed them */
+    pt_cct_thread_close(&th->cur); /* their exits flushed them */
     th->ended = 1;
     return rc;
 }
 
+/* A C string of s (a NUL inside ends it). */
 static char *str_copy(pt_fb_str_t s)
 {
-    return dup_bytes(s.ptr ? s.ptr : "", s.ptr ? s.len : 0);
+    return strndup(s.ptr ? s.ptr : "", s.ptr ? s.len : 0);
 }
 
 int pt_agg_feed_msg(pt_agg_t *a, const pt_fb_msg_t *m)
@@ -900,7 +597,7 @@ int pt_agg_feed_msg(pt_agg_t *a, const pt_fb_msg_t *m)
             return -ENOMEM;
         if (th->ended) { /* a new thread under a reused number: start clean */
             th->ended = 0;
-            th->have_last = 0;
+            th->cur.have_last = 0;
         }
         th->os_tid = in->os_tid;
         free(th->name);
@@ -921,7 +618,9 @@ int pt_agg_feed_msg(pt_agg_t *a, const pt_fb_msg_t *m)
         return close_thread(a, th, in->ticks);
     }
     case PT_MSG_SYMBOL:
-        return feed_symbol(a, &m->u.symbol);
+        if (pt_walk_proc_symbol(a->walk, 0, m->u.symbol.id))
+            return -ENOMEM;
+        return pt_cct_sym_set(a->cct, 0, &m->u.symbol) == PT_AGG_NONE ? -ENOMEM : 0;
     case PT_MSG_EVENT_CHUNK:
         if (m->u.event_chunk.first_event == 0) {
             /* the thread's stream from its first event: nothing was open before it
@@ -986,7 +685,7 @@ int pt_agg_thread_at(const pt_agg_t *a, size_t index, pt_agg_thread_info_t *out)
     out->name = th->name ? th->name : "";
     out->ended = th->ended;
     out->events = th->events;
-    out->depth = th->depth;
+    out->depth = th->cur.depth;
     return 0;
 }
 
@@ -1070,11 +769,11 @@ void pt_agg_counters(const pt_agg_t *a, pt_agg_counters_t *out)
     out->events_untraced = a->events_untraced;
     out->tracing_displaced = a->tracing_displaced;
     out->unrecorded_events = a->unrecorded_events;
-    out->symbols = a->sym_count;
-    out->nodes = a->node_count;
-    out->tree_budget = a->tree_budget;
-    out->folded_calls = a->folded_calls;
-    out->other_nodes = a->other_count;
+    out->symbols = a->cct->sym_count;
+    out->nodes = a->cct->node_count;
+    out->tree_budget = a->cct->cfg.budget;
+    out->folded_calls = a->cct->folded_calls;
+    out->other_nodes = a->cct->other_count;
     out->span_ns = a->have_ticks ? ticks_ns(a, a->latest - a->min_tick) : 0;
     out->window_max_seconds = (double)a->slice_ns * a->slice_count / 1e9;
     out->window_slots = a->slice_cap;
@@ -1121,7 +820,8 @@ static void view_free(view_t *v)
 
 static int view_build(pt_agg_t *a, const pt_agg_query_t *q, view_t *v)
 {
-    size_t n = a->node_count ? a->node_count : 1;
+    const pt_cct_t *t = a->cct;
+    size_t n = t->node_count ? t->node_count : 1;
     v->calls = calloc(n, sizeof *v->calls);
     v->self = calloc(n, sizeof *v->self);
     v->incl = calloc(n, sizeof *v->incl);
@@ -1152,30 +852,21 @@ static int view_build(pt_agg_t *a, const pt_agg_query_t *q, view_t *v)
             wstart = ws;
         v->first_slice = first;
     } else {
-        for (uint32_t i = 0; i < a->node_count; i++) {
-            v->calls[i] = a->nodes[i].calls;
-            v->self[i] = a->nodes[i].self;
+        for (uint32_t i = 0; i < t->node_count; i++) {
+            v->calls[i] = t->nodes[i].calls;
+            v->self[i] = t->nodes[i].self;
         }
     }
     /* frames still open count up to the latest tick seen */
-    for (uint32_t t = 0; t < a->thread_count; t++) {
-        const thread_t *th = &a->threads[t];
-        if (th->ended || !th->have_last || a->latest <= th->last)
+    for (uint32_t i = 0; i < a->thread_count; i++) {
+        const pt_cct_thread_t *cur = &a->threads[i].cur;
+        if (a->threads[i].ended || !cur->have_last || a->latest <= cur->last)
             continue;
-        uint32_t top = th->depth ? th->stack[th->depth - 1] : th->root;
-        uint64_t from = th->last > wstart ? th->last : wstart;
+        uint64_t from = cur->last > wstart ? cur->last : wstart;
         if (a->latest > from)
-            v->self[top] += a->latest - from;
+            v->self[pt_cct_top(cur)] += a->latest - from;
     }
-    for (uint32_t i = a->node_count; i-- > 0;) {
-        v->incl[i] += v->self[i];
-        v->sub_calls[i] += v->calls[i];
-        uint32_t p = a->nodes[i].parent;
-        if (p != PT_AGG_NONE) {
-            v->incl[p] += v->incl[i];
-            v->sub_calls[p] += v->sub_calls[i];
-        }
-    }
+    pt_cct_sum_up(t, v->self, v->calls, v->incl, v->sub_calls);
     v->span_ticks = a->have_ticks && a->latest > wstart ? a->latest - wstart : 0;
     v->wstart = wstart;
     v->window = window;
@@ -1242,10 +933,10 @@ static int row_cmp(const void *pa, const void *pb)
 }
 
 /* The folded records' part of the table rows (per dense symbol). */
-static int table_add_folded(const pt_agg_t *a, const pt_agg_query_t *q, const view_t *v, uint64_t *calls,
-                            uint64_t *prim, uint64_t *self, uint64_t *total, uint8_t *seen)
+static int table_add_folded(const pt_agg_t *a, const pt_agg_query_t *q, const view_t *v, pt_cct_sums_t *sums)
 {
-    size_t nf = a->frec_count;
+    const pt_cct_fold_t *folds = a->cct->folds;
+    size_t nf = a->cct->fold_count;
     uint64_t *fc = calloc(nf, sizeof *fc), *fp = calloc(nf, sizeof *fp);
     uint64_t *fs = calloc(nf, sizeof *fs), *ft = calloc(nf, sizeof *ft);
     int rc = -ENOMEM;
@@ -1266,37 +957,39 @@ static int table_add_folded(const pt_agg_t *a, const pt_agg_query_t *q, const vi
         }
     } else {
         for (uint32_t f = 0; f < nf; f++) {
-            fc[f] = a->frecs[f].calls;
-            fp[f] = a->frecs[f].prim;
-            fs[f] = a->frecs[f].self;
-            ft[f] = a->frecs[f].total;
+            fc[f] = folds[f].calls;
+            fp[f] = folds[f].prim;
+            fs[f] = folds[f].self;
+            ft[f] = folds[f].total;
         }
     }
     /* open activations: ticks not flushed yet, and (as view_build) up to the latest tick */
     for (uint32_t t = 0; t < a->thread_count; t++) {
         const thread_t *th = &a->threads[t];
+        const pt_cct_thread_t *cur = &th->cur;
         if (!thread_selected(a, q, t))
             continue;
         uint64_t tail = 0;
-        if (!th->ended && th->have_last && a->latest > th->last) {
-            uint64_t from = th->last > v->wstart ? th->last : v->wstart;
+        if (!th->ended && cur->have_last && a->latest > cur->last) {
+            uint64_t from = cur->last > v->wstart ? cur->last : v->wstart;
             tail = a->latest > from ? a->latest - from : 0;
         }
-        if (tail && th->depth && th->fstack[th->depth - 1] != PT_AGG_NONE)
-            fs[th->fstack[th->depth - 1]] += tail;
+        if (tail && cur->depth && cur->fstack[cur->depth - 1] != PT_AGG_NONE)
+            fs[cur->fstack[cur->depth - 1]] += tail;
         int pending_in = !v->window || (th->acc_slice != NO_SLICE && th->acc_slice >= v->first_slice);
-        for (uint32_t i = 0; i < th->fo_count; i++)
-            ft[th->fo[i].frec] += tail + (pending_in ? th->acc - th->fo[i].mark : 0);
+        for (uint32_t i = 0; i < cur->fo_count; i++)
+            ft[cur->fo[i].fold] += tail + (pending_in ? cur->acc - cur->fo[i].mark : 0);
     }
     for (uint32_t f = 0; f < nf; f++) {
-        const frec_t *r = &a->frecs[f];
-        if (!thread_selected(a, q, r->thread) || !(fc[f] || fs[f] || ft[f]))
+        const pt_cct_fold_t *r = &folds[f];
+        if (!thread_selected(a, q, r->owner) || !(fc[f] || fs[f] || ft[f]))
             continue;
-        seen[r->sym] = 1;
-        calls[r->sym] += fc[f];
-        prim[r->sym] += fp[f];
-        self[r->sym] += fs[f];
-        total[r->sym] += ft[f];
+        pt_cct_sums_t *row = &sums[r->sym];
+        row->nodes++;
+        row->calls += fc[f];
+        row->prim += fp[f];
+        row->self += fs[f];
+        row->total += ft[f];
     }
     rc = 0;
 out:
@@ -1315,74 +1008,43 @@ int pt_agg_table(pt_agg_t *a, const pt_agg_query_t *q, int sort, int descending,
     int rc = view_build(a, q, &v);
     if (rc)
         return rc;
-    size_t ns = a->sym_count ? a->sym_count : 1;
-    uint64_t *calls = calloc(ns, sizeof *calls), *prim = calloc(ns, sizeof *prim);
-    uint64_t *self = calloc(ns, sizeof *self), *total = calloc(ns, sizeof *total);
-    uint32_t *onpath = calloc(ns, sizeof *onpath);
-    uint8_t *seen = calloc(ns, 1);
+    const pt_cct_t *t = a->cct;
+    pt_cct_sums_t *sums = calloc(t->sym_count ? t->sym_count : 1, sizeof *sums);
+    uint32_t *roots = malloc((a->thread_count ? a->thread_count : 1) * sizeof *roots);
     rc = -ENOMEM;
-    if (!calls || !prim || !self || !total || !onpath || !seen)
+    if (!sums || !roots)
         goto out;
-    for (uint32_t t = 0; t < a->thread_count; t++) {
-        if (!thread_selected(a, q, t))
-            continue;
-        uint32_t root = a->threads[t].root;
-        /* stackless DFS over first_child / next_sibling / parent; a node
-         * with no time and no calls in its subtree is skipped whole */
-        uint32_t n = a->nodes[root].first_child;
-        while (n != PT_AGG_NONE) {
-            /* an [other] node (no children) is in the rows through its folded records */
-            if (a->nodes[n].sym != OTHER_SYM && (v.incl[n] || v.sub_calls[n])) {
-                uint32_t s = a->nodes[n].sym;
-                seen[s] = 1;
-                calls[s] += v.calls[n];
-                self[s] += v.self[n];
-                if (onpath[s] == 0) { /* outermost activation of s on this path */
-                    prim[s] += v.calls[n];
-                    total[s] += v.incl[n];
-                }
-                onpath[s]++;
-                if (a->nodes[n].first_child != PT_AGG_NONE) {
-                    n = a->nodes[n].first_child;
-                    continue;
-                }
-                onpath[s]--;
-            }
-            while (n != PT_AGG_NONE) {
-                if (a->nodes[n].next_sibling != PT_AGG_NONE) {
-                    n = a->nodes[n].next_sibling;
-                    break;
-                }
-                n = a->nodes[n].parent;
-                if (n == root)
-                    n = PT_AGG_NONE;
-                else
-                    onpath[a->nodes[n].sym]--; /* leaving an entered ancestor */
-            }
-        }
-    }
-    if (a->frec_count && table_add_folded(a, q, &v, calls, prim, self, total, seen))
+    size_t nroots = 0;
+    for (uint32_t i = 0; i < a->thread_count; i++)
+        if (thread_selected(a, q, i))
+            roots[nroots++] = a->threads[i].cur.root;
+    /* a node with no time and no calls in its subtree is left out whole */
+    const pt_cct_view_t cv = {.calls = v.calls, .self = v.self, .incl = v.incl, .sub_calls = v.sub_calls};
+    if (pt_cct_walk(t, roots, nroots, &cv, sums, NULL, NULL))
+        goto out;
+    if (t->fold_count && table_add_folded(a, q, &v, sums))
         goto out;
     size_t count = 0;
-    for (uint32_t s = 0; s < a->sym_count; s++)
-        count += seen[s] && ci_contains(a->syms[s].name, filter);
+    for (uint32_t s = 0; s < t->sym_count; s++)
+        count += sums[s].nodes && ci_contains(t->syms[s].name, filter);
     out->rows = calloc(count ? count : 1, sizeof *out->rows);
     if (!out->rows)
         goto out;
     double span_ns = (double)ticks_ns(a, v.span_ticks);
-    for (uint32_t s = 0; s < a->sym_count; s++) {
-        if (!seen[s] || !ci_contains(a->syms[s].name, filter))
+    for (uint32_t s = 0; s < t->sym_count; s++) {
+        const pt_cct_symbol_t *sym = &t->syms[s];
+        if (!sums[s].nodes || !ci_contains(sym->name, filter))
             continue;
         pt_agg_row_t *r = &out->rows[out->count++];
-        r->symbol = a->syms[s].id;
-        r->kind = a->syms[s].kind;
-        r->name = a->syms[s].name;
-        r->file = a->syms[s].file;
-        r->line = a->syms[s].line;
-        r->calls = calls[s];
-        r->prim_calls = prim[s];
-        r->self_ns = ticks_ns(a, self[s]);
-        r->total_ns = ticks_ns(a, total[s]);
+        r->symbol = sym->id;
+        r->kind = sym->kind;
+        r->name = sym->name;
+        r->file = sym->file;
+        r->line = sym->line;
+        r->calls = sums[s].calls;
+        r->prim_calls = sums[s].prim;
+        r->self_ns = ticks_ns(a, sums[s].self);
+        r->total_ns = ticks_ns(a, sums[s].total);
         r->self_pct = span_ns > 0 ? 100.0 * (double)r->self_ns / span_ns : 0;
         r->total_pct = span_ns > 0 ? 100.0 * (double)r->total_ns / span_ns : 0;
     }
@@ -1392,12 +1054,8 @@ int pt_agg_table(pt_agg_t *a, const pt_agg_query_t *q, int sort, int descending,
     qsort(out->rows, out->count, sizeof *out->rows, row_cmp);
     rc = 0;
 out:
-    free(calls);
-    free(prim);
-    free(self);
-    free(total);
-    free(onpath);
-    free(seen);
+    free(sums);
+    free(roots);
     view_free(&v);
     return rc;
 }
@@ -1419,8 +1077,9 @@ static int tnode_cmp(const void *pa, const void *pb)
     const pt_agg_tnode_t *nx = &g_tree_nodes[x], *ny = &g_tree_nodes[y];
     if (nx->other || ny->other) /* [other] last (a node has one at most) */
         return (int)nx->other - (int)ny->other;
-    uint32_t sx = pt_u64map_get(&g_tree_agg->sym_map, nx->symbol), sy = pt_u64map_get(&g_tree_agg->sym_map, ny->symbol);
-    int c = strcmp(g_tree_agg->syms[sx].name, g_tree_agg->syms[sy].name);
+    uint32_t sx = pt_u64map_get(&g_tree_agg->cct->sym_map, nx->symbol);
+    uint32_t sy = pt_u64map_get(&g_tree_agg->cct->sym_map, ny->symbol);
+    int c = strcmp(g_tree_agg->cct->syms[sx].name, g_tree_agg->cct->syms[sy].name);
     return c ? c : cmp_u64(nx->symbol, ny->symbol);
 }
 
@@ -1430,7 +1089,7 @@ static int tree_thread_shown(const pt_agg_t *a, const pt_agg_query_t *q, const v
 {
     if (!thread_selected(a, q, t))
         return 0;
-    return !q || q->thread || !q->hide_idle || v->sub_calls[a->threads[t].root] > 0;
+    return !q || q->thread || !q->hide_idle || v->sub_calls[a->threads[t].cur.root] > 0;
 }
 
 int pt_agg_tree(pt_agg_t *a, const pt_agg_query_t *q, pt_agg_tree_t *out)
@@ -1446,7 +1105,8 @@ int pt_agg_tree(pt_agg_t *a, const pt_agg_query_t *q, pt_agg_tree_t *out)
     pt_agg_tnode_t *nodes = NULL;
     uint32_t count = 0, cap = 0;
     rc = -ENOMEM;
-    map_to = malloc((a->node_count ? a->node_count : 1) * sizeof *map_to);
+    const pt_cct_t *t = a->cct;
+    map_to = malloc((t->node_count ? t->node_count : 1) * sizeof *map_to);
     if (!map_to || pt_u64map_init(&out_map, 1024) || pt_u64map_init(&out_other, 16) ||
         pt_grow((void **)&nodes, &cap, sizeof *nodes, 1))
         goto out;
@@ -1454,19 +1114,19 @@ int pt_agg_tree(pt_agg_t *a, const pt_agg_query_t *q, pt_agg_tree_t *out)
                                 .next_sibling = PT_AGG_NONE};
     count = 1;
     /* nodes come in index order, parents before children */
-    for (uint32_t i = 0; i < a->node_count; i++) {
-        const node_t *n = &a->nodes[i];
+    for (uint32_t i = 0; i < t->node_count; i++) {
+        const pt_cct_node_t *n = &t->nodes[i];
         map_to[i] = PT_AGG_NONE;
         if (n->parent == PT_AGG_NONE) {
-            if (tree_thread_shown(a, q, &v, n->thread))
+            if (tree_thread_shown(a, q, &v, n->owner))
                 map_to[i] = 0;
             continue;
         }
         uint32_t op = map_to[n->parent];
         if (op == PT_AGG_NONE || (!v.incl[i] && !v.sub_calls[i]))
             continue;
-        int other = n->sym == OTHER_SYM;
-        uint32_t id = other ? PT_AGG_OTHER : a->syms[n->sym].id;
+        int other = n->sym == PT_CCT_OTHER;
+        uint32_t id = other ? PT_AGG_OTHER : t->syms[n->sym].id;
         pt_u64map_t *m = other ? &out_other : &out_map;
         uint64_t key = other ? op : ((uint64_t)op << 32) | id;
         uint32_t o = pt_u64map_get(m, key);
@@ -1487,7 +1147,7 @@ int pt_agg_tree(pt_agg_t *a, const pt_agg_query_t *q, pt_agg_tree_t *out)
     /* root self: time with nothing on the stack */
     for (uint32_t t = 0; t < a->thread_count; t++)
         if (tree_thread_shown(a, q, &v, t))
-            nodes[0].self_ns += v.self[a->threads[t].root];
+            nodes[0].self_ns += v.self[a->threads[t].cur.root];
     self_t = malloc(count * sizeof *self_t);
     kids = malloc(count * sizeof *kids);
     if (!self_t || !kids)
@@ -1564,21 +1224,13 @@ void pt_agg_tree_free(pt_agg_tree_t *t)
 
 uint64_t pt_agg_ticks_per_second(const pt_agg_t *a) { return a->tps; }
 
-size_t pt_agg_symbol_count(const pt_agg_t *a) { return a->sym_count; }
+size_t pt_agg_symbol_count(const pt_agg_t *a) { return a->cct->sym_count; }
 
 pt_agg_symbol_t pt_agg_symbol_at(const pt_agg_t *a, size_t index)
 {
-    pt_agg_symbol_t out = {.id = PT_AGG_NONE, .name = "", .file = ""};
-    if (index >= a->sym_count)
-        return out;
-    const sym_t *s = &a->syms[index];
-    out.id = s->id;
-    out.kind = s->kind;
-    out.known = s->known;
-    out.name = s->name;
-    out.file = s->file;
-    out.line = s->line;
-    return out;
+    if (index >= a->cct->sym_count)
+        return (pt_agg_symbol_t){.id = PT_AGG_NONE, .name = "", .file = ""};
+    return symbol_out(a, (uint32_t)index);
 }
 
 typedef struct tl_sum {
@@ -1709,16 +1361,16 @@ int pt_agg_timeline(pt_agg_t *a, const pt_agg_query_t *q, uint64_t since_slice, 
                 continue;
             for (uint32_t i = 0; i < sl->count; i++) {
                 const slice_entry_t *e = &sl->entries[i];
-                const node_t *n = &a->nodes[e->node];
-                if (!thread_selected(a, q, n->thread))
+                const pt_cct_node_t *n = &a->cct->nodes[e->node];
+                if (!thread_selected(a, q, n->owner))
                     continue;
-                calls[n->thread] += e->calls;
+                calls[n->owner] += e->calls;
                 if (n->sym == PT_AGG_NONE || !e->self)
                     continue;
-                busy[n->thread] = sat_add(busy[n->thread], e->self);
-                if (n->sym == OTHER_SYM) /* its symbols come from the folded entries below */
+                busy[n->owner] = sat_add(busy[n->owner], e->self);
+                if (n->sym == PT_CCT_OTHER) /* its symbols come from the folded entries below */
                     continue;
-                if (tl_sum_add(&sum, (uint64_t)n->thread << 32 | n->sym, e->self))
+                if (tl_sum_add(&sum, (uint64_t)n->owner << 32 | n->sym, e->self))
                     goto out;
             }
         }
@@ -1728,10 +1380,10 @@ int pt_agg_timeline(pt_agg_t *a, const pt_agg_query_t *q, uint64_t since_slice, 
                 continue;
             for (uint32_t i = 0; i < sl->fcount; i++) {
                 const fentry_t *e = &sl->fentries[i];
-                const frec_t *r = &a->frecs[e->frec];
-                if (!e->self || !thread_selected(a, q, r->thread))
+                const pt_cct_fold_t *r = &a->cct->folds[e->frec];
+                if (!e->self || !thread_selected(a, q, r->owner))
                     continue;
-                if (tl_sum_add(&sum, (uint64_t)r->thread << 32 | r->sym, e->self))
+                if (tl_sum_add(&sum, (uint64_t)r->owner << 32 | r->sym, e->self))
                     goto out;
             }
         }
@@ -1740,15 +1392,16 @@ int pt_agg_timeline(pt_agg_t *a, const pt_agg_query_t *q, uint64_t since_slice, 
         uint64_t c_end = sat_add(a->origin, sat_mul(g_end + 1, a->slice_ticks));
         for (uint32_t t = 0; t < nthreads; t++) {
             const thread_t *th = &a->threads[t];
-            if (!thread_selected(a, q, t) || th->ended || !th->have_last || a->latest <= th->last || !th->depth)
+            const pt_cct_thread_t *cur = &th->cur;
+            if (!thread_selected(a, q, t) || th->ended || !cur->have_last || a->latest <= cur->last || !cur->depth)
                 continue;
-            uint64_t from = th->last > c_start ? th->last : c_start;
+            uint64_t from = cur->last > c_start ? cur->last : c_start;
             uint64_t to = a->latest < c_end ? a->latest : c_end;
             if (to > from) {
                 busy[t] = sat_add(busy[t], to - from);
-                uint32_t top_sym = a->nodes[th->stack[th->depth - 1]].sym;
-                if (top_sym == OTHER_SYM)
-                    top_sym = a->frecs[th->fstack[th->depth - 1]].sym;
+                uint32_t top_sym = a->cct->nodes[pt_cct_top(cur)].sym;
+                if (top_sym == PT_CCT_OTHER)
+                    top_sym = a->cct->folds[cur->fstack[cur->depth - 1]].sym;
                 if (tl_sum_add(&sum, (uint64_t)t << 32 | top_sym, to - from))
                     goto out;
             }
@@ -1762,7 +1415,7 @@ int pt_agg_timeline(pt_agg_t *a, const pt_agg_query_t *q, uint64_t since_slice, 
             uint32_t t = (uint32_t)(sum.keys[slot] >> 32), sym = (uint32_t)sum.keys[slot];
             uint64_t v = sum.self[slot];
             /* ties go to the lower symbol id, so the answer does not depend on order */
-            if (v > best[t] || (v == best[t] && best_sym[t] != PT_AGG_NONE && a->syms[sym].id < a->syms[best_sym[t]].id)) {
+            if (v > best[t] || (v == best[t] && best_sym[t] != PT_AGG_NONE && a->cct->syms[sym].id < a->cct->syms[best_sym[t]].id)) {
                 best[t] = v;
                 best_sym[t] = sym;
             }
@@ -1773,7 +1426,7 @@ int pt_agg_timeline(pt_agg_t *a, const pt_agg_query_t *q, uint64_t since_slice, 
                 pt_agg_tl_cell_t cell = {.slice = g, .thread = a->threads[t].number, .symbol = PT_AGG_NONE,
                                          .busy_ns = ticks_ns(a, busy[t]), .calls = calls[t]};
                 if (best_sym[t] != PT_AGG_NONE) {
-                    cell.symbol = a->syms[best_sym[t]].id;
+                    cell.symbol = a->cct->syms[best_sym[t]].id;
                     cell.top_ns = ticks_ns(a, best[t]);
                 }
                 if (tl_push(out, &cap, &cell))

@@ -64,6 +64,11 @@ typedef struct pt_export_opts {
      * (ns since the recording's start; to_ns 0: its end) and last at least
      * min_duration_ns; the others are counted in res->calls_left_out. */
     int64_t from_ns, to_ns, min_duration_ns;
+    /* collapsed, pstats: the call tree's memory budget in bytes (0: 256 MiB,
+     * pt_agg's default): past it, new call paths fold into [other] nodes
+     * (viewer/core/cct.h); pstats' function rows stay exact, the callers of a
+     * folded call are not kept. */
+    uint64_t tree_budget;
     /* Called every few thousand messages and while waiting; non-zero stops
      * the export with -EINTR. May be NULL. */
     int (*progress)(void *ctx);
@@ -95,6 +100,8 @@ typedef struct pt_export_result {
     uint64_t calls_left_out;     /* opts.from_ns/to_ns/min_duration_ns left them out */
     uint64_t stacks_folded;      /* collapsed: calling contexts below opts.max_depth */
     uint32_t deepest;            /* collapsed: the deepest stack, in frames */
+    uint64_t tree_budget;        /* the call tree's budget in bytes (opts.tree_budget or its default) */
+    uint64_t folded_calls;       /* collapsed, pstats: calls folded into [other] nodes past it */
     uint64_t span_ns;            /* the exported processes' wall span: the earliest start
                                     (ProcessInfo) to the latest tick */
     uint32_t processes;          /* in the stream (Message.process numbers seen) */

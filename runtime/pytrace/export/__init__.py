@@ -145,6 +145,8 @@ class ExportResult:
         self.calls_left_out = d.get("calls_left_out", 0)    # --from/--to/--min-duration
         self.stacks_folded = d.get("stacks_folded", 0)      # collapsed: below max_depth
         self.deepest = d.get("deepest", 0)                  # collapsed: the deepest stack
+        self.tree_budget = d.get("tree_budget", 0)          # collapsed, pstats: the call tree's bytes
+        self.folded_calls = d.get("folded_calls", 0)        # ... and the calls folded past them
         self.span_ns = d.get("span_ns", 0)                  # the processes' wall span
         self.producer_status = _Status(d["status"]) if "status" in d else None
 
@@ -160,7 +162,9 @@ def export(recording, fmt, output, weight="ns", per_thread=False, follow=False, 
     OutputTooLarge and nothing written; collapsed stacks are cut at max_depth frames (0: no
     limit). The timeline formats (chrome, speedscope, perfetto) take only the calls that
     overlap [start, end] (seconds since the recording's start) and last min_duration seconds
-    or more. A failed write raises OSError naming `output`; nothing is left there. Returns
+    or more. The call tree of collapsed, pstats and html holds tree_budget_mib MiB; past it,
+    new call paths fold into [other] nodes (counted in folded_calls). A failed write raises
+    OSError naming `output`; nothing is left there. Returns
     the ExportResult and the RecordingError that stopped the read early, or None."""
     from .. import _output, _pytrace
     fmt = _ALIASES.get(fmt, fmt)
@@ -202,7 +206,8 @@ def export(recording, fmt, output, weight="ns", per_thread=False, follow=False, 
                                 pids=list(pids) if pids else None, max_bytes=int(max_bytes or 0),
                                 max_depth=int(max_depth or 0) if fmt == "collapsed" else 0,
                                 from_ns=int(round((start or 0) * 1e9)), to_ns=int(round((end or 0) * 1e9)),
-                                min_duration_ns=int(round((min_duration or 0) * 1e9)))
+                                min_duration_ns=int(round((min_duration or 0) * 1e9)),
+                                tree_budget=int(tree_budget_mib) << 20 if fmt in ("collapsed", "pstats") else 0)
         except OSError as e:
             if e.errno == 32:       # EPIPE: `pytrace export ... -o - | head`
                 raise BrokenPipeError(e.errno, e.strerror) from None
@@ -418,9 +423,9 @@ def main(argv=None):
                    help="chrome, speedscope, perfetto: leave out calls shorter than this (e.g. 1ms); "
                         "they are counted")
     p.add_argument("--tree-budget", type=int, default=None, metavar="MIB",
-                   help="html: memory for each process's call tree (default 256 MiB); past it, new "
-                        "call paths fold into [other] nodes, counted in the report (the table "
-                        "stays exact)")
+                   help="html, pstats, collapsed: memory for the call tree (html: each process's; "
+                        "default 256 MiB); past it, new call paths fold into [other] nodes, counted "
+                        "(the function table stays exact)")
     p.add_argument("--follow", action="store_true",
                    help="read a recording that is still being written, until the job ends")
     p.add_argument("--timeout", type=float, default=30.0,
@@ -454,8 +459,8 @@ def main(argv=None):
         p.error("--to (%g s) must come after --from (%g s)" % (end, start))
     if args.max_depth < 0:
         p.error("--max-depth is 0 (no limit) or more")
-    if args.tree_budget is not None and fmt != "html":
-        p.error("--tree-budget is for --format html")
+    if args.tree_budget is not None and fmt not in ("html", "pstats", "collapsed"):
+        p.error("--tree-budget is for --format html, pstats and collapsed")
     if args.tree_budget is not None and not 1 <= args.tree_budget <= 1 << 24:
         p.error("--tree-budget must be a whole number of MiB from 1 to 16777216")
     if not args.follow:
@@ -568,8 +573,9 @@ def main(argv=None):
               "profile", file=sys.stderr)
     if getattr(walker, "folded_calls", 0):
         print("pytrace export: the call tree reached its budget (%d MiB, --tree-budget): %d calls "
-              "folded into [other] nodes; the function table is exact" % (
-                  walker.tree_budget >> 20, walker.folded_calls), file=sys.stderr)
+              "folded into [other] %s" % (
+                  walker.tree_budget >> 20, walker.folded_calls,
+                  "frames" if fmt == "collapsed" else "nodes; the function table is exact"), file=sys.stderr)
     if walker.unmatched:
         print("pytrace export: %d returns had no matching call and were ignored" % walker.unmatched,
               file=sys.stderr)

@@ -273,6 +273,35 @@ def test_timeline_formats_take_a_time_range_and_a_min_duration(tmp_path, fmt):
     assert "pytrace export: 83 calls left out (--from, --to)" in r.stderr, r.stderr
 
 
+def test_chrome_time_filter_keeps_a_span_that_outlives_its_frame(tmp_path):
+    """A span begun in a function that returns before the span ends goes on under the
+    caller (viewer/core/walk.h: the same activation, continued); chrome with --min-duration
+    writes both of its pieces (it read the symbol with the continued flag still set in its
+    index: a crash)."""
+    rec = tmp_path / "span.pytrace"
+    span_b, span_e = int(EventKind.SpanBegin), int(EventKind.SpanEnd)
+    ms = 1_000_000
+    ev = [(0, 1, CALL), (1 * ms, 2, CALL), (2 * ms, 3, span_b), (4 * ms, 2, RET), (10 * ms, 3, span_e),
+          (20 * ms, 1, RET)]
+    with RecordingWriter(str(rec), lossless=True) as w:
+        w.append(syn.process_info(pid=778))
+        for sid, name in ((1, "main"), (2, "begin")):
+            w.append(syn.symbol(sid, name, "t.py", sid, kind=0, profile_name=name))
+        w.append(syn.symbol(3, "load", "", 0, kind=int(SymbolKind.Label)))
+        w.append(syn.thread_start(1, ticks=0))
+        w.append(syn.event_chunk(1, ev))
+        w.append(syn.thread_end(1, 20 * ms + 1, events_written=len(ev)))
+        w.append(syn.producer_status(state=3, events_written=len(ev)))
+    out = tmp_path / "out.json"
+    r = _export(rec, "chrome", out, "--min-duration", "1ms")
+    assert r.returncode == 0, r.stderr
+    slices = sorted((e["name"], e["ts"], e["dur"]) for e in json.loads(out.read_text())["traceEvents"]
+                    if e.get("ph") == "X")
+    t0 = min(ts for _n, ts, _d in slices)
+    assert [(n, ts - t0, d) for n, ts, d in slices] == [
+        ("begin", 1000.0, 3000.0), ("load", 2000.0, 2000.0), ("load", 4000.0, 6000.0), ("main", 0.0, 20000.0)]
+
+
 def test_a_range_past_the_recording_says_how_long_the_recording_is(tmp_path):
     """--from past the recording's end leaves out every call: stderr says so and gives the
     recording's span (it said only "N calls left out", and the output was empty)."""

@@ -206,6 +206,40 @@ def test_profile_budget_folds_and_table_stays_exact(paths_recording):
     assert _generated_calls([f._asdict() for f in small.functions()]) == made
 
 
+def test_pstats_and_collapsed_budget_folds_and_rows_stay_exact(paths_recording, tmp_path):
+    """pytrace export --format pstats/collapsed --tree-budget 1: the export's tree is
+    pytrace-top's (viewer/core/cct.h), so past the budget new paths fold into [other] (said
+    once on stderr), pstats' function rows are those of an export whose budget holds the
+    whole tree, and the collapsed stacks keep every call, [other] frames included."""
+    import pstats
+    rec, made = paths_recording
+    out = {}
+    for fmt in ("pstats", "collapsed"):
+        for mib in (1, 1 << 24):
+            path = str(tmp_path / ("%s.%d" % (fmt, mib)))
+            extra = ["--weight", "calls", "--max-depth", "0"] if fmt == "collapsed" else []
+            r = subprocess.run([PY, "-m", "pytrace", "export", rec, "--format", fmt, "-o", path,
+                                "--tree-budget", str(mib)] + extra, capture_output=True, text=True, timeout=300)
+            assert r.returncode == 0, r.stderr
+            folded = [ln for ln in r.stderr.splitlines() if "folded into [other]" in ln]
+            assert len(folded) == (1 if mib == 1 else 0), r.stderr
+            out[fmt, mib] = path
+    rows = {}
+    for mib in (1, 1 << 24):
+        st = pstats.Stats(out["pstats", mib]).stats
+        rows[mib] = {k: v[:4] for k, v in st.items()}
+    assert rows[1] == rows[1 << 24]
+    assert sum(v[1] for k, v in rows[1].items() if k[0] == "generated.py" and k[2] != "<module>") == made
+    lines = {}
+    for mib in (1, 1 << 24):
+        with open(out["collapsed", mib]) as f:
+            lines[mib] = [ln.rsplit(" ", 1) for ln in f.read().splitlines()]
+    assert any("[other]" in stack for stack, _ in lines[1])
+    assert not any("[other]" in stack for stack, _ in lines[1 << 24])
+    assert len(lines[1]) < len(lines[1 << 24])
+    assert sum(int(n) for _, n in lines[1]) == sum(int(n) for _, n in lines[1 << 24])
+
+
 # ---- item 8: a symbol id of 0xFFFFFFFF -----------------------------------------------------
 
 CALL, RETURN, FRAME = int(EventKind.Call), int(EventKind.Return), int(EventKind.Frame)
