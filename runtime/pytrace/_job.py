@@ -168,7 +168,7 @@ def start_job(interp, flags, options, program, timeout=30.0, subprocesses=None, 
     finally:
         os.close(report_w)
         os.close(wait_r)
-    segment = read_segment(report_r, timeout)
+    segment = read_line(report_r, timeout)
     os.close(report_r)
     return job, segment, wait_w
 
@@ -195,8 +195,9 @@ def stop_job(job):
     return None
 
 
-def read_segment(fd, timeout):
-    """The segment name the job reports once tracing started ("" if it never does)."""
+def read_line(fd, timeout):
+    """The first line a child writes to fd, within timeout seconds ("" if none): the
+    segment name a job reports once tracing started, the socket a hub listens on."""
     import select
     import time
     deadline = time.monotonic() + timeout

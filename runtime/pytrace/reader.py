@@ -431,9 +431,8 @@ def start_hub(target, hold=0, detach=False, timeout=10.0, stderr=None, subproces
     would wait for the job's end); its messages go to `proc.log` (the socket's path with
     .log, removed at its end when empty). OSError with one line when it cannot start or
     does not come up."""
-    import os
-    import select
     import subprocess
+    from ._job import read_line
     binary = find_hub_binary()
     if binary is None:
         raise OSError(2, "pytrace-hub is not installed (pip install pytrace puts it next to python)")
@@ -454,22 +453,8 @@ def start_hub(target, hold=0, detach=False, timeout=10.0, stderr=None, subproces
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=stderr, start_new_session=True, close_fds=True)
     proc.log = None
-    fd = proc.stdout.fileno()
-    deadline = time.monotonic() + timeout
-    line = b""
-    while b"\n" not in line:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            break
-        ready, _, _ = select.select([fd], [], [], left)
-        if not ready:
-            break
-        chunk = os.read(fd, 512)
-        if not chunk:
-            break
-        line += chunk
+    path = read_line(proc.stdout.fileno(), timeout)     # its socket's path, once it listens
     proc.stdout.close()
-    path = line.decode(errors="replace").strip()
     if not path:
         try:
             proc.wait(timeout=1.0 if proc.poll() is None else 0)
