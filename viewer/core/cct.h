@@ -239,31 +239,6 @@ typedef struct pt_cct_entered {
 int pt_cct_enter_slow(pt_cct_t *t, pt_cct_thread_t *th, uint32_t proc, uint32_t id, int counted,
                       const pt_walk_t *walk, const pt_walk_thread_t *wt, pt_cct_entered_t *out);
 
-static inline int pt_cct_enter(pt_cct_t *t, pt_cct_thread_t *th, uint32_t proc, uint32_t id, int counted,
-                               const pt_walk_t *walk, const pt_walk_thread_t *wt, pt_cct_entered_t *out)
-{
-    /* the hot path, inline: room on the stacks and the top's last child again
-     * (cache_key starts as PT_CCT_NONE, which is also an id a stream may carry:
-     * an empty cache is told by its child). Neither is [other]: an [other]
-     * node caches nothing and no [other] child is cached (child_of). */
-    const uint32_t depth = th->depth;
-    if (depth < th->stack_cap) {
-        const pt_cct_node_t *p = &t->nodes[depth ? th->stack[depth - 1].node : th->root];
-        if (p->cache_child != PT_CCT_NONE && p->cache_key == id) {
-            const uint32_t c = p->cache_child;
-            pt_cct_frame_t *stack = th->stack;
-            th->depth = depth + 1;
-            stack[depth] = (pt_cct_frame_t){.node = c, .fold = PT_CCT_NONE};
-            if (counted)
-                t->nodes[c].calls++;
-            if (out)
-                *out = (pt_cct_entered_t){.node = c, .fold = PT_CCT_NONE, .outermost = 0};
-            return 0;
-        }
-    }
-    return pt_cct_enter_slow(t, th, proc, id, counted, walk, wt, out);
-}
-
 /* pt_cct_give(t, th, d) (d may be 0), then pt_cct_enter, with th's top
  * frame and its node read once. */
 static inline int pt_cct_give_enter(pt_cct_t *t, pt_cct_thread_t *th, uint64_t d, uint32_t proc, uint32_t id,
@@ -278,7 +253,10 @@ static inline int pt_cct_give_enter(pt_cct_t *t, pt_cct_thread_t *th, uint64_t d
     if (f.fold != PT_CCT_NONE)
         t->folds[f.fold].self += d;
     th->acc += d;
-    /* pt_cct_enter's hot path */
+    /* the hot path, inline: room on the stack and the top's last child again
+     * (cache_key starts as PT_CCT_NONE, which is also an id a stream may carry:
+     * an empty cache is told by its child). Neither is [other]: an [other]
+     * node caches nothing and no [other] child is cached (child_of). */
     const uint32_t c = p->cache_child;
     if (depth < cap && c != PT_CCT_NONE && p->cache_key == id) {
         th->depth = depth + 1;
@@ -290,6 +268,12 @@ static inline int pt_cct_give_enter(pt_cct_t *t, pt_cct_thread_t *th, uint64_t d
         return 0;
     }
     return pt_cct_enter_slow(t, th, proc, id, counted, walk, wt, out);
+}
+
+static inline int pt_cct_enter(pt_cct_t *t, pt_cct_thread_t *th, uint32_t proc, uint32_t id, int counted,
+                               const pt_walk_t *walk, const pt_walk_thread_t *wt, pt_cct_entered_t *out)
+{
+    return pt_cct_give_enter(t, th, 0, proc, id, counted, walk, wt, out); /* the adds of 0 fold away */
 }
 
 /* Does closing th's top frame end an outermost folded activation? (its
