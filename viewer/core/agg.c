@@ -424,7 +424,7 @@ static void account(pt_agg_t *a, thread_t *th, uint64_t now)
     if (!given)
         return;
     uint32_t top = pt_cct_top(&th->cur);
-    uint32_t fr = th->cur.depth ? th->cur.fstack[th->cur.depth - 1] : PT_AGG_NONE;
+    uint32_t fr = pt_cct_top_fold(&th->cur);
     /* the thread's clock acc as it was at tick t (folded totals per slice) */
     const uint64_t acc0 = th->cur.acc - given, t0 = t;
     /* window: split the interval at slice borders; parts older than the
@@ -974,8 +974,8 @@ static int table_add_folded(const pt_agg_t *a, const pt_agg_query_t *q, const vi
             uint64_t from = cur->last > v->wstart ? cur->last : v->wstart;
             tail = a->latest > from ? a->latest - from : 0;
         }
-        if (tail && cur->depth && cur->fstack[cur->depth - 1] != PT_AGG_NONE)
-            fs[cur->fstack[cur->depth - 1]] += tail;
+        if (tail && pt_cct_top_fold(cur) != PT_AGG_NONE)
+            fs[pt_cct_top_fold(cur)] += tail;
         int pending_in = !v->window || (th->acc_slice != NO_SLICE && th->acc_slice >= v->first_slice);
         for (uint32_t i = 0; i < cur->fo_count; i++)
             ft[cur->fo[i].fold] += tail + (pending_in ? cur->acc - cur->fo[i].mark : 0);
@@ -1401,7 +1401,7 @@ int pt_agg_timeline(pt_agg_t *a, const pt_agg_query_t *q, uint64_t since_slice, 
                 busy[t] = sat_add(busy[t], to - from);
                 uint32_t top_sym = a->cct->nodes[pt_cct_top(cur)].sym;
                 if (top_sym == PT_CCT_OTHER)
-                    top_sym = a->cct->folds[cur->fstack[cur->depth - 1]].sym;
+                    top_sym = a->cct->folds[pt_cct_top_fold(cur)].sym;
                 if (tl_sum_add(&sum, (uint64_t)t << 32 | top_sym, to - from))
                     goto out;
             }

@@ -205,6 +205,8 @@ static uint32_t child_of(pt_cct_t *t, uint32_t parent, uint32_t proc, uint32_t i
     }
     if (c == PT_CCT_NONE)
         return PT_CCT_NONE;
+    if (t->nodes[c].sym == PT_CCT_OTHER) /* not cached: a cached child is never [other] (pt_cct_enter's hot path) */
+        return c;
     p = &t->nodes[parent]; /* node_new may have moved the array */
     p->cache_key = id;
     p->cache_child = c;
@@ -249,11 +251,10 @@ void pt_cct_fold_flush(pt_cct_t *t, pt_cct_thread_t *th, uint32_t from, uint64_t
 void pt_cct_thread_free(pt_cct_thread_t *th)
 {
     free(th->stack);
-    free(th->fstack);
     free(th->fo);
-    th->stack = th->fstack = NULL;
+    th->stack = NULL;
     th->fo = NULL;
-    th->depth = th->stack_cap = th->fstack_cap = th->fo_count = th->fo_cap = 0;
+    th->depth = th->stack_cap = th->fo_count = th->fo_cap = 0;
 }
 
 int pt_cct_enter_slow(pt_cct_t *t, pt_cct_thread_t *th, uint32_t proc, uint32_t id, int counted,
@@ -261,9 +262,6 @@ int pt_cct_enter_slow(pt_cct_t *t, pt_cct_thread_t *th, uint32_t proc, uint32_t 
 {
     if (th->depth == th->stack_cap &&
         pt_grow((void **)&th->stack, &th->stack_cap, sizeof *th->stack, th->depth + 1))
-        return -ENOMEM;
-    if (th->depth == th->fstack_cap &&
-        pt_grow((void **)&th->fstack, &th->fstack_cap, sizeof *th->fstack, th->depth + 1))
         return -ENOMEM;
     uint32_t c = child_of(t, pt_cct_top(th), proc, id);
     if (c == PT_CCT_NONE)
@@ -290,8 +288,7 @@ int pt_cct_enter_slow(pt_cct_t *t, pt_cct_thread_t *th, uint32_t proc, uint32_t 
             t->folds[fr].prim += (uint64_t)outer;
         }
     }
-    th->fstack[th->depth] = fr;
-    th->stack[th->depth++] = c;
+    th->stack[th->depth++] = (pt_cct_frame_t){.node = c, .fold = fr};
     if (out)
         *out = (pt_cct_entered_t){.node = c, .fold = fr, .outermost = outer};
     return 0;

@@ -95,14 +95,18 @@ typedef struct pt_cct_fopen {  /* an open outermost folded activation */
     uint64_t mark;          /* the thread's acc when its ticks were last counted */
 } pt_cct_fopen_t;
 
+typedef struct pt_cct_frame {  /* an open frame */
+    uint32_t node;
+    uint32_t fold;          /* its fold record if folded, else PT_CCT_NONE */
+} pt_cct_frame_t;
+
 /* One thread's place in the tree: its open frames and its clock. Zero it,
  * then pt_cct_thread_init. */
 typedef struct pt_cct_thread {
     uint32_t root;
     uint32_t owner;         /* its fold records' owner */
-    uint32_t *stack;        /* nodes of the open frames, outermost first */
-    uint32_t *fstack;       /* per position: its fold record if folded, else PT_CCT_NONE */
-    uint32_t depth, stack_cap, fstack_cap;
+    pt_cct_frame_t *stack;  /* the open frames, outermost first (one array: an event touches one entry) */
+    uint32_t depth, stack_cap;
     pt_cct_fopen_t *fo;     /* open outermost folded activations, innermost last */
     uint32_t fo_count, fo_cap;
     uint64_t acc;           /* ticks given to anything on this thread */
@@ -173,7 +177,14 @@ void pt_cct_thread_free(pt_cct_thread_t *th);
 /* The node on top of th (its root when nothing is open). */
 static inline uint32_t pt_cct_top(const pt_cct_thread_t *th)
 {
-    return th->depth ? th->stack[th->depth - 1] : th->root;
+    return th->depth ? th->stack[th->depth - 1].node : th->root;
+}
+
+/* The fold record of th's top frame; PT_CCT_NONE when it is not folded (or
+ * nothing is open). */
+static inline uint32_t pt_cct_top_fold(const pt_cct_thread_t *th)
+{
+    return th->depth ? th->stack[th->depth - 1].fold : PT_CCT_NONE;
 }
 
 /* d ticks of th's time (its clock moved on with its stack as it is) go to the
@@ -182,8 +193,9 @@ static inline uint32_t pt_cct_top(const pt_cct_thread_t *th)
 static inline void pt_cct_give(pt_cct_t *t, pt_cct_thread_t *th, uint64_t d)
 {
     /* read before the first store (which the compiler must assume may alias th) */
-    const uint32_t depth = th->depth, top = depth ? th->stack[depth - 1] : th->root;
-    const uint32_t fold = depth ? th->fstack[depth - 1] : PT_CCT_NONE;
+    const uint32_t depth = th->depth;
+    const pt_cct_frame_t f = depth ? th->stack[depth - 1] : (pt_cct_frame_t){.node = th->root, .fold = PT_CCT_NONE};
+    const uint32_t top = f.node, fold = f.fold;
     t->nodes[top].self += d;
     if (fold != PT_CCT_NONE)
         t->folds[fold].self += d;
@@ -227,30 +239,41 @@ typedef struct pt_cct_entered {
 int pt_cct_enter_slow(pt_cct_t *t, pt_cct_thread_t *th, uint32_t proc, uint32_t id, int counted,
                       const pt_walk_t *walk, const pt_walk_thread_t *wt, pt_cct_entered_t *out);
 
+/* pt_cct_give(t, th, d) (d may be 0), then pt_cct_enter, with th's top
+ * frame and its node read once. */
+static inline int pt_cct_give_enter(pt_cct_t *t, pt_cct_thread_t *th, uint64_t d, uint32_t proc, uint32_t id,
+                                    int counted, const pt_walk_t *walk, const pt_walk_thread_t *wt,
+                                    pt_cct_entered_t *out)
+{
+    const uint32_t depth = th->depth, cap = th->stack_cap;
+    pt_cct_frame_t *stack = th->stack;
+    const pt_cct_frame_t f = depth ? stack[depth - 1] : (pt_cct_frame_t){.node = th->root, .fold = PT_CCT_NONE};
+    pt_cct_node_t *p = &t->nodes[f.node];
+    p->self += d;
+    if (f.fold != PT_CCT_NONE)
+        t->folds[f.fold].self += d;
+    th->acc += d;
+    /* the hot path, inline: room on the stack and the top's last child again
+     * (cache_key starts as PT_CCT_NONE, which is also an id a stream may carry:
+     * an empty cache is told by its child). Neither is [other]: an [other]
+     * node caches nothing and no [other] child is cached (child_of). */
+    const uint32_t c = p->cache_child;
+    if (depth < cap && c != PT_CCT_NONE && p->cache_key == id) {
+        th->depth = depth + 1;
+        stack[depth] = (pt_cct_frame_t){.node = c, .fold = PT_CCT_NONE};
+        if (counted)
+            t->nodes[c].calls++;
+        if (out)
+            *out = (pt_cct_entered_t){.node = c, .fold = PT_CCT_NONE, .outermost = 0};
+        return 0;
+    }
+    return pt_cct_enter_slow(t, th, proc, id, counted, walk, wt, out);
+}
+
 static inline int pt_cct_enter(pt_cct_t *t, pt_cct_thread_t *th, uint32_t proc, uint32_t id, int counted,
                                const pt_walk_t *walk, const pt_walk_thread_t *wt, pt_cct_entered_t *out)
 {
-    /* the hot path, inline: room on the stacks, the top's last child again
-     * (cache_key starts as PT_CCT_NONE, which is also an id a stream may carry:
-     * an empty cache is told by its child), and neither is [other] */
-    const uint32_t depth = th->depth;
-    if (depth < th->stack_cap && depth < th->fstack_cap) {
-        const pt_cct_node_t *p = &t->nodes[depth ? th->stack[depth - 1] : th->root];
-        if (p->cache_child != PT_CCT_NONE && p->cache_key == id && p->sym != PT_CCT_OTHER &&
-            t->nodes[p->cache_child].sym != PT_CCT_OTHER) {
-            const uint32_t c = p->cache_child;
-            uint32_t *stack = th->stack, *fstack = th->fstack;
-            th->depth = depth + 1;
-            stack[depth] = c;
-            fstack[depth] = PT_CCT_NONE;
-            if (counted)
-                t->nodes[c].calls++;
-            if (out)
-                *out = (pt_cct_entered_t){.node = c, .fold = PT_CCT_NONE, .outermost = 0};
-            return 0;
-        }
-    }
-    return pt_cct_enter_slow(t, th, proc, id, counted, walk, wt, out);
+    return pt_cct_give_enter(t, th, 0, proc, id, counted, walk, wt, out); /* the adds of 0 fold away */
 }
 
 /* Does closing th's top frame end an outermost folded activation? (its
@@ -270,6 +293,28 @@ static inline void pt_cct_exit(pt_cct_t *t, pt_cct_thread_t *th)
         th->fo_count--;
     }
     th->depth--;
+}
+
+/* pt_cct_give(t, th, d), then pt_cct_exit(t, th), with th's top frame read
+ * once: a frame that is not folded ends no folded activation (the frames
+ * above a folded one are all folded, so none is open then). */
+static inline void pt_cct_give_exit(pt_cct_t *t, pt_cct_thread_t *th, uint64_t d)
+{
+    const uint32_t depth = th->depth;
+    if (!depth) {
+        t->nodes[th->root].self += d;
+        th->acc += d;
+        return;
+    }
+    const pt_cct_frame_t f = th->stack[depth - 1];
+    t->nodes[f.node].self += d;
+    th->acc += d;
+    if (f.fold == PT_CCT_NONE) {
+        th->depth = depth - 1;
+        return;
+    }
+    t->folds[f.fold].self += d;
+    pt_cct_exit(t, th);
 }
 
 /* The thread ended (its frames were closed by exits): nothing is open. */

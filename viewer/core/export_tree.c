@@ -175,18 +175,6 @@ static int tree_thread(ex_t *e, uint32_t index)
     return 0;
 }
 
-/* The thread's clock at `ticks`; the ticks it went on are self time of the
- * entry on top (cct.h). */
-static inline uint64_t account(ex_t *e, thr_t *t, uint32_t index, uint64_t ticks)
-{
-    uint64_t moved, now = ex_clock(t, ticks, &moved);
-    if (moved) {
-        tree_t *tr = e->ws;
-        pt_cct_give(e->cct, &tr->cur[index], moved);
-    }
-    return now;
-}
-
 /* The clock went on (a mark, a gap, a thread's start or end): self time too. */
 static void tree_self(ex_t *e, thr_t *t, uint64_t moved)
 {
@@ -199,16 +187,24 @@ static int tree_enter(ex_t *e, pt_walk_thread_t *wt, uint32_t id, uint64_t ticks
 {
     tree_t *tr = e->ws;
     thr_t *t = thr_of(e, wt);
-    account(e, t, wt->index, ticks);
-    return pt_cct_enter(e->cct, &tr->cur[wt->index], t->proc, id, !(flags & PT_WALK_CONTINUED), e->walk, wt, NULL);
+    pt_cct_thread_t *th = &tr->cur[wt->index]; /* once: the stores below may alias wt */
+    uint64_t moved;
+    ex_clock(t, ticks, &moved);
+    /* its self time (moved may be 0) and the call, the top frame read once */
+    return pt_cct_give_enter(e->cct, th, moved, t->proc, id, !(flags & PT_WALK_CONTINUED), e->walk, wt, NULL);
 }
 
 /* A return: the entry on top closes. */
 static int tree_exit(ex_t *e, pt_walk_thread_t *wt, uint64_t ticks)
 {
     tree_t *tr = e->ws;
-    account(e, thr_of(e, wt), wt->index, ticks);
-    pt_cct_exit(e->cct, &tr->cur[wt->index]);
+    pt_cct_thread_t *th = &tr->cur[wt->index]; /* once: the stores below may alias wt */
+    uint64_t moved;
+    ex_clock(thr_of(e, wt), ticks, &moved);
+    if (moved) /* its self time, and the close (the top frame read once) */
+        pt_cct_give_exit(e->cct, th, moved);
+    else
+        pt_cct_exit(e->cct, th);
     return 0;
 }
 
