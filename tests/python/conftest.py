@@ -15,3 +15,13 @@ sys.dont_write_bytecode = True
 SUPPORT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "support")
 if SUPPORT not in sys.path:
     sys.path.insert(0, SUPPORT)
+
+# Many tests send SIGINT (Ctrl-C) to a program and check how it ends. A shell runs a
+# background command (`bash .ci/run &`, nohup) with SIGINT ignored, and an ignored signal
+# stays ignored across fork and exec: every program the tests start would then shrug
+# Ctrl-C off (seen: exports that finished, web servers killed after their grace, jobs
+# left running). The tests' children get Ctrl-C's default, as from a terminal.
+import signal  # noqa: E402
+
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
