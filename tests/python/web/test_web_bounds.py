@@ -293,10 +293,13 @@ THREADS_PAST_RINGS = textwrap.dedent("""
     import threading
     def f(i):
         return i + 1
+    both = threading.Barrier(4)     # all four alive at once: one ring for the four
     def work():
+        both.wait()
         s = 0
         for i in range(50000):
             s = f(s)
+        both.wait()
     ts = [threading.Thread(target=work) for _ in range(4)]
     for t in ts:
         t.start()
