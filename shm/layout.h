@@ -49,8 +49,9 @@
 
 #define PT_SEG_MAGIC 0x0045434152545950ull /* "PYTRACE\0" little-endian */
 #define PT_ABI_MAJOR 1                     /* a reader refuses another major */
-#define PT_ABI_MINOR 3                     /* a reader accepts any minor (1: stack_request; 2: tracing_displaced,
-                                              events_untraced, rings reserved on claim; 3: *_reused) */
+#define PT_ABI_MINOR 4                     /* a reader accepts any minor (1: stack_request; 2: tracing_displaced,
+                                              events_untraced, rings reserved on claim; 3: *_reused;
+                                              4: consumer_reads_children) */
 #define PT_ENDIAN_MARK 0x01020304u         /* reads 0x04030201 on a wrong-endian reader */
 #define PT_SHM_PREFIX "pytrace-"           /* /dev/shm/pytrace-<pid>-<seq>-<16 hex random> */
 
@@ -161,6 +162,9 @@ _Static_assert(offsetof(pt_ring_slot_t, stack_request) == 224, "stack request");
  *   symlog_published       producer, under its in-process symbol lock (release;
  *                          pairs with the reader's acquire before reading symbols)
  *   consumer_*             readers (CAS on consumer_pid)  attach / detach / takeover
+ *   consumer_reads_children  the holder, after its CAS     0 on every lock and unlock; a
+ *                          (release)                      tree reader sets 1 (its producer reads
+ *                                                         it with acquire, then checks the holder lives)
  */
 typedef struct pt_seg_header {
     /* identity: checked first by every reader */
@@ -223,7 +227,11 @@ typedef struct pt_seg_header {
     _Atomic uint64_t consumer_start;    /* holder's process start time (pid reuse) */
     _Atomic uint64_t consumer_heartbeat_ns;
     _Atomic uint64_t consumer_takeovers;
-    uint8_t reserved_k[32];
+    _Atomic uint64_t consumer_reads_children; /* 1504: 1 while the holder reads the producer's process
+                                                 tree (a hub with --subprocesses, ABI minor 4): the
+                                                 producer, exiting, leaves the segments of its dead
+                                                 children to that reader instead of removing them */
+    uint8_t reserved_k[24];
     /* reused-slot line (1536): the final counters of earlier owners of slots
      * that were claimed again, folded in by the claimer (ABI minor 3) */
     _Alignas(PT_CACHE_LINE) _Atomic uint64_t events_written_reused;
@@ -244,6 +252,7 @@ _Static_assert(offsetof(pt_seg_header_t, events_untraced) == 1392, "events_untra
 _Static_assert(offsetof(pt_seg_header_t, tracing_displaced) == 1400, "tracing_displaced");
 _Static_assert(offsetof(pt_seg_header_t, symlog_published) == 1408, "symlog line");
 _Static_assert(offsetof(pt_seg_header_t, consumer_pid) == 1472, "consumer line");
+_Static_assert(offsetof(pt_seg_header_t, consumer_reads_children) == 1504, "consumer_reads_children");
 _Static_assert(offsetof(pt_seg_header_t, events_written_reused) == 1536, "reused-slot line");
 
 #endif /* PT_SHM_LAYOUT_H */

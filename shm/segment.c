@@ -1133,6 +1133,8 @@ int pt_segment_lock_consumer(pt_segment_t *seg, char *err, size_t errlen)
         if (!atomic_compare_exchange_strong_explicit(&h->consumer_pid, &holder, me, memory_order_acq_rel,
                                                      memory_order_relaxed))
             continue; /* someone else moved first: look again */
+        /* a new holder reads one segment until it says it reads the tree */
+        atomic_store_explicit(&h->consumer_reads_children, 0, memory_order_relaxed);
         /* release: pairs with the acquire load of consumer_start by a checker */
         atomic_store_explicit(&h->consumer_start, my_start, memory_order_release);
         atomic_store_explicit(&h->consumer_heartbeat_ns, pt_monotonic_ns(), memory_order_relaxed);
@@ -1155,11 +1157,20 @@ void pt_segment_unlock_consumer(pt_segment_t *seg)
     seg->consumer_locked = 0;
     pt_seg_header_t *h = pt_segment_header(seg);
     uint64_t me = (uint64_t)getpid();
-    /* relaxed: the CAS below releases it */
+    /* relaxed: the CAS below releases them */
+    atomic_store_explicit(&h->consumer_reads_children, 0, memory_order_relaxed);
     atomic_store_explicit(&h->consumer_start, 0, memory_order_relaxed);
     /* release: our cursor stores (released_chunks, consumer_index) happen
      * before the next holder's acquire CAS */
     atomic_compare_exchange_strong_explicit(&h->consumer_pid, &me, 0, memory_order_release, memory_order_relaxed);
+}
+
+void pt_segment_set_reads_children(pt_segment_t *seg)
+{
+    if (seg == NULL || !seg->consumer_locked)
+        return;
+    /* release: pairs with the producer's acquire at exit (pt_session.c) */
+    atomic_store_explicit(&pt_segment_header(seg)->consumer_reads_children, 1, memory_order_release);
 }
 
 /* ---- discovery ------------------------------------------------------------- */

@@ -129,6 +129,11 @@ void pt_segment_heartbeat(pt_segment_t *seg);
  * takeover. -EBUSY with the holder's pid in err if a live reader holds it. */
 int pt_segment_lock_consumer(pt_segment_t *seg, char *err, size_t errlen);
 void pt_segment_unlock_consumer(pt_segment_t *seg);
+/* Reader holding the lock: say it reads the producer's process tree (a hub with
+ * --subprocesses). The producer, exiting, then leaves its dead children's
+ * segments to this reader instead of removing them. Cleared by every lock and
+ * unlock. */
+void pt_segment_set_reads_children(pt_segment_t *seg);
 
 /* Is the producer process alive? 1 yes, 0 no (its pid is gone or reused). */
 int pt_segment_producer_alive(const pt_segment_t *seg);

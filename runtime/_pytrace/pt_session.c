@@ -391,10 +391,19 @@ static void exit_wait_locked(void)
     }
 }
 
+/* Does a live reader that reads our process tree (a hub with --subprocesses)
+ * hold the segment? Then our dead children's segments are its to read. */
+static int tree_reader_holds(pt_seg_header_t *h)
+{
+    /* acquire: pairs with the reader's release store of the flag */
+    return atomic_load_explicit(&h->consumer_reads_children, memory_order_acquire) != 0 && consumer_alive(h);
+}
+
 /* End the session as the process ends (exit, exec): closed frames, state
  * Exited, the bounded wait for a hub (exit_wait), the segment removed unless a
- * reader holds it. No Python API. Returns whether it was tracing. */
-static int end_for_exit(void)
+ * reader holds it. No Python API. Returns whether it was tracing; *tree_held
+ * (may be NULL): whether a reader of the process tree held it at the end. */
+static int end_for_exit(int *tree_held)
 {
     heartbeat_stop();
     pthread_mutex_lock(&pt_core.lock);
@@ -403,6 +412,8 @@ static int end_for_exit(void)
         if (pt_epoch_now() != 0)
             stop_locked();
         exit_wait_locked();
+        if (tree_held)
+            *tree_held = tree_reader_holds(pt_segment_header(pt_core.seg));
         segment_release_locked(1);
     }
     pthread_mutex_unlock(&pt_core.lock);
@@ -412,10 +423,14 @@ static int end_for_exit(void)
 static void at_exit(void)
 {
     /* Runs after the interpreter is gone: no Python API here. */
-    int traced = end_for_exit();
-    /* Fork children that left with _exit() (multiprocessing workers do) and
-     * that no reader holds would otherwise stay in /dev/shm for good. */
-    if (traced)
+    int tree_held = 0;
+    int traced = end_for_exit(&tree_held);
+    /* Fork children that left with _exit() (multiprocessing workers do), or were
+     * killed (a Pool's terminate()), and that no reader holds would otherwise
+     * stay in /dev/shm for good. Not while a reader of the tree holds us: it
+     * reads them to the end and removes them, and one it has not found yet
+     * (a worker killed just after it started) would be lost, uncounted. */
+    if (traced && !tree_held)
         (void)pt_segment_collect_children((uint64_t)getpid());
 }
 
@@ -434,7 +449,7 @@ static int exec_audit_hook(const char *event, PyObject *args, void *data)
     (void)data;
     if (event[0] != 'o' || strcmp(event, "os.exec") != 0)
         return 0;
-    (void)end_for_exit();
+    (void)end_for_exit(NULL);
     return 0;
 }
 

@@ -310,6 +310,7 @@ static int attach_seg(hub_t *h, const char *name, uint64_t pid)
     s->pid = pid;
     (void)proc_stat(pid, &s->start);
     s->policy_wait = pt_segment_header(pt_reader_segment(s->r))->drop_policy == PT_POLICY_WAIT;
+    pt_segment_set_reads_children(pt_reader_segment(s->r)); /* its dead children are ours to read */
     /* a reader of this segment finds the hub by the segment's name */
     if (pt_hub_socket_path(h->dir, s->name, s->link, sizeof s->link) == 0) {
         unlink(s->link);
@@ -449,6 +450,8 @@ int attach_root(hub_t *h, const char *target, double wait_seconds)
         pt_reader_stats(root->r, &st);
         root->pid = h->root_pid = st.pid;
         root->policy_wait = pt_segment_header(pt_reader_segment(root->r))->drop_policy == PT_POLICY_WAIT;
+        if (h->tree) /* its children that end before the hub finds them stay for the hub */
+            pt_segment_set_reads_children(pt_reader_segment(root->r));
         (void)proc_stat(root->pid, &root->start);
     }
     if (pt_walk_create(&(pt_walk_ops_t){0}, NULL, &root->walk)) {

@@ -204,3 +204,99 @@ def test_recorded_forkserver_pool_and_python_subprocess_each_in_its_own_process(
     forkservers = {ppid_of[w] for w in ran}
     assert len(forkservers) == 1 and ppid_of[forkservers.pop()] == job_pid, ppid_of
     assert "NOT traced" not in p.stderr and "could not be read" not in p.stderr, p.stderr
+
+
+KILLED_CHILD_JOB = textwrap.dedent("""
+    import os, subprocess, sys, time
+    go = sys.argv[1]
+    while not os.path.exists(go):
+        time.sleep(0.01)
+    child = subprocess.run([sys.executable, "-c", "import os, signal\\n"
+                            "def child_work(i):\\n    return i * i\\n"
+                            "for i in range(50):\\n    child_work(i)\\n"
+                            "print(os.getpid(), flush=True)\\n"
+                            "os.kill(os.getpid(), signal.SIGKILL)\\n"],
+                           stdout=subprocess.PIPE, text=True)
+    print(child.stdout.strip(), child.returncode, flush=True)
+""")
+
+
+def _state(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+
+def test_a_child_killed_before_the_hub_found_it_is_recorded_not_removed_by_its_exiting_parent(tmp_path):
+    """A Pool's terminate() kills workers that have just started tracing; their segments
+    stay (no exit handler ran), and the parent, exiting, removed its dead children's
+    segments that no reader held. When the hub had not found such a child yet (a loaded
+    machine: CI lost two of 50 spawn workers), the child was missing from the recording,
+    uncounted. Now a hub reading the tree says so in the segments it holds, and a parent
+    held so leaves its dead children to it. Shown deterministically: the hub is stopped
+    (SIGSTOP) while the job runs a child that writes 50 calls and kills itself, and the
+    job exits; the hub, continued, must still record the child's 50 calls."""
+    import os
+    import signal
+    import time
+    import pytrace._pytrace as ext
+    job = tmp_path / "job.py"
+    job.write_text(KILLED_CHILD_JOB)
+    go = tmp_path / "go"
+    out = tmp_path / "r.pytrace"
+    err = open(tmp_path / "err", "w+")
+    rec = subprocess.Popen([PY, "-m", "pytrace", "record", "-o", str(out), "--", PY, str(job), str(go)],
+                           stdout=subprocess.PIPE, stderr=err, text=True)
+    hub = None
+    try:
+        deadline = time.monotonic() + 60
+        job_pid = None
+        while hub is None and time.monotonic() < deadline:
+            m = re.search(r"tracing pid (\d+) into", (tmp_path / "err").read_text())
+            job_pid = int(m.group(1)) if m else None
+            for s in ext.list_segments():
+                if job_pid and s["pid"] == job_pid and s["consumer_pid"]:
+                    hub = int(s["consumer_pid"])
+            time.sleep(0.02)
+        assert hub, (tmp_path / "err").read_text()
+        os.kill(hub, signal.SIGSTOP)
+        go.write_text("")
+        while _state(job_pid) not in (None, "Z") and time.monotonic() < deadline:
+            time.sleep(0.02)       # the job has exited: its exit handler ran
+        assert _state(job_pid) in (None, "Z")
+        os.kill(hub, signal.SIGCONT)
+        stdout, _ = rec.communicate(timeout=60)
+    finally:
+        if hub:
+            try:
+                os.kill(hub, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        if rec.poll() is None:
+            rec.kill()
+            rec.wait()
+        err.close()
+    stderr = (tmp_path / "err").read_text()
+    assert rec.returncode == 0, stderr
+    child, status = (int(x) for x in stdout.split())
+    assert status == -signal.SIGKILL
+    from pytrace.recording import RecordingReader
+    from pytrace.reader import EventKind
+    names, pid_of, calls = {}, {}, 0
+    with RecordingReader(str(out)) as rr:
+        for m in rr.messages():
+            kind = type(m).__name__
+            if kind == "ProcessInfo":
+                pid_of[m.process] = m.pid
+            elif kind == "Symbol":
+                names[(m.process, m.id)] = m.name
+            elif kind == "EventChunk":
+                for _t, ident, _a, k, _f in m.iter_events():
+                    if k == EventKind.Call and names.get((m.process, ident)) == "child_work":
+                        assert pid_of[m.process] == child
+                        calls += 1
+    assert child in pid_of.values(), (child, pid_of, stderr)
+    assert calls == 50, (calls, stderr)
+    assert not [f for f in os.listdir("/dev/shm") if f.startswith("pytrace-%d-" % child)]
