@@ -65,7 +65,8 @@ enum pt_event_kind {
     PT_EV_MARK = 11,
     PT_EV_LOST = 12,
     PT_EV_FRAME = 13,
-    PT_EV_KIND_COUNT = 14 /* one past the last kind */
+    PT_EV_CPU_TIME = 14,
+    PT_EV_KIND_COUNT = 15 /* one past the last kind */
 };
 
 /* enum EventFlags (bit_flags): bits of Event.flags */
@@ -80,6 +81,11 @@ enum pt_event_kind {
 
 /* Lost record: count = id | ((uint64_t)aux << 32) (48 bits, saturating). */
 #define PT_LOST_MAX ((UINT64_C(1) << 48) - 1)
+/* CpuTime record: the thread's CPU ns modulo 2^48 = id | ((uint64_t)aux << 32);
+ * the difference of two is taken modulo 2^48 too. */
+#define PT_CPU_MASK ((UINT64_C(1) << 48) - 1)
+/* Does a record of this kind carry a value in id (not a symbol id)? */
+#define PT_EV_ID_IS_VALUE(kind) ((kind) == PT_EV_LOST || (kind) == PT_EV_CPU_TIME)
 
 /* enum ClockKind, ProducerState, SymbolKind, DropPolicy (frozen) */
 enum pt_clock_kind { PT_CLOCK_MONOTONIC = 0, PT_CLOCK_TSC = 1 };

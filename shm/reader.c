@@ -544,7 +544,7 @@ static uint32_t first_bad_event(const uint8_t *ev, uint32_t n, uint32_t max_id)
         const uint8_t *e = ev + (size_t)k * sizeof(pt_event_t);
         uint8_t kind = e[14];
         uint32_t id = (uint32_t)e[8] | ((uint32_t)e[9] << 8) | ((uint32_t)e[10] << 16) | ((uint32_t)e[11] << 24);
-        bad |= (unsigned)((uint8_t)(kind - 1) >= PT_EV_KIND_COUNT - 1) | (unsigned)(kind != PT_EV_LOST && id > max_id);
+        bad |= (unsigned)((uint8_t)(kind - 1) >= PT_EV_KIND_COUNT - 1) | (unsigned)(!PT_EV_ID_IS_VALUE(kind) && id > max_id);
     }
     if (!bad)
         return n;
@@ -552,7 +552,7 @@ static uint32_t first_bad_event(const uint8_t *ev, uint32_t n, uint32_t max_id)
         const uint8_t *e = ev + (size_t)k * sizeof(pt_event_t);
         uint8_t kind = e[14];
         uint32_t id = (uint32_t)e[8] | ((uint32_t)e[9] << 8) | ((uint32_t)e[10] << 16) | ((uint32_t)e[11] << 24);
-        if ((uint8_t)(kind - 1) >= PT_EV_KIND_COUNT - 1 || (kind != PT_EV_LOST && id > max_id))
+        if ((uint8_t)(kind - 1) >= PT_EV_KIND_COUNT - 1 || (!PT_EV_ID_IS_VALUE(kind) && id > max_id))
             return k;
     }
     return n;

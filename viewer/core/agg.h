@@ -208,14 +208,19 @@ typedef struct pt_agg_row {
     uint64_t prim_calls;
     uint64_t self_ns;
     uint64_t total_ns;     /* outermost activations only (pstats cumtime) */
-    double self_pct;       /* of the span (wall time of the window or run) */
+    uint64_t self_cpu_ns;  /* the part of self_ns the thread was on a CPU (CpuTime records) */
+    uint64_t total_cpu_ns; /* the part of total_ns the thread was on a CPU */
+    double self_pct;       /* of the observed time (wall time of the window or run, less <not observed>) */
     double total_pct;
 } pt_agg_row_t;
 
 typedef struct pt_agg_table {
     pt_agg_row_t *rows;
     size_t count;
-    uint64_t span_ns;      /* wall time the percentages refer to */
+    uint64_t span_ns;      /* wall time the percentages refer to: observed time */
+    uint64_t unobserved_ns;     /* thread time nobody saw (inside Lost gaps): the <not observed> row's */
+    uint64_t unobserved_cpu_ns;
+    uint64_t unobserved_lost;   /* the events lost in those gaps */
 } pt_agg_table_t;
 
 /* Rows of the function table: one per symbol with any calls or time in the
@@ -240,6 +245,8 @@ typedef struct pt_agg_tnode {
     uint64_t calls;
     uint64_t self_ns;
     uint64_t incl_ns;
+    uint64_t self_cpu_ns;  /* the parts of self_ns and incl_ns on a CPU */
+    uint64_t incl_cpu_ns;
 } pt_agg_tnode_t;
 
 typedef struct pt_agg_tree {

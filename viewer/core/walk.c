@@ -412,8 +412,10 @@ static int feed_event(pt_walk_t *w, wthread_t *t, const pt_event_t *ev)
         t->pub.last_ticks = now;
         t->pub.have_ticks = 1;
     }
-    if (ev->kind != PT_EV_LOST && ev->kind - 1u < PT_EV_KIND_COUNT - 1u)
+    if (!PT_EV_ID_IS_VALUE(ev->kind) && ev->kind - 1u < PT_EV_KIND_COUNT - 1u)
         check_symbol(w, t, ev->id);
+    if (ev->kind == PT_EV_CPU_TIME) /* changes no stack, ends no recovery: Frame records follow it */
+        return w->ops.cpu ? w->ops.cpu(w->ctx, &t->pub, now, (uint64_t)ev->id | ((uint64_t)ev->aux << 32)) : 0;
     if (ev->kind == PT_EV_FRAME)
         return on_frame(w, t, ev);
     if (ev->kind == PT_EV_LOST) {

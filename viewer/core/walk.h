@@ -39,6 +39,8 @@
  *     with no Frame records after it closes every frame (at its tick) at the
  *     next event. Open spans outlive gaps (rule 1 below).
  *   - Mark: instant() on the thread, the stack unchanged.
+ *   - CpuTime: cpu() with the thread's CPU ns, the stack unchanged (a Frame
+ *     run after it goes on as if it were not there).
  *
  * THE RULE FOR SPANS. A user span (SpanBegin/SpanEnd, its id a Label symbol)
  * is an entry of the thread's stack like a frame: SpanBegin enters it on top
@@ -162,6 +164,8 @@ typedef struct pt_walk_ops {
     int (*exit)(void *ctx, pt_walk_thread_t *th, uint32_t id, uint64_t ticks, unsigned flags);
     int (*instant)(void *ctx, pt_walk_thread_t *th, uint32_t id, uint64_t ticks); /* Mark */
     int (*gap)(void *ctx, pt_walk_thread_t *th, uint64_t ticks, uint64_t lost);  /* Lost */
+    /* CpuTime: the thread's CPU ns (modulo 2^48, PT_CPU_MASK) at ticks; the stack unchanged */
+    int (*cpu)(void *ctx, pt_walk_thread_t *th, uint64_t ticks, uint64_t cpu_ns);
 } pt_walk_ops_t;
 
 typedef struct pt_walk pt_walk_t;

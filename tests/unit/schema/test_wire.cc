@@ -36,6 +36,7 @@ SAME(PT_EV_SPAN_END, fb::EventKind_SpanEnd, "EventKind SpanEnd");
 SAME(PT_EV_MARK, fb::EventKind_Mark, "EventKind Mark");
 SAME(PT_EV_LOST, fb::EventKind_Lost, "EventKind Lost");
 SAME(PT_EV_FRAME, fb::EventKind_Frame, "EventKind Frame");
+SAME(PT_EV_CPU_TIME, fb::EventKind_CpuTime, "EventKind CpuTime");
 SAME(PT_EV_KIND_COUNT, fb::EventKind_MAX + 1, "EventKind: every kind of the .fbs is in pt_wire.h");
 
 // ---- enum EventFlags (bit_flags) -------------------------------------------
