@@ -87,12 +87,22 @@ typedef struct thread {
     /* slice cache: ticks [slice_start, slice_end) are slice slice_no */
     uint64_t slice_no, slice_start, slice_end;
     uint32_t slice_slot;   /* slice_no % slice_cap when it was cached (checked against sl->no) */
+    /* slice entries given ticks since its last CpuTime record (their pend > 0) */
+    struct sdirty *sdirty;
+    uint32_t nsdirty, sdirty_cap;
 } thread_t;
+
+struct sdirty {
+    uint64_t no;           /* the slice */
+    uint32_t idx;          /* the entry */
+    uint32_t folded;       /* 1: a fentry */
+};
 
 typedef struct slice_entry {
     uint32_t node;
     uint32_t calls;
     uint64_t self;
+    uint64_t cpu, pend;    /* as the tree node's (cct.h), for this slice */
 } slice_entry_t;
 
 typedef struct fentry {
@@ -101,11 +111,13 @@ typedef struct fentry {
     uint32_t prim;
     uint32_t reserved;
     uint64_t self, total;
+    uint64_t cpu, pend, total_cpu;
 } fentry_t;
 
 typedef struct slice {
     uint64_t no; /* absolute slice number held, NO_SLICE if none */
     uint64_t events;
+    uint64_t lost;         /* events lost in gaps (Lost records) in it */
     slice_entry_t *entries;
     uint32_t count, cap;
     fentry_t *fentries;    /* folded records' calls and ticks in this slice */
@@ -153,7 +165,7 @@ static void recompute_slice_ticks(pt_agg_t *a)
     a->slice_ticks = t < 1.0 ? 1 : u64_of_double(t + 0.5);
 }
 
-static void fold_flushed(void *ctx, pt_cct_thread_t *cur, uint32_t fold, uint64_t ticks);
+static void fold_flushed(void *ctx, pt_cct_thread_t *cur, uint32_t fold, uint64_t ticks, uint64_t cpu);
 
 int pt_agg_create(const pt_agg_config_t *cfg, pt_agg_t **out)
 {
@@ -199,6 +211,7 @@ void pt_agg_destroy(pt_agg_t *a)
     for (uint32_t i = 0; i < a->thread_count; i++) {
         free(a->threads[i].name);
         pt_cct_thread_free(&a->threads[i].cur);
+        free(a->threads[i].sdirty);
     }
     free(a->threads);
     pt_u64map_free(&a->thread_map);
@@ -280,6 +293,7 @@ static slice_t *slice_get(pt_agg_t *a, uint64_t no)
             sl->count = 0;
             sl->fcount = 0;
             sl->events = 0;
+            sl->lost = 0;
         }
         a->max_slice = no;
     }
@@ -311,14 +325,33 @@ static inline uint64_t thread_slice(pt_agg_t *a, thread_t *th, uint64_t t)
     return no;
 }
 
-static void slice_add(pt_agg_t *a, uint32_t node, uint64_t no, uint32_t slot, uint32_t calls, uint64_t self)
+/* An entry given ticks whose CPU share the thread's next CpuTime record tells. */
+static void sdirty_add(thread_t *th, uint64_t no, uint32_t idx, uint32_t folded)
+{
+    if (pt_grow((void **)&th->sdirty, &th->sdirty_cap, sizeof *th->sdirty, th->nsdirty + 1)) {
+        th->cur.cpu_lost++;
+        return;
+    }
+    th->sdirty[th->nsdirty++] = (struct sdirty){.no = no, .idx = idx, .folded = folded};
+}
+
+static void entry_self(thread_t *th, slice_entry_t *e, uint64_t no, uint32_t idx, uint64_t self)
+{
+    if (self && !e->pend && th)
+        sdirty_add(th, no, idx, 0);
+    e->self += self;
+    e->pend += self;
+}
+
+static void slice_add(pt_agg_t *a, thread_t *th, uint32_t node, uint64_t no, uint32_t slot, uint32_t calls,
+                      uint64_t self)
 {
     pt_cct_node_t *n = &a->cct->nodes[node]; /* aux64: the slice of its last entry, aux32: the entry */
     if (n->aux64 == no) {
         slice_t *sl = &a->slices[slot];
         if (sl->no == no && n->aux32 < sl->count && sl->entries[n->aux32].node == node) {
             sl->entries[n->aux32].calls += calls;
-            sl->entries[n->aux32].self += self;
+            entry_self(th, &sl->entries[n->aux32], no, n->aux32, self);
             return;
         }
     }
@@ -328,7 +361,8 @@ static void slice_add(pt_agg_t *a, uint32_t node, uint64_t no, uint32_t slot, ui
     if (sl->count == sl->cap &&
         pt_grow((void **)&sl->entries, &sl->cap, sizeof *sl->entries, sl->count + 1))
         return;
-    sl->entries[sl->count] = (slice_entry_t){.node = node, .calls = calls, .self = self};
+    sl->entries[sl->count] = (slice_entry_t){.node = node, .calls = calls};
+    entry_self(th, &sl->entries[sl->count], no, sl->count, self);
     n->aux64 = no;
     n->aux32 = sl->count++;
 }
@@ -336,8 +370,8 @@ static void slice_add(pt_agg_t *a, uint32_t node, uint64_t no, uint32_t slot, ui
 /* ---- fold records in the window ------------------------------------------- */
 
 /* Add to folded record f's entry in slice no (nothing if it fell out of the ring). */
-static void fslice_add(pt_agg_t *a, uint32_t f, uint64_t no, uint32_t calls, uint32_t prim, uint64_t self,
-                       uint64_t total)
+static void fslice_add(pt_agg_t *a, thread_t *th, uint32_t f, uint64_t no, uint32_t calls, uint32_t prim,
+                       uint64_t self, uint64_t total, uint64_t total_cpu)
 {
     if (no == NO_SLICE)
         return;
@@ -362,8 +396,12 @@ static void fslice_add(pt_agg_t *a, uint32_t f, uint64_t no, uint32_t calls, uin
     fentry_t *e = &sl->fentries[r->aux32];
     e->calls += calls;
     e->prim += prim;
+    if (self && !e->pend && th)
+        sdirty_add(th, no, r->aux32, 1);
     e->self += self;
+    e->pend += self;
     e->total += total;
+    e->total_cpu += total_cpu;
 }
 
 /* ---- threads ---------------------------------------------------------------- */
@@ -408,23 +446,49 @@ static void note_tick(pt_agg_t *a, uint64_t t)
 
 /* cct's hook: ticks of an open outermost folded activation were counted as
  * its inclusive time; they go to the slice they were given in. */
-static void fold_flushed(void *ctx, pt_cct_thread_t *cur, uint32_t fold, uint64_t ticks)
+static void fold_flushed(void *ctx, pt_cct_thread_t *cur, uint32_t fold, uint64_t ticks, uint64_t cpu)
 {
     pt_agg_t *a = ctx;
-    const thread_t *th = &a->threads[cur->owner];
-    fslice_add(a, fold, th->acc_slice, 0, 0, 0, ticks);
+    thread_t *th = &a->threads[cur->owner];
+    fslice_add(a, th, fold, th->acc_slice, 0, 0, 0, ticks, cpu);
 }
 
 /* Give the ticks since the thread's last event to the frame on top (the
  * tree's rule), and to the window's slices they fall in. */
+static void spread(pt_agg_t *a, thread_t *th, uint64_t t, uint64_t now, uint64_t given, uint32_t top, uint32_t fr,
+                   int flush);
+
 static void account(pt_agg_t *a, thread_t *th, uint64_t now)
 {
     uint64_t t = th->cur.last;
     uint64_t given = pt_cct_account(a->cct, &th->cur, now);
     if (!given)
         return;
-    uint32_t top = pt_cct_top(&th->cur);
-    uint32_t fr = pt_cct_top_fold(&th->cur);
+    spread(a, th, t, now, given, pt_cct_top(&th->cur), pt_cct_top_fold(&th->cur), 1);
+}
+
+/* A gap (Lost record): the ticks since the last event are nobody's -- the
+ * thread's <not observed> node's (cct.h), in the window too. */
+static void account_gap(pt_agg_t *a, thread_t *th, uint64_t now, uint64_t lost)
+{
+    uint64_t t = th->cur.last;
+    uint64_t given = pt_cct_gap(a->cct, &th->cur, now, lost);
+    uint64_t no = thread_slice(a, th, now);
+    slice_t *sl = &a->slices[th->slice_slot];
+    if (sl->no != no)
+        sl = slice_get(a, no);
+    if (sl)
+        sl->lost += lost;
+    if (given && th->cur.unobserved != PT_AGG_NONE)
+        spread(a, th, t, now, given, th->cur.unobserved, PT_AGG_NONE, 0);
+}
+
+/* The window's part of `given` ticks [t, now) of node top (fold record fr):
+ * split at slice borders. flush: the thread's clock acc moved with them (the
+ * folded totals per slice). */
+static void spread(pt_agg_t *a, thread_t *th, uint64_t t, uint64_t now, uint64_t given, uint32_t top, uint32_t fr,
+                   int flush)
+{
     /* the thread's clock acc as it was at tick t (folded totals per slice) */
     const uint64_t acc0 = th->cur.acc - given, t0 = t;
     /* window: split the interval at slice borders; parts older than the
@@ -437,10 +501,10 @@ static void account(pt_agg_t *a, thread_t *th, uint64_t now)
     while (t < now) {
         uint64_t no = thread_slice(a, th, t);
         uint64_t end = th->slice_end < now && th->slice_end > t ? th->slice_end : now;
-        slice_add(a, top, no, th->slice_slot, 0, end - t);
+        slice_add(a, th, top, no, th->slice_slot, 0, end - t);
         if (fr != PT_AGG_NONE)
-            fslice_add(a, fr, no, 0, 0, end - t, 0);
-        if (no != th->acc_slice) {
+            fslice_add(a, th, fr, no, 0, 0, end - t, 0, 0);
+        if (flush && no != th->acc_slice) {
             pt_cct_fold_flush(a->cct, &th->cur, 0, acc0 + (t - t0));
             th->acc_slice = no;
         }
@@ -477,9 +541,9 @@ static int agg_enter(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t now,
         return -ENOMEM;
     if (counted) {
         uint64_t no = thread_slice(a, th, now);
-        slice_add(a, in.node, no, th->slice_slot, 1, 0);
+        slice_add(a, th, in.node, no, th->slice_slot, 1, 0);
         if (in.fold != PT_AGG_NONE)
-            fslice_add(a, in.fold, no, 1, (uint32_t)in.outermost, 0, 0);
+            fslice_add(a, th, in.fold, no, 1, (uint32_t)in.outermost, 0, 0, 0);
     }
     return 0;
 }
@@ -506,9 +570,39 @@ static int agg_instant(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t no
 static int agg_gap(void *ctx, pt_walk_thread_t *wt, uint64_t now, uint64_t lost)
 {
     pt_agg_t *a = ctx;
-    account(a, walk_thread(a, wt), now);
+    account_gap(a, walk_thread(a, wt), now, lost);
     if (!(wt->lost_flags & PT_EVF_LOST_NO_RING)) /* events of a thread without a ring: not dropped */
         a->lost_records += lost;
+    return 0;
+}
+
+/* CpuTime: the tree's rule (cct.h) gives the CPU share of the ticks given
+ * since the last one; the window's entries get theirs at the same rate. */
+static int agg_cpu(void *ctx, pt_walk_thread_t *wt, uint64_t now, uint64_t cpu_ns)
+{
+    pt_agg_t *a = ctx;
+    thread_t *th = walk_thread(a, wt);
+    account(a, th, now);
+    double r;
+    pt_cct_cpu(a->cct, &th->cur, now, cpu_ns, a->tps, &r);
+    for (uint32_t i = 0; i < th->nsdirty; i++) {
+        const struct sdirty *d = &th->sdirty[i];
+        slice_t *sl = &a->slices[d->no % a->slice_cap];
+        if (sl->no != d->no)
+            continue; /* gone from the ring */
+        if (d->folded && d->idx < sl->fcount) {
+            fentry_t *e = &sl->fentries[d->idx];
+            if (r >= 0)
+                e->cpu += (uint64_t)((double)e->pend * r + 0.5);
+            e->pend = 0;
+        } else if (!d->folded && d->idx < sl->count) {
+            slice_entry_t *e = &sl->entries[d->idx];
+            if (r >= 0)
+                e->cpu += (uint64_t)((double)e->pend * r + 0.5);
+            e->pend = 0;
+        }
+    }
+    th->nsdirty = 0;
     return 0;
 }
 
@@ -518,6 +612,7 @@ static const pt_walk_ops_t agg_walk_ops = {
     .exit = agg_exit,
     .instant = agg_instant,
     .gap = agg_gap,
+    .cpu = agg_cpu,
 };
 
 int pt_agg_feed_events(pt_agg_t *a, uint64_t thread, const pt_event_t *events, size_t count)
@@ -804,11 +899,16 @@ typedef struct view {
     uint64_t *self;
     uint64_t *incl;
     uint64_t *sub_calls;
+    uint64_t *cpu;
+    uint64_t *incl_cpu;
+    uint64_t lost;          /* events lost in the view's gaps */
     uint64_t span_ticks;
     uint64_t wstart;        /* ticks before it are not in the view */
     uint64_t first_slice;   /* a window's first slice */
     int window;
 } view_t;
+
+static int thread_selected(const pt_agg_t *a, const pt_agg_query_t *q, uint32_t t);
 
 static void view_free(view_t *v)
 {
@@ -816,6 +916,8 @@ static void view_free(view_t *v)
     free(v->self);
     free(v->incl);
     free(v->sub_calls);
+    free(v->cpu);
+    free(v->incl_cpu);
 }
 
 static int view_build(pt_agg_t *a, const pt_agg_query_t *q, view_t *v)
@@ -826,7 +928,9 @@ static int view_build(pt_agg_t *a, const pt_agg_query_t *q, view_t *v)
     v->self = calloc(n, sizeof *v->self);
     v->incl = calloc(n, sizeof *v->incl);
     v->sub_calls = calloc(n, sizeof *v->sub_calls);
-    if (!v->calls || !v->self || !v->incl || !v->sub_calls) {
+    v->cpu = calloc(n, sizeof *v->cpu);
+    v->incl_cpu = calloc(n, sizeof *v->incl_cpu);
+    if (!v->calls || !v->self || !v->incl || !v->sub_calls || !v->cpu || !v->incl_cpu) {
         view_free(v);
         return -ENOMEM;
     }
@@ -842,9 +946,11 @@ static int view_build(pt_agg_t *a, const pt_agg_query_t *q, view_t *v)
             const slice_t *sl = &a->slices[s % a->slice_cap];
             if (sl->no != s)
                 continue;
+            v->lost += sl->lost;
             for (uint32_t i = 0; i < sl->count; i++) {
                 v->calls[sl->entries[i].node] += sl->entries[i].calls;
                 v->self[sl->entries[i].node] += sl->entries[i].self;
+                v->cpu[sl->entries[i].node] += sl->entries[i].cpu;
             }
         }
         uint64_t ws = sat_add(a->origin, sat_mul(first, a->slice_ticks));
@@ -855,7 +961,11 @@ static int view_build(pt_agg_t *a, const pt_agg_query_t *q, view_t *v)
         for (uint32_t i = 0; i < t->node_count; i++) {
             v->calls[i] = t->nodes[i].calls;
             v->self[i] = t->nodes[i].self;
+            v->cpu[i] = t->nodes[i].cpu;
         }
+        for (uint32_t i = 0; i < a->thread_count; i++)
+            if (thread_selected(a, q, i))
+                v->lost += a->threads[i].cur.gap_lost;
     }
     /* frames still open count up to the latest tick seen */
     for (uint32_t i = 0; i < a->thread_count; i++) {
@@ -867,6 +977,7 @@ static int view_build(pt_agg_t *a, const pt_agg_query_t *q, view_t *v)
             v->self[pt_cct_top(cur)] += a->latest - from;
     }
     pt_cct_sum_up(t, v->self, v->calls, v->incl, v->sub_calls);
+    pt_cct_sum_up_cpu(t, v->cpu, v->incl_cpu);
     v->span_ticks = a->have_ticks && a->latest > wstart ? a->latest - wstart : 0;
     v->wstart = wstart;
     v->window = window;
@@ -939,8 +1050,9 @@ static int table_add_folded(const pt_agg_t *a, const pt_agg_query_t *q, const vi
     size_t nf = a->cct->fold_count;
     uint64_t *fc = calloc(nf, sizeof *fc), *fp = calloc(nf, sizeof *fp);
     uint64_t *fs = calloc(nf, sizeof *fs), *ft = calloc(nf, sizeof *ft);
+    uint64_t *fcpu = calloc(nf, sizeof *fcpu), *ftc = calloc(nf, sizeof *ftc);
     int rc = -ENOMEM;
-    if (!fc || !fp || !fs || !ft)
+    if (!fc || !fp || !fs || !ft || !fcpu || !ftc)
         goto out;
     if (v->window) {
         for (uint64_t s = v->first_slice; s <= a->max_slice; s++) {
@@ -953,6 +1065,8 @@ static int table_add_folded(const pt_agg_t *a, const pt_agg_query_t *q, const vi
                 fp[e->frec] += e->prim;
                 fs[e->frec] += e->self;
                 ft[e->frec] += e->total;
+                fcpu[e->frec] += e->cpu;
+                ftc[e->frec] += e->total_cpu;
             }
         }
     } else {
@@ -961,6 +1075,8 @@ static int table_add_folded(const pt_agg_t *a, const pt_agg_query_t *q, const vi
             fp[f] = folds[f].prim;
             fs[f] = folds[f].self;
             ft[f] = folds[f].total;
+            fcpu[f] = folds[f].cpu;
+            ftc[f] = folds[f].total_cpu;
         }
     }
     /* open activations: ticks not flushed yet, and (as view_build) up to the latest tick */
@@ -977,8 +1093,10 @@ static int table_add_folded(const pt_agg_t *a, const pt_agg_query_t *q, const vi
         if (tail && pt_cct_top_fold(cur) != PT_AGG_NONE)
             fs[pt_cct_top_fold(cur)] += tail;
         int pending_in = !v->window || (th->acc_slice != NO_SLICE && th->acc_slice >= v->first_slice);
-        for (uint32_t i = 0; i < cur->fo_count; i++)
+        for (uint32_t i = 0; i < cur->fo_count; i++) {
             ft[cur->fo[i].fold] += tail + (pending_in ? cur->acc - cur->fo[i].mark : 0);
+            ftc[cur->fo[i].fold] += pending_in ? cur->acc_cpu - cur->fo[i].mark_cpu : 0;
+        }
     }
     for (uint32_t f = 0; f < nf; f++) {
         const pt_cct_fold_t *r = &folds[f];
@@ -990,6 +1108,8 @@ static int table_add_folded(const pt_agg_t *a, const pt_agg_query_t *q, const vi
         row->prim += fp[f];
         row->self += fs[f];
         row->total += ft[f];
+        row->self_cpu += fcpu[f];
+        row->total_cpu += ftc[f];
     }
     rc = 0;
 out:
@@ -997,6 +1117,8 @@ out:
     free(fp);
     free(fs);
     free(ft);
+    free(fcpu);
+    free(ftc);
     return rc;
 }
 
@@ -1019,7 +1141,8 @@ int pt_agg_table(pt_agg_t *a, const pt_agg_query_t *q, int sort, int descending,
         if (thread_selected(a, q, i))
             roots[nroots++] = a->threads[i].cur.root;
     /* a node with no time and no calls in its subtree is left out whole */
-    const pt_cct_view_t cv = {.calls = v.calls, .self = v.self, .incl = v.incl, .sub_calls = v.sub_calls};
+    const pt_cct_view_t cv = {.calls = v.calls, .self = v.self, .incl = v.incl, .sub_calls = v.sub_calls,
+                              .cpu = v.cpu, .incl_cpu = v.incl_cpu};
     if (pt_cct_walk(t, roots, nroots, &cv, sums, NULL, NULL))
         goto out;
     if (t->fold_count && table_add_folded(a, q, &v, sums))
@@ -1030,7 +1153,29 @@ int pt_agg_table(pt_agg_t *a, const pt_agg_query_t *q, int sort, int descending,
     out->rows = calloc(count ? count : 1, sizeof *out->rows);
     if (!out->rows)
         goto out;
-    double span_ns = (double)ticks_ns(a, v.span_ticks);
+    /* time nobody saw: the <not observed> rows of the selected threads; the
+     * percentages are of the time some thread was observed (the span less the
+     * least unobserved time of a thread in the view) */
+    uint64_t unobs = 0, unobs_cpu = 0, least = UINT64_MAX;
+    for (uint32_t i = 0; i < a->thread_count; i++) {
+        if (!thread_selected(a, q, i))
+            continue;
+        uint32_t u = a->threads[i].cur.unobserved;
+        uint64_t us = u != PT_AGG_NONE ? v.self[u] : 0;
+        if (u != PT_AGG_NONE) {
+            unobs += us;
+            unobs_cpu += v.cpu[u];
+        }
+        if (v.incl[a->threads[i].cur.root] || us)
+            least = us < least ? us : least;
+    }
+    if (least == UINT64_MAX)
+        least = 0;
+    uint64_t observed = v.span_ticks > least ? v.span_ticks - least : 0;
+    out->unobserved_ns = ticks_ns(a, unobs);
+    out->unobserved_cpu_ns = ticks_ns(a, unobs_cpu);
+    out->unobserved_lost = v.lost;
+    double span_ns = (double)ticks_ns(a, observed);
     for (uint32_t s = 0; s < t->sym_count; s++) {
         const pt_cct_symbol_t *sym = &t->syms[s];
         if (!sums[s].nodes || !ci_contains(sym->name, filter))
@@ -1045,6 +1190,8 @@ int pt_agg_table(pt_agg_t *a, const pt_agg_query_t *q, int sort, int descending,
         r->prim_calls = sums[s].prim;
         r->self_ns = ticks_ns(a, sums[s].self);
         r->total_ns = ticks_ns(a, sums[s].total);
+        r->self_cpu_ns = ticks_ns(a, sums[s].self_cpu);
+        r->total_cpu_ns = ticks_ns(a, sums[s].total_cpu);
         r->self_pct = span_ns > 0 ? 100.0 * (double)r->self_ns / span_ns : 0;
         r->total_pct = span_ns > 0 ? 100.0 * (double)r->total_ns / span_ns : 0;
     }
@@ -1123,8 +1270,8 @@ int pt_agg_tree(pt_agg_t *a, const pt_agg_query_t *q, pt_agg_tree_t *out)
             continue;
         }
         uint32_t op = map_to[n->parent];
-        if (op == PT_AGG_NONE || (!v.incl[i] && !v.sub_calls[i]))
-            continue;
+        if (op == PT_AGG_NONE || (!v.incl[i] && !v.sub_calls[i]) || n->sym == PT_CCT_UNOBSERVED)
+            continue; /* <not observed>: nobody's time, in the table's count, not in the tree */
         int other = n->sym == PT_CCT_OTHER;
         uint32_t id = other ? PT_AGG_OTHER : t->syms[n->sym].id;
         pt_u64map_t *m = other ? &out_other : &out_map;
@@ -1142,12 +1289,15 @@ int pt_agg_tree(pt_agg_t *a, const pt_agg_query_t *q, pt_agg_tree_t *out)
         }
         nodes[o].calls += v.calls[i];
         nodes[o].self_ns += v.self[i]; /* ticks for now */
+        nodes[o].self_cpu_ns += v.cpu[i];
         map_to[i] = o;
     }
     /* root self: time with nothing on the stack */
     for (uint32_t t = 0; t < a->thread_count; t++)
-        if (tree_thread_shown(a, q, &v, t))
+        if (tree_thread_shown(a, q, &v, t)) {
             nodes[0].self_ns += v.self[a->threads[t].cur.root];
+            nodes[0].self_cpu_ns += v.cpu[a->threads[t].cur.root];
+        }
     self_t = malloc(count * sizeof *self_t);
     kids = malloc(count * sizeof *kids);
     if (!self_t || !kids)
@@ -1157,12 +1307,17 @@ int pt_agg_tree(pt_agg_t *a, const pt_agg_query_t *q, pt_agg_tree_t *out)
     /* inclusive in ticks, then convert */
     for (uint32_t i = count; i-- > 0;) {
         nodes[i].incl_ns += self_t[i];
-        if (nodes[i].parent != PT_AGG_NONE)
+        nodes[i].incl_cpu_ns += nodes[i].self_cpu_ns;
+        if (nodes[i].parent != PT_AGG_NONE) {
             nodes[nodes[i].parent].incl_ns += nodes[i].incl_ns;
+            nodes[nodes[i].parent].incl_cpu_ns += nodes[i].incl_cpu_ns;
+        }
     }
     for (uint32_t i = 0; i < count; i++) {
         nodes[i].self_ns = ticks_ns(a, self_t[i]);
         nodes[i].incl_ns = ticks_ns(a, nodes[i].incl_ns);
+        nodes[i].self_cpu_ns = ticks_ns(a, nodes[i].self_cpu_ns);
+        nodes[i].incl_cpu_ns = ticks_ns(a, nodes[i].incl_cpu_ns);
     }
     /* children lists sorted by name: bucket children by parent via counting */
     {
@@ -1365,7 +1520,7 @@ int pt_agg_timeline(pt_agg_t *a, const pt_agg_query_t *q, uint64_t since_slice, 
                 if (!thread_selected(a, q, n->owner))
                     continue;
                 calls[n->owner] += e->calls;
-                if (n->sym == PT_AGG_NONE || !e->self)
+                if (n->sym == PT_AGG_NONE || n->sym == PT_CCT_UNOBSERVED || !e->self)
                     continue;
                 busy[n->owner] = sat_add(busy[n->owner], e->self);
                 if (n->sym == PT_CCT_OTHER) /* its symbols come from the folded entries below */

@@ -24,9 +24,14 @@
  *     record do not count a call (the call happened where we could not see it).
  *     At the first non-Frame event, old frames beyond the reported stack are
  *     closed. Time between the last event before a Lost record and the Lost
- *     record goes to the frame that was on top before the gap; time from the
- *     Lost record to the end of the Frame run goes to the top of the rebuilt
- *     common prefix.
+ *     record is nobody's: the thread's <not observed> time (cct.h), in no
+ *     function, no tree and no percentage's base (the table counts it apart);
+ *     time from the Lost record to the end of the Frame run goes to the top of
+ *     the rebuilt common prefix.
+ *   - CPU time: CpuTime records share the thread's CPU time among what ran
+ *     between them (cct.h, THE RULE FOR CPU TIME); every row and tree node has
+ *     its CPU part beside its wall time. Ticks after a thread's last CpuTime
+ *     record have no CPU part yet.
  *   - Function rows follow pstats: calls, primitive calls (the function was
  *     not already on the stack), self time, and total time counted only for
  *     outermost activations.

@@ -236,14 +236,109 @@ void pt_cct_fold_flush(pt_cct_t *t, pt_cct_thread_t *th, uint32_t from, uint64_t
 {
     for (uint32_t i = from; i < th->fo_count; i++) {
         pt_cct_fopen_t *o = &th->fo[i];
+        /* CPU: what the thread's CpuTime records gave since (exact to one sample interval) */
+        uint64_t dc = th->acc_cpu - o->mark_cpu;
         uint64_t d = acc - o->mark;
-        if (!d)
+        if (!d && !dc)
             continue;
+        t->folds[o->fold].total_cpu += dc;
+        o->mark_cpu = th->acc_cpu;
         t->folds[o->fold].total += d;
         if (t->cfg.fold_flushed)
-            t->cfg.fold_flushed(t->cfg.ctx, th, o->fold, d);
+            t->cfg.fold_flushed(t->cfg.ctx, th, o->fold, d, dc);
         o->mark = acc;
     }
+}
+
+/* ---- CPU time and unobserved time (the rules are in cct.h) -------------------- */
+
+void pt_cct_pend_(pt_cct_thread_t *th, uint32_t node)
+{
+    if (pt_grow((void **)&th->dirty, &th->dirty_cap, sizeof *th->dirty, th->ndirty + 1)) {
+        th->cpu_lost++; /* its share will be missing: counted (pt_cct_cpu skips what is not listed) */
+        return;
+    }
+    th->dirty[th->ndirty++] = node;
+}
+
+void pt_cct_fpend_(pt_cct_thread_t *th, uint32_t fold)
+{
+    if (pt_grow((void **)&th->fdirty, &th->fdirty_cap, sizeof *th->fdirty, th->nfdirty + 1)) {
+        th->cpu_lost++;
+        return;
+    }
+    th->fdirty[th->nfdirty++] = fold;
+}
+
+uint64_t pt_cct_gap(pt_cct_t *t, pt_cct_thread_t *th, uint64_t now, uint64_t lost)
+{
+    if (th->unobserved == PT_CCT_NONE) {
+        uint32_t u = node_new(t, th->root, PT_CCT_UNOBSERVED, th->owner);
+        if (u != PT_CCT_NONE)
+            th->unobserved = u;
+    }
+    th->gap_lost += lost;
+    if (!th->have_last) {
+        th->have_last = 1;
+        th->last = now;
+        return 0;
+    }
+    if (now <= th->last)
+        return 0;
+    uint64_t d = now - th->last;
+    th->last = now;
+    if (th->unobserved != PT_CCT_NONE) {
+        t->nodes[th->unobserved].self += d;
+        pt_cct_pend(t, th, th->unobserved, d);
+    }
+    return d;
+}
+
+static uint64_t share(uint64_t ticks, double r)
+{
+    double v = (double)ticks * r + 0.5;
+    return v >= 18446744073709551615.0 ? UINT64_MAX : (uint64_t)v;
+}
+
+void pt_cct_cpu(pt_cct_t *t, pt_cct_thread_t *th, uint64_t now, uint64_t cpu_ns, uint64_t ticks_per_second,
+                double *rate)
+{
+    double r = -1.0;
+    cpu_ns &= PT_CPU_MASK;
+    if (th->have_cpu && now > th->cpu_ticks) {
+        uint64_t dcpu = (cpu_ns - th->cpu_ns) & PT_CPU_MASK;
+        double wall_ns = (double)(now - th->cpu_ticks) * 1e9 / (double)(ticks_per_second ? ticks_per_second : 1000000000u);
+        r = wall_ns > 0 ? (double)dcpu / wall_ns : 0.0;
+        if (r > 1.0)
+            r = 1.0; /* two clocks read at slightly different moments */
+    } else if (th->have_cpu) {
+        /* the same tick again (or an older one): nothing was given in between;
+         * keep the earlier record as the interval's start */
+        if (rate)
+            *rate = -1.0;
+        return;
+    }
+    for (uint32_t i = 0; i < th->ndirty; i++) {
+        pt_cct_node_t *n = &t->nodes[th->dirty[i]];
+        if (r >= 0) {
+            uint64_t c = share(n->pend, r);
+            n->cpu += c;
+            th->acc_cpu += c;
+        }
+        n->pend = 0;
+    }
+    for (uint32_t i = 0; i < th->nfdirty; i++) {
+        pt_cct_fold_t *f = &t->folds[th->fdirty[i]];
+        if (r >= 0)
+            f->cpu += share(f->pend, r);
+        f->pend = 0;
+    }
+    th->ndirty = th->nfdirty = 0;
+    th->have_cpu = 1;
+    th->cpu_ticks = now;
+    th->cpu_ns = cpu_ns;
+    if (rate)
+        *rate = r;
 }
 
 /* ---- threads ---------------------------------------------------------------- */
@@ -252,8 +347,12 @@ void pt_cct_thread_free(pt_cct_thread_t *th)
 {
     free(th->stack);
     free(th->fo);
+    free(th->dirty);
+    free(th->fdirty);
     th->stack = NULL;
     th->fo = NULL;
+    th->dirty = th->fdirty = NULL;
+    th->ndirty = th->dirty_cap = th->nfdirty = th->fdirty_cap = 0;
     th->depth = th->stack_cap = th->fo_count = th->fo_cap = 0;
 }
 
@@ -277,7 +376,8 @@ int pt_cct_enter_slow(pt_cct_t *t, pt_cct_thread_t *th, uint32_t proc, uint32_t 
         if (outer) {
             if (th->fo_count == th->fo_cap && pt_grow((void **)&th->fo, &th->fo_cap, sizeof *th->fo, th->fo_count + 1))
                 return -ENOMEM;
-            th->fo[th->fo_count++] = (pt_cct_fopen_t){.fold = fr, .pos = th->depth, .mark = th->acc};
+            th->fo[th->fo_count++] = (pt_cct_fopen_t){.fold = fr, .pos = th->depth, .mark = th->acc,
+                                                      .mark_cpu = th->acc_cpu};
         }
     }
     if (counted) { /* one call per activation, seen or reported */
@@ -304,10 +404,21 @@ void pt_cct_sum_up(const pt_cct_t *t, const uint64_t *self, const uint64_t *call
             sub_calls[i] += calls ? calls[i] : t->nodes[i].calls;
         uint32_t p = t->nodes[i].parent;
         if (p != PT_CCT_NONE) {
-            incl[p] += incl[i];
+            if (t->nodes[i].sym != PT_CCT_UNOBSERVED) /* nobody's time */
+                incl[p] += incl[i];
             if (sub_calls)
                 sub_calls[p] += sub_calls[i];
         }
+    }
+}
+
+void pt_cct_sum_up_cpu(const pt_cct_t *t, const uint64_t *cpu, uint64_t *incl_cpu)
+{
+    for (uint32_t i = t->node_count; i-- > 0;) {
+        incl_cpu[i] += cpu ? cpu[i] : t->nodes[i].cpu;
+        uint32_t p = t->nodes[i].parent;
+        if (p != PT_CCT_NONE && t->nodes[i].sym != PT_CCT_UNOBSERVED)
+            incl_cpu[p] += incl_cpu[i];
     }
 }
 
@@ -324,16 +435,19 @@ static int walk_root(const pt_cct_t *t, uint32_t root, const pt_cct_view_t *v, p
         int entered = 0;
         if (s == PT_CCT_NONE) { /* a root inside: passed through */
             entered = 1;
-        } else if (s != PT_CCT_OTHER && (!v->sub_calls || v->incl[n] || v->sub_calls[n])) {
+        } else if (s != PT_CCT_OTHER && s != PT_CCT_UNOBSERVED && (!v->sub_calls || v->incl[n] || v->sub_calls[n])) {
             int outer = onpath[s] == 0; /* the outermost activation of s on this path */
             if (sums) {
                 uint64_t calls = v->calls ? v->calls[n] : nd->calls;
                 sums[s].nodes++;
                 sums[s].calls += calls;
                 sums[s].self += v->self ? v->self[n] : nd->self;
+                sums[s].self_cpu += v->cpu ? v->cpu[n] : nd->cpu;
                 if (outer) {
                     sums[s].prim += calls;
                     sums[s].total += v->incl[n];
+                    if (v->incl_cpu)
+                        sums[s].total_cpu += v->incl_cpu[n];
                 }
             }
             if (visit && (rc = visit(ctx, n, 0, outer)))
@@ -389,6 +503,8 @@ void pt_cct_fold_sums(const pt_cct_t *t, pt_cct_sums_t *sums)
         sums[r->sym].prim += r->prim;
         sums[r->sym].self += r->self;
         sums[r->sym].total += r->total;
+        sums[r->sym].self_cpu += r->cpu;
+        sums[r->sym].total_cpu += r->total_cpu;
         sums[r->sym].nodes++;
     }
 }

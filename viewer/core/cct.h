@@ -46,6 +46,7 @@
 
 #define PT_CCT_NONE UINT32_MAX
 #define PT_CCT_OTHER (UINT32_MAX - 1u) /* pt_cct_node_t.sym of an [other] node (no dense index has it) */
+#define PT_CCT_UNOBSERVED (UINT32_MAX - 2u) /* sym of a thread's <not observed> node (pt_cct_gap) */
 
 /* What one node costs a reader at most (its slot in the node array and the
  * hash table, and its copies in a query and in a Python tree), charged against
@@ -78,6 +79,8 @@ typedef struct pt_cct_node {
     uint64_t aux64;         /* the reader's own (pt_agg: that entry's slice) */
     uint64_t calls;
     uint64_t self;          /* ticks */
+    uint64_t cpu;           /* ticks of self on a CPU: given at each CpuTime record (pt_cct_cpu) */
+    uint64_t pend;          /* ticks of self since the thread's last CpuTime record (its CPU share not known yet) */
 } pt_cct_node_t;
 
 typedef struct pt_cct_fold {  /* folded activations of one symbol on one thread */
@@ -87,12 +90,15 @@ typedef struct pt_cct_fold {  /* folded activations of one symbol on one thread 
     uint32_t reserved;
     uint64_t aux64;         /* the reader's own */
     uint64_t calls, prim, self, total;
+    uint64_t cpu, pend;     /* as a node's */
+    uint64_t total_cpu;     /* CPU ticks of its outermost activations (from the thread's acc_cpu) */
 } pt_cct_fold_t;
 
 typedef struct pt_cct_fopen {  /* an open outermost folded activation */
     uint32_t fold;
     uint32_t pos;           /* its stack position */
     uint64_t mark;          /* the thread's acc when its ticks were last counted */
+    uint64_t mark_cpu;      /* the thread's acc_cpu then */
 } pt_cct_fopen_t;
 
 typedef struct pt_cct_frame {  /* an open frame */
@@ -112,6 +118,16 @@ typedef struct pt_cct_thread {
     uint64_t acc;           /* ticks given to anything on this thread */
     uint64_t last;          /* tick of the last event accounted */
     int have_last;
+    /* CPU time (pt_cct_cpu): the last CpuTime record, and the nodes and fold
+     * records given ticks since (pend > 0), whose CPU share it will tell */
+    int have_cpu;
+    uint64_t cpu_ticks, cpu_ns;
+    uint64_t acc_cpu;       /* CPU ticks given to anything on this thread */
+    uint32_t *dirty, ndirty, dirty_cap;
+    uint32_t *fdirty, nfdirty, fdirty_cap;
+    uint64_t cpu_lost;      /* CPU ticks that could not be given (out of memory for the lists) */
+    uint32_t unobserved;    /* its <not observed> node (PT_CCT_NONE until a gap) */
+    uint64_t gap_lost;      /* events lost in its gaps */
 } pt_cct_thread_t;
 
 typedef struct pt_cct pt_cct_t;
@@ -121,9 +137,10 @@ typedef struct pt_cct_config {
     /* The key a new child is merged by, from (process, id); NULL: the id.
      * Returns PT_CCT_NONE when out of memory. */
     uint32_t (*key_of)(void *ctx, uint32_t proc, uint32_t id);
-    /* Called when `ticks` of inclusive time of an open outermost folded
-     * activation are counted (into fold->total); NULL: nothing. */
-    void (*fold_flushed)(void *ctx, pt_cct_thread_t *th, uint32_t fold, uint64_t ticks);
+    /* Called when `ticks` of inclusive time (and `cpu` CPU ticks) of an open
+     * outermost folded activation are counted (into fold->total, total_cpu);
+     * NULL: nothing. */
+    void (*fold_flushed)(void *ctx, pt_cct_thread_t *th, uint32_t fold, uint64_t ticks, uint64_t cpu);
     void *ctx;
 } pt_cct_config_t;
 
@@ -171,6 +188,28 @@ static inline void pt_cct_thread_init(pt_cct_thread_t *th, uint32_t root, uint32
 {
     th->root = root;
     th->owner = owner;
+    th->unobserved = PT_CCT_NONE;
+}
+
+/* Out of line: note that node (fold: a fold record) got ticks whose CPU share
+ * the next CpuTime record tells. */
+void pt_cct_pend_(pt_cct_thread_t *th, uint32_t node);
+void pt_cct_fpend_(pt_cct_thread_t *th, uint32_t fold);
+
+static inline void pt_cct_pend(pt_cct_t *t, pt_cct_thread_t *th, uint32_t node, uint64_t d)
+{
+    pt_cct_node_t *n = &t->nodes[node];
+    if (!n->pend && d)
+        pt_cct_pend_(th, node);
+    n->pend += d;
+}
+
+static inline void pt_cct_fpend(pt_cct_t *t, pt_cct_thread_t *th, uint32_t fold, uint64_t d)
+{
+    pt_cct_fold_t *f = &t->folds[fold];
+    if (!f->pend && d)
+        pt_cct_fpend_(th, fold);
+    f->pend += d;
 }
 void pt_cct_thread_free(pt_cct_thread_t *th);
 
@@ -197,8 +236,11 @@ static inline void pt_cct_give(pt_cct_t *t, pt_cct_thread_t *th, uint64_t d)
     const pt_cct_frame_t f = depth ? th->stack[depth - 1] : (pt_cct_frame_t){.node = th->root, .fold = PT_CCT_NONE};
     const uint32_t top = f.node, fold = f.fold;
     t->nodes[top].self += d;
-    if (fold != PT_CCT_NONE)
+    pt_cct_pend(t, th, top, d);
+    if (fold != PT_CCT_NONE) {
         t->folds[fold].self += d;
+        pt_cct_fpend(t, th, fold, d);
+    }
     th->acc += d;
 }
 
@@ -220,6 +262,27 @@ static inline uint64_t pt_cct_account(pt_cct_t *t, pt_cct_thread_t *th, uint64_t
     th->last = now;
     return d;
 }
+
+/* THE RULE FOR UNOBSERVED TIME. A Lost record (walk's gap) ends a stretch
+ * nobody saw: the ticks from th's last event to it go to th's <not observed>
+ * node (a child of its root, sym PT_CCT_UNOBSERVED, made on the first gap),
+ * never to a function and not to th->acc (no total includes them); `lost`
+ * events are counted on it (gap_lost). Returns the ticks (0 as
+ * pt_cct_account gives 0). Out of memory for the node, they go to nobody,
+ * still out of every function. */
+uint64_t pt_cct_gap(pt_cct_t *t, pt_cct_thread_t *th, uint64_t now, uint64_t lost);
+
+/* THE RULE FOR CPU TIME. A CpuTime record says th's CPU clock (ns, modulo
+ * 2^48) at tick now. The caller first accounts up to now (pt_cct_account).
+ * The CPU ns since th's previous CpuTime record, over the wall ns since it
+ * (ticks_per_second converts), is the rate r (at most 1) at which every tick
+ * given since then was on a CPU: each node and fold record given ticks since
+ * gets round(ticks * r) CPU ticks, and th->acc_cpu the sum. The first record
+ * of a thread is its baseline: ticks given before it get no CPU (unknown).
+ * Ticks given after the last record have no CPU yet (live views: not yet
+ * known). *rate (may be NULL) gets r, or -1 when nothing was given. */
+void pt_cct_cpu(pt_cct_t *t, pt_cct_thread_t *th, uint64_t now, uint64_t cpu_ns, uint64_t ticks_per_second,
+                double *rate);
 
 /* Count the ticks since their last flush (up to acc) of th's open outermost
  * folded activations from index `from` on, as their inclusive time. */
@@ -250,8 +313,13 @@ static inline int pt_cct_give_enter(pt_cct_t *t, pt_cct_thread_t *th, uint64_t d
     const pt_cct_frame_t f = depth ? stack[depth - 1] : (pt_cct_frame_t){.node = th->root, .fold = PT_CCT_NONE};
     pt_cct_node_t *p = &t->nodes[f.node];
     p->self += d;
-    if (f.fold != PT_CCT_NONE)
+    if (!p->pend && d)
+        pt_cct_pend_(th, f.node);
+    p->pend += d;
+    if (f.fold != PT_CCT_NONE) {
         t->folds[f.fold].self += d;
+        pt_cct_fpend(t, th, f.fold, d);
+    }
     th->acc += d;
     /* the hot path, inline: room on the stack and the top's last child again
      * (cache_key starts as PT_CCT_NONE, which is also an id a stream may carry:
@@ -303,17 +371,20 @@ static inline void pt_cct_give_exit(pt_cct_t *t, pt_cct_thread_t *th, uint64_t d
     const uint32_t depth = th->depth;
     if (!depth) {
         t->nodes[th->root].self += d;
+        pt_cct_pend(t, th, th->root, d);
         th->acc += d;
         return;
     }
     const pt_cct_frame_t f = th->stack[depth - 1];
     t->nodes[f.node].self += d;
+    pt_cct_pend(t, th, f.node, d);
     th->acc += d;
     if (f.fold == PT_CCT_NONE) {
         th->depth = depth - 1;
         return;
     }
     t->folds[f.fold].self += d;
+    pt_cct_fpend(t, th, f.fold, d);
     pt_cct_exit(t, th);
 }
 
@@ -328,19 +399,24 @@ static inline void pt_cct_thread_close(pt_cct_thread_t *th)
 
 /* incl[n] = self over n's subtree; sub_calls (may be NULL) the same for calls.
  * self/calls NULL: the nodes' own. The arrays hold node_count entries, zeroed
- * by the caller. */
+ * by the caller. A <not observed> node's time is in no ancestor's incl. For
+ * CPU: pt_cct_sum_up_cpu (cpu NULL: the nodes' own). */
+void pt_cct_sum_up_cpu(const pt_cct_t *t, const uint64_t *cpu, uint64_t *incl_cpu);
 void pt_cct_sum_up(const pt_cct_t *t, const uint64_t *self, const uint64_t *calls, uint64_t *incl, uint64_t *sub_calls);
 
 typedef struct pt_cct_view {
     const uint64_t *calls;     /* per node; NULL: the nodes' own */
     const uint64_t *self;      /* per node; NULL: the nodes' own */
     const uint64_t *incl;      /* per node (pt_cct_sum_up) */
+    const uint64_t *cpu;       /* per node; NULL: the nodes' own */
+    const uint64_t *incl_cpu;  /* per node (pt_cct_sum_up of cpu); NULL: no CPU totals */
     const uint64_t *sub_calls; /* per node; given, a node whose incl and sub_calls are 0 is left out
                                   with its subtree; NULL: none is */
 } pt_cct_view_t;
 
 typedef struct pt_cct_sums {  /* a function row of the view, per dense symbol */
     uint64_t calls, prim, self, total;
+    uint64_t self_cpu, total_cpu;
     uint64_t nodes;            /* nodes of the symbol visited */
 } pt_cct_sums_t;
 

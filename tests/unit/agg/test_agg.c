@@ -287,18 +287,25 @@ static void test_lost_and_frames(void)
     pt_agg_table_t t = {0};
     const pt_agg_row_t *r = get_row(agg, &t, 0, 0, "g");
     CHECK_EQ(r->calls, 1);
-    CHECK_EQ(r->self_ns, 50); /* the gap goes to the frame on top before it */
+    CHECK_EQ(r->self_ns, 0); /* the gap is nobody's: not the frame on top before it (cct.h) */
+    CHECK_EQ(t.unobserved_ns, 50); /* ... but the thread's <not observed> time, with its lost events */
+    CHECK_EQ(t.unobserved_lost, 0x100000005ull);
+    CHECK_EQ(t.span_ns, 101 - 50); /* percentages are of observed time */
     r = get_row(agg, &t, 0, 0, "f");
     CHECK_EQ(r->calls, 1); /* kept open across the gap */
     CHECK_EQ(r->self_ns, 10 + 1 + 5);
-    CHECK_EQ(r->total_ns, 10 + 50 + 1 + 20 + 5);
+    CHECK_EQ(r->total_ns, 10 + 1 + 20 + 5);
     r = get_row(agg, &t, 0, 0, "h");
     CHECK_EQ(r->calls, 1); /* opened by a Frame record: one call per activation seen (walk.h) */
     CHECK_EQ(r->self_ns, 20);
     r = get_row(agg, &t, 0, 0, "main");
     CHECK_EQ(r->calls, 1);
-    CHECK_EQ(r->total_ns, 101);
+    CHECK_EQ(r->total_ns, 101 - 50);
     pt_agg_table_free(&t);
+    pt_agg_tree_t tr1 = {0};
+    CHECK_EQ(pt_agg_tree(agg, &(pt_agg_query_t){.thread = 1}, &tr1), 0);
+    CHECK_EQ(tr1.nodes[0].incl_ns, 101 - 50); /* the tree holds observed time only */
+    pt_agg_tree_free(&tr1);
 
     /* Lost with a whole different stack: everything old is closed, the new
      * stack opens; a Frame run shorter than the stack closes the rest. */
@@ -1182,6 +1189,65 @@ static void test_id_all_ones(void)
     pt_agg_destroy(agg);
 }
 
+static void cpu_time(stream_t *s, uint64_t cpu_ns, uint64_t advance)
+{
+    ev(s, PT_EV_CPU_TIME, (uint32_t)cpu_ns, advance);
+    s->ev[s->n - 1].aux = (uint16_t)(cpu_ns >> 32);
+}
+
+/* CPU time (cct.h, THE RULE FOR CPU TIME): the CPU ns between two CpuTime
+ * records are shared by what ran between them in proportion to its ticks
+ * (1 tick = 1 ns here); ticks before a thread's first record get none; the
+ * CPU clock is taken modulo 2^48; the window's slices carry the same. */
+static void test_cpu_time(void)
+{
+    pt_agg_t *agg = new_agg();
+    setup_syms(agg);
+    stream_t s = {.agg = agg, .thread = 1};
+    const uint64_t base = (UINT64_C(1) << 48) - 60; /* the CPU clock wraps in the middle */
+    ev(&s, PT_EV_CALL, MAIN, 0);
+    ev(&s, PT_EV_CALL, A, 40);        /* main's 40 ticks come before the first record: CPU unknown */
+    cpu_time(&s, base, 0);
+    ev(&s, PT_EV_CALL, F, 50);         /* a spins 100 ticks with f: all on a CPU */
+    ev(&s, PT_EV_RETURN, F, 50);
+    cpu_time(&s, base + 100, 0);
+    ev(&s, PT_EV_CALL, B, 0);          /* b waits 1000 ticks, 10 of them on a CPU */
+    cpu_time(&s, base + 110, 1000);
+    ev(&s, PT_EV_RETURN, B, 0);
+    ev(&s, PT_EV_RETURN, A, 0);
+    ev(&s, PT_EV_RETURN, MAIN, 0);
+    flush(&s);
+    pt_agg_table_t t = {0};
+    const pt_agg_row_t *r = get_row(agg, &t, 0, 0, "f");
+    CHECK_EQ(r->self_ns, 50);
+    CHECK_EQ(r->self_cpu_ns, 50);
+    r = get_row(agg, &t, 0, 0, "main");
+    CHECK_EQ(r->self_ns, 40);
+    CHECK_EQ(r->self_cpu_ns, 0);       /* before any CpuTime record of its thread */
+    CHECK_EQ(r->total_ns, 40 + 100 + 1000);
+    CHECK_EQ(r->total_cpu_ns, 100 + 10);
+    r = get_row(agg, &t, 0, 0, "a");
+    CHECK_EQ(r->self_ns, 50);
+    CHECK_EQ(r->self_cpu_ns, 50);
+    CHECK_EQ(r->total_ns, 100 + 1000);
+    CHECK_EQ(r->total_cpu_ns, 100 + 10);
+    r = get_row(agg, &t, 0, 0, "b");
+    CHECK_EQ(r->self_ns, 1000);
+    CHECK_EQ(r->self_cpu_ns, 10);
+    CHECK_EQ(r->total_cpu_ns, 10);
+    pt_agg_table_free(&t);
+    /* the window (its slices) gives the same */
+    r = get_row(agg, &t, 0, 60, "b");
+    CHECK_EQ(r->self_cpu_ns, 10);
+    pt_agg_table_free(&t);
+    pt_agg_tree_t tr = {0};
+    CHECK_EQ(pt_agg_tree(agg, &(pt_agg_query_t){.thread = 1}, &tr), 0);
+    CHECK_EQ(tr.nodes[0].incl_cpu_ns, 110);
+    CHECK_EQ(tr.nodes[0].incl_ns, 1140);
+    pt_agg_tree_free(&tr);
+    pt_agg_destroy(agg);
+}
+
 int main(void)
 {
     test_tree_budget();
@@ -1191,6 +1257,7 @@ int main(void)
     test_self_and_inclusive();
     test_yield_resume();
     test_lost_and_frames();
+    test_cpu_time();
     test_frames_at_start_and_open_time();
     test_window();
     test_window_ring_grows();

@@ -70,9 +70,10 @@ static int on_gap(void *ctx, pt_walk_thread_t *wt, uint64_t ticks, uint64_t lost
 static const pt_walk_ops_t ops = {
     .thread_new = on_thread, .enter = on_enter, .exit = on_leave, .instant = on_instant, .gap = on_gap};
 
-static void flushed(void *ctx, pt_cct_thread_t *th, uint32_t fold, uint64_t ticks)
+static void flushed(void *ctx, pt_cct_thread_t *th, uint32_t fold, uint64_t ticks, uint64_t cpu)
 {
     (void)th;
+    (void)cpu;
     (void)fold;
     reader_t *r = ctx;
     r->flushed++;
