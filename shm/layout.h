@@ -51,7 +51,8 @@
 #define PT_ABI_MAJOR 1                     /* a reader refuses another major */
 #define PT_ABI_MINOR 4                     /* a reader accepts any minor (1: stack_request; 2: tracing_displaced,
                                               events_untraced, rings reserved on claim; 3: *_reused;
-                                              4: consumer_reads_children) */
+                                              4: consumer_reads_children, CpuTime records
+                                              in the rings) */
 #define PT_ENDIAN_MARK 0x01020304u         /* reads 0x04030201 on a wrong-endian reader */
 #define PT_SHM_PREFIX "pytrace-"           /* /dev/shm/pytrace-<pid>-<seq>-<16 hex random> */
 
