@@ -576,6 +576,32 @@ static int agg_gap(void *ctx, pt_walk_thread_t *wt, uint64_t now, uint64_t lost)
     return 0;
 }
 
+/* The window's entries given ticks since th's last CpuTime record get their
+ * CPU share at rate r (r < 0: none, unknown); then none is pending. */
+static void settle_cpu(pt_agg_t *a, thread_t *th, double r)
+{
+    for (uint32_t i = 0; i < th->nsdirty; i++) {
+        const struct sdirty *d = &th->sdirty[i];
+        slice_t *sl = &a->slices[d->no % a->slice_cap];
+        if (sl->no != d->no)
+            continue; /* gone from the ring */
+        uint64_t *cpu = NULL, *pend = NULL;
+        if (d->folded && d->idx < sl->fcount) {
+            cpu = &sl->fentries[d->idx].cpu;
+            pend = &sl->fentries[d->idx].pend;
+        } else if (!d->folded && d->idx < sl->count) {
+            cpu = &sl->entries[d->idx].cpu;
+            pend = &sl->entries[d->idx].pend;
+        } else {
+            continue;
+        }
+        if (r >= 0)
+            *cpu += (uint64_t)((double)*pend * r + 0.5);
+        *pend = 0;
+    }
+    th->nsdirty = 0;
+}
+
 /* CpuTime: the tree's rule (cct.h) gives the CPU share of the ticks given
  * since the last one; the window's entries get theirs at the same rate. */
 static int agg_cpu(void *ctx, pt_walk_thread_t *wt, uint64_t now, uint64_t cpu_ns)
@@ -585,24 +611,7 @@ static int agg_cpu(void *ctx, pt_walk_thread_t *wt, uint64_t now, uint64_t cpu_n
     account(a, th, now);
     double r;
     pt_cct_cpu(a->cct, &th->cur, now, cpu_ns, a->tps, &r);
-    for (uint32_t i = 0; i < th->nsdirty; i++) {
-        const struct sdirty *d = &th->sdirty[i];
-        slice_t *sl = &a->slices[d->no % a->slice_cap];
-        if (sl->no != d->no)
-            continue; /* gone from the ring */
-        if (d->folded && d->idx < sl->fcount) {
-            fentry_t *e = &sl->fentries[d->idx];
-            if (r >= 0)
-                e->cpu += (uint64_t)((double)e->pend * r + 0.5);
-            e->pend = 0;
-        } else if (!d->folded && d->idx < sl->count) {
-            slice_entry_t *e = &sl->entries[d->idx];
-            if (r >= 0)
-                e->cpu += (uint64_t)((double)e->pend * r + 0.5);
-            e->pend = 0;
-        }
-    }
-    th->nsdirty = 0;
+    settle_cpu(a, th, r);
     return 0;
 }
 
@@ -653,6 +662,9 @@ static int close_thread(pt_agg_t *a, thread_t *th, uint64_t ticks)
     }
     int rc = pt_walk_thread_end(a->walk, th->number, ticks);
     pt_cct_thread_close(&th->cur); /* their exits flushed them */
+    /* its CPU clock ends with it: what its last CpuTime record did not cover stays unknown */
+    settle_cpu(a, th, -1.0);
+    pt_cct_cpu_forget(a->cct, &th->cur);
     th->ended = 1;
     return rc;
 }

@@ -294,6 +294,16 @@ uint64_t pt_cct_gap(pt_cct_t *t, pt_cct_thread_t *th, uint64_t now, uint64_t los
     return d;
 }
 
+void pt_cct_cpu_forget(pt_cct_t *t, pt_cct_thread_t *th)
+{
+    for (uint32_t i = 0; i < th->ndirty; i++)
+        t->nodes[th->dirty[i]].pend = 0;
+    for (uint32_t i = 0; i < th->nfdirty; i++)
+        t->folds[th->fdirty[i]].pend = 0;
+    th->ndirty = th->nfdirty = 0;
+    th->have_cpu = 0;
+}
+
 static uint64_t share(uint64_t ticks, double r)
 {
     double v = (double)ticks * r + 0.5;

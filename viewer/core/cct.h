@@ -284,6 +284,11 @@ uint64_t pt_cct_gap(pt_cct_t *t, pt_cct_thread_t *th, uint64_t now, uint64_t los
 void pt_cct_cpu(pt_cct_t *t, pt_cct_thread_t *th, uint64_t now, uint64_t cpu_ns, uint64_t ticks_per_second,
                 double *rate);
 
+/* The thread ended (ThreadEnd): its CPU clock is gone with it. Ticks given
+ * since its last CpuTime record get no CPU (unknown), and a thread that
+ * reuses its number starts from its own first record. */
+void pt_cct_cpu_forget(pt_cct_t *t, pt_cct_thread_t *th);
+
 /* Count the ticks since their last flush (up to acc) of th's open outermost
  * folded activations from index `from` on, as their inclusive time. */
 void pt_cct_fold_flush(pt_cct_t *t, pt_cct_thread_t *th, uint32_t from, uint64_t acc);

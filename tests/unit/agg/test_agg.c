@@ -1245,6 +1245,29 @@ static void test_cpu_time(void)
     CHECK_EQ(tr.nodes[0].incl_cpu_ns, 110);
     CHECK_EQ(tr.nodes[0].incl_ns, 1140);
     pt_agg_tree_free(&tr);
+
+    /* a thread's CPU clock ends with it: a new thread under its number (a
+     * reused ring) starts from its own first record, not from the old clock */
+    s.thread = 2;
+    cpu_time(&s, 1000000, 10);
+    ev(&s, PT_EV_CALL, G, 0);
+    flush(&s);
+    pt_fb_msg_t m = {.type = PT_MSG_THREAD_END};
+    m.u.thread_end = (pt_fb_thread_end_t){.thread = 2, .ticks = s.now + 50};
+    CHECK_EQ(pt_agg_feed_msg(agg, &m), 0); /* g's 50 ticks after the last record: CPU unknown */
+    s.now += 50;
+    cpu_time(&s, 7, 10);                   /* the new thread's clock: small */
+    ev(&s, PT_EV_CALL, H, 0);
+    cpu_time(&s, 7 + 40, 100);             /* h: 40 of 100 on a CPU */
+    ev(&s, PT_EV_RETURN, H, 0);
+    flush(&s);
+    r = get_row(agg, &t, 2, 0, "g");
+    CHECK_EQ(r->self_ns, 50);
+    CHECK_EQ(r->self_cpu_ns, 0);
+    r = get_row(agg, &t, 2, 0, "h");
+    CHECK_EQ(r->self_ns, 100);
+    CHECK_EQ(r->self_cpu_ns, 40);
+    pt_agg_table_free(&t);
     pt_agg_destroy(agg);
 }
 
