@@ -335,15 +335,17 @@ static void sdirty_add(thread_t *th, uint64_t no, uint32_t idx, uint32_t folded)
     th->sdirty[th->nsdirty++] = (struct sdirty){.no = no, .idx = idx, .folded = folded};
 }
 
-static void entry_self(thread_t *th, slice_entry_t *e, uint64_t no, uint32_t idx, uint64_t self)
+static inline void entry_self(thread_t *th, slice_entry_t *e, uint64_t no, uint32_t idx, uint64_t self)
 {
-    if (self && !e->pend && th)
-        sdirty_add(th, no, idx, 0);
     e->self += self;
+    if (!th || !th->cur.have_cpu)
+        return; /* before the thread's first CpuTime record: no CPU share, ever */
+    if (self && !e->pend)
+        sdirty_add(th, no, idx, 0);
     e->pend += self;
 }
 
-static void slice_add(pt_agg_t *a, thread_t *th, uint32_t node, uint64_t no, uint32_t slot, uint32_t calls,
+static inline void slice_add(pt_agg_t *a, thread_t *th, uint32_t node, uint64_t no, uint32_t slot, uint32_t calls,
                       uint64_t self)
 {
     pt_cct_node_t *n = &a->cct->nodes[node]; /* aux64: the slice of its last entry, aux32: the entry */
@@ -396,10 +398,12 @@ static void fslice_add(pt_agg_t *a, thread_t *th, uint32_t f, uint64_t no, uint3
     fentry_t *e = &sl->fentries[r->aux32];
     e->calls += calls;
     e->prim += prim;
-    if (self && !e->pend && th)
-        sdirty_add(th, no, r->aux32, 1);
     e->self += self;
-    e->pend += self;
+    if (th && th->cur.have_cpu) {
+        if (self && !e->pend)
+            sdirty_add(th, no, r->aux32, 1);
+        e->pend += self;
+    }
     e->total += total;
     e->total_cpu += total_cpu;
 }
@@ -455,7 +459,7 @@ static void fold_flushed(void *ctx, pt_cct_thread_t *cur, uint32_t fold, uint64_
 
 /* Give the ticks since the thread's last event to the frame on top (the
  * tree's rule), and to the window's slices they fall in. */
-static void spread(pt_agg_t *a, thread_t *th, uint64_t t, uint64_t now, uint64_t given, uint32_t top, uint32_t fr,
+static inline void spread(pt_agg_t *a, thread_t *th, uint64_t t, uint64_t now, uint64_t given, uint32_t top, uint32_t fr,
                    int flush);
 
 static void account(pt_agg_t *a, thread_t *th, uint64_t now)
@@ -486,7 +490,7 @@ static void account_gap(pt_agg_t *a, thread_t *th, uint64_t now, uint64_t lost)
 /* The window's part of `given` ticks [t, now) of node top (fold record fr):
  * split at slice borders. flush: the thread's clock acc moved with them (the
  * folded totals per slice). */
-static void spread(pt_agg_t *a, thread_t *th, uint64_t t, uint64_t now, uint64_t given, uint32_t top, uint32_t fr,
+static inline void spread(pt_agg_t *a, thread_t *th, uint64_t t, uint64_t now, uint64_t given, uint32_t top, uint32_t fr,
                    int flush)
 {
     /* the thread's clock acc as it was at tick t (folded totals per slice) */

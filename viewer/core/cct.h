@@ -198,6 +198,8 @@ void pt_cct_fpend_(pt_cct_thread_t *th, uint32_t fold);
 
 static inline void pt_cct_pend(pt_cct_t *t, pt_cct_thread_t *th, uint32_t node, uint64_t d)
 {
+    if (!th->have_cpu)
+        return; /* before the thread's first CpuTime record: no CPU share, ever */
     pt_cct_node_t *n = &t->nodes[node];
     if (!n->pend && d)
         pt_cct_pend_(th, node);
@@ -206,6 +208,8 @@ static inline void pt_cct_pend(pt_cct_t *t, pt_cct_thread_t *th, uint32_t node, 
 
 static inline void pt_cct_fpend(pt_cct_t *t, pt_cct_thread_t *th, uint32_t fold, uint64_t d)
 {
+    if (!th->have_cpu)
+        return;
     pt_cct_fold_t *f = &t->folds[fold];
     if (!f->pend && d)
         pt_cct_fpend_(th, fold);
@@ -318,9 +322,7 @@ static inline int pt_cct_give_enter(pt_cct_t *t, pt_cct_thread_t *th, uint64_t d
     const pt_cct_frame_t f = depth ? stack[depth - 1] : (pt_cct_frame_t){.node = th->root, .fold = PT_CCT_NONE};
     pt_cct_node_t *p = &t->nodes[f.node];
     p->self += d;
-    if (!p->pend && d)
-        pt_cct_pend_(th, f.node);
-    p->pend += d;
+    pt_cct_pend(t, th, f.node, d);
     if (f.fold != PT_CCT_NONE) {
         t->folds[f.fold].self += d;
         pt_cct_fpend(t, th, f.fold, d);
