@@ -19,17 +19,24 @@ def _tick():
     pass
 
 
+_OWN_CPU = {}     # thread name -> its CPU ns from time.thread_time_ns(), measured inside
+
+
 def spin(seconds):
+    cpu0 = time.thread_time_ns()
     end = time.perf_counter() + seconds
     n = 0
     while time.perf_counter() < end:
         n += 1
         if n % 2000 == 0:
             _tick()       # records now and then: the heartbeat's samples ride on them
+    _OWN_CPU[threading.current_thread().name] = time.thread_time_ns() - cpu0
 
 
 def nap(seconds):
+    cpu0 = time.thread_time_ns()
     time.sleep(seconds)
+    _OWN_CPU[threading.current_thread().name] = time.thread_time_ns() - cpu0
 
 
 def _run_job():
@@ -87,7 +94,11 @@ def test_cpu_time_records_of_a_spinning_a_sleeping_and_a_blocked_thread():
                 assert e[0] <= evs[i + 1][0], (name, e, evs[i + 1])
         assert ticks[0] <= ticks[-1]
 
+    # what the records say agrees with the thread's own clock, read inside spin(): the
+    # first sample comes before it, the last at the thread's end, a few ms later
     cpu, wall, n = _cpu_over_wall(info, threads["cpu-spinner"])
+    own = _OWN_CPU["cpu-spinner"]
+    assert own <= cpu <= own + 50_000_000, "spinner: records say %d ns CPU, the thread %d" % (cpu, own)
     assert wall >= 0.45e9, wall
     assert cpu >= 0.6 * wall, "spinner: %d ns CPU in %d ns wall" % (cpu, wall)
     # heartbeat requests (about every 10 ms) on top of the start, chunk changes and end
