@@ -21,6 +21,9 @@
 #include "shm/ring.h"
 #include "tc_consumer.h"
 
+#ifndef TC_RECORDS
+#define TC_RECORDS 2000000ull /* pushed while another thread requests samples */
+#endif
 #define CHUNK_BYTES 4096u
 #define CHUNKS 4u
 
@@ -267,9 +270,87 @@ static void test_cpu_records(void)
     fixture_free(&f);
 }
 
+typedef struct hammer {
+    pt_ring_t *ring;
+    _Atomic int stop;
+    _Atomic uint64_t requests;
+} hammer_t;
+
+static void *hammer_main(void *arg)
+{
+    hammer_t *h = arg;
+    while (!atomic_load(&h->stop)) {
+        pt_ring_request_cpu_sample(h->ring);
+        atomic_fetch_add(&h->requests, 1);
+        for (volatile int i = 0; i < 2000; i++)
+            ;
+    }
+    return NULL;
+}
+
+/* Requests from another thread while the owner pushes: every record arrives
+ * in order, each CpuTime is followed by a record with its ticks, values never
+ * go back, the requests are served (many CpuTime records beyond the chunk
+ * changes), and the limit is the chunk's again once the hammering stops. */
+static void test_concurrent_requests(void)
+{
+    fixture_t f;
+    fixture_init(&f);
+    pt_ring_t *ring = &f.ring;
+    static pt_event_t buf[8192];
+    seen_last_cpu = 0;
+    CHECK(pt_ring_set_cpu_clock(ring) == 0);
+    hammer_t h = {.ring = ring};
+    pthread_t th;
+    if (pthread_create(&th, NULL, hammer_main, &h) != 0)
+        exit(2);
+    /* at least TC_RECORDS, and on until requests made while the owner pushes
+     * were served (on a loaded machine the requester may run only later), at
+     * most 5 s */
+    uint64_t total = TC_RECORDS;
+    uint64_t next = 0, cpu_records = 0, first_head = ring->head;
+    uint64_t deadline = pt_monotonic_ns() + 5000000000ull;
+    for (uint64_t t = 0;; t++) {
+        if (t >= total) {
+            if (cpu_records > ring->head - first_head + 10 || pt_monotonic_ns() > deadline)
+                break;
+            total = t + 65536;
+        }
+        CHECK(push_call(ring, t) == 0);
+        if ((t & 255) != 255)
+            continue;
+        uint64_t n = drain(&f, buf, 8192);
+        for (uint64_t i = 0; i < n; i++) {
+            if (buf[i].kind == PT_EV_CPU_TIME) {
+                cpu_records++;
+                CHECK(i + 1 < n && buf[i + 1].ticks == buf[i].ticks);
+                uint64_t v = cpu_of(&buf[i]);
+                CHECK(v >= seen_last_cpu);
+                seen_last_cpu = v;
+            } else if (buf[i].ticks != next++) {
+                CHECKF(0, "record %" PRIu64 " out of order", next - 1);
+                break;
+            }
+        }
+    }
+    atomic_store(&h.stop, 1);
+    pthread_join(th, NULL);
+    uint64_t changes = ring->head - first_head;
+    printf("concurrent requests: %" PRIu64 " requests, %" PRIu64 " CpuTime records for %" PRIu64
+           " records and %" PRIu64 " chunk changes\n", (uint64_t)atomic_load(&h.requests), cpu_records, total,
+           changes);
+    CHECKF(cpu_records > changes + 1, "requests served: %" PRIu64 " CpuTime records, %" PRIu64 " chunk changes",
+           cpu_records, changes);
+    CHECK(push_call(ring, total) == 0); /* serves a request left by the hammer, if any */
+    CHECK(push_call(ring, total + 1) == 0);
+    CHECKF(atomic_load(&ring->limit) == f.epc, "the fast path's limit is back");
+    fixture_free(&f);
+}
+
 int main(void)
 {
     test_cpu_records();
+    test_concurrent_requests();
     if (failures) {
         fprintf(stderr, "test_ring_cpu: %d check(s) failed\n", failures);
         return 1;
