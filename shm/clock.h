@@ -40,6 +40,29 @@ static inline uint64_t pt_monotonic_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* CPU time of the calling thread in ns (CLOCK_THREAD_CPUTIME_ID: a system
+ * call, about 0.2-0.5 us; never on the hot path, see ring.h "CPU time").
+ * 0 if the clock cannot be read. */
+static inline uint64_t pt_thread_cpu_ns(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+        return 0;
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* CPU time in ns on a thread's CPU clock (pthread_getcpuclockid), readable
+ * from another thread while that thread lives. 0 and *ns, or -1 (a thread
+ * that ended: EINVAL). */
+static inline int pt_cpu_clock_ns(clockid_t id, uint64_t *ns)
+{
+    struct timespec ts;
+    if (clock_gettime(id, &ts) != 0)
+        return -1;
+    *ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    return 0;
+}
+
 /* Read the clock: rdtsc or CLOCK_MONOTONIC ns, per clock->kind. */
 static inline uint64_t pt_clock_now(const pt_clock_t *clock)
 {

@@ -9,9 +9,9 @@
  *
  *   The hot path appends while index < limit. limit is events_per_chunk, or 0
  *   whenever the next push must come here (a Lost record is pending, or a
- *   reader asked for the stack). So this file runs only when a chunk is full,
- *   when the ring is full, when the ring recovers from a gap, and when a stack
- *   request is served.
+ *   reader asked for the stack, a CPU sample is due). So this file runs only
+ *   when a chunk is full, when the ring is full, when the ring recovers from a
+ *   gap, when a stack request is served, and when a CPU sample is asked for.
  *
  *   Memory orders used here, and what they pair with:
  *     - release store of slot->head_chunk (chunk header written, chunk started):
@@ -25,8 +25,9 @@
  *     - relaxed stores of the counters events_written / events_dropped: they
  *       are statistics; the consumer reads them relaxed and never derives a
  *       memory position from them.
- *     - relaxed load/store of slot->stack_request and of limit: a request
- *       carries no data, and a lowered limit only sends the owner here. A
+ *     - relaxed load/store of slot->stack_request, of cpu_due and of limit: a
+ *       request carries no data, and a lowered limit only sends the owner
+ *       here (seeing the limit before cpu_due only delays the sample). A
  *       store of limit by the owner may hide one by another thread; the
  *       request stays set and is noticed again.
  *
@@ -126,12 +127,15 @@ static int next_chunk_free(pt_ring_t *ring)
     return free_chunks_cached(ring) > 0;
 }
 
-/* Move to the next chunk (caller checked next_chunk_free). */
+/* Move to the next chunk (caller checked next_chunk_free). A CPU sample is
+ * due at every chunk change: written before the record that triggered it. */
 static void advance_chunk(pt_ring_t *ring)
 {
     ring->written_before_head += ring->index;
     start_chunk(ring, ring->head + 1);
     pt_ring_flush_counters(ring);
+    if (ring->cpu_on)
+        atomic_store_explicit(&ring->cpu_due, 1, memory_order_relaxed); /* owner: plain flag */
 }
 
 /* Records that can be written now without waiting. */
@@ -235,6 +239,44 @@ static void store_lost(pt_ring_t *ring, uint64_t ticks)
     ring->waiting_disabled = 0;
 }
 
+/* The owner's CPU time in ns: its own clock on its thread, else its CPU clock
+ * id (stop() writing into another thread's ring). 0, or -1. */
+static int read_cpu(const pt_ring_t *ring, uint64_t *ns)
+{
+    if (pthread_equal(pthread_self(), ring->cpu_owner)) {
+        *ns = pt_thread_cpu_ns();
+        return *ns != 0 ? 0 : -1;
+    }
+    return pt_cpu_clock_ns(ring->cpu_clock, ns);
+}
+
+/* Write a CpuTime record at `ticks` if CPU samples are on and there is room
+ * (the sample stays due otherwise). The flag is cleared after ensure_room, so
+ * the chunk change it may make does not ask for a second one. */
+static int write_cpu(pt_ring_t *ring, uint64_t ticks)
+{
+    if (!ring->cpu_on)
+        return -ENOBUFS;
+    if (!ensure_room(ring)) {
+        atomic_store_explicit(&ring->cpu_due, 1, memory_order_relaxed);
+        return -ENOBUFS;
+    }
+    atomic_store_explicit(&ring->cpu_due, 0, memory_order_relaxed);
+    uint64_t ns;
+    if (read_cpu(ring, &ns) != 0)
+        return -ESRCH;
+    ns &= PT_CPU_MASK;
+    pt_ring_store_(ring, ring->index, ticks,
+                   pt_event_word1((uint32_t)ns, (uint16_t)(ns >> 32), PT_EV_CPU_TIME, 0));
+    return 0;
+}
+
+static int cpu_due(const pt_ring_t *ring)
+{
+    /* relaxed: a flag without data (see the design summary) */
+    return ring->cpu_on && atomic_load_explicit(&ring->cpu_due, memory_order_relaxed) != 0;
+}
+
 int pt_ring_init(pt_ring_t *ring, pt_ring_slot_t *slot, uint8_t *ring_base, uint32_t chunk_bytes,
                  uint32_t chunks_per_ring, uint32_t policy, uint64_t wait_timeout_ns, uint32_t ring_index,
                  uint64_t thread)
@@ -283,6 +325,48 @@ void pt_ring_request_slow_path(pt_ring_t *ring)
     atomic_store_explicit(&ring->limit, 0, memory_order_relaxed);
 }
 
+void pt_ring_request_cpu_sample(pt_ring_t *ring)
+{
+    /* cpu_on is set by the owner before the handle is published to us (the
+     * caller's business, as for the handle itself) */
+    if (!ring->cpu_on)
+        return;
+    /* relaxed: see the design summary; seeing the lowered limit first only
+     * sends the owner here once for nothing, the sample stays due */
+    atomic_store_explicit(&ring->cpu_due, 1, memory_order_relaxed);
+    atomic_store_explicit(&ring->limit, 0, memory_order_relaxed);
+}
+
+int pt_ring_set_cpu_clock(pt_ring_t *ring)
+{
+    if (ring->slot == NULL)
+        return -EINVAL;
+    pthread_t self = pthread_self();
+    clockid_t id;
+    int rc = pthread_getcpuclockid(self, &id);
+    if (rc != 0)
+        return -rc;
+    ring->cpu_owner = self;
+    ring->cpu_clock = id;
+    ring->cpu_on = 1;
+    /* the first push writes the baseline */
+    atomic_store_explicit(&ring->cpu_due, 1, memory_order_relaxed);
+    atomic_store_explicit(&ring->limit, 0, memory_order_relaxed);
+    return 0;
+}
+
+int pt_ring_write_cpu(pt_ring_t *ring, uint64_t ticks)
+{
+    if (ring->slot == NULL || !ring->cpu_on)
+        return -ENOBUFS;
+    if (ring->lost_pending != 0)
+        return 0; /* after the gap's Lost record, not before it (ring.h) */
+    int rc = write_cpu(ring, ticks);
+    if (rc == 0)
+        pt_ring_flush_counters(ring);
+    return rc;
+}
+
 /* Call the stack writer with the room there is now (ensure_room succeeded).
  * The request is cleared first: a reader asking again meanwhile gets a later
  * stack instead of having its request erased. */
@@ -327,6 +411,11 @@ int pt_ring_push_slow(pt_ring_t *ring, uint64_t word0, uint64_t word1)
             ring->lost_pending == ring->lost_by_cause[PT_RING_LOST_NO_RING] && !ring->reserve_blocked) {
             if (wait_for_room(ring)) {
                 advance_chunk(ring);
+                (void)write_cpu(ring, word0); /* the chunk change's sample */
+                if (!ensure_room(ring)) { /* cannot happen: a fresh chunk */
+                    count_drop(ring);
+                    return -ENOBUFS;
+                }
                 pt_ring_store_(ring, ring->index, word0, word1);
                 return 0;
             }
@@ -337,8 +426,11 @@ int pt_ring_push_slow(pt_ring_t *ring, uint64_t word0, uint64_t word1)
     }
 
     if (ring->lost_pending != 0) {
-        /* Room returned after a gap: Lost(count), the stack, then the record. */
+        /* Room returned after a gap: Lost(count), CpuTime (the baseline of
+         * what follows), the stack, then the record. */
         store_lost(ring, word0);
+        if (ring->cpu_on)
+            (void)write_cpu(ring, word0);
         if (ring->stack_writer != NULL) {
             /* The Lost record filled at most one slot of a fresh chunk, so
              * room >= 1; the writer keeps the last one for the record. */
@@ -348,8 +440,12 @@ int pt_ring_push_slow(pt_ring_t *ring, uint64_t word0, uint64_t word1)
         }
     } else if (ring->stack_writer != NULL &&
                atomic_load_explicit(&ring->slot->stack_request, memory_order_relaxed) != 0) {
+        if (ring->cpu_on)
+            (void)write_cpu(ring, word0); /* the baseline of a reader that joins here */
         (void)write_stack(ring, 1);
     }
+    if (cpu_due(ring))
+        (void)write_cpu(ring, word0); /* chunk change, first push, or asked for */
     if (!ensure_room(ring)) {
         /* Only if the stack writer overran its room (API misuse). */
         count_drop(ring);

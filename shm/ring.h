@@ -31,6 +31,23 @@
  * before its record, as after a gap, and clears the request. Only with room
  * for the whole stack: else at the next chunk change.
  *
+ * CPU time (CpuTime records, after pt_ring_set_cpu_clock): the ring writes the
+ * owning thread's CPU time (CLOCK_THREAD_CPUTIME_ID, ns modulo 2^48) as a
+ * CpuTime record just before the record being pushed, with that record's
+ * ticks, from the slow path only (the hot path is unchanged):
+ *   - before every run of Frame records: at the ring's first push (the
+ *     attach's Frame records or the first event), after a Lost record (Lost,
+ *     CpuTime, Frame..., record), before the stack written for a request;
+ *   - at every chunk change (so at least once per chunk of records);
+ *   - when asked: pt_ring_request_cpu_sample (the tracer's heartbeat, about
+ *     every 10 ms), served at the owner's next push, so a blocked thread's
+ *     sample comes with its first record after it wakes;
+ *   - pt_ring_write_cpu, at the thread's end or at stop.
+ * So a reader's first observation of a thread after a gap or a join starts
+ * from a CPU baseline, and between two CpuTime records the CPU time is known.
+ * A push by another thread (stop() closing a thread's frames) reads the
+ * owner's clock through pthread_getcpuclockid.
+ *
  * Errors: 0 on success; -ENOBUFS when the record was dropped (counted).
  * A zero-initialised handle (no ring claimed, or a retired one) drops every
  * push with -ENOBUFS and counts nothing.
@@ -57,6 +74,25 @@ int pt_ring_init(pt_ring_t *ring, pt_ring_slot_t *slot, uint8_t *ring_base,
  * is served). The only call that another thread of the process may make on
  * the handle; the handle must stay valid meanwhile (the caller's business). */
 void pt_ring_request_slow_path(pt_ring_t *ring);
+
+/* Send the owner's next push to the slow path, which writes a CpuTime record
+ * (ring.h "CPU time"). Like pt_ring_request_slow_path, another thread of the
+ * process may call it; a no-op before pt_ring_set_cpu_clock. A request may be
+ * hidden by the owner's own store of the limit: it stays due and is written at
+ * the next slow path (the next request or chunk change). */
+void pt_ring_request_cpu_sample(pt_ring_t *ring);
+
+/* Write CpuTime records from now on (ring.h "CPU time"), the first at the next
+ * push. Called by the owning thread, whose CPU clock it records. 0, -EINVAL on
+ * a zero handle, or the error of pthread_getcpuclockid (negative). */
+int pt_ring_set_cpu_clock(pt_ring_t *ring);
+
+/* Write a CpuTime record now at `ticks` (the thread's end, stop), reading the
+ * owner's CPU clock; a thread other than the owner may call it while the owner
+ * lives and is not pushing (stop() with the GIL). With a Lost record pending it
+ * writes nothing (the next push writes Lost, CpuTime, the stack). 0, or
+ * -ENOBUFS (no room, or no CPU clock set), -ESRCH (the clock cannot be read). */
+int pt_ring_write_cpu(pt_ring_t *ring, uint64_t ticks);
 
 /* Set the callback that writes the thread's stack after a gap (may be NULL). */
 void pt_ring_set_stack_writer(pt_ring_t *ring, pt_ring_stack_writer_fn fn, void *ctx);

@@ -9,8 +9,10 @@
 #ifndef PT_SHM_RING_TYPES_H
 #define PT_SHM_RING_TYPES_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "layout.h"
 
@@ -65,6 +67,13 @@ struct pt_ring {
     uint64_t reserve_retry_lost;  /* ... once lost_pending reaches this */
     pt_ring_reserve_fn reserve;
     void *reserve_ctx;
+    /* CPU time samples (CpuTime records; ring.h), off until pt_ring_set_cpu_clock */
+    uint32_t cpu_on;
+    _Atomic uint32_t cpu_due;     /* write one at the next slow path: set by the owner
+                                     (chunk change, start) or by another thread
+                                     (pt_ring_request_cpu_sample) */
+    pthread_t cpu_owner;          /* the owning thread ... */
+    clockid_t cpu_clock;          /* ... and its CPU clock, readable from another thread */
 };
 
 #ifdef __cplusplus

@@ -42,7 +42,9 @@
  *   The hot path is inline, in pt_tracer_inline.h; its slow paths are in
  *   pt_threads.c. The heartbeat thread (every 100 ms, no GIL) also serves
  *   readers' stack requests (shm/ring.h): it only lowers the ring limit of the
- *   thread concerned, whose next event writes the stack.
+ *   thread concerned, whose next event writes the stack. Every 10 ms it asks
+ *   each traced thread for a CPU sample the same way (a CpuTime record at
+ *   the thread's next event; shm/ring.h "CPU time").
  */
 #include "pt_tracer_internal.h"
 
@@ -57,7 +59,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define PT_HEARTBEAT_NS 100000000ull   /* 100 ms */
+#define PT_HEARTBEAT_NS 100000000ull   /* 100 ms: liveness, stack requests, the hook check */
+#define PT_CPU_SAMPLE_NS 10000000ull   /* 10 ms: CPU samples asked of every traced thread */
 #define PT_HOOK_ADAPTERS_MAX 4
 
 static struct {
@@ -241,21 +244,32 @@ static void *heartbeat_main(void *arg)
 {
     (void)arg;
     pthread_mutex_lock(&g.hb_lock);
+    uint64_t now = pt_monotonic_ns();
+    uint64_t next_sample = now + PT_CPU_SAMPLE_NS, next_beat = now + PT_HEARTBEAT_NS;
     while (!g.hb_stop) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_nsec += (long)PT_HEARTBEAT_NS;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec += 1;
-            ts.tv_nsec -= 1000000000L;
-        }
+        uint64_t wake = next_sample < next_beat ? next_sample : next_beat;
+        struct timespec ts = {.tv_sec = (time_t)(wake / 1000000000ull), .tv_nsec = (long)(wake % 1000000000ull)};
         pthread_cond_timedwait(&g.hb_cond, &g.hb_lock, &ts);
-        if (!g.hb_stop && pt_core.seg) {
+        if (g.hb_stop)
+            break;
+        now = pt_monotonic_ns();
+        if (now >= next_sample) {
+            if (pt_core.seg)
+                pt_threads_request_cpu_samples(pt_epoch_now());
+            next_sample += PT_CPU_SAMPLE_NS;
+            if (next_sample <= now) /* fell behind (a stopped process): no burst */
+                next_sample = now + PT_CPU_SAMPLE_NS;
+        }
+        if (now < next_beat)
+            continue;
+        next_beat += PT_HEARTBEAT_NS;
+        if (next_beat <= now)
+            next_beat = now + PT_HEARTBEAT_NS;
+        if (pt_core.seg) {
             pt_segment_heartbeat(pt_core.seg); /* seg is replaced only after we are joined */
             pt_threads_serve_stack_requests(pt_epoch_now());
         }
-        if (!g.hb_stop)
-            pt_tracer_check_hook();
+        pt_tracer_check_hook();
     }
     pthread_mutex_unlock(&g.hb_lock);
     return NULL;

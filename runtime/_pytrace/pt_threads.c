@@ -325,6 +325,12 @@ static pt_thread_t *thread_attach(PyCodeObject *opening)
         t->missed = 0;
     }
     pt_ring_set_stack_writer(&t->ring, stack_writer, t);
+    /* CpuTime records (ring.h): the first push below writes the thread's CPU
+     * baseline, then every chunk change and every heartbeat request one more */
+    rc = pt_ring_set_cpu_clock(&t->ring);
+    if (rc < 0)
+        pt_tracer_set_first_error("thread %llu (%s): no CPU clock (%s): its CPU time is not recorded",
+                                  (unsigned long long)tid, name, strerror(-rc));
     t->depth = 0;
     /* release: publishes the ring handle to the heartbeat thread; pairs with
      * its acquire load in pt_threads_serve_stack_requests */
@@ -441,6 +447,10 @@ void pt_tracer_user_event(uint32_t label_id, uint8_t kind)
  * after it stopped running Python (destructor) or the exit handler. */
 static void thread_finish_locked(pt_thread_t *t)
 {
+    /* The last CPU sample closes the thread's last interval; the owner is
+     * alive (its destructor, which removes it from the list, has not run) so
+     * its CPU clock can be read from here too. */
+    (void)pt_ring_write_cpu(&t->ring, pt_now());
     pt_close_synthetic_above(t, 0);
     pt_ring_flush_counters(&t->ring);
     pt_core.retired_written += pt_ring_written(&t->ring);
@@ -484,6 +494,21 @@ void pt_threads_serve_stack_requests(uint32_t epoch)
         /* relaxed: the request carries no data (ring.h) */
         if (atomic_load_explicit(&t->ring.slot->stack_request, memory_order_relaxed) != 0)
             pt_ring_request_slow_path(&t->ring);
+    }
+    pthread_mutex_unlock(&pt_core.lock);
+}
+
+/* Ask every traced thread for a CPU sample (a CpuTime record at its next
+ * push; ring.h "CPU time"). Heartbeat thread, without the GIL, as above. */
+void pt_threads_request_cpu_samples(uint32_t epoch)
+{
+    if (epoch == 0)
+        return;
+    pthread_mutex_lock(&pt_core.lock);
+    for (pt_thread_t *t = threads; t; t = t->next) {
+        /* acquire: as in pt_threads_serve_stack_requests (cpu_on is set before) */
+        if (atomic_load_explicit(&t->ok_epoch, memory_order_acquire) == epoch)
+            pt_ring_request_cpu_sample(&t->ring);
     }
     pthread_mutex_unlock(&pt_core.lock);
 }

@@ -66,6 +66,9 @@ PT_HIDDEN void pt_threads_add_counters_locked(uint32_t epoch, uint64_t *written,
 /* Heartbeat (no GIL): send the owners of rings whose reader asked for the stack
  * to the ring's slow path. Takes pt_core.lock. */
 PT_HIDDEN void pt_threads_serve_stack_requests(uint32_t epoch);
+/* Heartbeat (no GIL), about every 10 ms: ask every thread holding a ring of
+ * session `epoch` for a CPU sample at its next push. Takes pt_core.lock. */
+PT_HIDDEN void pt_threads_request_cpu_samples(uint32_t epoch);
 /* Fork child: free the contexts of the threads that did not come along and
  * reset the calling thread's (one thread left). */
 PT_HIDDEN void pt_threads_after_fork_child(void);

@@ -74,7 +74,8 @@ EVENT_BYTES = 16
 _EVENT = struct.Struct("<QIHBB")   # ticks, id, aux, kind, flags (schema struct Event)
 
 Event = namedtuple("Event", "ticks id aux kind flags")
-Event.__doc__ = "One 16-byte record. For kind Lost the dropped count is id | aux << 32."
+Event.__doc__ = ("One 16-byte record. For kind Lost the dropped count is id | aux << 32; for kind "
+                 "CpuTime the thread's CPU time in ns modulo 2**48 is id | aux << 32.")
 
 
 def _str(b):
