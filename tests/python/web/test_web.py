@@ -167,8 +167,11 @@ def test_report_offline_shows_the_pstats_numbers(tmp_path, browser, artifacts):
     assert page.evaluate("pytrace.frames().length") > 3
     # the table sorts by a clicked header (again: the other way) and filters by name
     def table():
-        return page.evaluate("""() => [...document.querySelectorAll('#table tbody tr')].map(
-            tr => [tr.cells[5].textContent, Number(tr.cells[4].textContent.split('/')[0])])""")
+        return page.evaluate("""() => {
+            const col = (k) => [...document.querySelectorAll('#table th')].findIndex(th => th.dataset.key === k);
+            const name = col('name'), calls = col('calls');
+            return [...document.querySelectorAll('#table tbody tr')].map(
+                tr => [tr.cells[name].textContent, Number(tr.cells[calls].textContent.split('/')[0])]); }""")
     page.click("#table th[data-key=calls]")
     shown_calls = [c for _n, c in table()]
     assert len(shown_calls) > 5 and shown_calls == sorted(shown_calls, reverse=True)
