@@ -407,8 +407,9 @@ def test_live_page_gets_deltas_not_whole_pictures(tmp_path, browser):
         assert max(len(a["nodes"]) for a in deltas) < size
         assert deltas[-1]["nodes"] == [] and deltas[-1]["rows"] == [] and deltas[-1]["symbols"] == []
         have = page.evaluate("""() => [
-            [...pytrace.state.nodes.values()].map(n => [n.key, n.parent, n.sym, n.calls, n.self, n.total]),
-            [...pytrace.state.rows.values()].map(r => [r.sym, r.calls, r.prim, r.self, r.total])]""")
+            [...pytrace.state.nodes.values()].map(n => [n.key, n.parent, n.sym, n.calls, n.self, n.total, n.cself,
+                                                        n.ctotal]),
+            [...pytrace.state.rows.values()].map(r => [r.sym, r.calls, r.prim, r.self, r.total, r.cself, r.ctotal])]""")
         with urllib.request.urlopen(srv.base + "api/update?token=%s&session=other&version=0&thread=0&window=0"
                                     % srv.token, timeout=10) as r:
             fresh = json.loads(r.read())
