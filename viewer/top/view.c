@@ -144,9 +144,9 @@ static void App_draw(App *app)
         snprintf(speed, sizeof speed, "%s ev/s", rate);
     }
     int other_losses = App_lossText(app, "  ", losses, sizeof losses);
-    snprintf(line, sizeof line, " pytrace-top  %spid %llu  [%s]%s  %s  cpu %s  %s  dropped %llu%s%s  threads %u  window %gs  %s  %s: %s  %s",
+    snprintf(line, sizeof line, " pytrace-top  %spid %llu  [%s]%s  cpu %s  %s  %s  dropped %llu%s%s  threads %u  window %gs  %s  %s: %s  %s",
              source, (unsigned long long)(pt_aggset_count(app->set) > 1 ? pi->pid : app->stats.pid), state, app->paused ? " PAUSED" : "",
-             App_timeName(app), cpu, speed,
+             cpu, App_timeName(app), speed,
              (unsigned long long)dropped, other_losses ? "  " : "", losses, threads, app->window_seconds, win, app->panel->name,
              app->panel == &TablePanel_class ? (app->table_window ? "window" : "whole run") : "window", cmd);
     App_drawLine(0, CRT_attr(app->status.ended || app->status.died ? CRT_C_ENDED : CRT_C_HEADER) | A_BOLD, line);
