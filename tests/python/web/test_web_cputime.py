@@ -138,3 +138,62 @@ def test_live_page_switch_to_cpu(recs, browser, tmp_path):
     finally:
         context.close()
         srv.stop()
+
+
+SPIN_AND_SLEEP = r'''
+import threading, time
+
+def spin_loop(seconds):
+    end = time.monotonic() + seconds
+    n = 0
+    while time.monotonic() < end:
+        for i in range(20000):
+            n += i
+    return n
+
+def sleeper(seconds):
+    time.sleep(seconds)
+
+threads = [threading.Thread(target=spin_loop, args=(3,), name="spinner"),
+           threading.Thread(target=sleeper, args=(3,), name="sleeper")]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+'''
+
+
+@needs_browser
+def test_report_cpu_view_of_a_real_job(tmp_path, browser):
+    """Issue 21's check on a real job (needs the tracer's CpuTime records): a thread that
+    spins for 3 s and one that sleeps for 3 s, recorded, exported to HTML; in the report's
+    CPU view spin_loop's CPU time is at least 0.6 of its wall time, time.sleep's at most
+    0.1 of it."""
+    src = tmp_path / "job.py"
+    src.write_text(SPIN_AND_SLEEP)
+    rec, html = tmp_path / "job.pytrace", tmp_path / "job.html"
+    r = subprocess.run([PY, "-m", "pytrace", "record", "-o", str(rec), "--", PY, str(src)],
+                       capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([PY, "-m", "pytrace", "export", str(rec), "--format", "html", "-o", str(html)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    errors = []
+    context, page = _page(browser, errors)
+    context.set_offline(True)
+    page.goto("file://" + str(html))
+    _wait(page, "window.pytrace && pytrace.state.rows.size > 0")
+    page.click("#time")
+    _wait(page, "document.getElementById('time').textContent === 'time: CPU, waiting hidden'")
+    rows = {x["name"]: x for x in page.evaluate("""() => [...pytrace.state.rows.values()].map(r => ({
+        name: pytrace.state.symbols.get(r.sym).name, self: r.self, cself: r.cself }))""")}
+    spin, nap = rows["spin_loop"], rows["sleep"] if "sleep" in rows else rows["time.sleep"]
+    assert spin["self"] > 1e9 and nap["self"] > 1e9, (spin, nap)
+    assert spin["cself"] >= 0.6 * spin["self"], spin
+    assert nap["cself"] <= 0.1 * nap["self"], nap
+    # what the CPU view draws: the sleeping function ~0 wide, the spinning one most of it
+    width = page.evaluate("pytrace.frames()[0].w")
+    assert page.evaluate("pytrace.width('spin_loop')") >= 0.5 * width
+    assert page.evaluate("pytrace.width('%s')" % ("sleep" if "sleep" in rows else "time.sleep")) <= 0.1 * width
+    assert errors == []
+    context.close()
