@@ -264,11 +264,13 @@ static PyObject *agg_feed_many(agg_obj_t *self, PyObject *items)
 /* ---- queries ------------------------------------------------------------------------ */
 
 static int parse_query(PyObject *args, PyObject *kw, const char *fmt, char **kwlist, pt_agg_query_t *q,
-                       void *extra1, void *extra2, void *extra3, void *extra4)
+                       void *extra1, void *extra2, void *extra3, void *extra4, void *extra5)
 {
     unsigned long long thread = 0;
     double window = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, fmt, kwlist, &thread, &window, extra1, extra2, extra3, extra4))
+    memset(q, 0, sizeof *q); /* hide_idle 0: every thread */
+    if (!PyArg_ParseTupleAndKeywords(args, kw, fmt, kwlist, &thread, &window, extra1, extra2, extra3, extra4,
+                                     extra5))
         return -1;
     if (!(window >= 0)) {
         PyErr_SetString(PyExc_ValueError, "window must be a number of seconds >= 0 (0: the whole run)");
@@ -518,16 +520,20 @@ static const char *const sort_names[PT_AGG_SORT_COUNT] = {"self", "total", "call
 PyDoc_STRVAR(table_doc,
              "table(thread=0, window=0.0, sort='self', descending=True, filter=None, process=0) -> (span_ns, rows): the "
              "function table (pytrace-top's columns); a row is (id, kind, name, file, line, calls, prim_calls, "
-             "self_ns, total_ns, self_pct, total_pct). thread 0: all threads; window 0: the whole run.");
+             "self_ns, total_ns, self_pct, total_pct). thread 0: all threads; window 0: the whole run. cpu=True: each "
+             "row also has (self_cpu_ns, total_cpu_ns) at its end (the parts of self_ns and total_ns the thread was on "
+             "a CPU: viewer/core/cct.h, THE RULE FOR CPU TIME), and the answer is (span_ns, rows, not_observed) with "
+             "not_observed = {'ns', 'cpu_ns', 'lost_events'}: the time of the view nobody saw (Lost gaps), in no row "
+             "and not in span_ns (the observed time the percentages are of).");
 
 static PyObject *agg_table(agg_obj_t *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"thread", "window", "sort", "descending", "filter", "process", NULL};
+    static char *kwlist[] = {"thread", "window", "sort", "descending", "filter", "process", "cpu", NULL};
     pt_agg_query_t q;
     const char *sort = "self", *filter = NULL;
-    int descending = 1;
+    int descending = 1, cpu = 0;
     Py_ssize_t process = 0;
-    if (parse_query(args, kw, "|Kdspzn:table", kwlist, &q, &sort, &descending, &filter, &process) < 0)
+    if (parse_query(args, kw, "|Kdspznp:table", kwlist, &q, &sort, &descending, &filter, &process, &cpu) < 0)
         return NULL;
     int key = -1;
     for (int i = 0; i < PT_AGG_SORT_COUNT; i++)
@@ -561,11 +567,16 @@ static PyObject *agg_table(agg_obj_t *self, PyObject *args, PyObject *kw)
     for (size_t i = 0; rows && i < t.count; i++) {
         const pt_agg_row_t *r = &t.rows[i];
         PyObject *name = str_of(r->name), *file = str_of(r->file);
-        PyObject *row = name && file ? Py_BuildValue("(IiNNIKKKKdd)", r->symbol, r->kind, name, file, r->line,
-                                                     (unsigned long long)r->calls, (unsigned long long)r->prim_calls,
-                                                     (unsigned long long)r->self_ns,
-                                                     (unsigned long long)r->total_ns, r->self_pct, r->total_pct)
-                                     : NULL;
+        PyObject *row = !name || !file ? NULL
+                        : cpu ? Py_BuildValue("(IiNNIKKKKddKK)", r->symbol, r->kind, name, file, r->line,
+                                              (unsigned long long)r->calls, (unsigned long long)r->prim_calls,
+                                              (unsigned long long)r->self_ns, (unsigned long long)r->total_ns,
+                                              r->self_pct, r->total_pct, (unsigned long long)r->self_cpu_ns,
+                                              (unsigned long long)r->total_cpu_ns)
+                              : Py_BuildValue("(IiNNIKKKKdd)", r->symbol, r->kind, name, file, r->line,
+                                              (unsigned long long)r->calls, (unsigned long long)r->prim_calls,
+                                              (unsigned long long)r->self_ns, (unsigned long long)r->total_ns,
+                                              r->self_pct, r->total_pct);
         if (!row) {
             if (!name || !file) {
                 Py_XDECREF(name);
@@ -576,10 +587,13 @@ static PyObject *agg_table(agg_obj_t *self, PyObject *args, PyObject *kw)
         }
         PyList_SET_ITEM(rows, (Py_ssize_t)i, row);
     }
-    uint64_t span = t.span_ns;
+    uint64_t span = t.span_ns, unobs = t.unobserved_ns, unobs_cpu = t.unobserved_cpu_ns, lost = t.unobserved_lost;
     pt_agg_table_free(&t);
     if (!rows)
         return NULL;
+    if (cpu)
+        return Py_BuildValue("(KN{sKsKsK})", (unsigned long long)span, rows, "ns", (unsigned long long)unobs,
+                             "cpu_ns", (unsigned long long)unobs_cpu, "lost_events", (unsigned long long)lost);
     return Py_BuildValue("(KN)", (unsigned long long)span, rows);
 }
 
@@ -589,15 +603,17 @@ PyDoc_STRVAR(tree_doc,
              "total_ns); node 0 is the root (symbol and parent -1), whose self time is time with nothing on the "
              "stack; symbol -2 is an [other] node: the calls below its parent folded past the tree budget "
              "(counters()['folded_calls']), after its siblings. Subtrees whose total is below min_fraction of the root's are left out (a flame graph "
-             "could not show them).");
+             "could not show them). cpu=True: each node also has (self_cpu_ns, total_cpu_ns) at its end (the parts "
+             "of self_ns and total_ns on a CPU); the tree holds observed time only.");
 
 static PyObject *agg_tree(agg_obj_t *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"thread", "window", "min_fraction", "process", NULL};
+    static char *kwlist[] = {"thread", "window", "min_fraction", "process", "cpu", NULL};
     pt_agg_query_t q;
     double min_fraction = 0;
     Py_ssize_t process = 0;
-    if (parse_query(args, kw, "|Kddn:tree", kwlist, &q, &min_fraction, &process, NULL, NULL) < 0)
+    int cpu = 0;
+    if (parse_query(args, kw, "|Kddnp:tree", kwlist, &q, &min_fraction, &process, &cpu, NULL, NULL) < 0)
         return NULL;
     if (!(min_fraction >= 0 && min_fraction <= 1)) {
         PyErr_SetString(PyExc_ValueError, "min_fraction must be between 0 and 1");
@@ -648,8 +664,11 @@ static PyObject *agg_tree(agg_obj_t *self, PyObject *args, PyObject *kw)
         /* the root by its parent: a stream's symbol id may be PT_AGG_NONE too */
         long long sym = x->parent == PT_AGG_NONE ? -1 : x->other ? -2 : (long long)x->symbol;
         long long parent = x->parent == PT_AGG_NONE ? -1 : (long long)newidx[x->parent];
-        PyObject *node = Py_BuildValue("(LLIKKK)", sym, parent, x->depth, (unsigned long long)x->calls,
-                                       (unsigned long long)x->self_ns, (unsigned long long)x->incl_ns);
+        PyObject *node = cpu ? Py_BuildValue("(LLIKKKKK)", sym, parent, x->depth, (unsigned long long)x->calls,
+                                             (unsigned long long)x->self_ns, (unsigned long long)x->incl_ns,
+                                             (unsigned long long)x->self_cpu_ns, (unsigned long long)x->incl_cpu_ns)
+                             : Py_BuildValue("(LLIKKK)", sym, parent, x->depth, (unsigned long long)x->calls,
+                                             (unsigned long long)x->self_ns, (unsigned long long)x->incl_ns);
         if (!node) {
             Py_CLEAR(nodes);
             break;
@@ -681,7 +700,7 @@ static PyObject *agg_timeline(agg_obj_t *self, PyObject *args, PyObject *kw)
     unsigned long long since = 0;
     unsigned int group = 1;
     Py_ssize_t process = 0;
-    if (parse_query(args, kw, "|KdKIn:timeline", kwlist, &q, &since, &group, &process, NULL) < 0)
+    if (parse_query(args, kw, "|KdKIn:timeline", kwlist, &q, &since, &group, &process, NULL, NULL) < 0)
         return NULL;
     pt_agg_timeline_t t;
     int rc;

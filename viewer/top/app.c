@@ -190,7 +190,7 @@ static int App_rowKey(const void *x, const void *y)
     return c;
 }
 
-static int App_sortKey, App_sortDesc;
+static int App_sortKey, App_sortDesc, App_sortCpu;
 
 static int App_rowOrder(const void *x, const void *y)
 {
@@ -198,12 +198,18 @@ static int App_rowOrder(const void *x, const void *y)
     uint64_t u = 0, v = 0;
     int c = 0;
     switch (App_sortKey) {
-    case PT_AGG_SORT_TOTAL: u = a->total_ns; v = b->total_ns; break;
+    case PT_AGG_SORT_TOTAL:
+        u = App_sortCpu ? a->total_cpu_ns : a->total_ns;
+        v = App_sortCpu ? b->total_cpu_ns : b->total_ns;
+        break;
     case PT_AGG_SORT_CALLS: u = a->calls; v = b->calls; break;
     case PT_AGG_SORT_PRIM_CALLS: u = a->prim_calls; v = b->prim_calls; break;
     case PT_AGG_SORT_NAME: c = strcmp(a->name, b->name); break;
     case PT_AGG_SORT_FILE: c = strcmp(a->file, b->file); break;
-    default: u = a->self_ns; v = b->self_ns; break;
+    default:
+        u = App_sortCpu ? a->self_cpu_ns : a->self_ns;
+        v = App_sortCpu ? b->self_cpu_ns : b->self_ns;
+        break;
     }
     if (!c)
         c = u < v ? -1 : u > v;
@@ -229,6 +235,9 @@ static void App_mergedTable(App *app, const pt_agg_query_t *q, pt_agg_table_t *o
         n += t.count;
         if (t.span_ns > out->span_ns)
             out->span_ns = t.span_ns;
+        out->unobserved_ns += t.unobserved_ns;
+        out->unobserved_cpu_ns += t.unobserved_cpu_ns;
+        out->unobserved_lost += t.unobserved_lost;
         pt_agg_table_free(&t);
     }
     if (!rows)
@@ -242,6 +251,8 @@ static void App_mergedTable(App *app, const pt_agg_query_t *q, pt_agg_table_t *o
             r->prim_calls += rows[i].prim_calls;
             r->self_ns += rows[i].self_ns;
             r->total_ns += rows[i].total_ns;
+            r->self_cpu_ns += rows[i].self_cpu_ns;
+            r->total_cpu_ns += rows[i].total_cpu_ns;
             r->self_pct += rows[i].self_pct;
             r->total_pct += rows[i].total_pct;
         } else {
@@ -250,6 +261,7 @@ static void App_mergedTable(App *app, const pt_agg_query_t *q, pt_agg_table_t *o
     }
     App_sortKey = app->sort;
     App_sortDesc = app->sort_desc;
+    App_sortCpu = app->time_cpu;
     qsort(rows, w, sizeof *rows, App_rowOrder);
     out->rows = rows;
     out->count = w;
@@ -267,6 +279,13 @@ void App_refresh(App *app)
         App_mergedTable(app, &tq, &app->table);
     else
         pt_agg_table(app->agg, &tq, app->sort, app->sort_desc, app->filter, &app->table);
+    if (app->time_cpu && app->table.count &&
+        (app->sort == PT_AGG_SORT_SELF || app->sort == PT_AGG_SORT_TOTAL)) { /* by the CPU figures */
+        App_sortKey = app->sort;
+        App_sortDesc = app->sort_desc;
+        App_sortCpu = 1;
+        qsort(app->table.rows, app->table.count, sizeof *app->table.rows, App_rowOrder);
+    }
     if (app->panel == &FlamePanel_class)
         pt_agg_tree(app->agg, &fq, &app->tree);
     pt_agg_counters(app->agg, &app->counters);

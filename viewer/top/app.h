@@ -59,6 +59,7 @@ typedef struct App {
     int table_window;        /* table shows the window (1) or the whole run (0) */
     uint64_t thread;         /* 0 = all threads */
     int sort;                /* enum pt_agg_sort */
+    int time_cpu;            /* time shown: 0 wall, 1 CPU (waiting hidden): key c, --time */
     int sort_desc;
     char filter[APP_FILTER_MAX];
     int filter_editing;
@@ -148,7 +149,8 @@ int App_run(App *app);
 
 /* The error line to show: the source's, else the view's own ("" if none). */
 const char *App_error(const App *app);
-/* Refresh snapshots (table, tree, counters). */
+/* Refresh snapshots (table, tree, counters); in CPU mode the table is sorted
+ * by the CPU figures. */
 void App_refresh(App *app);
 /* Display name of a symbol id ("" if none). */
 const char *App_symbolName(App *app, uint32_t id);
@@ -161,6 +163,55 @@ void App_threadName(const pt_agg_thread_info_t *ti, char *out, size_t cap);
 void App_cpuText(const App *app, const CpuMeter *m, char *out, size_t cap);
 /* Open the thread list over the current panel (T). */
 void ThreadsPanel_open(App *app);
+/* The time a row or tree node shows in the current time mode (app->time_cpu):
+ * wall time, or its CPU part (viewer/core/cct.h, THE RULE FOR CPU TIME).
+ * Percentages are of the table's span_ns (observed wall time) in both modes;
+ * <not observed> time is in no row and not in that base. */
+static inline uint64_t App_rowSelf(const App *app, const pt_agg_row_t *r)
+{
+    return app->time_cpu ? r->self_cpu_ns : r->self_ns;
+}
+static inline uint64_t App_rowTotal(const App *app, const pt_agg_row_t *r)
+{
+    return app->time_cpu ? r->total_cpu_ns : r->total_ns;
+}
+static inline double App_rowSelfPct(const App *app, const pt_agg_row_t *r)
+{
+    if (!app->time_cpu)
+        return r->self_pct;
+    return app->table.span_ns ? 100.0 * (double)r->self_cpu_ns / (double)app->table.span_ns : 0;
+}
+static inline double App_rowTotalPct(const App *app, const pt_agg_row_t *r)
+{
+    if (!app->time_cpu)
+        return r->total_pct;
+    return app->table.span_ns ? 100.0 * (double)r->total_cpu_ns / (double)app->table.span_ns : 0;
+}
+static inline uint64_t App_nodeIncl(const App *app, const pt_agg_tnode_t *n)
+{
+    return app->time_cpu ? n->incl_cpu_ns : n->incl_ns;
+}
+static inline uint64_t App_nodeSelf(const App *app, const pt_agg_tnode_t *n)
+{
+    return app->time_cpu ? n->self_cpu_ns : n->self_ns;
+}
+/* Waiting (off-CPU) share of a row's own wall time, in %: self wall less self CPU. */
+static inline double App_rowWaitPct(const pt_agg_row_t *r)
+{
+    if (!r->self_ns || r->self_cpu_ns >= r->self_ns)
+        return 0;
+    return 100.0 * (double)(r->self_ns - r->self_cpu_ns) / (double)r->self_ns;
+}
+/* A flame frame that mostly waits: more than half of its inclusive wall time off a CPU. */
+static inline int App_nodeWaits(const pt_agg_tnode_t *n)
+{
+    return n->incl_ns && n->incl_cpu_ns < n->incl_ns && n->incl_ns - n->incl_cpu_ns > n->incl_ns / 2;
+}
+/* "time: wall" / "time: CPU, waiting hidden": the header's words for the mode. */
+static inline const char *App_timeName(const App *app)
+{
+    return app->time_cpu ? "time: CPU, waiting hidden" : "time: wall";
+}
 /* Draw the help screen (every key of every mode) over rows [top, top + rows). */
 void Help_draw(int top, int rows, int cols);
 

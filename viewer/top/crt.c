@@ -113,6 +113,7 @@ int CRT_init(void)
         init_pair(CRT_C_FLAME0 + 1, COLOR_BLACK, COLOR_YELLOW);
         init_pair(CRT_C_FLAME0 + 2, COLOR_BLACK, COLOR_MAGENTA);
         init_pair(CRT_C_FLAME0 + 3, COLOR_BLACK, COLOR_WHITE);
+        init_pair(CRT_C_WAITING, COLOR_WHITE, COLOR_BLUE);
     }
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -146,6 +147,7 @@ int CRT_attr(int color)
     case CRT_C_NORMAL: return A_NORMAL;
     case CRT_C_WARNING: return A_BOLD | A_REVERSE;
     case CRT_C_SELECTED: return A_REVERSE;
+    case CRT_C_WAITING: return A_DIM;
     default: return A_REVERSE;
     }
 }

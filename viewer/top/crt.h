@@ -19,6 +19,8 @@ enum CRT_color {
     CRT_C_FLAME0 = 7, /* CRT_FLAME_COLORS pairs from here */
 };
 #define CRT_FLAME_COLORS 4
+/* a flame frame that mostly waits (wall mode): white on blue; without colours, dim */
+#define CRT_C_WAITING (CRT_C_FLAME0 + CRT_FLAME_COLORS)
 
 extern int CRT_utf8;            /* the locale is UTF-8: draw UTF-8 names and "…" */
 extern volatile int CRT_quit;   /* set by SIGINT / SIGTERM */

@@ -134,12 +134,12 @@ static int FlameLayout_build(App *app, uint32_t zoom, int cols, FlameLayout *l)
         }
         if (l->level[v] + 1 > l->levels)
             l->levels = l->level[v] + 1;
-        if (!node->incl_ns)
+        if (!App_nodeIncl(app, node))
             continue;
-        double scale = l->width[v] / (double)node->incl_ns, x = l->x0[v];
+        double scale = l->width[v] / (double)App_nodeIncl(app, node), x = l->x0[v];
         for (uint32_t c = node->first_child; c != PT_AGG_NONE; c = FlamePanel_node(app, c)->next_sibling) {
             l->x0[c] = x;
-            l->width[c] = (double)FlamePanel_node(app, c)->incl_ns * scale;
+            l->width[c] = (double)App_nodeIncl(app, FlamePanel_node(app, c)) * scale;
             l->level[c] = l->level[v] + 1;
             x += l->width[c];
             stack[sp++] = c;
@@ -155,7 +155,9 @@ static void FlamePanel_drawNode(App *app, uint32_t n, int y, int c0, int c1, int
 {
     const pt_agg_tnode_t *node = FlamePanel_node(app, n);
     int w = c1 - c0;
-    int attr = CRT_attr(CRT_C_FLAME0 + (int)(node->symbol % CRT_FLAME_COLORS));
+    /* wall mode: a frame that mostly waits (off a CPU) in its own colour */
+    int attr = !app->time_cpu && App_nodeWaits(node) ? CRT_attr(CRT_C_WAITING)
+                                                     : CRT_attr(CRT_C_FLAME0 + (int)(node->symbol % CRT_FLAME_COLORS));
     if (app->filter[0]) {
         int match = node->parent != PT_AGG_NONE && !node->other && FlamePanel_matches(App_symbolName(app, node->symbol), app->filter);
         *matches += match;
@@ -182,7 +184,7 @@ static void FlamePanel_draw(App *app, int top, int rows, int cols)
 {
     if (rows < 3)
         return;
-    if (!app->tree.count || !app->tree.nodes[0].incl_ns) {
+    if (!app->tree.count || !App_nodeIncl(app, &app->tree.nodes[0])) {
         mvaddstr(top, 1, app->hide_idle ? "(no busy thread in the window: i shows the idle ones)"
                                         : "(no time in the window yet)");
         return;
@@ -272,16 +274,23 @@ static void FlamePanel_draw(App *app, int top, int rows, int cols)
         else
             snprintf(file, sizeof file, "%s", f);
     }
-    Text_duration(s->incl_ns, incl, sizeof incl);
-    Text_duration(s->self_ns, self, sizeof self);
+    Text_duration(App_nodeIncl(app, s), incl, sizeof incl);
+    Text_duration(App_nodeSelf(app, s), self, sizeof self);
     if (app->filter[0])
         snprintf(extra + strlen(extra), sizeof extra - strlen(extra), "  [%d frame%s in view match%s the filter]",
                  matches, matches == 1 ? "" : "s", matches == 1 ? "es" : "");
     if (app->hide_idle && !app->thread)
         snprintf(extra + strlen(extra), sizeof extra - strlen(extra), "  [idle threads hidden: i]");
-    double pct = app->tree.nodes[0].incl_ns ? 100.0 * (double)s->incl_ns / (double)app->tree.nodes[0].incl_ns : 0;
-    snprintf(line, sizeof line, "%s  %s  total %s (%.1f%%)  own %s  calls %llu%s%s", name, file, incl, pct, self,
-             (unsigned long long)s->calls, app->zoom_len ? "  [zoomed: Bksp/Esc out]" : "", extra);
+    uint64_t root = App_nodeIncl(app, &app->tree.nodes[0]);
+    double pct = root ? 100.0 * (double)App_nodeIncl(app, s) / (double)root : 0;
+    char waiting[64] = "";
+    if (!app->time_cpu) { /* the frame's off-CPU part (its callees' too) */
+        char wd[32];
+        Text_duration(s->incl_ns > s->incl_cpu_ns ? s->incl_ns - s->incl_cpu_ns : 0, wd, sizeof wd);
+        snprintf(waiting, sizeof waiting, "  waiting %s", wd);
+    }
+    snprintf(line, sizeof line, "%s  %s  total %s (%.1f%%)  own %s%s  calls %llu%s%s", name, file, incl, pct, self,
+             waiting, (unsigned long long)s->calls, app->zoom_len ? "  [zoomed: Bksp/Esc out]" : "", extra);
     char fitted[1024];
     Text_fit(line, cols, 0, fitted, sizeof fitted);
     attrset(A_BOLD);
@@ -320,8 +329,8 @@ static PanelResult FlamePanel_onKey(App *app, int ch)
     case KEY_DOWN: case 'j': { /* into the biggest child */
         uint64_t best = 0;
         for (uint32_t c = s->first_child; c != PT_AGG_NONE; c = FlamePanel_node(app, c)->next_sibling)
-            if (FlamePanel_node(app, c)->incl_ns > best || next == PT_AGG_NONE) {
-                best = FlamePanel_node(app, c)->incl_ns;
+            if (App_nodeIncl(app, FlamePanel_node(app, c)) > best || next == PT_AGG_NONE) {
+                best = App_nodeIncl(app, FlamePanel_node(app, c));
                 next = c;
             }
         break;

@@ -109,6 +109,11 @@ static void Headless_json(App *app, const Options *o)
            (unsigned long long)app->table.span_ns, o->window, (unsigned long long)o->thread);
     /* why (agg.h: one definition for every view); this view's own gaps in a hub are
      * events_missed_in_hub (the hub source's), never in events_dropped */
+    /* the time shown (--time; the order of "functions" follows it) and the time of the view nobody
+     * saw (Lost gaps): in no function and not in span_ns, the base of every percentage */
+    printf("  \"time\": \"%s\",\n  \"not_observed\": {\"ns\": %llu, \"cpu_ns\": %llu, \"lost_events\": %llu},\n",
+           app->time_cpu ? "cpu" : "wall", (unsigned long long)app->table.unobserved_ns,
+           (unsigned long long)app->table.unobserved_cpu_ns, (unsigned long long)app->table.unobserved_lost);
     printf("  \"events_dropped_cause\": \"%s\",\n  \"events_missed_cause\": \"%s\",\n",
            app->counters.dropped_cause, app->counters.missed_cause);
     for (size_t i = 0; i < App_lossCount; i++)
@@ -184,9 +189,13 @@ static void Headless_json(App *app, const Options *o)
         Text_json(r->name, a, sizeof a);
         Text_json(r->file, b, sizeof b);
         printf("%s\n    {\"name\": \"%s\", \"file\": \"%s\", \"line\": %u, \"calls\": %llu, \"prim_calls\": %llu, "
-               "\"self_ns\": %llu, \"total_ns\": %llu, \"self_wall_pct\": %.3f, \"total_wall_pct\": %.3f}",
+               "\"self_ns\": %llu, \"total_ns\": %llu, \"self_wall_pct\": %.3f, \"total_wall_pct\": %.3f, "
+               "\"self_cpu_ns\": %llu, \"total_cpu_ns\": %llu, \"self_cpu_pct\": %.3f, \"total_cpu_pct\": %.3f}",
                i ? "," : "", a, b, r->line, (unsigned long long)r->calls, (unsigned long long)r->prim_calls,
-               (unsigned long long)r->self_ns, (unsigned long long)r->total_ns, r->self_pct, r->total_pct);
+               (unsigned long long)r->self_ns, (unsigned long long)r->total_ns, r->self_pct, r->total_pct,
+               (unsigned long long)r->self_cpu_ns, (unsigned long long)r->total_cpu_ns,
+               app->table.span_ns ? 100.0 * (double)r->self_cpu_ns / (double)app->table.span_ns : 0.0,
+               app->table.span_ns ? 100.0 * (double)r->total_cpu_ns / (double)app->table.span_ns : 0.0);
     }
     printf("\n  ]\n}\n");
 }
@@ -284,12 +293,20 @@ static void Headless_text(App *app, const Options *o)
     }
     if (skipped)
         printf("%7s  and %zu more ended threads (--json lists every thread)\n", "", skipped);
-    printf("%8s %8s %10s %10s %16s  %s\n", "OWN%WALL", "TOT%WALL", "OWN", "TOTAL", "CALLS", "FUNCTION  FILE:LINE");
+    printf("%s\n", App_timeName(app));
+    if (app->time_cpu)
+        printf("%8s %8s %10s %10s %16s  %s\n", "OWN%CPU", "TOT%CPU", "OWN CPU", "TOT CPU", "CALLS",
+               "FUNCTION  FILE:LINE");
+    else
+        printf("%8s %8s %6s %10s %10s %16s  %s\n", "OWN%WALL", "TOT%WALL", "WAIT%", "OWN", "TOTAL", "CALLS",
+               "FUNCTION  FILE:LINE");
     for (size_t i = 0; i < app->table.count && (o->limit <= 0 || (int)i < o->limit); i++) {
         const pt_agg_row_t *r = &app->table.rows[i];
-        char self[32], total[32], calls[64], name[1024], file[1024];
-        Text_duration(r->self_ns, self, sizeof self);
-        Text_duration(r->total_ns, total, sizeof total);
+        char self[32], total[32], calls[64], name[1024], file[1024], wait[16] = "";
+        Text_duration(App_rowSelf(app, r), self, sizeof self);
+        Text_duration(App_rowTotal(app, r), total, sizeof total);
+        if (!app->time_cpu)
+            snprintf(wait, sizeof wait, " %6.1f", App_rowWaitPct(r));
         if (r->calls != r->prim_calls)
             snprintf(calls, sizeof calls, "%llu/%llu", (unsigned long long)r->calls, (unsigned long long)r->prim_calls);
         else
@@ -297,11 +314,17 @@ static void Headless_text(App *app, const Options *o)
         Text_escape(r->name, name, sizeof name);
         Text_escape(r->file, file, sizeof file);
         if (r->line) /* C functions have no line: "builtins", not "builtins:0" */
-            printf("%8.1f %8.1f %10s %10s %16s  %s  %s:%u\n", r->self_pct, r->total_pct, self, total, calls, name,
-                   file, r->line);
+            printf("%8.1f %8.1f%s %10s %10s %16s  %s  %s:%u\n", App_rowSelfPct(app, r), App_rowTotalPct(app, r),
+                   wait, self, total, calls, name, file, r->line);
         else
-            printf("%8.1f %8.1f %10s %10s %16s  %s  %s\n", r->self_pct, r->total_pct, self, total, calls, name,
-                   file);
+            printf("%8.1f %8.1f%s %10s %10s %16s  %s  %s\n", App_rowSelfPct(app, r), App_rowTotalPct(app, r), wait,
+                   self, total, calls, name, file);
+    }
+    if (app->table.unobserved_ns || app->table.unobserved_lost) { /* in no function, not in the % */
+        char t[32];
+        Text_duration(app->time_cpu ? app->table.unobserved_cpu_ns : app->table.unobserved_ns, t, sizeof t);
+        printf("%8s %8s%s %10s %10s %16s  <not observed>  %llu events lost (time in gaps: in no function nor %%)\n",
+               "-", "-", app->time_cpu ? "" : "      -", t, "-", "-", (unsigned long long)app->table.unobserved_lost);
     }
 }
 

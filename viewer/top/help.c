@@ -22,8 +22,12 @@ static const struct {
     {"P", "several processes: show the next process"},
     {"/", "filter by name: the table keeps matching rows, the flame highlights them"},
     {"+ -", "window length, 1 s to 600 s"},
+    {"c", "time shown: wall <-> CPU (the header says which; in CPU mode waiting is hidden: percentages, "
+          "sorting, the flame graph and all threads follow)"},
     {NULL, "table"},
-    {"o t c n f", "sort by own, total, calls, name, file (F3-F7)"},
+    {"o t # n f", "sort by own, total, calls, name, file (F3-F7)"},
+    {"", "WAIT% (wall time): the off-CPU part of each function's own time"},
+    {"", "<not observed> (last row): time in gaps, in no function nor %"},
     {"r", "reverse the sort"},
     {"w", "whole run <-> rolling window"},
     {"arrows PgUp PgDn Home End", "move the selection"},
@@ -32,6 +36,7 @@ static const struct {
     {"Enter", "zoom into the selected frame"},
     {"Bksp Esc", "zoom out one level"},
     {"PgUp PgDn Home End", "scroll a deep graph up and down (the edges say how many levels are hidden)"},
+    {"", "wall time: frames that mostly wait (off a CPU) are white on blue"},
     {"i", "hide idle threads: those that started no call in the window (blocked or waiting "
           "in one call, or done; one busy in a single long call too)"},
     {NULL, "thread list (T)"},

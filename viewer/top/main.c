@@ -93,6 +93,7 @@ int main(int argc, char **argv)
         app.table_window = 1;
     }
     app.thread = o.thread;
+    app.time_cpu = o.time_cpu;
     char err[512] = "";
     int rc = open_source(&o, &app.source, err, sizeof err);
     if (rc) {

@@ -28,6 +28,8 @@ static void usage(FILE *f)
             "  --pid PID         a stream of several processes (a process tree, pytrace merge): show the\n"
             "                    process PID (keys: P cycles processes); --once without it adds them all up\n"
             "  --sort KEY        own (default), total, calls, prim, name or file\n"
+            "  --time wall|cpu   the time shown (key c switches): wall (default; WAIT%% is the off-CPU part of\n"
+            "                    each function's own time) or cpu (CPU time only: waiting hidden)\n"
             "  --limit N         with --once: at most N rows\n"
             "  --tree-budget MIB memory for each process's call tree (default 256): past it, new call paths fold\n"
             "                    into [other] nodes (counted: \"folded\"); the function table stays exact\n"
@@ -37,10 +39,12 @@ static void usage(FILE *f)
             "                    none (by default one is, so that other readers can join) nor joined\n"
             "  -V, --version     print the version;  -h, --help: this help\n"
             "\n"
-            "OWN%%WALL and TOT%%WALL are shares of wall time (a sleeping or waiting frame counts; threads add\n"
-            "up to more than 100%%); CPU%% is what the kernel counted (100%% = one core), n/a for a recording.\n"
-            "Keys: ? help (every key), q quit, space pause, Tab table/flame, o/t/c/n/f sort, r reverse, T thread list,\n"
-            "P process, / filter, +/- window, w table window/run, i flame: hide idle threads.\n");
+            "OWN%%WALL and TOT%%WALL are shares of the observed wall time (a sleeping or waiting frame counts;\n"
+            "threads add up to more than 100%%); with --time cpu (OWN%%CPU, TOT%%CPU) of CPU time over the same\n"
+            "base. <not observed>: time inside gaps (events lost), in no function and in no percentage.\n"
+            "CPU%% is what the kernel counted (100%% = one core), n/a for a recording.\n"
+            "Keys: ? help (every key), q quit, space pause, Tab table/flame, c wall/CPU time, o/t/#/n/f sort,\n"
+            "r reverse, T thread list, P process, / filter, +/- window, w table window/run, i flame: hide idle threads.\n");
 }
 
 static int parse_sort(const char *s)
@@ -106,6 +110,13 @@ int Options_parse(int argc, char **argv, Options *o)
                 return -1;
             }
             o->tree_budget = mib << 20;
+            i++;
+        } else if (!strcmp(a, "--time")) {
+            if (!val || (strcmp(val, "wall") && strcmp(val, "cpu"))) {
+                fprintf(stderr, "pytrace-top: --time needs wall or cpu, not '%s'\n", val ? val : "");
+                return -1;
+            }
+            o->time_cpu = !strcmp(val, "cpu");
             i++;
         } else if (!strcmp(a, "--limit") && val) {
             o->limit = atoi(val);

@@ -144,8 +144,9 @@ static void App_draw(App *app)
         snprintf(speed, sizeof speed, "%s ev/s", rate);
     }
     int other_losses = App_lossText(app, "  ", losses, sizeof losses);
-    snprintf(line, sizeof line, " pytrace-top  %spid %llu  [%s]%s  cpu %s  %s  dropped %llu%s%s  threads %u  window %gs  %s  %s: %s  %s",
-             source, (unsigned long long)(pt_aggset_count(app->set) > 1 ? pi->pid : app->stats.pid), state, app->paused ? " PAUSED" : "", cpu, speed,
+    snprintf(line, sizeof line, " pytrace-top  %spid %llu  [%s]%s  cpu %s  %s  %s  dropped %llu%s%s  threads %u  window %gs  %s  %s: %s  %s",
+             source, (unsigned long long)(pt_aggset_count(app->set) > 1 ? pi->pid : app->stats.pid), state, app->paused ? " PAUSED" : "",
+             cpu, App_timeName(app), speed,
              (unsigned long long)dropped, other_losses ? "  " : "", losses, threads, app->window_seconds, win, app->panel->name,
              app->panel == &TablePanel_class ? (app->table_window ? "window" : "whole run") : "window", cmd);
     App_drawLine(0, CRT_attr(app->status.ended || app->status.died ? CRT_C_ENDED : CRT_C_HEADER) | A_BOLD, line);
@@ -225,8 +226,9 @@ static void App_draw(App *app)
         app->panel->draw(app, top, rows, COLS);
     if (rows > 0 && app->help)
         Help_draw(top, rows, COLS);
-    snprintf(line, sizeof line, " ?:help q:quit space:pause Tab:%s T:threads%s /:filter +/-:window  %s  [sort %s %s]",
-             app->panel == &TablePanel_class ? "flame" : "table", pt_aggset_count(app->set) > 1 ? " P:process" : "",
+    snprintf(line, sizeof line, " ?:help q:quit space:pause Tab:%s c:%s T:threads%s /:filter +/-:window  %s  [sort %s %s]",
+             app->panel == &TablePanel_class ? "flame" : "table", app->time_cpu ? "wall" : "CPU",
+             pt_aggset_count(app->set) > 1 ? " P:process" : "",
              app->panel->help, App_sortNames[app->sort],
              app->sort_desc ? "desc" : "asc");
     App_drawLine(LINES - 1, CRT_attr(CRT_C_HELP_KEY), line);
@@ -279,6 +281,10 @@ static PanelResult App_onKey(App *app, int ch)
     case '?':
         app->help = 1;
         return PANEL_REDRAW;
+    case 'c': /* the time shown: wall <-> CPU (waiting hidden) */
+        app->time_cpu = !app->time_cpu;
+        app->table_selected = app->table_scroll = 0;
+        return PANEL_REFRESH;
     case 'P': /* the next process of a multi-process stream */
         if (pt_aggset_count(app->set) > 1) {
             app->want_pid = 0;

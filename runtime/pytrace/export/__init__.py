@@ -245,6 +245,9 @@ class _HtmlResult:
         self.events = sum(c["events"] for c in counts)
         # every Lost record, as the other formats count them: the job's and a hub's gaps
         self.lost_events = sum(c["dropped_lost_records"] + c["missed_in_hub"] for c in counts)
+        # the aggregation does not split the gaps by cause (the walker's export does): main()
+        # reads these two, and without them a report of any recording with a gap was a traceback
+        self.lost_wait_timeout = self.lost_no_room = 0
         self.unmatched = sum(c["unmatched"] for c in counts)
         self.unannounced = sum(c["unannounced"] for c in counts)
         self.threads = sum(c["threads_seen"] for c in counts)

@@ -7,8 +7,13 @@ changed since its last picture) and compares pictures.
 
 Shapes (numbers are ns unless said):
   symbol   [id, name, file, line, kind]
-  node     [key, parent key, symbol id, calls, self_ns, total_ns]    key 0 = the root
-  row      [symbol id, calls, prim_calls, self_ns, total_ns]
+  node     [key, parent key, symbol id, calls, self_ns, total_ns, self_cpu_ns, total_cpu_ns]    key 0 = the root
+  row      [symbol id, calls, prim_calls, self_ns, total_ns, self_cpu_ns, total_cpu_ns]
+  not_observed  {ns, cpu_ns, lost_events}: the view's time nobody saw (Lost gaps), in no node
+           or row and not in span_ns, the observed wall time every percentage is of
+
+The CPU parts are the C core's (viewer/core/cct.h, THE RULE FOR CPU TIME); a node's or
+row's waiting (off-CPU) time is its wall time less its CPU time.
   cell     [first slice, thread, symbol id (-1: none), top_ns, busy_ns, calls]
   thread   [thread, os_tid, name, ended, events]
 """
@@ -30,21 +35,21 @@ class PathKeys:
         self._lock = threading.Lock()
 
     def nodes(self, raw):
-        """Aggregator.tree() nodes -> [node] (see the module doc)."""
+        """Aggregator.tree(cpu=True) nodes -> [node] (see the module doc)."""
         keys = [0] * len(raw)
         out = []
         with self._lock:
             table = self._keys
-            for i, (sym, parent, _depth, calls, self_ns, total_ns) in enumerate(raw):
+            for i, (sym, parent, _depth, calls, self_ns, total_ns, self_cpu, total_cpu) in enumerate(raw):
                 if parent < 0:
-                    out.append((0, -1, -1, calls, self_ns, total_ns))
+                    out.append((0, -1, -1, calls, self_ns, total_ns, self_cpu, total_cpu))
                     continue
                 pk = keys[parent]
                 k = table.get((pk, sym))
                 if k is None:
                     k = table[(pk, sym)] = len(table) + 1
                 keys[i] = k
-                out.append((k, pk, sym, calls, self_ns, total_ns))
+                out.append((k, pk, sym, calls, self_ns, total_ns, self_cpu, total_cpu))
         return out
 
 
@@ -68,11 +73,11 @@ class ProcessView:
     def symbols(self, start=0):
         return self.agg.symbols(start, process=self.index)
 
-    def table(self, thread=0, window=0.0, sort="self", descending=True, filter=None):
-        return self.agg.table(thread, window, sort, descending, filter, process=self.index)
+    def table(self, thread=0, window=0.0, sort="self", descending=True, filter=None, cpu=False):
+        return self.agg.table(thread, window, sort, descending, filter, process=self.index, cpu=cpu)
 
-    def tree(self, thread=0, window=0.0, min_fraction=0.0):
-        return self.agg.tree(thread, window, min_fraction, process=self.index)
+    def tree(self, thread=0, window=0.0, min_fraction=0.0, cpu=False):
+        return self.agg.tree(thread, window, min_fraction, process=self.index, cpu=cpu)
 
     def timeline(self, thread=0, window=0.0, since=0, group=1):
         return self.agg.timeline(thread, window, since, group, process=self.index)
@@ -118,7 +123,16 @@ def status(agg, processes=1, extra=None):
 
 
 def rows_of(table):
-    return [(r[0], r[5], r[6], r[7], r[8]) for r in table]
+    """Aggregator.table(cpu=True) rows -> [row] (see the module doc)."""
+    return [(r[0], r[5], r[6], r[7], r[8], r[11], r[12]) for r in table]
+
+
+def view_of(agg, thread, window, min_fraction, filt=None):
+    """(span_ns, nodes as the C core gives them, rows, not_observed) of a view: span_ns is
+    the table's, the observed wall time (the tree's span would count the gaps too)."""
+    _tspan, raw = agg.tree(thread, window, min_fraction, cpu=True)
+    span, table, unobserved = agg.table(thread, window, "self", True, filt, cpu=True)
+    return span, raw, rows_of(table), unobserved
 
 
 # ---- the HTML report ------------------------------------------------------------
@@ -144,9 +158,8 @@ def _process_report(agg, title, timeline_cells, min_fraction, processes, thread_
     busiest = sorted(range(len(threads)), key=lambda i: (-threads[i][4], i))[:thread_views]
     with_view = [threads[i][0] for i in sorted(busiest)]
     for thread in [0] + with_view:
-        span, raw = agg.tree(thread, 0.0, min_fraction)
-        _span, table = agg.table(thread, 0.0, "self", True, None)
-        view = {"span_ns": span, "nodes": keys.nodes(raw), "rows": rows_of(table)}
+        span, raw, rows, unobserved = view_of(agg, thread, 0.0, min_fraction)
+        view = {"span_ns": span, "nodes": keys.nodes(raw), "rows": rows, "not_observed": unobserved}
         # a thread that is the whole picture (one thread) is not written twice
         views[str(thread)] = {"same_as": "0"} if thread and view == views["0"] else view
     tl = agg.timeline(0, 0.0, 0, 1)
@@ -306,17 +319,17 @@ class Live:
         if threads != s.threads:
             out["threads"] = threads
             s.threads = threads
-        span, raw = agg.tree(thread, window, self.min_fraction)
+        span, raw, table_rows, unobserved = view_of(agg, thread, window, self.min_fraction, filt or None)
         nodes = {n[0]: n for n in self.keys.nodes(raw)}
         out["nodes"] = [n for k, n in nodes.items() if s.nodes.get(k) != n]
         out["removed"] = [k for k in s.nodes if k not in nodes]
         s.nodes = nodes
-        _span, table = agg.table(thread, window, "self", True, filt or None)
-        rows = {r[0]: r for r in rows_of(table)}
+        rows = {r[0]: r for r in table_rows}
         out["rows"] = [r for k, r in rows.items() if s.rows.get(k) != r]
         out["rows_removed"] = [k for k in s.rows if k not in rows]
         s.rows = rows
         out["span_ns"] = span
+        out["not_observed"] = unobserved
         tl = agg.timeline(thread, window or 60.0, s.timeline_from, 1)
         out["timeline"] = {"slice_ns": tl["slice_ns"], "group": tl["group"], "first": tl["first_slice"],
                            "last": tl["last_slice"], "cells": tl["cells"], "since": s.timeline_from}

@@ -161,7 +161,7 @@ def test_once_text_gives_cpu_and_says_wall(cpu_job):
     # THREAD OS_TID CPU% CPU-TIME EVENTS NAME
     assert float(spinner[0].split()[2]) > 20.0, spinner
     assert float(sleeper[0].split()[2]) < 5.0, sleeper
-    assert re.search(r"^OWN%WALL TOT%WALL\s+OWN\s+TOTAL\s+CALLS", r.stdout, re.M), r.stdout
+    assert re.search(r"^OWN%WALL TOT%WALL\s+WAIT%\s+OWN\s+TOTAL\s+CALLS", r.stdout, re.M), r.stdout
 
 
 def test_once_without_duration_gives_cpu_since_start(cpu_job):

@@ -240,7 +240,8 @@ def test_question_mark_shows_every_key_and_any_key_closes_it(flame_rec):
         for heading in ("everywhere", "table", "flame", "thread list (T)", "filter (/)"):
             assert re.search(r"^ %s\s*$" % re.escape(heading), s, re.M), (heading, s)
         for key, words in (("T", "thread list"), ("PgUp PgDn Home End", "scroll"), ("i", "idle threads"),
-                           ("/", "filter"), ("o t c n f", "sort"), ("Enter", "zoom"), ("P", "process")):
+                           ("/", "filter"), ("o t # n f", "sort"), ("Enter", "zoom"), ("P", "process"),
+                           ("c", "wall <-> CPU")):
             assert re.search(r"^   %s\s.*%s" % (re.escape(key), words), s, re.M), (key, s)
         t.keys("x")  # any key closes it, and does nothing else
         s = t.wait_for(lambda s: "pytrace-top keys" not in s, what="the help closed")

@@ -167,8 +167,11 @@ def test_report_offline_shows_the_pstats_numbers(tmp_path, browser, artifacts):
     assert page.evaluate("pytrace.frames().length") > 3
     # the table sorts by a clicked header (again: the other way) and filters by name
     def table():
-        return page.evaluate("""() => [...document.querySelectorAll('#table tbody tr')].map(
-            tr => [tr.cells[5].textContent, Number(tr.cells[4].textContent.split('/')[0])])""")
+        return page.evaluate("""() => {
+            const col = (k) => [...document.querySelectorAll('#table th')].findIndex(th => th.dataset.key === k);
+            const name = col('name'), calls = col('calls');
+            return [...document.querySelectorAll('#table tbody tr')].map(
+                tr => [tr.cells[name].textContent, Number(tr.cells[calls].textContent.split('/')[0])]); }""")
     page.click("#table th[data-key=calls]")
     shown_calls = [c for _n, c in table()]
     assert len(shown_calls) > 5 and shown_calls == sorted(shown_calls, reverse=True)
@@ -404,8 +407,9 @@ def test_live_page_gets_deltas_not_whole_pictures(tmp_path, browser):
         assert max(len(a["nodes"]) for a in deltas) < size
         assert deltas[-1]["nodes"] == [] and deltas[-1]["rows"] == [] and deltas[-1]["symbols"] == []
         have = page.evaluate("""() => [
-            [...pytrace.state.nodes.values()].map(n => [n.key, n.parent, n.sym, n.calls, n.self, n.total]),
-            [...pytrace.state.rows.values()].map(r => [r.sym, r.calls, r.prim, r.self, r.total])]""")
+            [...pytrace.state.nodes.values()].map(n => [n.key, n.parent, n.sym, n.calls, n.self, n.total, n.cself,
+                                                        n.ctotal]),
+            [...pytrace.state.rows.values()].map(r => [r.sym, r.calls, r.prim, r.self, r.total, r.cself, r.ctotal])]""")
         with urllib.request.urlopen(srv.base + "api/update?token=%s&session=other&version=0&thread=0&window=0"
                                     % srv.token, timeout=10) as r:
             fresh = json.loads(r.read())

@@ -13,8 +13,10 @@
 
   const state = {
     symbols: new Map(),  // id -> {name, file, line, kind}
-    nodes: new Map(),    // key -> {key, parent, sym, calls, self, total}
-    rows: new Map(),     // sym -> {sym, calls, prim, self, total}
+    nodes: new Map(),    // key -> {key, parent, sym, calls, self, total, cself, ctotal} (c: the CPU parts)
+    rows: new Map(),     // sym -> {sym, calls, prim, self, total, cself, ctotal}
+    notObserved: { ns: 0, cpu_ns: 0, lost_events: 0 },  // the view's time nobody saw: in no node or row
+    cpu: false,          // the time shown: wall, or CPU (waiting hidden)
     threads: [],         // [thread, os_tid, name, ended, events]
     cells: new Map(),    // "slice:thread" -> [slice, thread, sym, top_ns, busy_ns, calls]
     tl: { slice_ns: 1e8, group: 1, first: 0, last: 0 },
@@ -59,6 +61,12 @@
     for (let i = 0; i < str.length; i++) { h ^= str.charCodeAt(i); h = Math.imul(h, 16777619); }
     return h >>> 0;
   }
+  // wall time: a frame that mostly waits (more than half of its time off a CPU) in its own colour
+  const WAITING = "#b7aec9";
+  function waits(n) { return n.total > 0 && n.total - n.ctotal > n.total / 2; }
+  // the time shown of a node or row (wall, or its CPU part), from the C core's figures
+  function tot(n) { return state.cpu ? n.ctotal : n.total; }
+  function own(n) { return state.cpu ? n.cself : n.self; }
   function color(s) {
     const h = hash(s.name);
     if (s.kind === 1) return "hsl(" + (190 + h % 40) + ",55%," + (62 + h % 12) + "%)";   // C: blue
@@ -73,13 +81,14 @@
   }
   function applyNodes(list, removed) {
     for (const k of removed || []) state.nodes.delete(k);
-    for (const [key, parent, s, calls, self, total] of list)
-      state.nodes.set(key, { key, parent, sym: s, calls, self, total });
+    for (const [key, parent, s, calls, self, total, cself, ctotal] of list)
+      state.nodes.set(key, { key, parent, sym: s, calls, self, total, cself, ctotal });
     if (!state.nodes.has(state.zoom)) state.zoom = 0;
   }
   function applyRows(list, removed) {
     for (const k of removed || []) state.rows.delete(k);
-    for (const [s, calls, prim, self, total] of list) state.rows.set(s, { sym: s, calls, prim, self, total });
+    for (const [s, calls, prim, self, total, cself, ctotal] of list)
+      state.rows.set(s, { sym: s, calls, prim, self, total, cself, ctotal });
   }
   function applyTimeline(tl) {
     for (const [k, c] of state.cells)
@@ -96,6 +105,7 @@
     applyRows(u.rows, u.rows_removed);
     applyTimeline(u.timeline);
     state.span = u.span_ns;
+    if (u.not_observed) state.notObserved = u.not_observed;
     state.status = u.status;
     if (u.job) state.job = u.job;
     if (u.processes) state.processes = u.processes;
@@ -126,6 +136,7 @@
     applyNodes(v.nodes, []);
     applyRows(v.rows, []);
     state.span = v.span_ns;
+    state.notObserved = v.not_observed || { ns: 0, cpu_ns: 0, lost_events: 0 };
   }
 
   // ---- canvases ------------------------------------------------------------------
@@ -167,18 +178,18 @@
     const zoom = state.nodes.get(state.zoom) || state.nodes.get(0);
     const drawn = [];
     let matched = 0;
-    if (zoom && zoom.total > 0) {
+    if (zoom && tot(zoom) > 0) {
       // the path from the root down to the zoomed frame, full width
       const path = [];
       for (let n = zoom; n; n = n.parent >= 0 ? state.nodes.get(n.parent) : null) path.unshift(n);
       path.forEach((n, depth) => drawn.push({ node: n, x: 0, y: depth * ROW, w: width }));
-      const scale = width / zoom.total;
+      const scale = width / tot(zoom);
       const stack = [[zoom, 0, path.length - 1]];
       while (stack.length) {
         const [n, x, depth] = stack.pop();
         let cx = x;
         for (const c of kids.get(n.key) || []) {
-          const w = c.total * scale;
+          const w = tot(c) * scale;
           if (w >= 0.5) {
             drawn.push({ node: c, x: cx, y: (depth + 1) * ROW, w });
             stack.push([c, cx, depth + 1]);
@@ -193,7 +204,8 @@
       const s = sym(r.node.sym);
       const hit = matches(s);
       if (hit) matched++;
-      ctx.fillStyle = hit ? "#d500f9" : state.search ? "hsl(0,0%,86%)" : color(s);
+      ctx.fillStyle = hit ? "#d500f9" : state.search ? "hsl(0,0%,86%)" :
+        !state.cpu && waits(r.node) ? WAITING : color(s);
       ctx.fillRect(r.x, r.y, Math.max(r.w - 1, 0.5), ROW - 1);
       if (r.w > 24) {
         ctx.fillStyle = hit ? "#fff" : "#111";
@@ -235,8 +247,13 @@
   function nodeTip(n) {
     const s = sym(n.sym);
     const span = state.span || 1;
-    return [s.name, where(s), "self  " + fmtNs(n.self) + "  (" + (100 * n.self / span).toFixed(1) + "%)",
-            "total " + fmtNs(n.total) + "  (" + (100 * n.total / span).toFixed(1) + "%)", "calls " + n.calls];
+    const what = state.cpu ? " CPU" : "";
+    const lines = [s.name, where(s), "self" + what + "  " + fmtNs(own(n)) + "  (" + (100 * own(n) / span).toFixed(1) + "%)",
+                   "total" + what + " " + fmtNs(tot(n)) + "  (" + (100 * tot(n) / span).toFixed(1) + "%)"];
+    if (!state.cpu)
+      lines.push("on a CPU " + fmtNs(n.ctotal) + ", waiting " + fmtNs(Math.max(0, n.total - n.ctotal)));
+    lines.push("calls " + n.calls);
+    return lines;
   }
 
   // ---- timeline ------------------------------------------------------------------
@@ -299,6 +316,7 @@
 
   // ---- table -----------------------------------------------------------------------
   const MAX_ROWS = 400;
+  const NUM_COLS = 8, WALL_COLS = [2, 3, 5];   // columns of numbers; those shown in wall time only
   function sortedRows() {
     const rows = [...state.rows.values()];
     let filt = "";
@@ -306,12 +324,16 @@
     const list = filt ? rows.filter((r) => sym(r.sym).name.toLowerCase().includes(filt)) : rows;
     const key = state.sort.key, dir = state.sort.desc ? -1 : 1;
     const val = {
-      self_pct: (r) => r.self, total_pct: (r) => r.total, self: (r) => r.self, total: (r) => r.total,
+      // own and total time: of the time shown (in CPU mode the wall columns are hidden)
+      self_pct: own, total_pct: tot, self: own, total: tot, wait_pct: waitPct,
+      self_cpu: (r) => r.cself, total_cpu: (r) => r.ctotal,
       calls: (r) => r.calls, name: (r) => sym(r.sym).name, file: (r) => where(sym(r.sym)),
-    }[key];
+    }[key] || own;
     list.sort((a, b) => { const x = val(a), y = val(b); return (x < y ? -1 : x > y ? 1 : a.sym - b.sym) * dir; });
     return list;
   }
+  // the part of a row's own wall time off a CPU, in %
+  function waitPct(r) { return r.self > 0 ? 100 * Math.max(0, r.self - r.cself) / r.self : 0; }
   function renderTable() {
     const body = document.querySelector("#table tbody");
     const rows = sortedRows();
@@ -321,18 +343,27 @@
       const s = sym(r.sym);
       const tr = document.createElement("tr");
       if (matches(s)) tr.className = "match";
-      const cells = [(100 * r.self / span).toFixed(1), (100 * r.total / span).toFixed(1), fmtNs(r.self), fmtNs(r.total),
+      // percentages of the observed wall time, of the time shown (wall, or CPU)
+      const cells = [(100 * own(r) / span).toFixed(1), (100 * tot(r) / span).toFixed(1), waitPct(r).toFixed(1),
+                     fmtNs(r.self), fmtNs(r.cself), fmtNs(r.total), fmtNs(r.ctotal),
                      r.calls === r.prim ? String(r.calls) : r.calls + "/" + r.prim, s.name, where(s)];
       cells.forEach((text, i) => {
         const td = document.createElement("td");
         td.textContent = text;
-        if (i < 5) td.className = "num";
-        if (i >= 5) td.title = text;
+        if (i < NUM_COLS) td.className = WALL_COLS.includes(i) ? "num wall" : "num";
+        if (i >= NUM_COLS) td.title = text;
         tr.appendChild(td);
       });
       frag.appendChild(tr);
     }
     body.replaceChildren(frag);
+    // the time nobody saw: its own row, never in the percentages
+    const no = state.notObserved;
+    $("not-observed").hidden = !(no.ns > 0 || no.lost_events > 0);
+    $("not-observed-wall").textContent = fmtNs(no.ns);
+    $("not-observed-cpu").textContent = fmtNs(no.cpu_ns);
+    $("not-observed-lost").textContent = no.lost_events + " events lost";
+    $("table").classList.toggle("cpu", state.cpu);
     $("table-note").textContent = rows.length > MAX_ROWS ? "(the first " + MAX_ROWS + " of " + rows.length + ")" :
       "(" + rows.length + " functions)";
     for (const th of document.querySelectorAll("#table th")) {
@@ -481,6 +512,15 @@
     if (LIVE) state.version = -1; else renderTable();
   });
   $("search").addEventListener("input", (e) => { state.search = e.target.value.toLowerCase(); drawFlame(); drawTimeline(); renderTable(); });
+  $("time").addEventListener("click", () => {
+    state.cpu = !state.cpu;
+    $("time").textContent = state.cpu ? "time: CPU, waiting hidden" : "time: wall";
+    $("time").setAttribute("aria-pressed", String(state.cpu));
+    document.body.classList.toggle("cpu", state.cpu);
+    state.zoom = state.nodes.has(state.zoom) && tot(state.nodes.get(state.zoom)) > 0 ? state.zoom : 0;
+    drawFlame();
+    renderTable();
+  });
   $("pause").addEventListener("click", () => {
     state.paused = !state.paused;
     $("pause").textContent = state.paused ? "resume" : "pause";
@@ -505,7 +545,9 @@
   window.pytrace = {
     state,
     frames: () => state.drawn.map((r) => ({ key: r.node.key, name: sym(r.node.sym).name, x: r.x, y: r.y, w: r.w,
-                                            total: r.node.total, self: r.node.self, calls: r.node.calls })),
+                                            total: r.node.total, self: r.node.self, calls: r.node.calls,
+                                            cpu_total: r.node.ctotal, cpu_self: r.node.cself,
+                                            waiting: !state.cpu && waits(r.node) })),
     width: (name) => state.drawn.filter((r) => sym(r.node.sym).name === name).reduce((a, r) => a + r.w, 0),
     tooltip: () => ($("tip").hidden ? "" : $("tip").textContent),
   };
