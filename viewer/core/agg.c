@@ -87,7 +87,7 @@ typedef struct thread {
     /* slice cache: ticks [slice_start, slice_end) are slice slice_no */
     uint64_t slice_no, slice_start, slice_end;
     uint32_t slice_slot;   /* slice_no % slice_cap when it was cached (checked against sl->no) */
-    /* slice entries given ticks since its last CpuTime record (their pend > 0) */
+    /* slice entries given ticks since its last CpuTime record (marked PT_CCT_DIRTY) */
     struct sdirty *sdirty;
     uint32_t nsdirty, sdirty_cap;
 } thread_t;
@@ -96,28 +96,56 @@ struct sdirty {
     uint64_t no;           /* the slice */
     uint32_t idx;          /* the entry */
     uint32_t folded;       /* 1: a fentry */
+    uint64_t self0;        /* its self ticks before */
 };
+
+/* A slice entry's self ticks and its CPU part in one word (the window is the
+ * reader's biggest store: an entry stays 16 bytes): bits 0..47 self ticks (at
+ * most a slice's ticks: saturating), 48..62 CPU in the slice's units of
+ * slice.q ticks (q = the slice's ticks / 32767, so the CPU part, at most the
+ * self ticks, fits), 63 PT_CCT_DIRTY (given ticks since its thread's last
+ * CpuTime record). */
+#define SC_SELF_MAX ((UINT64_C(1) << 48) - 1)
+#define SC_CPU_MAX UINT64_C(0x7fff)
+
+static inline uint64_t sc_self(uint64_t sc) { return sc & SC_SELF_MAX; }
+static inline uint64_t sc_cpu(uint64_t sc, uint64_t q) { return ((sc >> 48) & SC_CPU_MAX) * q; }
+
+static inline void sc_add_self(uint64_t *sc, uint64_t d)
+{
+    uint64_t s = sc_self(*sc);
+    s = d > SC_SELF_MAX - s ? SC_SELF_MAX : s + d;
+    *sc = (*sc & ~SC_SELF_MAX) | s;
+}
+
+static inline void sc_add_cpu(uint64_t *sc, uint64_t cpu, uint64_t q)
+{
+    uint64_t u = ((*sc >> 48) & SC_CPU_MAX) + (cpu + q / 2) / q;
+    if (u > SC_CPU_MAX)
+        u = SC_CPU_MAX;
+    *sc = (*sc & ~(SC_CPU_MAX << 48)) | (u << 48);
+}
 
 typedef struct slice_entry {
     uint32_t node;
     uint32_t calls;
-    uint64_t self;
-    uint64_t cpu, pend;    /* as the tree node's (cct.h), for this slice */
+    uint64_t sc;           /* self ticks and CPU part (above) */
 } slice_entry_t;
 
 typedef struct fentry {
     uint32_t frec;         /* the tree's fold record */
     uint32_t calls;
     uint32_t prim;
-    uint32_t reserved;
-    uint64_t self, total;
-    uint64_t cpu, pend, total_cpu;
+    uint32_t total_cpu;    /* in units of the slice's q ticks (saturating) */
+    uint64_t sc;           /* self ticks and CPU part (above) */
+    uint64_t total;
 } fentry_t;
 
 typedef struct slice {
     uint64_t no; /* absolute slice number held, NO_SLICE if none */
     uint64_t events;
     uint64_t lost;         /* events lost in gaps (Lost records) in it */
+    uint64_t q;            /* its CPU unit (ticks): its ticks / 32767, at least 1 */
     slice_entry_t *entries;
     uint32_t count, cap;
     fentry_t *fentries;    /* folded records' calls and ticks in this slice */
@@ -294,6 +322,7 @@ static slice_t *slice_get(pt_agg_t *a, uint64_t no)
             sl->fcount = 0;
             sl->events = 0;
             sl->lost = 0;
+            sl->q = a->slice_ticks / SC_CPU_MAX + 1;
         }
         a->max_slice = no;
     }
@@ -326,23 +355,25 @@ static inline uint64_t thread_slice(pt_agg_t *a, thread_t *th, uint64_t t)
 }
 
 /* An entry given ticks whose CPU share the thread's next CpuTime record tells. */
-static void sdirty_add(thread_t *th, uint64_t no, uint32_t idx, uint32_t folded)
+static void sdirty_add(thread_t *th, uint64_t no, uint32_t idx, uint32_t folded, uint64_t *sc, uint64_t self0)
 {
     if (pt_grow((void **)&th->sdirty, &th->sdirty_cap, sizeof *th->sdirty, th->nsdirty + 1)) {
         th->cur.cpu_lost++;
         return;
     }
-    th->sdirty[th->nsdirty++] = (struct sdirty){.no = no, .idx = idx, .folded = folded};
+    th->sdirty[th->nsdirty++] = (struct sdirty){.no = no, .idx = idx, .folded = folded, .self0 = self0};
+    *sc |= PT_CCT_DIRTY;
 }
 
-static inline void entry_self(thread_t *th, slice_entry_t *e, uint64_t no, uint32_t idx, uint64_t self)
+/* self ticks to an entry's word; its CPU share pending when its thread has a CpuTime baseline */
+static inline void entry_self(thread_t *th, uint64_t *sc, uint64_t no, uint32_t idx, uint32_t folded, uint64_t self)
 {
-    e->self += self;
-    if (!th || !th->cur.have_cpu)
+    uint64_t self0 = sc_self(*sc);
+    sc_add_self(sc, self);
+    if (!th || !th->cur.have_cpu || !self)
         return; /* before the thread's first CpuTime record: no CPU share, ever */
-    if (self && !e->pend)
-        sdirty_add(th, no, idx, 0);
-    e->pend += self;
+    if (!(*sc & PT_CCT_DIRTY))
+        sdirty_add(th, no, idx, folded, sc, self0);
 }
 
 static inline void slice_add(pt_agg_t *a, thread_t *th, uint32_t node, uint64_t no, uint32_t slot, uint32_t calls,
@@ -353,7 +384,7 @@ static inline void slice_add(pt_agg_t *a, thread_t *th, uint32_t node, uint64_t 
         slice_t *sl = &a->slices[slot];
         if (sl->no == no && n->aux32 < sl->count && sl->entries[n->aux32].node == node) {
             sl->entries[n->aux32].calls += calls;
-            entry_self(th, &sl->entries[n->aux32], no, n->aux32, self);
+            entry_self(th, &sl->entries[n->aux32].sc, no, n->aux32, 0, self);
             return;
         }
     }
@@ -364,7 +395,7 @@ static inline void slice_add(pt_agg_t *a, thread_t *th, uint32_t node, uint64_t 
         pt_grow((void **)&sl->entries, &sl->cap, sizeof *sl->entries, sl->count + 1))
         return;
     sl->entries[sl->count] = (slice_entry_t){.node = node, .calls = calls};
-    entry_self(th, &sl->entries[sl->count], no, sl->count, self);
+    entry_self(th, &sl->entries[sl->count].sc, no, sl->count, 0, self);
     n->aux64 = no;
     n->aux32 = sl->count++;
 }
@@ -398,14 +429,10 @@ static void fslice_add(pt_agg_t *a, thread_t *th, uint32_t f, uint64_t no, uint3
     fentry_t *e = &sl->fentries[r->aux32];
     e->calls += calls;
     e->prim += prim;
-    e->self += self;
-    if (th && th->cur.have_cpu) {
-        if (self && !e->pend)
-            sdirty_add(th, no, r->aux32, 1);
-        e->pend += self;
-    }
+    entry_self(th, &e->sc, no, r->aux32, 1, self);
     e->total += total;
-    e->total_cpu += total_cpu;
+    uint64_t u = e->total_cpu + (total_cpu + sl->q / 2) / sl->q;
+    e->total_cpu = u > UINT32_MAX ? UINT32_MAX : (uint32_t)u;
 }
 
 /* ---- threads ---------------------------------------------------------------- */
@@ -589,19 +616,16 @@ static void settle_cpu(pt_agg_t *a, thread_t *th, double r)
         slice_t *sl = &a->slices[d->no % a->slice_cap];
         if (sl->no != d->no)
             continue; /* gone from the ring */
-        uint64_t *cpu = NULL, *pend = NULL;
-        if (d->folded && d->idx < sl->fcount) {
-            cpu = &sl->fentries[d->idx].cpu;
-            pend = &sl->fentries[d->idx].pend;
-        } else if (!d->folded && d->idx < sl->count) {
-            cpu = &sl->entries[d->idx].cpu;
-            pend = &sl->entries[d->idx].pend;
-        } else {
+        uint64_t *sc;
+        if (d->folded && d->idx < sl->fcount)
+            sc = &sl->fentries[d->idx].sc;
+        else if (!d->folded && d->idx < sl->count)
+            sc = &sl->entries[d->idx].sc;
+        else
             continue;
-        }
+        *sc &= ~PT_CCT_DIRTY;
         if (r >= 0)
-            *cpu += (uint64_t)((double)*pend * r + 0.5);
-        *pend = 0;
+            sc_add_cpu(sc, (uint64_t)((double)(sc_self(*sc) - d->self0) * r + 0.5), sl->q);
     }
     th->nsdirty = 0;
 }
@@ -965,8 +989,8 @@ static int view_build(pt_agg_t *a, const pt_agg_query_t *q, view_t *v)
             v->lost += sl->lost;
             for (uint32_t i = 0; i < sl->count; i++) {
                 v->calls[sl->entries[i].node] += sl->entries[i].calls;
-                v->self[sl->entries[i].node] += sl->entries[i].self;
-                v->cpu[sl->entries[i].node] += sl->entries[i].cpu;
+                v->self[sl->entries[i].node] += sc_self(sl->entries[i].sc);
+                v->cpu[sl->entries[i].node] += sc_cpu(sl->entries[i].sc, sl->q);
             }
         }
         uint64_t ws = sat_add(a->origin, sat_mul(first, a->slice_ticks));
@@ -977,7 +1001,7 @@ static int view_build(pt_agg_t *a, const pt_agg_query_t *q, view_t *v)
         for (uint32_t i = 0; i < t->node_count; i++) {
             v->calls[i] = t->nodes[i].calls;
             v->self[i] = t->nodes[i].self;
-            v->cpu[i] = t->nodes[i].cpu;
+            v->cpu[i] = PT_CCT_CPU(t->nodes[i].cpu);
         }
         for (uint32_t i = 0; i < a->thread_count; i++)
             if (thread_selected(a, q, i))
@@ -1079,10 +1103,10 @@ static int table_add_folded(const pt_agg_t *a, const pt_agg_query_t *q, const vi
                 const fentry_t *e = &sl->fentries[i];
                 fc[e->frec] += e->calls;
                 fp[e->frec] += e->prim;
-                fs[e->frec] += e->self;
+                fs[e->frec] += sc_self(e->sc);
                 ft[e->frec] += e->total;
-                fcpu[e->frec] += e->cpu;
-                ftc[e->frec] += e->total_cpu;
+                fcpu[e->frec] += sc_cpu(e->sc, sl->q);
+                ftc[e->frec] += (uint64_t)e->total_cpu * sl->q;
             }
         }
     } else {
@@ -1091,7 +1115,7 @@ static int table_add_folded(const pt_agg_t *a, const pt_agg_query_t *q, const vi
             fp[f] = folds[f].prim;
             fs[f] = folds[f].self;
             ft[f] = folds[f].total;
-            fcpu[f] = folds[f].cpu;
+            fcpu[f] = PT_CCT_CPU(folds[f].cpu);
             ftc[f] = folds[f].total_cpu;
         }
     }
@@ -1536,12 +1560,13 @@ int pt_agg_timeline(pt_agg_t *a, const pt_agg_query_t *q, uint64_t since_slice, 
                 if (!thread_selected(a, q, n->owner))
                     continue;
                 calls[n->owner] += e->calls;
-                if (n->sym == PT_AGG_NONE || n->sym == PT_CCT_UNOBSERVED || !e->self)
+                const uint64_t eself = sc_self(e->sc);
+                if (n->sym == PT_AGG_NONE || n->sym == PT_CCT_UNOBSERVED || !eself)
                     continue;
-                busy[n->owner] = sat_add(busy[n->owner], e->self);
+                busy[n->owner] = sat_add(busy[n->owner], eself);
                 if (n->sym == PT_CCT_OTHER) /* its symbols come from the folded entries below */
                     continue;
-                if (tl_sum_add(&sum, (uint64_t)n->owner << 32 | n->sym, e->self))
+                if (tl_sum_add(&sum, (uint64_t)n->owner << 32 | n->sym, eself))
                     goto out;
             }
         }
@@ -1552,9 +1577,9 @@ int pt_agg_timeline(pt_agg_t *a, const pt_agg_query_t *q, uint64_t since_slice, 
             for (uint32_t i = 0; i < sl->fcount; i++) {
                 const fentry_t *e = &sl->fentries[i];
                 const pt_cct_fold_t *r = &a->cct->folds[e->frec];
-                if (!e->self || !thread_selected(a, q, r->owner))
+                if (!sc_self(e->sc) || !thread_selected(a, q, r->owner))
                     continue;
-                if (tl_sum_add(&sum, (uint64_t)r->owner << 32 | r->sym, e->self))
+                if (tl_sum_add(&sum, (uint64_t)r->owner << 32 | r->sym, sc_self(e->sc)))
                     goto out;
             }
         }

@@ -252,22 +252,24 @@ void pt_cct_fold_flush(pt_cct_t *t, pt_cct_thread_t *th, uint32_t from, uint64_t
 
 /* ---- CPU time and unobserved time (the rules are in cct.h) -------------------- */
 
-void pt_cct_pend_(pt_cct_thread_t *th, uint32_t node)
+void pt_cct_pend_(pt_cct_t *t, pt_cct_thread_t *th, uint32_t node, uint64_t self0)
 {
     if (pt_grow((void **)&th->dirty, &th->dirty_cap, sizeof *th->dirty, th->ndirty + 1)) {
         th->cpu_lost++; /* its share will be missing: counted (pt_cct_cpu skips what is not listed) */
         return;
     }
-    th->dirty[th->ndirty++] = node;
+    th->dirty[th->ndirty++] = (pt_cct_pending_t){.idx = node, .self0 = self0};
+    t->nodes[node].cpu |= PT_CCT_DIRTY;
 }
 
-void pt_cct_fpend_(pt_cct_thread_t *th, uint32_t fold)
+void pt_cct_fpend_(pt_cct_t *t, pt_cct_thread_t *th, uint32_t fold, uint64_t self0)
 {
     if (pt_grow((void **)&th->fdirty, &th->fdirty_cap, sizeof *th->fdirty, th->nfdirty + 1)) {
         th->cpu_lost++;
         return;
     }
-    th->fdirty[th->nfdirty++] = fold;
+    th->fdirty[th->nfdirty++] = (pt_cct_pending_t){.idx = fold, .self0 = self0};
+    t->folds[fold].cpu |= PT_CCT_DIRTY;
 }
 
 uint64_t pt_cct_gap(pt_cct_t *t, pt_cct_thread_t *th, uint64_t now, uint64_t lost)
@@ -297,9 +299,9 @@ uint64_t pt_cct_gap(pt_cct_t *t, pt_cct_thread_t *th, uint64_t now, uint64_t los
 void pt_cct_cpu_forget(pt_cct_t *t, pt_cct_thread_t *th)
 {
     for (uint32_t i = 0; i < th->ndirty; i++)
-        t->nodes[th->dirty[i]].pend = 0;
+        t->nodes[th->dirty[i].idx].cpu &= ~PT_CCT_DIRTY;
     for (uint32_t i = 0; i < th->nfdirty; i++)
-        t->folds[th->fdirty[i]].pend = 0;
+        t->folds[th->fdirty[i].idx].cpu &= ~PT_CCT_DIRTY;
     th->ndirty = th->nfdirty = 0;
     th->have_cpu = 0;
 }
@@ -307,7 +309,7 @@ void pt_cct_cpu_forget(pt_cct_t *t, pt_cct_thread_t *th)
 static uint64_t share(uint64_t ticks, double r)
 {
     double v = (double)ticks * r + 0.5;
-    return v >= 18446744073709551615.0 ? UINT64_MAX : (uint64_t)v;
+    return v >= 9223372036854775807.0 ? ~PT_CCT_DIRTY : (uint64_t)v; /* bit 63 is the mark */
 }
 
 void pt_cct_cpu(pt_cct_t *t, pt_cct_thread_t *th, uint64_t now, uint64_t cpu_ns, uint64_t ticks_per_second,
@@ -329,19 +331,19 @@ void pt_cct_cpu(pt_cct_t *t, pt_cct_thread_t *th, uint64_t now, uint64_t cpu_ns,
         return;
     }
     for (uint32_t i = 0; i < th->ndirty; i++) {
-        pt_cct_node_t *n = &t->nodes[th->dirty[i]];
+        pt_cct_node_t *n = &t->nodes[th->dirty[i].idx];
+        n->cpu &= ~PT_CCT_DIRTY;
         if (r >= 0) {
-            uint64_t c = share(n->pend, r);
+            uint64_t c = share(n->self - th->dirty[i].self0, r);
             n->cpu += c;
             th->acc_cpu += c;
         }
-        n->pend = 0;
     }
     for (uint32_t i = 0; i < th->nfdirty; i++) {
-        pt_cct_fold_t *f = &t->folds[th->fdirty[i]];
+        pt_cct_fold_t *f = &t->folds[th->fdirty[i].idx];
+        f->cpu &= ~PT_CCT_DIRTY;
         if (r >= 0)
-            f->cpu += share(f->pend, r);
-        f->pend = 0;
+            f->cpu += share(f->self - th->fdirty[i].self0, r);
     }
     th->ndirty = th->nfdirty = 0;
     th->have_cpu = 1;
@@ -425,7 +427,7 @@ void pt_cct_sum_up(const pt_cct_t *t, const uint64_t *self, const uint64_t *call
 void pt_cct_sum_up_cpu(const pt_cct_t *t, const uint64_t *cpu, uint64_t *incl_cpu)
 {
     for (uint32_t i = t->node_count; i-- > 0;) {
-        incl_cpu[i] += cpu ? cpu[i] : t->nodes[i].cpu;
+        incl_cpu[i] += cpu ? cpu[i] : PT_CCT_CPU(t->nodes[i].cpu);
         uint32_t p = t->nodes[i].parent;
         if (p != PT_CCT_NONE && t->nodes[i].sym != PT_CCT_UNOBSERVED)
             incl_cpu[p] += incl_cpu[i];
@@ -452,7 +454,7 @@ static int walk_root(const pt_cct_t *t, uint32_t root, const pt_cct_view_t *v, p
                 sums[s].nodes++;
                 sums[s].calls += calls;
                 sums[s].self += v->self ? v->self[n] : nd->self;
-                sums[s].self_cpu += v->cpu ? v->cpu[n] : nd->cpu;
+                sums[s].self_cpu += v->cpu ? v->cpu[n] : PT_CCT_CPU(nd->cpu);
                 if (outer) {
                     sums[s].prim += calls;
                     sums[s].total += v->incl[n];
@@ -513,7 +515,7 @@ void pt_cct_fold_sums(const pt_cct_t *t, pt_cct_sums_t *sums)
         sums[r->sym].prim += r->prim;
         sums[r->sym].self += r->self;
         sums[r->sym].total += r->total;
-        sums[r->sym].self_cpu += r->cpu;
+        sums[r->sym].self_cpu += PT_CCT_CPU(r->cpu);
         sums[r->sym].total_cpu += r->total_cpu;
         sums[r->sym].nodes++;
     }

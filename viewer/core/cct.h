@@ -79,9 +79,19 @@ typedef struct pt_cct_node {
     uint64_t aux64;         /* the reader's own (pt_agg: that entry's slice) */
     uint64_t calls;
     uint64_t self;          /* ticks */
-    uint64_t cpu;           /* ticks of self on a CPU: given at each CpuTime record (pt_cct_cpu) */
-    uint64_t pend;          /* ticks of self since the thread's last CpuTime record (its CPU share not known yet) */
+    uint64_t cpu;           /* ticks of self on a CPU, given at each CpuTime record (pt_cct_cpu); bit
+                               63 (PT_CCT_DIRTY): given ticks since its thread's last one (in its
+                               pending list); read it with PT_CCT_CPU() */
 } pt_cct_node_t;
+
+#define PT_CCT_DIRTY (UINT64_C(1) << 63)
+#define PT_CCT_CPU(x) ((x) & ~PT_CCT_DIRTY)
+
+typedef struct pt_cct_pending { /* a node or fold record given ticks since the last CpuTime record */
+    uint32_t idx;
+    uint32_t reserved;
+    uint64_t self0;         /* its self ticks before */
+} pt_cct_pending_t;
 
 typedef struct pt_cct_fold {  /* folded activations of one symbol on one thread */
     uint32_t owner;         /* the thread's (pt_cct_thread_t.owner) */
@@ -90,7 +100,7 @@ typedef struct pt_cct_fold {  /* folded activations of one symbol on one thread 
     uint32_t reserved;
     uint64_t aux64;         /* the reader's own */
     uint64_t calls, prim, self, total;
-    uint64_t cpu, pend;     /* as a node's */
+    uint64_t cpu;           /* as a node's (bit 63 too) */
     uint64_t total_cpu;     /* CPU ticks of its outermost activations (from the thread's acc_cpu) */
 } pt_cct_fold_t;
 
@@ -119,12 +129,12 @@ typedef struct pt_cct_thread {
     uint64_t last;          /* tick of the last event accounted */
     int have_last;
     /* CPU time (pt_cct_cpu): the last CpuTime record, and the nodes and fold
-     * records given ticks since (pend > 0), whose CPU share it will tell */
+     * records given ticks since (PT_CCT_DIRTY), whose CPU share it will tell */
     int have_cpu;
     uint64_t cpu_ticks, cpu_ns;
     uint64_t acc_cpu;       /* CPU ticks given to anything on this thread */
-    uint32_t *dirty, ndirty, dirty_cap;
-    uint32_t *fdirty, nfdirty, fdirty_cap;
+    pt_cct_pending_t *dirty, *fdirty;
+    uint32_t ndirty, dirty_cap, nfdirty, fdirty_cap;
     uint64_t cpu_lost;      /* CPU ticks that could not be given (out of memory for the lists) */
     uint32_t unobserved;    /* its <not observed> node (PT_CCT_NONE until a gap) */
     uint64_t gap_lost;      /* events lost in its gaps */
@@ -191,29 +201,28 @@ static inline void pt_cct_thread_init(pt_cct_thread_t *th, uint32_t root, uint32
     th->unobserved = PT_CCT_NONE;
 }
 
-/* Out of line: note that node (fold: a fold record) got ticks whose CPU share
- * the next CpuTime record tells. */
-void pt_cct_pend_(pt_cct_thread_t *th, uint32_t node);
-void pt_cct_fpend_(pt_cct_thread_t *th, uint32_t fold);
+/* Out of line: node (fold: a fold record), whose self was self0, got ticks
+ * whose CPU share the next CpuTime record tells. */
+void pt_cct_pend_(pt_cct_t *t, pt_cct_thread_t *th, uint32_t node, uint64_t self0);
+void pt_cct_fpend_(pt_cct_t *t, pt_cct_thread_t *th, uint32_t fold, uint64_t self0);
 
+/* After d ticks were added to node's self. */
 static inline void pt_cct_pend(pt_cct_t *t, pt_cct_thread_t *th, uint32_t node, uint64_t d)
 {
-    if (!th->have_cpu)
+    if (!th->have_cpu || !d)
         return; /* before the thread's first CpuTime record: no CPU share, ever */
-    pt_cct_node_t *n = &t->nodes[node];
-    if (!n->pend && d)
-        pt_cct_pend_(th, node);
-    n->pend += d;
+    const pt_cct_node_t *n = &t->nodes[node];
+    if (!(n->cpu & PT_CCT_DIRTY))
+        pt_cct_pend_(t, th, node, n->self - d);
 }
 
 static inline void pt_cct_fpend(pt_cct_t *t, pt_cct_thread_t *th, uint32_t fold, uint64_t d)
 {
-    if (!th->have_cpu)
+    if (!th->have_cpu || !d)
         return;
-    pt_cct_fold_t *f = &t->folds[fold];
-    if (!f->pend && d)
-        pt_cct_fpend_(th, fold);
-    f->pend += d;
+    const pt_cct_fold_t *f = &t->folds[fold];
+    if (!(f->cpu & PT_CCT_DIRTY))
+        pt_cct_fpend_(t, th, fold, f->self - d);
 }
 void pt_cct_thread_free(pt_cct_thread_t *th);
 

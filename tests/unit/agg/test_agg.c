@@ -1236,15 +1236,30 @@ static void test_cpu_time(void)
     CHECK_EQ(r->self_cpu_ns, 10);
     CHECK_EQ(r->total_cpu_ns, 10);
     pt_agg_table_free(&t);
-    /* the window (its slices) gives the same */
+    /* the window (its slices) gives the same, to its unit: 1/32767 of a slice
+     * (3052 ns here) a CpuTime record; b's 10 ns are below it */
     r = get_row(agg, &t, 0, 60, "b");
-    CHECK_EQ(r->self_cpu_ns, 10);
+    CHECK(r->self_cpu_ns <= 3052 / 2);
     pt_agg_table_free(&t);
     pt_agg_tree_t tr = {0};
     CHECK_EQ(pt_agg_tree(agg, &(pt_agg_query_t){.thread = 1}, &tr), 0);
     CHECK_EQ(tr.nodes[0].incl_cpu_ns, 110);
     CHECK_EQ(tr.nodes[0].incl_ns, 1140);
     pt_agg_tree_free(&tr);
+    {
+        stream_t s3 = {.agg = agg, .thread = 3, .now = s.now};
+        cpu_time(&s3, 5000, 0);
+        ev(&s3, PT_EV_CALL, GEN, 0);
+        cpu_time(&s3, 5000 + 20000000, 50000000); /* 20 of 50 ms on a CPU */
+        ev(&s3, PT_EV_RETURN, GEN, 0);
+        flush(&s3);
+        r = get_row(agg, &t, 3, 60, "gen");
+        CHECK_EQ(r->self_ns, 50000000);
+        CHECK(r->self_cpu_ns + 3052 / 2 >= 20000000 && r->self_cpu_ns <= 20000000 + 3052 / 2);
+        r = get_row(agg, &t, 3, 0, "gen"); /* the whole run's is exact */
+        CHECK_EQ(r->self_cpu_ns, 20000000);
+        pt_agg_table_free(&t);
+    }
 
     /* a thread's CPU clock ends with it: a new thread under its number (a
      * reused ring) starts from its own first record, not from the old clock */
