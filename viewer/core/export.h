@@ -69,6 +69,10 @@ typedef struct pt_export_opts {
      * (viewer/core/cct.h); pstats' function rows stay exact, the callers of a
      * folded call are not kept. */
     uint64_t tree_budget;
+    /* collapsed, pstats: CPU time instead of wall time (the rule of cct.h,
+     * pt_cct_cpu: each thread's CpuTime records share its CPU time among what
+     * ran between them by wall time); weight_calls excludes it. */
+    int cpu_time;
     /* Called every few thousand messages and while waiting; non-zero stops
      * the export with -EINTR. May be NULL. */
     int (*progress)(void *ctx);
@@ -102,6 +106,13 @@ typedef struct pt_export_result {
     uint32_t deepest;            /* collapsed: the deepest stack, in frames */
     uint64_t tree_budget;        /* the call tree's budget in bytes (opts.tree_budget or its default) */
     uint64_t folded_calls;       /* collapsed, pstats: calls folded into [other] nodes past it */
+    /* collapsed, pstats: thread time nobody saw (inside Lost gaps: cct.h,
+     * pt_cct_gap), in no function; collapsed shows it as <not observed>. */
+    uint64_t unobserved_ns;
+    uint64_t unobserved_cpu_ns;  /* ... the CPU time of it (CpuTime records) */
+    uint64_t unobserved_lost;    /* the events of those gaps: Lost record counts, LostNoRing's too */
+    uint64_t unobserved_no_ring; /* ... of them LostNoRing's (threads without a ring: untraced) */
+    uint64_t cpu_records;        /* CpuTime records read (0: a recording without CPU time) */
     uint64_t span_ns;            /* the exported processes' wall span: the earliest start
                                     (ProcessInfo) to the latest tick */
     uint32_t processes;          /* in the stream (Message.process numbers seen) */

@@ -87,6 +87,9 @@ def _collapsed(path, tmp, *extra):
         if frames[-1] not in frames[:-1]:
             rows[frames[-1]][1] += w
     for frames, w in stacks(ns):
+        if "<not observed>" in frames:      # time inside gaps: in no function (a root's child)
+            assert frames == ["<not observed>"], frames
+            continue
         rows[frames[-1]][2] += w
         for f in set(frames):
             rows[f][3] += w
