@@ -544,15 +544,15 @@ static int pf_cpu_open(ex_t *e, uint32_t index, uint64_t ns)
     int rc = pf_pb_send(e, &pkt, pb_done_all((pb_t *const[]){&ted, &def, &c1, &c2, &clk}, 5));
     if (rc)
         return rc;
-    pb_t cd = {0}, td = {0};
+    pb_t cd = {0}, td = {0}, pkt2 = {0};
     pb_str(&cd, 7, "pytrace CPU usage"); /* CounterDescriptor.y_axis_share_key */
     pb_uint(&td, 1, pf_cpu_uuid(e, index));
     pb_str(&td, 2, "CPU usage");
     pb_uint(&td, 5, pf_uuid(e, index)); /* parent: the thread's track */
     pb_msg(&td, 8, &cd);
-    pb_uint(&pkt, 10, seq);
-    pb_msg(&pkt, 60, &td);
-    rc = pf_pb_send(e, &pkt, pb_done_all((pb_t *const[]){&cd, &td}, 2));
+    pb_uint(&pkt2, 10, seq);
+    pb_msg(&pkt2, 60, &td);
+    rc = pf_pb_send(e, &pkt2, pb_done_all((pb_t *const[]){&cd, &td}, 2));
     if (!rc) {
         pt->cpu_open = 1;
         pt->cpu_first_ns = pt->cpu_last_ns = ns;
