@@ -4,11 +4,15 @@
  * (recfile.h); `pytrace export` calls it through the extension. No Python.
  *
  * Formats (what each holds is in export.c's opening comment and the README):
- *   PT_EXPORT_COLLAPSED   folded stacks, self ns (or calls) per stack
- *   PT_EXPORT_PSTATS      a marshal file pstats.Stats loads (cProfile's keys)
+ *   PT_EXPORT_COLLAPSED   folded stacks, self ns (or calls, or CPU ns) per stack;
+ *                         time inside Lost gaps as a "<not observed>" stack
+ *   PT_EXPORT_PSTATS      a marshal file pstats.Stats loads (cProfile's keys), in
+ *                         wall or CPU time; time inside Lost gaps in no row
  *   PT_EXPORT_SPEEDSCOPE  speedscope evented profiles, one per (process, thread)
- *   PT_EXPORT_CHROME      Chrome trace-event JSON (ui.perfetto.dev, chrome://tracing)
- *   PT_EXPORT_PERFETTO    Perfetto's protobuf trace (TrackEvent; ui.perfetto.dev)
+ *   PT_EXPORT_CHROME      Chrome trace-event JSON (ui.perfetto.dev, chrome://tracing),
+ *                         a "C" counter of each thread's CPU usage
+ *   PT_EXPORT_PERFETTO    Perfetto's protobuf trace (TrackEvent; ui.perfetto.dev),
+ *                         a "CPU usage" counter track under each thread's track
  *
  * Memory: collapsed and pstats keep one node per calling context; Chrome keeps
  * the open stacks; Perfetto the open stacks, a bit per (thread, symbol) and a

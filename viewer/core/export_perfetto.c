@@ -32,6 +32,15 @@
  * source locations are interned per sequence (InternedData in the packet that
  * first uses them; iid = the symbol's index + 1).
  *
+ * CPU usage: a thread with CpuTime records gets a counter track "CPU usage"
+ * (TrackDescriptor.counter, a child of its thread's track, the y axis shared
+ * by every thread's), TYPE_COUNTER events of double_counter_value 0..1: the
+ * CPU ns over the wall ns between two records (the driver's pt_cct_cpu), set
+ * at the interval's start, and 0 from its ThreadEnd on. A value is known one
+ * record late, after the thread's later events went out, so the counter has a
+ * packet sequence of its own (PF_SEQ_CPU + index, opened as a thread's is, on
+ * its own incremental clock), whose clock still only goes forward.
+ *
  * That is 9-12 bytes an event. Unless opts.pf_uncompressed, packets are
  * gathered in batches of PF_BATCH_BYTES and each batch is written as one
  * packet of `compressed_packets` (a zlib stream of Trace bytes, which Perfetto's

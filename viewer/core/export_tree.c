@@ -21,6 +21,17 @@
  *     (caller, callee) pair, which is cProfile's per-pair recursion level.
  *     pstats keys merge the processes; strings are made valid UTF-8 (marshal
  *     refuses anything else).
+ *   - Time nobody saw (cct.h, THE RULE FOR UNOBSERVED TIME): a Lost gap's ticks
+ *     go to the thread's <not observed> node (pt_cct_gap), in no function:
+ *     pstats has no row for it (cProfile's shape; the result's unobserved_*
+ *     say how much), collapsed writes one "<not observed>" line per root (its
+ *     threads' nodes added up) or per thread (per_thread).
+ *   - CPU time (cct.h, THE RULE FOR CPU TIME): each CpuTime record gives the
+ *     CPU share of the ticks given since the thread's last one (pt_cct_cpu);
+ *     opts.cpu_time writes pstats' tt/ct (rows and caller edges) and
+ *     collapsed's weights from the nodes' and fold records' CPU ticks. The
+ *     rows are the same in both (a function with calls and no CPU time is
+ *     there with 0).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "export_internal.h"
