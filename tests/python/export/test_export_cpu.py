@@ -249,3 +249,35 @@ def test_speedscope_is_unchanged_by_cpu_records(tmp_path):
 def _export(path, fmt, out, *extra):
     assert export_main([str(path), "--format", fmt, "-o", str(out), *extra]) == 0
     return out
+
+
+def test_a_real_job_with_drops_leaves_every_gap_out_and_counts_it(tmp_path):
+    """A job recorded with a small ring and the drop policy: every gap's events are counted
+    on the <not observed> time (the count the export prints is the gaps' Lost records),
+    and pstats' self times plus that time are the thread time collapsed shows, line by line."""
+    import re
+    import subprocess
+    from helpers import PY
+    (tmp_path / "busy.py").write_text("def f(n):\n    return n if n < 2 else f(n-1) + f(n-2)\n"
+                                      "for _ in range(20):\n    f(18)\n")
+    path = tmp_path / "d.pytrace"
+    r = subprocess.run([PY, "-m", "pytrace", "record", "-o", str(path), "--policy", "drop", "--ring-size",
+                        "0.125", "--", PY, "busy.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    res, err = export(str(path), "pstats", str(tmp_path / "d.pstats"))
+    assert err is None and res.lost_events > 0
+    assert res.unobserved_lost == res.lost_events + res.lost_no_ring
+    assert res.unobserved_ns > 0
+    e = subprocess.run([PY, "-m", "pytrace", "export", str(path), "-f", "pstats", "-o", str(tmp_path / "e.pstats")],
+                       capture_output=True, text=True, timeout=300)
+    assert e.returncode == 0, e.stderr
+    said = re.search(r"not observed: \S+ \S+ of thread time \((\d+) events lost", e.stderr)
+    assert said and int(said.group(1)) == res.lost_events, e.stderr
+    total_tt = sum(v[2] for v in pstats.Stats(str(tmp_path / "d.pstats")).stats.values())
+    folded = tmp_path / "d.folded"
+    assert export_main([str(path), "-f", "collapsed", "--max-depth", "0", "-o", str(folded)]) == 0
+    lines = [ln.rstrip("\n").rpartition(" ") for ln in open(folded)]
+    unobserved = sum(int(w) for s, _, w in lines if s == "<not observed>")
+    observed = sum(int(w) for s, _, w in lines if s != "<not observed>")
+    assert unobserved == res.unobserved_ns
+    assert abs(observed - total_tt * 1e9) <= len(lines) + 1000      # each line rounds to a ns once
