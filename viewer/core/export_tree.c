@@ -24,8 +24,8 @@
  *   - Time nobody saw (cct.h, THE RULE FOR UNOBSERVED TIME): a Lost gap's ticks
  *     go to the thread's <not observed> node (pt_cct_gap), in no function:
  *     pstats has no row for it (cProfile's shape; the result's unobserved_*
- *     say how much), collapsed writes one "<not observed>" line per root (its
- *     threads' nodes added up) or per thread (per_thread).
+ *     say how much), collapsed writes one "<not observed>" line (every
+ *     thread's node added up), or one under each thread (per_thread).
  *   - CPU time (cct.h, THE RULE FOR CPU TIME): each CpuTime record gives the
  *     CPU share of the ticks given since the thread's last one (pt_cct_cpu);
  *     opts.cpu_time writes pstats' tt/ct (rows and caller edges) and
@@ -309,24 +309,6 @@ static uint64_t folded_value(const ex_t *e, const pt_cct_node_t *nd)
     return (uint64_t)llround((double)(e->o.cpu_time ? nd->cpu : nd->self) * e->procs[nd->owner].ns_per_tick);
 }
 
-/* The <not observed> nodes below one parent (one per thread that had a gap,
- * threads sharing a root): one line, written at the first of them; *value
- * gets their sum. 0: n is not the first. */
-static int unobserved_first(const ex_t *e, uint32_t n, uint64_t *value)
-{
-    const pt_cct_node_t *nodes = e->cct->nodes;
-    uint32_t c = nodes[nodes[n].parent].first_child;
-    while (c != NONE && nodes[c].sym != PT_CCT_UNOBSERVED)
-        c = nodes[c].next_sibling;
-    if (c != n)
-        return 0;
-    *value = 0;
-    for (; c != NONE; c = nodes[c].next_sibling)
-        if (nodes[c].sym == PT_CCT_UNOBSERVED)
-            *value += folded_value(e, &nodes[c]);
-    return 1;
-}
-
 /* One line: the path, sep (" " or ";[deeper frames] ") and the value. */
 static int folded_line(obuf_t *o, const char *path, size_t plen, const char *sep, uint64_t value)
 {
@@ -371,6 +353,7 @@ static int write_collapsed(ex_t *e)
     size_t plen = 0, pcap = 0;
     uint32_t *lens = NULL, nl = 0, cap_l = 0;
     uint32_t *frames = NULL; /* frames on the path at each level (thread and process roots are none) */
+    uint64_t unobserved = 0; /* the <not observed> nodes without a thread root: one stack */
     int rc = 0;
     /* iterative DFS from the root: path holds the names of the current node's ancestors */
     uint32_t n = e->cct->node_count > 1 ? nodes[0].first_child : NONE;
@@ -445,10 +428,8 @@ static int write_collapsed(ex_t *e)
         }
         if (heap_label)
             free((void *)label);
-        if (nd->sym == PT_CCT_UNOBSERVED) {
-            uint64_t value;
-            if (unobserved_first(e, n, &value) && value && (rc = folded_line(o, path, plen, " ", value)) != 0)
-                break;
+        if (nd->sym == PT_CCT_UNOBSERVED && !e->o.per_thread) {
+            unobserved += folded_value(e, nd); /* every thread's and process's: one line, at the end */
         } else if (nd->sym != NONE) {
             uint64_t value = folded_value(e, nd);
             if (value && (rc = folded_line(o, path, plen, " ", value)) != 0)
@@ -480,6 +461,8 @@ static int write_collapsed(ex_t *e)
                 n = NONE;
         }
     }
+    if (!rc && unobserved)
+        rc = folded_line(o, "<not observed>", strlen("<not observed>"), " ", unobserved);
     free(path);
     free(lens);
     free(frames);
