@@ -47,19 +47,19 @@ PyObject *pt_py_export(PyObject *module, PyObject *args, PyObject *kw)
     (void)module;
     static char *kwlist[] = {"recording", "format", "fd", "weight_calls", "per_thread", "qualnames",
                              "follow", "timeout", "tmp_dir", "uncompressed", "pids", "max_bytes", "max_depth",
-                             "from_ns", "to_ns", "min_duration_ns", "tree_budget", NULL};
+                             "from_ns", "to_ns", "min_duration_ns", "tree_budget", "cpu_time", NULL};
     PyObject *path_obj = NULL, *pids_obj = NULL;
     uint64_t pids[PT_EXPORT_MAX_PIDS];
     const char *fmt = NULL, *tmp_dir = NULL;
-    int fd = -1, weight_calls = 0, per_thread = 0, qualnames = 0, follow = 0, uncompressed = 0;
+    int fd = -1, weight_calls = 0, per_thread = 0, qualnames = 0, follow = 0, uncompressed = 0, cpu_time = 0;
     double timeout = 30.0;
     unsigned long long max_bytes = 0, tree_budget = 0;
     unsigned int max_depth = 0;
     long long from_ns = 0, to_ns = 0, min_duration_ns = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&si|ppppdzpOKILLLK", kwlist, PyUnicode_FSConverter, &path_obj, &fmt,
-                                     &fd, &weight_calls, &per_thread, &qualnames, &follow, &timeout, &tmp_dir,
-                                     &uncompressed, &pids_obj, &max_bytes, &max_depth, &from_ns, &to_ns,
-                                     &min_duration_ns, &tree_budget))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&si|ppppdzpOKILLLKp", kwlist, PyUnicode_FSConverter, &path_obj,
+                                     &fmt, &fd, &weight_calls, &per_thread, &qualnames, &follow, &timeout,
+                                     &tmp_dir, &uncompressed, &pids_obj, &max_bytes, &max_depth, &from_ns, &to_ns,
+                                     &min_duration_ns, &tree_budget, &cpu_time))
         return NULL;
     size_t npids = 0;
     if (pids_obj && pids_obj != Py_None) { /* pids: a sequence of ints, the processes to export */
@@ -90,7 +90,7 @@ PyObject *pt_py_export(PyObject *module, PyObject *args, PyObject *kw)
                           .follow = follow, .timeout = timeout, .tmp_dir = tmp_dir,
                           .pf_uncompressed = uncompressed, .pids = npids ? pids : NULL, .npids = npids,
                           .max_bytes = max_bytes, .max_depth = max_depth, .from_ns = from_ns, .to_ns = to_ns,
-                          .min_duration_ns = min_duration_ns, .tree_budget = tree_budget};
+                          .min_duration_ns = min_duration_ns, .tree_budget = tree_budget, .cpu_time = cpu_time};
     for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++)
         if (!strcmp(fmt, formats[i].name))
             o.format = formats[i].format;
@@ -146,6 +146,11 @@ PyObject *pt_py_export(PyObject *module, PyObject *args, PyObject *kw)
     SET_U64(d, "tree_budget", res.tree_budget);
     SET_U64(d, "folded_calls", res.folded_calls);
     SET_U64(d, "span_ns", res.span_ns);
+    SET_U64(d, "unobserved_ns", res.unobserved_ns);
+    SET_U64(d, "unobserved_cpu_ns", res.unobserved_cpu_ns);
+    SET_U64(d, "unobserved_lost", res.unobserved_lost);
+    SET_U64(d, "unobserved_no_ring", res.unobserved_no_ring);
+    SET_U64(d, "cpu_records", res.cpu_records);
     SET_U64(d, "timed_out", res.timed_out);
     SET_U64(d, "processes", res.processes);
     SET_U64(d, "selected_processes", res.selected_processes);

@@ -239,11 +239,50 @@ static int on_instant(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t tic
 
 static int on_gap(void *ctx, pt_walk_thread_t *wt, uint64_t ticks, uint64_t lost)
 {
+    ex_t *e = ctx;
+    if (e->w->tree) /* its clock: the gap's time is nobody's (cct.h, pt_cct_gap), not the top frame's */
+        return e->w->gap ? e->w->gap(e, wt, ticks, lost) : 0;
     return mark_or_gap(ctx, wt, NONE, ticks, lost, 1);
 }
 
-static const pt_walk_ops_t ex_ops = {
-    .thread_new = on_thread_new, .enter = on_enter, .exit = on_leave, .instant = on_instant, .gap = on_gap};
+/* Does [from, to] (ticks) overlap opts.from_ns/to_ns? */
+static int overlaps(const ex_t *e, const proc_t *p, uint64_t from, uint64_t to)
+{
+    return rel_ns(e, p, to) >= e->o.from_ns && (e->o.to_ns <= 0 || rel_ns(e, p, from) <= e->o.to_ns);
+}
+
+/* CpuTime: the tree formats give the CPU share of the ticks given since the
+ * thread's last record (cct.h, pt_cct_cpu); the timeline formats get the rate
+ * between the two records, from the same rule (pt_cct_cpu on a thread given
+ * no ticks), for the interval that began at the earlier one. */
+static int on_cpu(void *ctx, pt_walk_thread_t *wt, uint64_t ticks, uint64_t cpu_ns)
+{
+    ex_t *e = ctx;
+    e->cpu_records++;
+    thr_t *t = thr_of(e, wt);
+    uint64_t now = ex_now(e, t, ticks); /* the tree: accounted up to the record first */
+    if (e->w->cpu)
+        return e->w->cpu(e, wt, now, cpu_ns);
+    if (!e->w->cpu_rate)
+        return 0;
+    const proc_t *p = &e->procs[t->proc];
+    const int had = t->cpu_clock.have_cpu;
+    const uint64_t from = t->cpu_clock.cpu_ticks;
+    double r;
+    pt_cct_cpu(e->cct, &t->cpu_clock, now, cpu_ns, p->pinfo.ticks_per_second, &r);
+    if (!had || r < 0 || (e->filter && !overlaps(e, p, from, now)))
+        return 0;
+    t->cpu_shown = 1;
+    int rc = e->w->cpu_rate(e, wt->index, from, now, r);
+    return rc ? rc : e->out.err;
+}
+
+static const pt_walk_ops_t ex_ops = {.thread_new = on_thread_new,
+                                     .enter = on_enter,
+                                     .exit = on_leave,
+                                     .instant = on_instant,
+                                     .gap = on_gap,
+                                     .cpu = on_cpu};
 
 /* ---- messages --------------------------------------------------------------- */
 
@@ -355,9 +394,11 @@ static int feed(ex_t *e, const pt_fb_msg_t *m, pt_export_result_t *res)
         }
         if (in->os_tid)
             t->os_tid = in->os_tid;
-        if (t->ended) { /* a new thread under a reused number */
+        if (t->ended) { /* a new thread under a reused number: its clocks are its own */
             t->ended = 0;
             t->have_last = 0;
+            t->cpu_clock.have_cpu = 0;
+            t->cpu_shown = 0;
         }
         if (in->ticks) {
             note_latest(p, in->ticks);
@@ -380,8 +421,16 @@ static int feed(ex_t *e, const pt_fb_msg_t *m, pt_export_result_t *res)
         rc = pt_walk_proc_thread_end(e->walk, tag, in->thread, in->ticks);
         int rc2;
         t = thread_for(e, &e->procs[*pt_u64map_slot(&e->proc_map, tag, NONE)], in->thread, &rc2); /* arrays may have moved */
-        if (t)
-            t->ended = 1;
+        if (!t)
+            return rc;
+        t->ended = 1;
+        const uint32_t index = (uint32_t)(t - e->thr);
+        if (!rc && t->cpu_shown && e->w->cpu_rate) /* no CPU after its end: the rate's step ends */
+            rc = e->w->cpu_rate(e, index, t->last, t->last, -1.0);
+        t = &e->thr[index];
+        t->cpu_shown = 0;
+        if (e->w->thread_end)
+            e->w->thread_end(e, index);
         return rc;
     }
     case PT_MSG_EVENT_CHUNK: {
@@ -600,7 +649,12 @@ int pt_export_file(const char *recording, int out_fd, const pt_export_opts_t *op
     res->unannounced = wc.unannounced;
     res->threads = wc.threads;
     res->symbols = e->cct->sym_count;
+    res->cpu_records = e->cpu_records;
     rc = e->w->end ? e->w->end(e, &wc) : 0;
+    res->unobserved_ns = e->unobserved_ns;
+    res->unobserved_cpu_ns = e->unobserved_cpu_ns;
+    res->unobserved_lost = e->unobserved_lost;
+    res->unobserved_no_ring = e->unobserved_no_ring;
     if (!rc) {
         pt_ob_flush(&e->out);
         rc = e->out.err;

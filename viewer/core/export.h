@@ -4,11 +4,15 @@
  * (recfile.h); `pytrace export` calls it through the extension. No Python.
  *
  * Formats (what each holds is in export.c's opening comment and the README):
- *   PT_EXPORT_COLLAPSED   folded stacks, self ns (or calls) per stack
- *   PT_EXPORT_PSTATS      a marshal file pstats.Stats loads (cProfile's keys)
+ *   PT_EXPORT_COLLAPSED   folded stacks, self ns (or calls, or CPU ns) per stack;
+ *                         time inside Lost gaps as a "<not observed>" stack
+ *   PT_EXPORT_PSTATS      a marshal file pstats.Stats loads (cProfile's keys), in
+ *                         wall or CPU time; time inside Lost gaps in no row
  *   PT_EXPORT_SPEEDSCOPE  speedscope evented profiles, one per (process, thread)
- *   PT_EXPORT_CHROME      Chrome trace-event JSON (ui.perfetto.dev, chrome://tracing)
- *   PT_EXPORT_PERFETTO    Perfetto's protobuf trace (TrackEvent; ui.perfetto.dev)
+ *   PT_EXPORT_CHROME      Chrome trace-event JSON (ui.perfetto.dev, chrome://tracing),
+ *                         a "C" counter of each thread's CPU usage
+ *   PT_EXPORT_PERFETTO    Perfetto's protobuf trace (TrackEvent; ui.perfetto.dev),
+ *                         a "CPU usage" counter track under each thread's track
  *
  * Memory: collapsed and pstats keep one node per calling context; Chrome keeps
  * the open stacks; Perfetto the open stacks, a bit per (thread, symbol) and a
@@ -69,6 +73,10 @@ typedef struct pt_export_opts {
      * (viewer/core/cct.h); pstats' function rows stay exact, the callers of a
      * folded call are not kept. */
     uint64_t tree_budget;
+    /* collapsed, pstats: CPU time instead of wall time (the rule of cct.h,
+     * pt_cct_cpu: each thread's CpuTime records share its CPU time among what
+     * ran between them by wall time); weight_calls excludes it. */
+    int cpu_time;
     /* Called every few thousand messages and while waiting; non-zero stops
      * the export with -EINTR. May be NULL. */
     int (*progress)(void *ctx);
@@ -102,6 +110,13 @@ typedef struct pt_export_result {
     uint32_t deepest;            /* collapsed: the deepest stack, in frames */
     uint64_t tree_budget;        /* the call tree's budget in bytes (opts.tree_budget or its default) */
     uint64_t folded_calls;       /* collapsed, pstats: calls folded into [other] nodes past it */
+    /* collapsed, pstats: thread time nobody saw (inside Lost gaps: cct.h,
+     * pt_cct_gap), in no function; collapsed shows it as <not observed>. */
+    uint64_t unobserved_ns;
+    uint64_t unobserved_cpu_ns;  /* ... the CPU time of it (CpuTime records) */
+    uint64_t unobserved_lost;    /* the events of those gaps: Lost record counts, LostNoRing's too */
+    uint64_t unobserved_no_ring; /* ... of them LostNoRing's (threads without a ring: untraced) */
+    uint64_t cpu_records;        /* CpuTime records read (0: a recording without CPU time) */
     uint64_t span_ns;            /* the exported processes' wall span: the earliest start
                                     (ProcessInfo) to the latest tick */
     uint32_t processes;          /* in the stream (Message.process numbers seen) */

@@ -2,8 +2,9 @@
  * pt_export's Chrome trace-event JSON (ui.perfetto.dev, chrome://tracing):
  * one "X" event per call, written as it closes (the driver clamps a thread's
  * timestamps to be non-decreasing, so slices nest), "i" events for marks and
- * gaps, and "M" events naming the processes (the first one opens the array)
- * and, at the end, the threads. Each process has its own track: pid = its
+ * gaps, "C" events of each thread's CPU usage counter (CpuTime records), and
+ * "M" events naming the processes (the first one opens the array) and, at the
+ * end, the threads. Each process has its own track: pid = its
  * real pid, or (number << 22) | pid when another process of the stream has
  * that pid already (above Linux's pid_max).
  */
@@ -226,6 +227,31 @@ static int chrome_gap(ex_t *e, pt_walk_thread_t *wt, uint64_t now, uint64_t lost
     return 0;
 }
 
+/* The thread ran on a CPU at `rate` (the CPU ns over the wall ns between two
+ * CpuTime records) from `from` to `to`: a "C" event of its own counter,
+ * "CPU usage (thread N)" (N its tid field; counters are per process in this
+ * format), set at the interval's start; rate < 0: it ended at `to` (0). */
+static int chrome_cpu_rate(ex_t *e, uint32_t index, uint64_t from, uint64_t to, double rate)
+{
+    const thr_t *t = &e->thr[index];
+    obuf_t *o = &e->out;
+    ob_puts(o, ",\n{\"ph\":\"C\",\"name\":\"CPU usage (thread ");
+    ob_u64(o, t->number);
+    ob_puts(o, ")\",\"pid\":");
+    ob_u64(o, (uint64_t)e->procs[t->proc].shown_pid);
+    ob_puts(o, ",\"tid\":");
+    ob_u64(o, t->number);
+    ob_puts(o, ",\"ts\":");
+    ob_us3(o, chrome_ns(&e->procs[t->proc], rate < 0 ? to : from));
+    char v[32];
+    snprintf(v, sizeof v, "%.4f", rate < 0 ? 0.0 : rate);
+    ob_puts(o, ",\"args\":{\"cpu\":");
+    ob_puts(o, v);
+    ob_puts(o, "}}");
+    return o->err;
+}
+
 const ex_writer_t pt_ex_chrome = {
     .init = chrome_init, .destroy = chrome_destroy, .begin = chrome_begin, .process = chrome_process_info,
-    .symbol = chrome_symbol, .close = chrome_close, .instant = chrome_mark, .gap = chrome_gap, .end = chrome_end};
+    .symbol = chrome_symbol, .close = chrome_close, .instant = chrome_mark, .gap = chrome_gap,
+    .cpu_rate = chrome_cpu_rate, .end = chrome_end};

@@ -129,6 +129,10 @@ typedef struct thr {
     uint32_t emitted; /* filtering speedscope/perfetto: stack levels whose open is written */
     uint64_t last;
     int have_last;
+    /* The timeline formats' CPU clock: its last CpuTime record (pt_cct_cpu on
+     * a thread that is given no ticks: the rate between two records, only) */
+    pt_cct_thread_t cpu_clock;
+    int cpu_shown;    /* a CPU rate was written for it (cpu_rate) */
 } thr_t;
 
 /* One process of the stream (Message.process = tag). */
@@ -173,6 +177,9 @@ typedef struct ex {
     uint64_t left_out;
     uint64_t stacks_folded; /* collapsed: calling contexts below opts.max_depth */
     uint32_t deepest;
+    uint64_t cpu_records;   /* CpuTime records read */
+    /* the tree formats: time nobody saw (pt_cct_gap), for the result */
+    uint64_t unobserved_ns, unobserved_cpu_ns, unobserved_lost, unobserved_no_ring;
 } ex_t;
 
 /*
@@ -192,7 +199,16 @@ typedef struct ex {
  *   open, close   a call's slice opens at `at` / closes (start, end); with a
  *                 time filter and `defers`, opens wait until a call that
  *                 passes closes, and resume says none waits any more
- *   instant, gap  a mark (symbol id) or a gap of `lost` events
+ *   instant, gap  a mark (symbol id) or a gap of `lost` events; the tree
+ *                 formats' gap gets raw ticks (its clock: the gap's time is
+ *                 nobody's, pt_cct_gap)
+ *   cpu           the tree formats: a CpuTime record (its clock accounted up
+ *                 to `now` first): the thread's CPU ns (pt_cct_cpu)
+ *   cpu_rate      the timeline formats: the thread ran on a CPU at `rate`
+ *                 (0..1) from `from` to `to` (two CpuTime records, the driver's
+ *                 pt_cct_cpu); rate < 0: the thread ended at `to` after a rate
+ *                 was written (cpu_shown)
+ *   thread_end    a thread's ThreadEnd (its number may be reused)
  *   end           the output's end (before the last flush)
  *   destroy       free what e->ws holds (also after a failed init; the
  *                 driver frees e->ws itself)
@@ -220,6 +236,9 @@ struct ex_writer {
     int (*resume)(ex_t *e, pt_walk_thread_t *wt);
     int (*instant)(ex_t *e, pt_walk_thread_t *wt, uint32_t id, uint64_t now);
     int (*gap)(ex_t *e, pt_walk_thread_t *wt, uint64_t now, uint64_t lost);
+    int (*cpu)(ex_t *e, pt_walk_thread_t *wt, uint64_t now, uint64_t cpu_ns);
+    int (*cpu_rate)(ex_t *e, uint32_t index, uint64_t from, uint64_t to, double rate);
+    void (*thread_end)(ex_t *e, uint32_t index);
     int (*end)(ex_t *e, const pt_walk_counters_t *wc);
 };
 

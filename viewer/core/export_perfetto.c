@@ -32,6 +32,15 @@
  * source locations are interned per sequence (InternedData in the packet that
  * first uses them; iid = the symbol's index + 1).
  *
+ * CPU usage: a thread with CpuTime records gets a counter track "CPU usage"
+ * (TrackDescriptor.counter, a child of its thread's track, the y axis shared
+ * by every thread's), TYPE_COUNTER events of double_counter_value 0..1: the
+ * CPU ns over the wall ns between two records (the driver's pt_cct_cpu), set
+ * at the interval's start, and 0 from its ThreadEnd on. A value is known one
+ * record late, after the thread's later events went out, so the counter has a
+ * packet sequence of its own (PF_SEQ_CPU + index, opened as a thread's is, on
+ * its own incremental clock), whose clock still only goes forward.
+ *
  * That is 9-12 bytes an event. Unless opts.pf_uncompressed, packets are
  * gathered in batches of PF_BATCH_BYTES and each batch is written as one
  * packet of `compressed_packets` (a zlib stream of Trace bytes, which Perfetto's
@@ -61,7 +70,10 @@
 #define PF_SLICE_BEGIN 1u        /* TrackEvent.Type */
 #define PF_SLICE_END 2u
 #define PF_INSTANT 3u
+#define PF_COUNTER 4u           /* TrackEvent.TYPE_COUNTER */
 #define PF_CONTINUED 0x100u    /* pf_event: added to PF_SLICE_BEGIN */
+#define PF_SEQ_CPU 0x80000000u /* + thread index: the sequence of its CPU usage counter */
+#define PF_CPU_TRACK 0x40000001u /* + thread index: the low half of its counter track's uuid */
 
 /* wire types */
 #define PB_VARINT 0u
@@ -84,6 +96,8 @@ typedef struct pf_thr {
     size_t pf_icap;
     pf_instant_t *pf_wait; /* filtering: instants that wait */
     uint32_t pf_nwait, pf_cap_wait;
+    int cpu_open;          /* its CPU usage counter's sequence and track are written */
+    uint64_t cpu_first_ns, cpu_last_ns;
 } pf_thr_t;
 
 typedef struct pf {
@@ -503,16 +517,112 @@ static int pf_event(ex_t *e, pt_walk_thread_t *wt, unsigned type, uint32_t sym, 
     return pf_pb_send(e, &pkt, err);
 }
 
+/* ---- CPU usage: a counter track per thread ---------------------------------- */
+
+static uint64_t pf_cpu_uuid(const ex_t *e, uint32_t index)
+{
+    return (pf_uuid(e, 0) & ~0xffffffffull) | ((uint64_t)PF_CPU_TRACK + index);
+}
+
+/* The counter's own sequence (its values are known one CpuTime record late,
+ * so they go out after the thread's later events: on a sequence of their own,
+ * each sequence's clock still only goes forward): cleared state, defaults
+ * (the counter track, an incremental clock from ns), then the counter's
+ * TrackDescriptor, a child of the thread's track, its y axis shared by every
+ * thread's counter (0..1 on all of them). */
+static int pf_cpu_open(ex_t *e, uint32_t index, uint64_t ns)
+{
+    pf_thr_t *pt = &((pf_t *)e->ws)->thr[index];
+    const uint32_t seq = PF_SEQ_CPU + index;
+    pb_t ted = {0}, def = {0}, c1 = {0}, c2 = {0}, clk = {0}, pkt = {0};
+    pb_uint(&ted, 11, pf_cpu_uuid(e, index)); /* TrackEventDefaults.track_uuid */
+    pb_uint(&def, 58, PF_CLOCK_INCREMENTAL);
+    pb_msg(&def, 11, &ted);
+    pb_uint(&c1, 1, PF_CLOCK_MONOTONIC);
+    pb_uint(&c1, 2, ns);
+    pb_uint(&c2, 1, PF_CLOCK_INCREMENTAL);
+    pb_uint(&c2, 2, ns);
+    pb_uint(&c2, 3, 1); /* is_incremental */
+    pb_uint(&c2, 4, 1); /* unit_multiplier_ns */
+    pb_msg(&clk, 1, &c1);
+    pb_msg(&clk, 1, &c2);
+    pb_uint(&pkt, 10, seq);
+    pb_uint(&pkt, 13, PF_SEQ_CLEARED);
+    pb_msg(&pkt, 59, &def);
+    pb_msg(&pkt, 6, &clk);
+    int rc = pf_pb_send(e, &pkt, pb_done_all((pb_t *const[]){&ted, &def, &c1, &c2, &clk}, 5));
+    if (rc)
+        return rc;
+    pb_t cd = {0}, td = {0}, pkt2 = {0};
+    pb_str(&cd, 7, "pytrace CPU usage"); /* CounterDescriptor.y_axis_share_key */
+    pb_uint(&td, 1, pf_cpu_uuid(e, index));
+    pb_str(&td, 2, "CPU usage");
+    pb_uint(&td, 5, pf_uuid(e, index)); /* parent: the thread's track */
+    pb_msg(&td, 8, &cd);
+    pb_uint(&pkt2, 10, seq);
+    pb_msg(&pkt2, 60, &td);
+    rc = pf_pb_send(e, &pkt2, pb_done_all((pb_t *const[]){&cd, &td}, 2));
+    if (!rc) {
+        pt->cpu_open = 1;
+        pt->cpu_first_ns = pt->cpu_last_ns = ns;
+    }
+    return rc;
+}
+
+/* The thread ran on a CPU at `rate` (the CPU ns over the wall ns between two
+ * CpuTime records) from `from` to `to`: a step of its counter, set at the
+ * interval's start; rate < 0: it ended at `to` (0 from then on). */
+static int pf_cpu_rate(ex_t *e, uint32_t index, uint64_t from, uint64_t to, double rate)
+{
+    pf_thr_t *pt = &((pf_t *)e->ws)->thr[index];
+    const thr_t *t = &e->thr[index];
+    int64_t sns = chrome_ns(&e->procs[t->proc], rate < 0 ? to : from);
+    uint64_t ns = sns > 0 ? (uint64_t)sns : 0;
+    if (rate < 0) {
+        if (!pt->cpu_open)
+            return 0;
+        rate = 0.0;
+    } else if (!pt->cpu_open) {
+        int rc = pf_cpu_open(e, index, ns);
+        if (rc)
+            return rc;
+    }
+    if (ns < pt->cpu_last_ns)
+        ns = pt->cpu_last_ns;
+    uint8_t pkt[48];
+    size_t pl = 0;
+    pkt[pl++] = 8u << 3 | PB_VARINT;
+    pl += varint_put(pkt + pl, ns - pt->cpu_last_ns);
+    pt->cpu_last_ns = ns;
+    pkt[pl++] = 10u << 3 | PB_VARINT;
+    pl += varint_put(pkt + pl, PF_SEQ_CPU + index);
+    pkt[pl++] = 13u << 3 | PB_VARINT;
+    pkt[pl++] = PF_SEQ_NEEDS;
+    pkt[pl++] = 11u << 3 | PB_LEN;
+    pkt[pl++] = 2 + 2 + 8; /* TrackEvent { type, double_counter_value } */
+    pkt[pl++] = 9u << 3 | PB_VARINT;
+    pkt[pl++] = PF_COUNTER;
+    pl += varint_put(pkt + pl, 44u << 3 | 1u); /* double_counter_value: 64-bit */
+    uint64_t bits;
+    memcpy(&bits, &rate, sizeof bits);
+    for (int i = 0; i < 8; i++)
+        pkt[pl++] = (uint8_t)(bits >> (8 * i));
+    return pf_packet(e, pkt, pl);
+}
+
 static int pf_end(ex_t *e, const pt_walk_counters_t *wc)
 {
     (void)wc;
     pf_t *pf = e->ws;
-    for (uint32_t i = 0; i < e->nthr; i++) /* a name that came after the thread's last event */
-        if (pf->thr[i].pf_open && !pf->thr[i].pf_named) {
-            int rc = pf_thread_descriptor(e, i);
-            if (rc)
-                return rc;
-        }
+    for (uint32_t i = 0; i < e->nthr; i++) { /* a name that came after the thread's last event */
+        int rc = 0;
+        if (pf->thr[i].pf_open && !pf->thr[i].pf_named)
+            rc = pf_thread_descriptor(e, i);
+        else if (!pf->thr[i].pf_open && pf->thr[i].cpu_open) /* its counter's parent track */
+            rc = pf_open_sequence(e, i, pf->thr[i].cpu_first_ns);
+        if (rc)
+            return rc;
+    }
     int rc = pf_flush(e);
     return rc ? rc : e->out.err;
 }
@@ -635,4 +745,4 @@ static int pf_gap(ex_t *e, pt_walk_thread_t *wt, uint64_t now, uint64_t lost)
 const ex_writer_t pt_ex_perfetto = {
     .defers = 1, .init = pf_init, .destroy = pf_destroy, .thread = pf_thread, .begin = pf_begin,
     .process = pf_process, .named = pf_named, .open = pf_open, .close = pf_close, .resume = pf_resume,
-    .instant = pf_mark, .gap = pf_gap, .end = pf_end};
+    .instant = pf_mark, .gap = pf_gap, .cpu_rate = pf_cpu_rate, .end = pf_end};

@@ -21,6 +21,17 @@
  *     (caller, callee) pair, which is cProfile's per-pair recursion level.
  *     pstats keys merge the processes; strings are made valid UTF-8 (marshal
  *     refuses anything else).
+ *   - Time nobody saw (cct.h, THE RULE FOR UNOBSERVED TIME): a Lost gap's ticks
+ *     go to the thread's <not observed> node (pt_cct_gap), in no function:
+ *     pstats has no row for it (cProfile's shape; the result's unobserved_*
+ *     say how much), collapsed writes one "<not observed>" line (every
+ *     thread's node added up), or one under each thread (per_thread).
+ *   - CPU time (cct.h, THE RULE FOR CPU TIME): each CpuTime record gives the
+ *     CPU share of the ticks given since the thread's last one (pt_cct_cpu);
+ *     opts.cpu_time writes pstats' tt/ct (rows and caller edges) and
+ *     collapsed's weights from the nodes' and fold records' CPU ticks. The
+ *     rows are the same in both (a function with calls and no CPU time is
+ *     there with 0).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "export_internal.h"
@@ -208,6 +219,62 @@ static int tree_exit(ex_t *e, pt_walk_thread_t *wt, uint64_t ticks)
     return 0;
 }
 
+/* A gap (Lost record): the ticks since the thread's last event are nobody's
+ * (cct.h, THE RULE FOR UNOBSERVED TIME): its <not observed> node's, in no
+ * function. The thread's clock is the driver's (ex_clock); pt_cct_gap reads
+ * the tree thread's, so that is set to it first. */
+static int tree_gap(ex_t *e, pt_walk_thread_t *wt, uint64_t ticks, uint64_t lost)
+{
+    tree_t *tr = e->ws;
+    thr_t *t = thr_of(e, wt);
+    pt_cct_thread_t *th = &tr->cur[wt->index];
+    const uint32_t had = th->unobserved;
+    uint64_t moved;
+    th->have_last = t->have_last;
+    th->last = t->last;
+    ex_clock(t, ticks, &moved);
+    pt_cct_gap(e->cct, th, ticks, lost);
+    if (had == NONE && th->unobserved != NONE) /* a node's owner is its process here (its clock) */
+        e->cct->nodes[th->unobserved].owner = t->proc;
+    if (wt->lost_flags & PT_EVF_LOST_NO_RING)
+        e->unobserved_no_ring += lost;
+    return 0;
+}
+
+/* A CpuTime record (the clock accounted up to it): the CPU share of the
+ * ticks given since the thread's last one (cct.h, THE RULE FOR CPU TIME). */
+static int tree_cpu(ex_t *e, pt_walk_thread_t *wt, uint64_t now, uint64_t cpu_ns)
+{
+    tree_t *tr = e->ws;
+    thr_t *t = thr_of(e, wt);
+    pt_cct_cpu(e->cct, &tr->cur[wt->index], now, cpu_ns, e->procs[t->proc].pinfo.ticks_per_second, NULL);
+    return 0;
+}
+
+/* A thread ended: a new one under its number starts its own CPU clock (the
+ * ticks until its first record get no CPU). */
+static void tree_thread_end(ex_t *e, uint32_t index)
+{
+    tree_t *tr = e->ws;
+    tr->cur[index].have_cpu = 0;
+}
+
+/* The result's count of time nobody saw: every thread's <not observed> node. */
+static void tree_unobserved(ex_t *e)
+{
+    tree_t *tr = e->ws;
+    for (uint32_t i = 0; i < e->nthr && i < tr->cap_cur; i++) {
+        const pt_cct_thread_t *th = &tr->cur[i];
+        e->unobserved_lost += th->gap_lost;
+        if (th->unobserved == NONE)
+            continue;
+        const pt_cct_node_t *n = &e->cct->nodes[th->unobserved];
+        const double nspt = e->procs[e->thr[i].proc].ns_per_tick;
+        e->unobserved_ns += (uint64_t)llround((double)n->self * nspt);
+        e->unobserved_cpu_ns += (uint64_t)llround((double)n->cpu * nspt);
+    }
+}
+
 /* ---- collapsed -------------------------------------------------------------- */
 
 static const char *folded_label(ex_t *e, uint32_t sym)
@@ -237,7 +304,9 @@ static const char *folded_label(ex_t *e, uint32_t sym)
 
 static uint64_t folded_value(const ex_t *e, const pt_cct_node_t *nd)
 {
-    return e->o.weight_calls ? nd->calls : (uint64_t)llround((double)nd->self * e->procs[nd->owner].ns_per_tick);
+    if (e->o.weight_calls)
+        return nd->calls;
+    return (uint64_t)llround((double)(e->o.cpu_time ? nd->cpu : nd->self) * e->procs[nd->owner].ns_per_tick);
 }
 
 /* One line: the path, sep (" " or ";[deeper frames] ") and the value. */
@@ -284,6 +353,7 @@ static int write_collapsed(ex_t *e)
     size_t plen = 0, pcap = 0;
     uint32_t *lens = NULL, nl = 0, cap_l = 0;
     uint32_t *frames = NULL; /* frames on the path at each level (thread and process roots are none) */
+    uint64_t unobserved = 0; /* the <not observed> nodes without a thread root: one stack */
     int rc = 0;
     /* iterative DFS from the root: path holds the names of the current node's ancestors */
     uint32_t n = e->cct->node_count > 1 ? nodes[0].first_child : NONE;
@@ -312,6 +382,8 @@ static int write_collapsed(ex_t *e)
             label = b;
         } else if (nd->sym == PT_CCT_OTHER) {
             label = "[other]"; /* calls below its parent folded past the tree budget */
+        } else if (nd->sym == PT_CCT_UNOBSERVED) {
+            label = "<not observed>"; /* the thread's time inside Lost gaps: in no function */
         } else {
             label = folded_label(e, nd->sym);
             if (!label) {
@@ -356,7 +428,9 @@ static int write_collapsed(ex_t *e)
         }
         if (heap_label)
             free((void *)label);
-        if (nd->sym != NONE) {
+        if (nd->sym == PT_CCT_UNOBSERVED && !e->o.per_thread) {
+            unobserved += folded_value(e, nd); /* every thread's and process's: one line, at the end */
+        } else if (nd->sym != NONE) {
             uint64_t value = folded_value(e, nd);
             if (value && (rc = folded_line(o, path, plen, " ", value)) != 0)
                 break;
@@ -387,6 +461,8 @@ static int write_collapsed(ex_t *e)
                 n = NONE;
         }
     }
+    if (!rc && unobserved)
+        rc = folded_line(o, "<not observed>", strlen("<not observed>"), " ", unobserved);
     free(path);
     free(lens);
     free(frames);
@@ -558,7 +634,8 @@ static int edge_cmp(const void *x, const void *y)
  * how many of its nodes are on the path (cProfile's per-pair recursion). */
 typedef struct pairs {
     const pt_cct_t *cct;
-    const uint64_t *incl;
+    const uint64_t *incl;      /* the view's inclusive time (wall or CPU) */
+    int cpu;                   /* self time: the nodes' CPU ticks */
     pt_u64map_t edge_map, edge_on; /* (caller << 32 | callee) -> edge, -> on the path */
     pedge_t *edges;
     uint32_t nedges, cap_edges;
@@ -594,7 +671,7 @@ static int pair_visit(void *ctx, uint32_t n, int leaving, int outermost)
     }
     pedge_t *ed = &pp->edges[*slot];
     ed->nc += nd->calls;
-    ed->tt += nd->self;
+    ed->tt += pp->cpu ? nd->cpu : nd->self;
     if (outer_pair) {
         ed->cc += nd->calls;
         ed->ct += pp->incl[n];
@@ -608,19 +685,25 @@ static int write_pstats(ex_t *e)
     const pt_cct_t *cct = e->cct;
     int rc = -ENOMEM;
     uint32_t nn = cct->node_count, ns = cct->sym_count;
+    const int cpu = e->o.cpu_time;
     uint64_t *incl = calloc(nn ? nn : 1, sizeof *incl);
+    uint64_t *incl_cpu = cpu ? calloc(nn ? nn : 1, sizeof *incl_cpu) : NULL;
     pt_cct_sums_t *f = calloc(ns ? ns : 1, sizeof *f); /* per symbol */
     double *scale = malloc((size_t)(e->nprocs ? e->nprocs : 1) * sizeof *scale); /* per process */
-    pairs_t pp = {.cct = cct, .incl = incl};
+    pairs_t pp = {.cct = cct, .incl = cpu ? incl_cpu : incl, .cpu = cpu};
     pt_u64map_t key_map = {0};
     pkey_t *keys = NULL;
     uint32_t nkeys = 0, cap_keys = 0;
-    if (!incl || !f || !scale || (ns && !tsym(e, ns - 1)) || pt_u64map_init(&pp.edge_map, 1024) ||
-        pt_u64map_init(&pp.edge_on, 64) || pt_u64map_init(&key_map, 1024))
+    if (!incl || (cpu && !incl_cpu) || !f || !scale || (ns && !tsym(e, ns - 1)) ||
+        pt_u64map_init(&pp.edge_map, 1024) || pt_u64map_init(&pp.edge_on, 64) || pt_u64map_init(&key_map, 1024))
         goto out;
     pt_cct_sum_up(cct, NULL, NULL, incl, NULL);
-    /* the functions' rows and the pairs', then the folded calls' rows */
-    const pt_cct_view_t all = {.incl = incl};
+    if (cpu)
+        pt_cct_sum_up_cpu(cct, NULL, incl_cpu);
+    /* the functions' rows and the pairs', then the folded calls' rows (the
+     * <not observed> nodes are in none: pstats stays cProfile's, the result
+     * says how much was left out) */
+    const pt_cct_view_t all = {.incl = incl, .incl_cpu = incl_cpu};
     const uint32_t root = 0;
     if (nn && (rc = pt_cct_walk(cct, &root, 1, &all, f, pair_visit, &pp)) != 0)
         goto out;
@@ -644,6 +727,8 @@ static int write_pstats(ex_t *e)
         if (sc != 1.0) {
             f[s].self = (uint64_t)llround((double)f[s].self * sc);
             f[s].total = (uint64_t)llround((double)f[s].total * sc);
+            f[s].self_cpu = (uint64_t)llround((double)f[s].self_cpu * sc);
+            f[s].total_cpu = (uint64_t)llround((double)f[s].total_cpu * sc);
         }
     }
     for (uint32_t i = 0; i < nedges; i++) {
@@ -656,7 +741,7 @@ static int write_pstats(ex_t *e)
     /* keys: symbols with one key are added together */
     for (uint32_t s = 0; s < ns; s++) {
         tr->sx[s].key = NONE;
-        if (!f[s].calls && !f[s].self && !f[s].total)
+        if (!f[s].calls && !f[s].self && !f[s].total) /* the same rows in wall and CPU time */
             continue;
         char *file, *name;
         uint32_t line;
@@ -692,8 +777,8 @@ static int write_pstats(ex_t *e)
         tr->sx[s].key = k;
         keys[k].nc += f[s].calls;
         keys[k].cc += f[s].prim;
-        keys[k].tt += f[s].self;
-        keys[k].ct += f[s].total;
+        keys[k].tt += cpu ? f[s].self_cpu : f[s].self; /* the rows' times: CPU time or wall */
+        keys[k].ct += cpu ? f[s].total_cpu : f[s].total;
     }
     for (uint32_t i = 0; i < nedges; i++) {
         edges[i].caller = tr->sx[edges[i].caller].key;
@@ -753,6 +838,7 @@ out:
     free(keys);
     free(pp.edges);
     free(incl);
+    free(incl_cpu);
     free(f);
     free(scale);
     pt_u64map_free(&pp.edge_map);
@@ -764,20 +850,23 @@ out:
 static int collapsed_end(ex_t *e, const pt_walk_counters_t *wc)
 {
     (void)wc;
+    tree_unobserved(e);
     return write_collapsed(e);
 }
 
 static int pstats_end(ex_t *e, const pt_walk_counters_t *wc)
 {
     (void)wc;
+    tree_unobserved(e);
     return write_pstats(e);
 }
 
 const ex_writer_t pt_ex_collapsed = {
     .tree = 1, .tree_key = collapsed_key, .init = tree_init, .destroy = tree_destroy, .proc_new = tree_proc_new,
     .thread = tree_thread, .symbol = tree_symbol, .self = tree_self, .enter = tree_enter, .exit = tree_exit,
-    .end = collapsed_end};
+    .gap = tree_gap, .cpu = tree_cpu, .thread_end = tree_thread_end, .end = collapsed_end};
 
 const ex_writer_t pt_ex_pstats = {
     .tree = 1, .init = tree_init, .destroy = tree_destroy, .proc_new = tree_proc_new, .thread = tree_thread,
-    .symbol = tree_symbol, .self = tree_self, .enter = tree_enter, .exit = tree_exit, .end = pstats_end};
+    .symbol = tree_symbol, .self = tree_self, .enter = tree_enter, .exit = tree_exit, .gap = tree_gap,
+    .cpu = tree_cpu, .thread_end = tree_thread_end, .end = pstats_end};

@@ -5,6 +5,7 @@
     pytrace export out.pytrace --format speedscope -o profile.json     # speedscope.app
     pytrace export out.pytrace --format collapsed  -o stacks.folded    # flamegraph.pl, inferno
     pytrace export out.pytrace --format pstats     -o profile.pstats   # pstats, snakeviz, gprof2dot
+    pytrace export out.pytrace -f pstats --time cpu -o cpu.pstats      # CPU time instead of wall
     pytrace export out.pytrace -f pstats --qualnames -o profile.pstats # keyed by qualified names
     pytrace export all.pytrace -f pstats --pid 4242 -o rank0.pstats   # one process of several
     pytrace export out.pytrace --format html       -o report.html      # a browser, offline
@@ -24,6 +25,11 @@ A recording of several processes (a process tree, `pytrace merge`) puts each pro
 its own track (chrome, perfetto: its pid) or profile (speedscope), or in the HTML report's
 process chooser; pstats and collapsed add them up; every format takes only the processes
 of `--pid PID` (repeatable) when given.
+Time nobody saw (inside a gap of lost events) is in no function: pstats leaves it out
+(the export says how much on stderr), collapsed shows it as a `<not observed>` frame.
+`--time cpu` gives pstats and collapsed in CPU time (each thread's CpuTime records share
+its CPU time among what ran between them, viewer/core/cct.h); perfetto and chrome show
+each thread's CPU usage as a counter track beside its slices.
 """
 
 import errno
@@ -148,12 +154,20 @@ class ExportResult:
         self.tree_budget = d.get("tree_budget", 0)          # collapsed, pstats: the call tree's bytes
         self.folded_calls = d.get("folded_calls", 0)        # ... and the calls folded past them
         self.span_ns = d.get("span_ns", 0)                  # the processes' wall span
+        # collapsed, pstats: thread time inside gaps of lost events (in no function), its
+        # CPU time, the events of those gaps (LostNoRing's too) and of them LostNoRing's
+        self.unobserved_ns = d.get("unobserved_ns", 0)
+        self.unobserved_cpu_ns = d.get("unobserved_cpu_ns", 0)
+        self.unobserved_lost = d.get("unobserved_lost", 0)
+        self.unobserved_no_ring = d.get("unobserved_no_ring", 0)
+        self.cpu_records = d.get("cpu_records", 0)          # CpuTime records read
         self.producer_status = _Status(d["status"]) if "status" in d else None
 
 
 def export(recording, fmt, output, weight="ns", per_thread=False, follow=False, timeout=30.0,
            qualnames=False, uncompressed=False, pids=None, max_bytes=DEFAULT_MAX_BYTES,
-           max_depth=DEFAULT_MAX_DEPTH, start=None, end=None, min_duration=None, tree_budget_mib=256):
+           max_depth=DEFAULT_MAX_DEPTH, start=None, end=None, min_duration=None, tree_budget_mib=256,
+           time="wall"):
     """Export `recording` to `output` (a path, or "-" for stdout). pstats keys are
     cProfile's, or with qualnames=True pytrace's qualified names. perfetto packets are
     zlib-compressed in batches (compressed_packets) unless uncompressed=True. A recording
@@ -163,7 +177,8 @@ def export(recording, fmt, output, weight="ns", per_thread=False, follow=False, 
     limit). The timeline formats (chrome, speedscope, perfetto) take only the calls that
     overlap [start, end] (seconds since the recording's start) and last min_duration seconds
     or more. The call tree of collapsed, pstats and html holds tree_budget_mib MiB; past it,
-    new call paths fold into [other] nodes (counted in folded_calls). A failed write raises
+    new call paths fold into [other] nodes (counted in folded_calls). time="cpu" gives pstats
+    (tt, ct) and collapsed (the weights) in CPU time instead of wall time. A failed write raises
     OSError naming `output`; nothing is left there. Returns
     the ExportResult and the RecordingError that stopped the read early, or None."""
     from .. import _output, _pytrace
@@ -172,6 +187,13 @@ def export(recording, fmt, output, weight="ns", per_thread=False, follow=False, 
         raise ValueError("unknown format %r (choose from %s)" % (fmt, ", ".join(FORMATS)))
     if weight not in ("ns", "calls"):
         raise ValueError("weight must be 'ns' or 'calls'")
+    if time not in ("wall", "cpu"):
+        raise ValueError("time must be 'wall' or 'cpu'")
+    if time == "cpu" and fmt not in ("pstats", "collapsed"):
+        raise ValueError("--time cpu is for --format pstats and collapsed (perfetto and chrome show CPU "
+                         "usage as a counter track beside wall time)")
+    if time == "cpu" and weight == "calls":
+        raise ValueError("--time cpu weighs by CPU time; --weight calls by calls: choose one")
     if (start or end or min_duration) and fmt not in _TIMELINE:
         raise ValueError("--from, --to and --min-duration are for the timeline formats (%s)" % ", ".join(_TIMELINE))
     if fmt == "html":
@@ -207,7 +229,8 @@ def export(recording, fmt, output, weight="ns", per_thread=False, follow=False, 
                                 max_depth=int(max_depth or 0) if fmt == "collapsed" else 0,
                                 from_ns=int(round((start or 0) * 1e9)), to_ns=int(round((end or 0) * 1e9)),
                                 min_duration_ns=int(round((min_duration or 0) * 1e9)),
-                                tree_budget=int(tree_budget_mib) << 20 if fmt in ("collapsed", "pstats") else 0)
+                                tree_budget=int(tree_budget_mib) << 20 if fmt in ("collapsed", "pstats") else 0,
+                                cpu_time=time == "cpu")
         except OSError as e:
             if e.errno == 32:       # EPIPE: `pytrace export ... -o - | head`
                 raise BrokenPipeError(e.errno, e.strerror) from None
@@ -378,6 +401,32 @@ def _say_pstats_total(path, result):
                   if result.selected_processes > 1 else "", span), file=sys.stderr)
 
 
+def _time_text(ns):
+    """9.87 s, 12.3 ms, 456 us, 789 ns: the unit that fits, never an exponent."""
+    for unit, size in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
+        if ns >= size:
+            v = ns / size
+            return ("%.2f %s" if unit == "s" and v < 100 else "%.1f %s" if v < 100 else "%.0f %s") % (v, unit)
+    return "%d ns" % ns
+
+
+def _say_unobserved(fmt, result, cpu):
+    """pstats and collapsed: the thread time nobody saw (inside gaps of lost events) is in no
+    function; say how much, and in CPU time whether there was any CPU time to show."""
+    if result.unobserved_ns or result.unobserved_lost:
+        lost = result.unobserved_lost - result.unobserved_no_ring
+        events = "%d events lost" % lost
+        if result.unobserved_no_ring:
+            events += ", %d events of threads without a ring" % result.unobserved_no_ring
+        print("pytrace export: not observed: %s of thread time (%s)%s, in no function%s" % (
+            _time_text(result.unobserved_ns), events,
+            "; %s of CPU time" % _time_text(result.unobserved_cpu_ns) if cpu else "",
+            "; shown as <not observed>" if fmt == "collapsed" else ""), file=sys.stderr)
+    if cpu and result.events and not result.cpu_records:
+        print("pytrace export: the recording holds no CPU time samples (it was made by a pytrace "
+              "that wrote none): every CPU time is 0; use --time wall", file=sys.stderr)
+
+
 def _guess_format(output):
     low = output.lower()
     for suffix, fmt in _SUFFIXES:
@@ -399,6 +448,9 @@ def main(argv=None):
     p.add_argument("-o", "--output", required=True, help="output file ('-' = stdout, not for pstats)")
     p.add_argument("--weight", choices=("ns", "calls"), default="ns",
                    help="collapsed: self time in integer nanoseconds (default) or call counts")
+    p.add_argument("--time", choices=("wall", "cpu"), default=None,
+                   help="pstats, collapsed: wall time (default) or CPU time (each thread's CPU time "
+                        "shared among what ran between its CPU samples)")
     p.add_argument("--per-thread", action="store_true",
                    help="collapsed: start each stack with its thread")
     p.add_argument("--qualnames", action="store_true",
@@ -448,6 +500,11 @@ def main(argv=None):
         p.error("--qualnames is for --format pstats")
     if args.uncompressed and fmt != "perfetto":
         p.error("--uncompressed is for --format perfetto")
+    if args.time is not None and fmt not in ("pstats", "collapsed"):
+        p.error("--time is for --format pstats and collapsed (perfetto and chrome show each thread's "
+                "CPU usage as a counter track)")
+    if args.time == "cpu" and args.weight == "calls":
+        p.error("--time cpu and --weight calls: choose one")
     try:
         max_bytes = _parse_size(args.max_size)
         start = _parse_seconds(args.start, "--from") if args.start is not None else None
@@ -484,7 +541,7 @@ def main(argv=None):
                                qualnames=args.qualnames, uncompressed=args.uncompressed,
                                pids=args.pid, max_bytes=max_bytes, max_depth=args.max_depth,
                                start=start, end=end, min_duration=min_duration,
-                               tree_budget_mib=args.tree_budget or 256)
+                               tree_budget_mib=args.tree_budget or 256, time=args.time or "wall")
     except RecordingError as e:       # damage before anything could be read (header)
         print("pytrace export: %s" % e, file=sys.stderr)
         return 1
@@ -569,6 +626,8 @@ def main(argv=None):
         print("pytrace export: %s" % unrecorded_text(args.recording, status.unrecorded_events,
                                                      status.unrecorded_messages,
                                                      status.unrecorded_errno), file=sys.stderr)
+    if fmt in ("pstats", "collapsed"):
+        _say_unobserved(fmt, walker, args.time == "cpu")
     if fmt == "pstats" and walker.events and args.output != "-":
         _say_pstats_total(args.output, walker)
     if fmt == "pstats" and not walker.events:

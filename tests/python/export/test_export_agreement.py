@@ -51,17 +51,26 @@ def _collapsed(path, tmp_path, labels):
             yield [labels(f) for f in stack.split(";")], int(w)
 
     lines = {}       # function -> lines its self and total were summed from (rounding bound)
+    unobserved = 0   # the <not observed> lines: time nobody saw, in no function (a root's child)
     for frames, w in stacks(calls_out):
+        assert UNOBSERVED not in frames, "time nobody saw has no calls"
         r = rows.setdefault(frames[-1], [0, 0, 0, 0])
         r[0] += w
         if frames[-1] not in frames[:-1]:
             r[1] += w
     for frames, w in stacks(ns_out):
+        if UNOBSERVED in frames:
+            assert frames == [UNOBSERVED], frames
+            unobserved += w
+            continue
         rows.setdefault(frames[-1], [0, 0, 0, 0])[2] += w
         for f in set(frames):
             rows.setdefault(f, [0, 0, 0, 0])[3] += w
             lines[f] = lines.get(f, 0) + 1
-    return {k: tuple(v) for k, v in rows.items() if any(v)}, lines
+    return {k: tuple(v) for k, v in rows.items() if any(v)}, lines, unobserved
+
+
+UNOBSERVED = "<not observed>"
 
 
 def _label(frame):
@@ -82,7 +91,16 @@ def _agree(path, tmp_path, exact=True):
     top, shared = _top(path)
     assert top, "pytrace-top shows no function"
     ps = _pstats(path, tmp_path, top)
-    co, lines = _collapsed(path, tmp_path, _label)
+    co, lines, unobserved = _collapsed(path, tmp_path, _label)
+    # time inside gaps is in no function: pstats and collapsed leave it out of every row
+    # (as pytrace-top does), collapsed shows it as one <not observed> line, the time the
+    # export reports (what `pytrace export` says on stderr)
+    from pytrace.export import export
+    for fmt in ("pstats", "collapsed"):
+        res, err = export(str(path), fmt, str(tmp_path / ("u." + fmt)), max_depth=0)
+        assert err is None
+        assert abs(res.unobserved_ns - unobserved) <= 1, (fmt, res.unobserved_ns, unobserved)
+        assert res.unobserved_lost >= res.lost_events - res.lost_no_ring
     if exact:
         assert ps == top
         assert co == top

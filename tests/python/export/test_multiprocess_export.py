@@ -86,10 +86,16 @@ def _collapsed(path, tmp, *extra):
         rows[frames[-1]][0] += w
         if frames[-1] not in frames[:-1]:
             rows[frames[-1]][1] += w
+    unobserved = 0
     for frames, w in stacks(ns):
+        if "<not observed>" in frames:      # time inside gaps: in no function, one line for all
+            assert frames == ["<not observed>"], frames
+            unobserved += 1
+            continue
         rows[frames[-1]][2] += w
         for f in set(frames):
             rows[f][3] += w
+    assert unobserved <= 1, "every process's and thread's time nobody saw is one stack"
     return {k: tuple(v) for k, v in rows.items() if any(v)}
 
 

@@ -11,7 +11,7 @@ import zlib
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb  # .ci/install.sh installs it
 
 CLEARED, NEEDS = 1, 2
-BEGIN, END, INSTANT = 1, 2, 3
+BEGIN, END, INSTANT, COUNTER = 1, 2, 3, 4
 MONOTONIC = 3
 
 
@@ -44,10 +44,20 @@ class Seq:
         self.locations = {}
 
 
-def read_trace(path):
+def read_trace(path, counters=None):
     """Rebuild what the trace processor sees: tracks, slices per track (nested),
-    instants. Asserts each rule a TrackEvent reader relies on."""
+    instants. Asserts each rule a TrackEvent reader relies on. counters (a dict): gets
+    {counter track uuid: (name, parent uuid, [(ts, value), ...])}, the TYPE_COUNTER
+    events of each track with a CounterDescriptor (descriptors are read first, as the
+    trace processor reserves them while tokenizing, before the sorted events)."""
     pkts, batches = packets(path)
+    counter_tracks = {}
+    for p in pkts:
+        if p.HasField("track_descriptor") and p.track_descriptor.HasField("counter"):
+            td = p.track_descriptor
+            counter_tracks[td.uuid] = (td.name, td.parent_uuid, [])
+    if counters is not None:
+        counters.update(counter_tracks)
     seqs = collections.defaultdict(Seq)
     tracks, processes = {}, {}
     stacks = collections.defaultdict(list)
@@ -106,6 +116,14 @@ def read_trace(path):
                 ts = p.timestamp + c[2]
         ev = p.track_event
         track = ev.track_uuid if ev.HasField("track_uuid") else s.track
+        if ev.type == COUNTER:
+            assert track in counter_tracks, "a counter value on a track with no CounterDescriptor"
+            assert ev.HasField("double_counter_value") or ev.HasField("counter_value")
+            assert ts >= last_ts.get(track, 0)
+            last_ts[track] = ts
+            counter_tracks[track][2].append((ts, ev.double_counter_value if ev.HasField("double_counter_value")
+                                             else ev.counter_value))
+            continue
         assert track in tracks, "event on a track with no descriptor"
         # The trace processor sorts events by time: a track's events must already be in
         # time order for its slices to nest as written.
