@@ -256,7 +256,7 @@ static int tree_cpu(ex_t *e, pt_walk_thread_t *wt, uint64_t now, uint64_t cpu_ns
 static void tree_thread_end(ex_t *e, uint32_t index)
 {
     tree_t *tr = e->ws;
-    tr->cur[index].have_cpu = 0;
+    pt_cct_cpu_forget(e->cct, &tr->cur[index]);
 }
 
 /* The result's count of time nobody saw: every thread's <not observed> node. */
@@ -271,7 +271,7 @@ static void tree_unobserved(ex_t *e)
         const pt_cct_node_t *n = &e->cct->nodes[th->unobserved];
         const double nspt = e->procs[e->thr[i].proc].ns_per_tick;
         e->unobserved_ns += (uint64_t)llround((double)n->self * nspt);
-        e->unobserved_cpu_ns += (uint64_t)llround((double)n->cpu * nspt);
+        e->unobserved_cpu_ns += (uint64_t)llround((double)PT_CCT_CPU(n->cpu) * nspt);
     }
 }
 
@@ -306,7 +306,7 @@ static uint64_t folded_value(const ex_t *e, const pt_cct_node_t *nd)
 {
     if (e->o.weight_calls)
         return nd->calls;
-    return (uint64_t)llround((double)(e->o.cpu_time ? nd->cpu : nd->self) * e->procs[nd->owner].ns_per_tick);
+    return (uint64_t)llround((double)(e->o.cpu_time ? PT_CCT_CPU(nd->cpu) : nd->self) * e->procs[nd->owner].ns_per_tick);
 }
 
 /* One line: the path, sep (" " or ";[deeper frames] ") and the value. */
@@ -671,7 +671,7 @@ static int pair_visit(void *ctx, uint32_t n, int leaving, int outermost)
     }
     pedge_t *ed = &pp->edges[*slot];
     ed->nc += nd->calls;
-    ed->tt += pp->cpu ? nd->cpu : nd->self;
+    ed->tt += pp->cpu ? PT_CCT_CPU(nd->cpu) : nd->self;
     if (outer_pair) {
         ed->cc += nd->calls;
         ed->ct += pp->incl[n];
