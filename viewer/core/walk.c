@@ -414,8 +414,15 @@ static int feed_event(pt_walk_t *w, wthread_t *t, const pt_event_t *ev)
     }
     if (!PT_EV_ID_IS_VALUE(ev->kind) && ev->kind - 1u < PT_EV_KIND_COUNT - 1u)
         check_symbol(w, t, ev->id);
-    if (ev->kind == PT_EV_CPU_TIME) /* changes no stack, ends no recovery: Frame records follow it */
+    if (ev->kind == PT_EV_CPU_TIME) {
+        /* changes no stack; after a Frame run it ends the run as any event does
+         * (the old frames it did not report close at the gap's tick, before the
+         * consumer's clock moves to this record's), but right after a Lost
+         * record (the tracer writes it before the stack) it waits for the run */
+        if (t->recovering && t->recover_pos > 0 && (rc = end_recovery(w, t, now)) != 0)
+            return rc;
         return w->ops.cpu ? w->ops.cpu(w->ctx, &t->pub, now, (uint64_t)ev->id | ((uint64_t)ev->aux << 32)) : 0;
+    }
     if (ev->kind == PT_EV_FRAME)
         return on_frame(w, t, ev);
     if (ev->kind == PT_EV_LOST) {

@@ -39,8 +39,10 @@
  *     with no Frame records after it closes every frame (at its tick) at the
  *     next event. Open spans outlive gaps (rule 1 below).
  *   - Mark: instant() on the thread, the stack unchanged.
- *   - CpuTime: cpu() with the thread's CPU ns, the stack unchanged (a Frame
- *     run after it goes on as if it were not there).
+ *   - CpuTime: cpu() with the thread's CPU ns, the stack unchanged. Right
+ *     after a Lost record it waits for the Frame run that follows (the tracer
+ *     writes Lost, CpuTime, the stack); after a Frame run it ends the run, as
+ *     any other event does, before cpu() is called.
  *
  * THE RULE FOR SPANS. A user span (SpanBegin/SpanEnd, its id a Label symbol)
  * is an entry of the thread's stack like a frame: SpanBegin enters it on top

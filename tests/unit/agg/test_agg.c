@@ -1286,6 +1286,41 @@ static void test_cpu_time(void)
     pt_agg_destroy(agg);
 }
 
+/* A CpuTime record after a Frame run ends the run before the clock moves to it:
+ * the old frame the run did not report (g) closes at the gap's tick, and the
+ * time up to the record goes to the reported top (f), not to g. Right after the
+ * Lost record (before the run, as the tracer writes it) it ends nothing: f and
+ * main stay open across the gap, one call each. */
+static void test_cpu_time_around_frame_runs(void)
+{
+    pt_agg_t *agg = new_agg();
+    setup_syms(agg);
+    stream_t s = {.agg = agg, .thread = 1};
+    cpu_time(&s, 0, 0);
+    ev(&s, PT_EV_CALL, MAIN, 0);
+    ev(&s, PT_EV_CALL, F, 0);
+    ev(&s, PT_EV_CCALL, G, 10);
+    lost(&s, 7, 20);
+    cpu_time(&s, 10, 0);
+    frame(&s, MAIN, 0, 0);
+    frame(&s, F, 1, 0);
+    cpu_time(&s, 20, 10);
+    ev(&s, PT_EV_RETURN, F, 0);
+    ev(&s, PT_EV_RETURN, MAIN, 0);
+    flush(&s);
+    pt_agg_table_t t = {0};
+    const pt_agg_row_t *r = get_row(agg, &t, 0, 0, "g");
+    CHECK_EQ(r->self_ns, 0);   /* its 20 ticks are the gap's */
+    r = get_row(agg, &t, 0, 0, "f");
+    CHECK_EQ(r->calls, 1);
+    CHECK_EQ(r->self_ns, 10 + 10);
+    r = get_row(agg, &t, 0, 0, "main");
+    CHECK_EQ(r->calls, 1);
+    CHECK_EQ(t.unobserved_ns, 20);
+    pt_agg_table_free(&t);
+    pt_agg_destroy(agg);
+}
+
 int main(void)
 {
     test_tree_budget();
@@ -1296,6 +1331,7 @@ int main(void)
     test_yield_resume();
     test_lost_and_frames();
     test_cpu_time();
+    test_cpu_time_around_frame_runs();
     test_frames_at_start_and_open_time();
     test_window();
     test_window_ring_grows();
