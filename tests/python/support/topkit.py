@@ -51,6 +51,32 @@ main(float(sys.argv[1]))
 '''
 
 
+# A thread that spins and one that sleeps, each for argv[1] seconds (issue 21's CPU-time
+# checks: spin_loop is CPU time, time.sleep is waiting).
+SPIN_AND_SLEEP = r'''
+import sys, threading, time
+
+def spin_loop(seconds):
+    end = time.monotonic() + seconds
+    n = 0
+    while time.monotonic() < end:
+        for i in range(20000):
+            n += i
+    return n
+
+def sleeper(seconds):
+    time.sleep(seconds)
+
+seconds = float(sys.argv[1])
+threads = [threading.Thread(target=spin_loop, args=(seconds,), name="spinner"),
+           threading.Thread(target=sleeper, args=(seconds,), name="sleeper")]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+'''
+
+
 def find_top():
     """PYTRACE_TOP, else pytrace-top on PATH, else a build directory of this tree."""
     env = os.environ.get("PYTRACE_TOP")

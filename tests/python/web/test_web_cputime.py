@@ -13,6 +13,7 @@ import pytest
 
 import cpustream
 from helpers import PY
+from topkit import SPIN_AND_SLEEP
 from webkit import WebServer, _page, _wait, browser, needs_browser  # noqa: F401 (browser: a fixture)
 
 
@@ -140,29 +141,6 @@ def test_live_page_switch_to_cpu(recs, browser, tmp_path):
         srv.stop()
 
 
-SPIN_AND_SLEEP = r'''
-import threading, time
-
-def spin_loop(seconds):
-    end = time.monotonic() + seconds
-    n = 0
-    while time.monotonic() < end:
-        for i in range(20000):
-            n += i
-    return n
-
-def sleeper(seconds):
-    time.sleep(seconds)
-
-threads = [threading.Thread(target=spin_loop, args=(3,), name="spinner"),
-           threading.Thread(target=sleeper, args=(3,), name="sleeper")]
-for t in threads:
-    t.start()
-for t in threads:
-    t.join()
-'''
-
-
 @needs_browser
 def test_report_cpu_view_of_a_real_job(tmp_path, browser):
     """Issue 21's check on a real job (needs the tracer's CpuTime records): a thread that
@@ -172,7 +150,7 @@ def test_report_cpu_view_of_a_real_job(tmp_path, browser):
     src = tmp_path / "job.py"
     src.write_text(SPIN_AND_SLEEP)
     rec, html = tmp_path / "job.pytrace", tmp_path / "job.html"
-    r = subprocess.run([PY, "-m", "pytrace", "record", "-o", str(rec), "--", PY, str(src)],
+    r = subprocess.run([PY, "-m", "pytrace", "record", "-o", str(rec), "--", PY, str(src), "3"],
                        capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
     assert r.returncode == 0, r.stderr
     r = subprocess.run([PY, "-m", "pytrace", "export", str(rec), "--format", "html", "-o", str(html)],
