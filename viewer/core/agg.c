@@ -109,7 +109,12 @@ struct sdirty {
 #define SC_CPU_MAX UINT64_C(0x7fff)
 
 static inline uint64_t sc_self(uint64_t sc) { return sc & SC_SELF_MAX; }
-static inline uint64_t sc_cpu(uint64_t sc, uint64_t q) { return ((sc >> 48) & SC_CPU_MAX) * q; }
+/* the CPU part, never above the self ticks (a unit rounds up to q / 2) */
+static inline uint64_t sc_cpu(uint64_t sc, uint64_t q)
+{
+    uint64_t c = ((sc >> 48) & SC_CPU_MAX) * q;
+    return c < sc_self(sc) ? c : sc_self(sc);
+}
 
 static inline void sc_add_self(uint64_t *sc, uint64_t d)
 {
@@ -357,7 +362,8 @@ static inline uint64_t thread_slice(pt_agg_t *a, thread_t *th, uint64_t t)
 /* An entry given ticks whose CPU share the thread's next CpuTime record tells. */
 static void sdirty_add(thread_t *th, uint64_t no, uint32_t idx, uint32_t folded, uint64_t *sc, uint64_t self0)
 {
-    if (pt_grow((void **)&th->sdirty, &th->sdirty_cap, sizeof *th->sdirty, th->nsdirty + 1)) {
+    if (th->nsdirty >= PT_CCT_PENDING_MAX ||
+        pt_grow((void **)&th->sdirty, &th->sdirty_cap, sizeof *th->sdirty, th->nsdirty + 1)) {
         th->cur.cpu_lost++;
         return;
     }

@@ -252,24 +252,14 @@ void pt_cct_fold_flush(pt_cct_t *t, pt_cct_thread_t *th, uint32_t from, uint64_t
 
 /* ---- CPU time and unobserved time (the rules are in cct.h) -------------------- */
 
-void pt_cct_pend_(pt_cct_t *t, pt_cct_thread_t *th, uint32_t node, uint64_t self0)
+void pt_cct_pend_(pt_cct_thread_t *th, pt_cct_pending_t **list, uint32_t *n, uint32_t *cap, uint32_t idx,
+                  uint64_t d)
 {
-    if (pt_grow((void **)&th->dirty, &th->dirty_cap, sizeof *th->dirty, th->ndirty + 1)) {
-        th->cpu_lost++; /* its share will be missing: counted (pt_cct_cpu skips what is not listed) */
+    if (*n >= PT_CCT_PENDING_MAX || pt_grow((void **)list, cap, sizeof **list, *n + 1)) {
+        th->cpu_lost++; /* its share will be missing: counted */
         return;
     }
-    th->dirty[th->ndirty++] = (pt_cct_pending_t){.idx = node, .self0 = self0};
-    t->nodes[node].cpu |= PT_CCT_DIRTY;
-}
-
-void pt_cct_fpend_(pt_cct_t *t, pt_cct_thread_t *th, uint32_t fold, uint64_t self0)
-{
-    if (pt_grow((void **)&th->fdirty, &th->fdirty_cap, sizeof *th->fdirty, th->nfdirty + 1)) {
-        th->cpu_lost++;
-        return;
-    }
-    th->fdirty[th->nfdirty++] = (pt_cct_pending_t){.idx = fold, .self0 = self0};
-    t->folds[fold].cpu |= PT_CCT_DIRTY;
+    (*list)[(*n)++] = (pt_cct_pending_t){.idx = idx, .ticks = d};
 }
 
 uint64_t pt_cct_gap(pt_cct_t *t, pt_cct_thread_t *th, uint64_t now, uint64_t lost)
@@ -298,10 +288,7 @@ uint64_t pt_cct_gap(pt_cct_t *t, pt_cct_thread_t *th, uint64_t now, uint64_t los
 
 void pt_cct_cpu_forget(pt_cct_t *t, pt_cct_thread_t *th)
 {
-    for (uint32_t i = 0; i < th->ndirty; i++)
-        t->nodes[th->dirty[i].idx].cpu &= ~PT_CCT_DIRTY;
-    for (uint32_t i = 0; i < th->nfdirty; i++)
-        t->folds[th->fdirty[i].idx].cpu &= ~PT_CCT_DIRTY;
+    (void)t;
     th->ndirty = th->nfdirty = 0;
     th->have_cpu = 0;
 }
@@ -330,20 +317,17 @@ void pt_cct_cpu(pt_cct_t *t, pt_cct_thread_t *th, uint64_t now, uint64_t cpu_ns,
             *rate = -1.0;
         return;
     }
-    for (uint32_t i = 0; i < th->ndirty; i++) {
+    for (uint32_t i = 0; r >= 0 && i < th->ndirty; i++) {
         pt_cct_node_t *n = &t->nodes[th->dirty[i].idx];
-        n->cpu &= ~PT_CCT_DIRTY;
-        if (r >= 0) {
-            uint64_t c = share(n->self - th->dirty[i].self0, r);
-            n->cpu += c;
+        uint64_t c = share(th->dirty[i].ticks, r);
+        n->cpu = c > ~PT_CCT_DIRTY - n->cpu ? ~PT_CCT_DIRTY : n->cpu + c; /* saturating (hostile ticks) */
+        if (n->sym != PT_CCT_UNOBSERVED) /* nobody's, as its wall ticks are not in acc */
             th->acc_cpu += c;
-        }
     }
-    for (uint32_t i = 0; i < th->nfdirty; i++) {
+    for (uint32_t i = 0; r >= 0 && i < th->nfdirty; i++) {
         pt_cct_fold_t *f = &t->folds[th->fdirty[i].idx];
-        f->cpu &= ~PT_CCT_DIRTY;
-        if (r >= 0)
-            f->cpu += share(f->self - th->fdirty[i].self0, r);
+        uint64_t c = share(th->fdirty[i].ticks, r);
+        f->cpu = c > ~PT_CCT_DIRTY - f->cpu ? ~PT_CCT_DIRTY : f->cpu + c;
     }
     th->ndirty = th->nfdirty = 0;
     th->have_cpu = 1;

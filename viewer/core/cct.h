@@ -79,19 +79,26 @@ typedef struct pt_cct_node {
     uint64_t aux64;         /* the reader's own (pt_agg: that entry's slice) */
     uint64_t calls;
     uint64_t self;          /* ticks */
-    uint64_t cpu;           /* ticks of self on a CPU, given at each CpuTime record (pt_cct_cpu); bit
-                               63 (PT_CCT_DIRTY): given ticks since its thread's last one (in its
-                               pending list); read it with PT_CCT_CPU() */
+    uint64_t cpu;           /* ticks of self on a CPU, given at each CpuTime record (pt_cct_cpu);
+                               read it with PT_CCT_CPU() (bit 63 is agg's window mark, never set here) */
 } pt_cct_node_t;
 
 #define PT_CCT_DIRTY (UINT64_C(1) << 63)
 #define PT_CCT_CPU(x) ((x) & ~PT_CCT_DIRTY)
 
-typedef struct pt_cct_pending { /* a node or fold record given ticks since the last CpuTime record */
+/* Ticks a thread gave a node (or fold record) since its last CpuTime record:
+ * per thread, since threads may share nodes (an export's tree merges them by
+ * path). Consecutive gives to one node are one entry. */
+typedef struct pt_cct_pending {
     uint32_t idx;
     uint32_t reserved;
-    uint64_t self0;         /* its self ticks before */
+    uint64_t ticks;
 } pt_cct_pending_t;
+
+/* A thread's pending list holds at most this many entries (the tracer writes a
+ * CpuTime record at least every chunk of 4,091 records); past it, ticks get no
+ * CPU share, counted in cpu_lost. */
+#define PT_CCT_PENDING_MAX 65536u
 
 typedef struct pt_cct_fold {  /* folded activations of one symbol on one thread */
     uint32_t owner;         /* the thread's (pt_cct_thread_t.owner) */
@@ -135,7 +142,7 @@ typedef struct pt_cct_thread {
     uint64_t acc_cpu;       /* CPU ticks given to anything on this thread */
     pt_cct_pending_t *dirty, *fdirty;
     uint32_t ndirty, dirty_cap, nfdirty, fdirty_cap;
-    uint64_t cpu_lost;      /* CPU ticks that could not be given (out of memory for the lists) */
+    uint64_t cpu_lost;      /* gives left without a CPU share (list full or out of memory) */
     uint32_t unobserved;    /* its <not observed> node (PT_CCT_NONE until a gap) */
     uint64_t gap_lost;      /* events lost in its gaps */
 } pt_cct_thread_t;
@@ -201,28 +208,31 @@ static inline void pt_cct_thread_init(pt_cct_thread_t *th, uint32_t root, uint32
     th->unobserved = PT_CCT_NONE;
 }
 
-/* Out of line: node (fold: a fold record), whose self was self0, got ticks
- * whose CPU share the next CpuTime record tells. */
-void pt_cct_pend_(pt_cct_t *t, pt_cct_thread_t *th, uint32_t node, uint64_t self0);
-void pt_cct_fpend_(pt_cct_t *t, pt_cct_thread_t *th, uint32_t fold, uint64_t self0);
+/* Out of line: append (idx, d) to a pending list. */
+void pt_cct_pend_(pt_cct_thread_t *th, pt_cct_pending_t **list, uint32_t *n, uint32_t *cap, uint32_t idx,
+                  uint64_t d);
 
-/* After d ticks were added to node's self. */
+/* th gave d ticks to node: its CPU share comes with th's next CpuTime record. */
 static inline void pt_cct_pend(pt_cct_t *t, pt_cct_thread_t *th, uint32_t node, uint64_t d)
 {
+    (void)t;
     if (!th->have_cpu || !d)
         return; /* before the thread's first CpuTime record: no CPU share, ever */
-    const pt_cct_node_t *n = &t->nodes[node];
-    if (!(n->cpu & PT_CCT_DIRTY))
-        pt_cct_pend_(t, th, node, n->self - d);
+    if (th->ndirty && th->dirty[th->ndirty - 1].idx == node)
+        th->dirty[th->ndirty - 1].ticks += d;
+    else
+        pt_cct_pend_(th, &th->dirty, &th->ndirty, &th->dirty_cap, node, d);
 }
 
 static inline void pt_cct_fpend(pt_cct_t *t, pt_cct_thread_t *th, uint32_t fold, uint64_t d)
 {
+    (void)t;
     if (!th->have_cpu || !d)
         return;
-    const pt_cct_fold_t *f = &t->folds[fold];
-    if (!(f->cpu & PT_CCT_DIRTY))
-        pt_cct_fpend_(t, th, fold, f->self - d);
+    if (th->nfdirty && th->fdirty[th->nfdirty - 1].idx == fold)
+        th->fdirty[th->nfdirty - 1].ticks += d;
+    else
+        pt_cct_pend_(th, &th->fdirty, &th->nfdirty, &th->fdirty_cap, fold, d);
 }
 void pt_cct_thread_free(pt_cct_thread_t *th);
 

@@ -429,6 +429,7 @@ static int feed(ex_t *e, const pt_fb_msg_t *m, pt_export_result_t *res)
             rc = e->w->cpu_rate(e, index, t->last, t->last, -1.0);
         t = &e->thr[index];
         t->cpu_shown = 0;
+        pt_cct_cpu_forget(NULL, &t->cpu_clock); /* its clock ends with it: a reused number starts anew */
         if (e->w->thread_end)
             e->w->thread_end(e, index);
         return rc;

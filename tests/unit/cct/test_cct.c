@@ -325,6 +325,58 @@ static void test_walk_order(void)
     reader_done(&r);
 }
 
+/* CPU time with a node two threads share (an export merges threads by path):
+ * each thread's ticks get its own rate. a waits (rate 0) and b computes (rate
+ * 1), each 100 ticks in the same node: the node gets b's 100, whichever thread
+ * gave ticks first; a thread's end forgets its pending ticks. */
+static void test_cpu_shared_node(void)
+{
+    reader_t r;
+    reader_init(&r, 0, NULL);
+    pt_cct_t *t = r.cct;
+    pt_walk_t *w = r.walk;
+    pt_walk_thread_t *wt = pt_walk_thread(w, 1, &(int){0});
+    REQUIRE(wt);
+    uint32_t root = pt_cct_root(t, PT_CCT_NONE, 0);
+    pt_cct_thread_t a = {0}, b = {0};
+    pt_cct_thread_init(&a, root, 0);
+    pt_cct_thread_init(&b, root, 0);
+    const uint64_t tps = 1000000000u; /* a tick is a ns */
+    pt_cct_account(t, &a, 0);
+    pt_cct_account(t, &b, 0);
+    pt_cct_cpu(t, &a, 0, 1000, tps, NULL);
+    pt_cct_cpu(t, &b, 0, 5000, tps, NULL);
+    pt_cct_entered_t ea, eb;
+    REQUIRE(pt_cct_enter(t, &a, 0, F, 1, w, wt, &ea) == 0);
+    REQUIRE(pt_cct_enter(t, &b, 0, F, 1, w, wt, &eb) == 0);
+    CHECK(ea.node == eb.node);
+    pt_cct_account(t, &a, 100);
+    pt_cct_account(t, &b, 100);
+    double ra, rb;
+    pt_cct_cpu(t, &a, 100, 1000, tps, &ra);       /* a: no CPU in 100 ns */
+    pt_cct_cpu(t, &b, 100, 5000 + 100, tps, &rb); /* b: all of them */
+    CHECK(ra == 0.0 && rb == 1.0);
+    CHECK(t->nodes[ea.node].self == 200);
+    CHECK(PT_CCT_CPU(t->nodes[ea.node].cpu) == 100);
+    CHECK(a.acc_cpu == 0 && b.acc_cpu == 100);
+    /* the other order: b gives first, a's record first */
+    pt_cct_account(t, &b, 150);
+    pt_cct_account(t, &a, 150);
+    pt_cct_cpu(t, &a, 150, 1000, tps, NULL);
+    pt_cct_cpu(t, &b, 150, 5100 + 50, tps, NULL);
+    CHECK(PT_CCT_CPU(t->nodes[ea.node].cpu) == 150);
+    /* a thread that ends: its pending ticks get nothing, b's still do */
+    pt_cct_account(t, &a, 200);
+    pt_cct_account(t, &b, 200);
+    pt_cct_cpu_forget(t, &a);
+    pt_cct_cpu(t, &b, 200, 5150 + 50, tps, NULL);
+    CHECK(PT_CCT_CPU(t->nodes[ea.node].cpu) == 200);
+    CHECK(a.ndirty == 0 && b.ndirty == 0);
+    pt_cct_thread_free(&a);
+    pt_cct_thread_free(&b);
+    reader_done(&r);
+}
+
 int main(void)
 {
     test_self_time();
@@ -333,6 +385,7 @@ int main(void)
     test_budget();
     test_key_of();
     test_walk_order();
+    test_cpu_shared_node();
     if (!failures)
         printf("cct: all tests passed\n");
     return failures != 0;
