@@ -425,12 +425,13 @@ int pt_ring_push_slow(pt_ring_t *ring, uint64_t word0, uint64_t word1)
         return -ENOBUFS;
     }
 
+    int sampled = 0; /* a CpuTime record went before the stack in this visit */
     if (ring->lost_pending != 0) {
         /* Room returned after a gap: Lost(count), CpuTime (the baseline of
          * what follows), the stack, then the record. */
         store_lost(ring, word0);
         if (ring->cpu_on)
-            (void)write_cpu(ring, word0);
+            sampled = write_cpu(ring, word0) == 0;
         if (ring->stack_writer != NULL) {
             /* The Lost record filled at most one slot of a fresh chunk, so
              * room >= 1; the writer keeps the last one for the record. */
@@ -441,10 +442,12 @@ int pt_ring_push_slow(pt_ring_t *ring, uint64_t word0, uint64_t word1)
     } else if (ring->stack_writer != NULL &&
                atomic_load_explicit(&ring->slot->stack_request, memory_order_relaxed) != 0) {
         if (ring->cpu_on)
-            (void)write_cpu(ring, word0); /* the baseline of a reader that joins here */
+            sampled = write_cpu(ring, word0) == 0; /* the baseline of a reader that joins here */
         (void)write_stack(ring, 1);
     }
-    if (cpu_due(ring))
+    if (sampled) /* a stack that crossed a chunk asked for one more: the slot it kept is the record's */
+        atomic_store_explicit(&ring->cpu_due, 0, memory_order_relaxed);
+    else if (cpu_due(ring))
         (void)write_cpu(ring, word0); /* chunk change, first push, or asked for */
     if (!ensure_room(ring)) {
         /* Only if the stack writer overran its room (API misuse). */
