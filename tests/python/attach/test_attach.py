@@ -76,7 +76,7 @@ def window(path):
     anything else, every close closes the frame on top, and nothing is open at the end
     (detach closed it). -> (calls, problems, events lost as the Lost records say)."""
     from pytrace.recording import RecordingReader
-    from pytrace.reader import decode
+    from pytrace.reader import EventKind, decode
     names, calls, problems = {}, Counter(), []
     stacks, started, lost = {}, {}, 0
     with RecordingReader(path) as rec:
@@ -87,6 +87,8 @@ def window(path):
             elif msg_type == 5:
                 stack = stacks.setdefault(msg.thread, [])
                 for ticks, sid, aux, kind, flags in msg.iter_events():
+                    if kind == EventKind.CpuTime:        # the thread's CPU clock: no stack change
+                        continue
                     if kind == 13:                       # Frame
                         if started.get(msg.thread):
                             problems.append("thread %d: Frame record after its first event" % msg.thread)
