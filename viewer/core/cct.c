@@ -270,16 +270,8 @@ uint64_t pt_cct_gap(pt_cct_t *t, pt_cct_thread_t *th, uint64_t now, uint64_t los
             th->unobserved = u;
     }
     th->gap_lost += lost;
-    if (!th->have_last) {
-        th->have_last = 1;
-        th->last = now;
-        return 0;
-    }
-    if (now <= th->last)
-        return 0;
-    uint64_t d = now - th->last;
-    th->last = now;
-    if (th->unobserved != PT_CCT_NONE) {
+    uint64_t d = pt_cct_elapsed(th, now);
+    if (d && th->unobserved != PT_CCT_NONE) {
         t->nodes[th->unobserved].self += d;
         pt_cct_pend(t, th, th->unobserved, d);
     }

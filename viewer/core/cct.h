@@ -271,7 +271,9 @@ static inline void pt_cct_give(pt_cct_t *t, pt_cct_thread_t *th, uint64_t d)
  * (and to its fold record, and to th->acc). Returns the ticks given (0 for the
  * first event, or a tick that does not move forward); th->last is then the
  * largest tick seen. */
-static inline uint64_t pt_cct_account(pt_cct_t *t, pt_cct_thread_t *th, uint64_t now)
+/* The ticks since th's last event (0 for its first, or a tick that does not
+ * move forward); th->last is then the largest tick seen. */
+static inline uint64_t pt_cct_elapsed(pt_cct_thread_t *th, uint64_t now)
 {
     if (!th->have_last) {
         th->have_last = 1;
@@ -281,8 +283,15 @@ static inline uint64_t pt_cct_account(pt_cct_t *t, pt_cct_thread_t *th, uint64_t
     if (now <= th->last)
         return 0;
     uint64_t d = now - th->last;
-    pt_cct_give(t, th, d);
     th->last = now;
+    return d;
+}
+
+static inline uint64_t pt_cct_account(pt_cct_t *t, pt_cct_thread_t *th, uint64_t now)
+{
+    uint64_t d = pt_cct_elapsed(th, now);
+    if (d)
+        pt_cct_give(t, th, d);
     return d;
 }
 

@@ -372,15 +372,12 @@ static int pf_thread_descriptor(ex_t *e, uint32_t index)
     return rc;
 }
 
-/* The thread's sequence: cleared state, defaults, its incremental clock, its track. */
-static int pf_open_sequence(ex_t *e, uint32_t index, uint64_t ns)
+/* A sequence's first packet: cleared state, its events' default track, its
+ * incremental clock starting at ns. */
+static int pf_sequence_start(ex_t *e, uint32_t seq, uint64_t track_uuid, uint64_t ns)
 {
-    pf_thr_t *pt = &((pf_t *)e->ws)->thr[index];
-    pt->pf_seq = PF_SEQ_PROCESS + 1 + index;
-    pt->pf_last_ns = ns;
-    pt->pf_open = 1;
     pb_t ted = {0}, def = {0}, c1 = {0}, c2 = {0}, clk = {0}, pkt = {0};
-    pb_uint(&ted, 11, pf_uuid(e, index)); /* TrackEventDefaults.track_uuid */
+    pb_uint(&ted, 11, track_uuid); /* TrackEventDefaults.track_uuid */
     pb_uint(&def, 58, PF_CLOCK_INCREMENTAL);
     pb_msg(&def, 11, &ted);
     pb_uint(&c1, 1, PF_CLOCK_MONOTONIC);
@@ -391,11 +388,21 @@ static int pf_open_sequence(ex_t *e, uint32_t index, uint64_t ns)
     pb_uint(&c2, 4, 1); /* unit_multiplier_ns */
     pb_msg(&clk, 1, &c1);
     pb_msg(&clk, 1, &c2);
-    pb_uint(&pkt, 10, pt->pf_seq);
+    pb_uint(&pkt, 10, seq);
     pb_uint(&pkt, 13, PF_SEQ_CLEARED);
     pb_msg(&pkt, 59, &def);
     pb_msg(&pkt, 6, &clk);
-    int rc = pf_pb_send(e, &pkt, pb_done_all((pb_t *const[]){&ted, &def, &c1, &c2, &clk}, 5));
+    return pf_pb_send(e, &pkt, pb_done_all((pb_t *const[]){&ted, &def, &c1, &c2, &clk}, 5));
+}
+
+/* The thread's sequence: cleared state, defaults, its incremental clock, its track. */
+static int pf_open_sequence(ex_t *e, uint32_t index, uint64_t ns)
+{
+    pf_thr_t *pt = &((pf_t *)e->ws)->thr[index];
+    pt->pf_seq = PF_SEQ_PROCESS + 1 + index;
+    pt->pf_last_ns = ns;
+    pt->pf_open = 1;
+    int rc = pf_sequence_start(e, pt->pf_seq, pf_uuid(e, index), ns);
     return rc ? rc : pf_thread_descriptor(e, index);
 }
 
@@ -534,23 +541,7 @@ static int pf_cpu_open(ex_t *e, uint32_t index, uint64_t ns)
 {
     pf_thr_t *pt = &((pf_t *)e->ws)->thr[index];
     const uint32_t seq = PF_SEQ_CPU + index;
-    pb_t ted = {0}, def = {0}, c1 = {0}, c2 = {0}, clk = {0}, pkt = {0};
-    pb_uint(&ted, 11, pf_cpu_uuid(e, index)); /* TrackEventDefaults.track_uuid */
-    pb_uint(&def, 58, PF_CLOCK_INCREMENTAL);
-    pb_msg(&def, 11, &ted);
-    pb_uint(&c1, 1, PF_CLOCK_MONOTONIC);
-    pb_uint(&c1, 2, ns);
-    pb_uint(&c2, 1, PF_CLOCK_INCREMENTAL);
-    pb_uint(&c2, 2, ns);
-    pb_uint(&c2, 3, 1); /* is_incremental */
-    pb_uint(&c2, 4, 1); /* unit_multiplier_ns */
-    pb_msg(&clk, 1, &c1);
-    pb_msg(&clk, 1, &c2);
-    pb_uint(&pkt, 10, seq);
-    pb_uint(&pkt, 13, PF_SEQ_CLEARED);
-    pb_msg(&pkt, 59, &def);
-    pb_msg(&pkt, 6, &clk);
-    int rc = pf_pb_send(e, &pkt, pb_done_all((pb_t *const[]){&ted, &def, &c1, &c2, &clk}, 5));
+    int rc = pf_sequence_start(e, seq, pf_cpu_uuid(e, index), ns);
     if (rc)
         return rc;
     pb_t cd = {0}, td = {0}, pkt2 = {0};
