@@ -78,6 +78,8 @@ enum pt_event_kind {
 #define PT_EVF_LOST_WAIT_TIMEOUT 0x10u /* LostWaitTimeout: policy wait, the wait bound ran out */
 #define PT_EVF_LOST_NO_ROOM 0x20u      /* LostNoRoom: no room in /dev/shm for the ring's next chunk */
 #define PT_EVF_LOST_CAUSES (PT_EVF_LOST_NO_RING | PT_EVF_LOST_WAIT_TIMEOUT | PT_EVF_LOST_NO_ROOM)
+/* Step: a Mark record that ends a step of the program's loop (Optimizer.step, pytrace.step()) */
+#define PT_EVF_STEP 0x40u
 
 /* Lost record: count = id | ((uint64_t)aux << 32) (48 bits, saturating). */
 #define PT_LOST_MAX ((UINT64_C(1) << 48) - 1)

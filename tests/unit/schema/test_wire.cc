@@ -46,7 +46,8 @@ SAME(PT_EVF_SYNTHETIC, fb::EventFlags_Synthetic, "EventFlags Synthetic");
 SAME(PT_EVF_LOST_NO_RING, fb::EventFlags_LostNoRing, "EventFlags LostNoRing");
 SAME(PT_EVF_LOST_WAIT_TIMEOUT, fb::EventFlags_LostWaitTimeout, "EventFlags LostWaitTimeout");
 SAME(PT_EVF_LOST_NO_ROOM, fb::EventFlags_LostNoRoom, "EventFlags LostNoRoom");
-SAME((PT_EVF_C_FUNCTION | PT_EVF_THROWN | PT_EVF_SYNTHETIC | PT_EVF_LOST_CAUSES), fb::EventFlags_ANY, "EventFlags: every flag of the .fbs is in pt_wire.h");
+SAME(PT_EVF_STEP, fb::EventFlags_Step, "EventFlags Step");
+SAME((PT_EVF_C_FUNCTION | PT_EVF_THROWN | PT_EVF_SYNTHETIC | PT_EVF_LOST_CAUSES | PT_EVF_STEP), fb::EventFlags_ANY, "EventFlags: every flag of the .fbs is in pt_wire.h");
 
 // ---- enum ClockKind, ProducerState, SymbolKind, DropPolicy -----------------
 SAME(PT_CLOCK_MONOTONIC, fb::ClockKind_Monotonic, "ClockKind Monotonic");
