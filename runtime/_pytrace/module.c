@@ -367,7 +367,7 @@ static PyObject *py_label(PyObject *module, PyObject *name)
     return idobj;
 }
 
-static PyObject *user_event(PyObject *arg, uint8_t kind)
+static PyObject *user_event_flags(PyObject *arg, uint8_t kind, uint8_t flags)
 {
     unsigned long id = PyLong_AsUnsignedLong(arg);
     if (id == (unsigned long)-1 && PyErr_Occurred())
@@ -376,8 +376,13 @@ static PyObject *user_event(PyObject *arg, uint8_t kind)
         PyErr_SetString(PyExc_ValueError, "label id out of range");
         return NULL;
     }
-    pt_tracer_user_event((uint32_t)id, kind);
+    pt_tracer_user_event_flags((uint32_t)id, kind, flags);
     Py_RETURN_NONE;
+}
+
+static PyObject *user_event(PyObject *arg, uint8_t kind)
+{
+    return user_event_flags(arg, kind, 0);
 }
 
 static PyObject *py_span_begin(PyObject *module, PyObject *arg)
@@ -396,6 +401,13 @@ static PyObject *py_mark(PyObject *module, PyObject *arg)
 {
     (void)module;
     return user_event(arg, PT_EV_MARK);
+}
+
+/* A Mark that ends a step of the program's loop on this thread (PT_EVF_STEP). */
+static PyObject *py_step(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    return user_event_flags(arg, PT_EV_MARK, PT_EVF_STEP);
 }
 
 /* ---- fork ----------------------------------------------------------------------- */
@@ -512,6 +524,7 @@ static PyMethodDef pt_methods[] = {
     {"span_begin", py_span_begin, METH_O, "span_begin(label_id)"},
     {"span_end", py_span_end, METH_O, "span_end(label_id)"},
     {"mark", py_mark, METH_O, "mark(label_id)"},
+    {"step", py_step, METH_O, "step(label_id): a Mark with the Step flag: ends a step of the loop on this thread"},
     {"list_segments", pt_list_segments, METH_NOARGS, "list_segments() -> list[dict]"},
     {"proc_stat", py_proc_stat, METH_VARARGS,
      "proc_stat(pid, tid=0) -> dict | None: /proc/PID/stat (or /proc/PID/task/TID/stat): state (one letter), "

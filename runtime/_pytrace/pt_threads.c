@@ -433,11 +433,16 @@ int pt_c_event_slow(PyCodeObject *caller, PyObject *callable, PyObject *self_arg
 
 void pt_tracer_user_event(uint32_t label_id, uint8_t kind)
 {
+    pt_tracer_user_event_flags(label_id, kind, 0);
+}
+
+void pt_tracer_user_event_flags(uint32_t label_id, uint8_t kind, uint8_t flags)
+{
     if (pt_epoch_now() == 0)
         return;
     pt_thread_t *t = thread_get(NULL);
     if (t)
-        pt_emit(t, label_id, kind, 0);
+        pt_emit(t, label_id, kind, flags);
 }
 
 /* ---- closing and retiring (pt_core.lock held) ----------------------------------- */

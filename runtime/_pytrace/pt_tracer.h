@@ -98,6 +98,8 @@ PT_HIDDEN const pt_options_t *pt_tracer_options(void);
 /* Labels and user records (no-ops when not tracing). */
 PT_HIDDEN int pt_tracer_intern_label(const char *name, uint32_t *id_out);
 PT_HIDDEN void pt_tracer_user_event(uint32_t label_id, uint8_t kind);
+/* The same with Event.flags (a Mark with PT_EVF_STEP ends a step of the program's loop). */
+PT_HIDDEN void pt_tracer_user_event_flags(uint32_t label_id, uint8_t kind, uint8_t flags);
 
 /* Before the process leaves through _exit() (os._exit: no exit handler runs):
  * stop, publish everything, mark the segment EXITED and let it go, as the

@@ -54,7 +54,7 @@ except ImportError as _e:  # the extension is not built: the reader-side helpers
 # pytrace's own files (this one, the launcher): their code is hidden from every picture
 _HIDDEN = [os.path.join(os.path.dirname(__file__), name) for name in _HIDDEN_FILES]
 
-__all__ = ["start", "stop", "trace", "span", "mark", "counters", "is_tracing", "Reader",
+__all__ = ["start", "stop", "trace", "span", "mark", "step", "counters", "is_tracing", "Reader",
            "Counters", "decode", "segment_name", "Profile", "__version__"]
 
 
@@ -192,6 +192,9 @@ def stop():
         return counters()
     result = Counters._from(_ext().stop())
     _clear_labels()
+    _steps_mod = sys.modules.get("pytrace._steps")  # its Optimizer.step hook goes with the trace
+    if _steps_mod is not None:
+        _steps_mod.uninstall_optimizer_steps()
     lost = _describe_losses(result)
     if lost:
         warnings.warn("pytrace: %s%s" % (lost, "; first error: %s" % result.first_error
@@ -293,3 +296,16 @@ def mark(name):
     """An instant mark with a label (ignored when not tracing)."""
     if _pytrace is not None and _pytrace.is_tracing():
         _pytrace.mark(_label(name))
+
+
+def step(name="step"):
+    """End a step of the program's loop on this thread (a training step): a mark with
+    the Step flag. The step runs from this thread's previous step() (or, for the first,
+    from the thread's first traced event) to this call; pytrace-top's step mode, the web
+    view, the HTML report and the exports show each step and the last one alone. Ignored
+    when not tracing. Optimizer.step calls are marked for you under --torch
+    (pytrace._steps.install_optimizer_steps)."""
+    if not isinstance(name, str):  # the same error traced or not
+        raise TypeError("pytrace.step: name must be a str, not %s" % type(name).__name__)
+    if _pytrace is not None and _pytrace.is_tracing():
+        _pytrace.step(_label(name))

@@ -33,6 +33,7 @@
 #include "walk.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,6 +75,46 @@ _Static_assert(NO_SLICE == UINT64_MAX, "a new node's and fold record's aux64 (UI
 
 /* ---- state ---------------------------------------------------------------- */
 
+/* STEPS. A Mark with PT_EVF_STEP ends a step of its thread's loop (walk.h).
+ * Per thread: every step's duration is in the summary (count, sum, sum of
+ * squares, the slowest); the last PT_AGG_STEPS_KEPT (end, duration) pairs are
+ * kept in a ring for the percentiles and the list. The last complete step's
+ * call tree: from its thread's first Step mark on, the ticks and calls the
+ * thread gives its nodes are also added to `cur`, one entry per node (a node
+ * belongs to one thread: agg.c makes a root per thread), found through
+ * pt_agg.step_slot[node] and checked as a slice entry is (the index is below
+ * the count and the entry names the node); a Step mark freezes `cur` as
+ * `last` and starts `cur` empty, O(1). The first step (from the thread's first
+ * event to its first Step mark) is the thread's whole tree then: copied from
+ * the nodes once. Frames open at a mark go on into the next step (their call
+ * is counted in the step that entered them), as a window's slices do. */
+typedef struct step_entry {
+    uint32_t node;
+    uint32_t calls;        /* saturating */
+    uint64_t self;         /* ticks */
+} step_entry_t;
+
+typedef struct step_set {
+    step_entry_t *e;
+    uint32_t n, cap;
+    uint64_t lost;         /* events lost in its gaps */
+} step_set_t;
+
+typedef struct steps {
+    uint64_t count;        /* steps ended (its Step marks) */
+    uint64_t start;        /* tick the running step began at */
+    uint64_t sum, min, max, max_index; /* ticks; max_index: 1-based number of the slowest */
+    double sumsq;
+    uint64_t last_end, last_dur;
+    uint32_t label;        /* symbol id of its last Step mark */
+    struct { uint64_t end, dur; } *ring; /* the last kept steps: step k (1-based) in slot (k-1) % cap */
+    uint32_t ring_cap;
+    int ring_fixed;        /* growing it failed: it stays this size (its slots were reused) */
+    step_set_t cur, last;  /* the running step's nodes; the last complete step's */
+    uint64_t last_start;   /* ticks of the last complete step */
+    uint64_t set_lost;     /* entries that found no memory (the step tree misses them): counted */
+} steps_t;
+
 typedef struct thread {
     uint64_t number;
     uint64_t os_tid;
@@ -90,6 +131,9 @@ typedef struct thread {
     /* slice entries given ticks since its last CpuTime record (marked PT_CCT_DIRTY) */
     struct sdirty *sdirty;
     uint32_t nsdirty, sdirty_cap;
+    uint64_t first_tick;   /* its first event's tick (where its first step starts) */
+    int have_first;
+    steps_t *steps;        /* its steps (NULL until its first Step mark) */
 } thread_t;
 
 struct sdirty {
@@ -188,6 +232,8 @@ struct pt_agg {
     uint64_t symbols_dropped, threads_untraced, events_untraced, tracing_displaced;
     uint64_t unrecorded_events;   /* max ProducerStatus.unrecorded_events (recordings) */
     uint32_t producer_state;
+    uint32_t *step_slot;          /* per node: its entry in its thread's running step (STEPS) */
+    uint32_t step_slot_cap;
 };
 
 static const pt_walk_ops_t agg_walk_ops; /* defined with the callbacks below */
@@ -241,7 +287,15 @@ void pt_agg_destroy(pt_agg_t *a)
         }
     free(a->slices);
     pt_cct_destroy(a->cct);
+    free(a->step_slot);
     for (uint32_t i = 0; i < a->thread_count; i++) {
+        steps_t *s = a->threads[i].steps;
+        if (s) {
+            free(s->ring);
+            free(s->cur.e);
+            free(s->last.e);
+            free(s);
+        }
         free(a->threads[i].name);
         pt_cct_thread_free(&a->threads[i].cur);
         free(a->threads[i].sdirty);
@@ -495,6 +549,33 @@ static void fold_flushed(void *ctx, pt_cct_thread_t *cur, uint32_t fold, uint64_
 static inline void spread(pt_agg_t *a, thread_t *th, uint64_t t, uint64_t now, uint64_t given, uint32_t top, uint32_t fr,
                    int flush);
 
+/* calls and ticks to node in th's running step (STEPS) */
+static void step_add(pt_agg_t *a, thread_t *th, uint32_t node, uint32_t calls, uint64_t self)
+{
+    steps_t *s = th->steps;
+    if (node >= a->step_slot_cap) {
+        uint32_t cap = a->step_slot_cap;
+        if (pt_grow((void **)&a->step_slot, &cap, sizeof *a->step_slot, a->cct->node_count > node ? a->cct->node_count : node + 1)) {
+            s->set_lost++;
+            return;
+        }
+        a->step_slot_cap = cap;
+    }
+    uint32_t i = a->step_slot[node];
+    if (i < s->cur.n && s->cur.e[i].node == node) {
+        step_entry_t *e = &s->cur.e[i];
+        e->calls = e->calls > UINT32_MAX - calls ? UINT32_MAX : e->calls + calls;
+        e->self += self;
+        return;
+    }
+    if (pt_grow((void **)&s->cur.e, &s->cur.cap, sizeof *s->cur.e, s->cur.n + 1)) {
+        s->set_lost++;
+        return;
+    }
+    a->step_slot[node] = s->cur.n;
+    s->cur.e[s->cur.n++] = (step_entry_t){.node = node, .calls = calls, .self = self};
+}
+
 static void account(pt_agg_t *a, thread_t *th, uint64_t now)
 {
     uint64_t t = th->cur.last;
@@ -502,6 +583,8 @@ static void account(pt_agg_t *a, thread_t *th, uint64_t now)
     if (!given)
         return;
     spread(a, th, t, now, given, pt_cct_top(&th->cur), pt_cct_top_fold(&th->cur), 1);
+    if (th->steps)
+        step_add(a, th, pt_cct_top(&th->cur), 0, given);
 }
 
 /* A gap (Lost record): the ticks since the last event are nobody's -- the
@@ -518,6 +601,11 @@ static void account_gap(pt_agg_t *a, thread_t *th, uint64_t now, uint64_t lost)
         sl->lost += lost;
     if (given && th->cur.unobserved != PT_AGG_NONE)
         spread(a, th, t, now, given, th->cur.unobserved, PT_AGG_NONE, 0);
+    if (th->steps) {
+        th->steps->cur.lost += lost;
+        if (given && th->cur.unobserved != PT_AGG_NONE)
+            step_add(a, th, th->cur.unobserved, 0, given);
+    }
 }
 
 /* The window's part of `given` ticks [t, now) of node top (fold record fr):
@@ -581,6 +669,8 @@ static int agg_enter(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t now,
         slice_add(a, th, in.node, no, th->slice_slot, 1, 0);
         if (in.fold != PT_AGG_NONE)
             fslice_add(a, th, in.fold, no, 1, (uint32_t)in.outermost, 0, 0, 0);
+        if (th->steps)
+            step_add(a, th, in.node, 1, 0);
     }
     return 0;
 }
@@ -596,11 +686,81 @@ static int agg_exit(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t now, 
     return 0;
 }
 
-static int agg_instant(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t now)
+/* The first step of th: its whole tree so far (STEPS). */
+static int step_first(pt_agg_t *a, thread_t *th, steps_t *s)
 {
-    (void)id;
+    const pt_cct_t *t = a->cct;
+    uint32_t idx = (uint32_t)(th - a->threads);
+    for (uint32_t i = 0; i < t->node_count; i++) {
+        const pt_cct_node_t *n = &t->nodes[i];
+        if (n->owner != idx || (!n->calls && !n->self))
+            continue;
+        if (pt_grow((void **)&s->last.e, &s->last.cap, sizeof *s->last.e, s->last.n + 1))
+            return -ENOMEM;
+        s->last.e[s->last.n++] = (step_entry_t){.node = i, .calls = n->calls > UINT32_MAX ? UINT32_MAX : (uint32_t)n->calls,
+                                                .self = n->self};
+    }
+    s->last.lost = th->cur.gap_lost;
+    return 0;
+}
+
+/* A Step mark at now ends th's running step (STEPS). */
+static int step_end(pt_agg_t *a, thread_t *th, uint32_t label, uint64_t now)
+{
+    steps_t *s = th->steps;
+    if (!s) {
+        s = th->steps = calloc(1, sizeof *s);
+        if (!s)
+            return -ENOMEM;
+        s->start = th->have_first && th->first_tick <= now ? th->first_tick : now;
+        s->min = UINT64_MAX;
+        if (step_first(a, th, s))
+            return -ENOMEM;
+    } else { /* the running step is the last one now; the old last is reused for the next */
+        step_set_t old = s->last;
+        s->last = s->cur;
+        s->cur = old;
+        s->cur.n = 0;
+        s->cur.lost = 0;
+    }
+    uint64_t dur = now > s->start ? now - s->start : 0;
+    s->count++;
+    s->sum = sat_add(s->sum, dur);
+    s->sumsq += (double)dur * (double)dur;
+    if (dur < s->min)
+        s->min = dur;
+    if (dur > s->max || s->count == 1) {
+        s->max = dur;
+        s->max_index = s->count;
+    }
+    s->last_start = s->start;
+    s->last_end = now;
+    s->last_dur = dur;
+    s->label = label;
+    if (s->count > s->ring_cap && s->ring_cap < PT_AGG_STEPS_KEPT && !s->ring_fixed) {
+        uint32_t cap = s->ring_cap;
+        uint32_t want = s->count < PT_AGG_STEPS_KEPT ? (uint32_t)s->count : PT_AGG_STEPS_KEPT;
+        if (!pt_grow((void **)&s->ring, &cap, sizeof *s->ring, want))
+            s->ring_cap = cap > PT_AGG_STEPS_KEPT ? PT_AGG_STEPS_KEPT : cap;
+        else
+            s->ring_fixed = 1; /* out of memory: it keeps the last ring_cap steps from now on */
+    }
+    /* step k in slot (k-1) % ring_cap: the ring grows only while no slot was reused */
+    if (s->ring_cap) {
+        s->ring[(s->count - 1) % s->ring_cap].end = now;
+        s->ring[(s->count - 1) % s->ring_cap].dur = dur;
+    }
+    s->start = now;
+    return 0;
+}
+
+static int agg_instant(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t now, unsigned flags)
+{
     pt_agg_t *a = ctx;
-    account(a, walk_thread(a, wt), now);
+    thread_t *th = walk_thread(a, wt);
+    account(a, th, now);
+    if (flags & PT_EVF_STEP)
+        return step_end(a, th, id, now);
     return 0;
 }
 
@@ -667,6 +827,10 @@ int pt_agg_feed_events(pt_agg_t *a, uint64_t thread, const pt_event_t *events, s
         th->ended = 0; /* events after ThreadEnd: the slot was reused; keep going */
     a->events_seen += count;
     th->events += count;
+    if (count && !th->have_first) {
+        th->have_first = 1;
+        th->first_tick = events[0].ticks;
+    }
     /* clock range and events per slice; the stacks are the walk's */
     for (size_t i = 0; i < count; i++) {
         uint64_t now = events[i].ticks;
@@ -937,6 +1101,107 @@ void pt_agg_counters(const pt_agg_t *a, pt_agg_counters_t *out)
     }
 }
 
+/* ---- steps ------------------------------------------------------------------ */
+
+/* The index of thread `number` with steps, or with 0 the stepping thread (the
+ * one whose last step ended last); PT_AGG_NONE when none. */
+static uint32_t step_thread(const pt_agg_t *a, uint64_t number, uint32_t *stepping)
+{
+    uint32_t best = PT_AGG_NONE, n = 0;
+    for (uint32_t i = 0; i < a->thread_count; i++) {
+        const steps_t *s = a->threads[i].steps;
+        if (!s)
+            continue;
+        n++;
+        if (number ? a->threads[i].number == number
+                   : best == PT_AGG_NONE || s->last_end > a->threads[best].steps->last_end)
+            best = i;
+    }
+    if (stepping)
+        *stepping = n;
+    return best;
+}
+
+static int cmp_u64p(const void *x, const void *y)
+{
+    uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+    return a < b ? -1 : a > b;
+}
+
+/* nearest rank: the smallest value with at least p of the sorted values at or below it */
+static uint64_t rank_of(const uint64_t *sorted, size_t n, double p)
+{
+    size_t k = (size_t)(p * (double)n + 0.999999);
+    return sorted[k ? k - 1 : 0];
+}
+
+int pt_agg_steps(pt_agg_t *a, uint64_t thread, pt_agg_steps_t *out)
+{
+    memset(out, 0, sizeof *out);
+    uint32_t stepping = 0;
+    uint32_t i = step_thread(a, thread, &stepping);
+    out->threads = stepping;
+    if (i == PT_AGG_NONE) {
+        if (!thread)
+            return 0;
+        uint32_t t = pt_u64map_get(&a->thread_map, thread);
+        return t == PT_AGG_NONE ? -ENOENT : 0;
+    }
+    const steps_t *s = a->threads[i].steps;
+    out->thread = a->threads[i].number;
+    out->label = pt_cct_sym_at(a->cct, pt_cct_sym(a->cct, 0, s->label))->id;
+    out->count = s->count;
+    out->kept = s->count < s->ring_cap ? s->count : s->ring_cap;
+    out->folded = s->count - out->kept;
+    out->last_ns = ticks_ns(a, s->last_dur);
+    out->last_start_ns = pt_agg_ticks_to_ns(a, s->last_start);
+    out->last_end_ns = pt_agg_ticks_to_ns(a, s->last_end);
+    out->last_lost = s->last.lost;
+    out->min_ns = ticks_ns(a, s->min);
+    out->max_ns = ticks_ns(a, s->max);
+    out->slowest = s->max_index;
+    out->total_ns = ticks_ns(a, s->sum);
+    double mean = (double)s->sum / (double)s->count;
+    double var = s->sumsq / (double)s->count - mean * mean;
+    out->mean_ns = ticks_ns(a, u64_of_double(mean + 0.5));
+    out->stdev_ns = ticks_ns(a, u64_of_double(var > 0 ? sqrt(var) + 0.5 : 0));
+    const thread_t *th = &a->threads[i];
+    if (!th->ended && a->latest > s->start)
+        out->running_ns = ticks_ns(a, a->latest - s->start);
+    out->tree_missed = s->set_lost;
+    if (out->kept) {
+        uint64_t *d = malloc((size_t)out->kept * sizeof *d);
+        if (!d)
+            return -ENOMEM;
+        for (uint64_t k = 0; k < out->kept; k++)
+            d[k] = s->ring[k].dur;
+        qsort(d, (size_t)out->kept, sizeof *d, cmp_u64p);
+        out->median_ns = ticks_ns(a, rank_of(d, (size_t)out->kept, 0.5));
+        out->p10_ns = ticks_ns(a, rank_of(d, (size_t)out->kept, 0.1));
+        out->p90_ns = ticks_ns(a, rank_of(d, (size_t)out->kept, 0.9));
+        free(d);
+    }
+    return 0;
+}
+
+int pt_agg_step_list(pt_agg_t *a, uint64_t thread, pt_agg_step_t *out, size_t cap, size_t *n)
+{
+    *n = 0;
+    uint32_t i = step_thread(a, thread, NULL);
+    if (i == PT_AGG_NONE)
+        return thread && pt_u64map_get(&a->thread_map, thread) == PT_AGG_NONE ? -ENOENT : 0;
+    const steps_t *s = a->threads[i].steps;
+    uint64_t kept = s->count < s->ring_cap ? s->count : s->ring_cap;
+    *n = (size_t)kept;
+    for (uint64_t k = 0; k < kept && k < cap; k++) {
+        uint64_t number = s->count - kept + 1 + k;
+        const uint64_t slot = (number - 1) % s->ring_cap;
+        out[k] = (pt_agg_step_t){.number = number, .end_ns = pt_agg_ticks_to_ns(a, s->ring[slot].end),
+                                .dur_ns = ticks_ns(a, s->ring[slot].dur)};
+    }
+    return 0;
+}
+
 /* ---- queries -------------------------------------------------------------- */
 
 /* Per-node calls and self ticks of the view, open frames included. */
@@ -952,6 +1217,7 @@ typedef struct view {
     uint64_t wstart;        /* ticks before it are not in the view */
     uint64_t first_slice;   /* a window's first slice */
     int window;
+    int step;               /* the last complete step alone (query last_step) */
 } view_t;
 
 static int thread_selected(const pt_agg_t *a, const pt_agg_query_t *q, uint32_t t);
@@ -981,7 +1247,25 @@ static int view_build(pt_agg_t *a, const pt_agg_query_t *q, view_t *v)
         return -ENOMEM;
     }
     uint64_t wstart = a->min_tick;
-    int window = q && q->window_seconds > 0 && a->max_slice != NO_SLICE;
+    int window = q && q->window_seconds > 0 && a->max_slice != NO_SLICE && !q->last_step;
+    if (q && q->last_step) { /* the frozen entries of the thread's last step (STEPS) */
+        uint32_t ti = step_thread(a, q->thread, NULL);
+        const steps_t *s = ti != PT_AGG_NONE ? a->threads[ti].steps : NULL;
+        if (s && s->count) {
+            for (uint32_t i = 0; i < s->last.n; i++) {
+                const step_entry_t *e = &s->last.e[i];
+                if (e->node < t->node_count) {
+                    v->calls[e->node] += e->calls;
+                    v->self[e->node] += e->self;
+                }
+            }
+            v->lost = s->last.lost;
+            v->span_ticks = s->last_dur;
+        }
+        pt_cct_sum_up(t, v->self, v->calls, v->incl, v->sub_calls);
+        v->step = 1;
+        return 0;
+    }
     if (window) {
         double want = q->window_seconds * 1e9 / (double)a->slice_ns;
         uint64_t ns = want < 1 ? 1 : u64_of_double(want + 0.999999);
@@ -1168,10 +1452,24 @@ out:
     return rc;
 }
 
+/* A last-step query of thread 0 is of the stepping thread: q with its number
+ * (its copy in *local); no step yet: a thread number no thread has (an empty view). */
+static const pt_agg_query_t *step_query(const pt_agg_t *a, const pt_agg_query_t *q, pt_agg_query_t *local)
+{
+    if (!q || !q->last_step || q->thread)
+        return q;
+    *local = *q;
+    uint32_t i = step_thread(a, 0, NULL);
+    local->thread = i != PT_AGG_NONE ? a->threads[i].number : UINT64_MAX;
+    return local;
+}
+
 int pt_agg_table(pt_agg_t *a, const pt_agg_query_t *q, int sort, int descending, const char *filter,
                  pt_agg_table_t *out)
 {
     memset(out, 0, sizeof *out);
+    pt_agg_query_t local;
+    q = step_query(a, q, &local);
     view_t v = {0};
     int rc = view_build(a, q, &v);
     if (rc)
@@ -1191,7 +1489,7 @@ int pt_agg_table(pt_agg_t *a, const pt_agg_query_t *q, int sort, int descending,
                               .cpu = v.cpu, .incl_cpu = v.incl_cpu};
     if (pt_cct_walk(t, roots, nroots, &cv, sums, NULL, NULL))
         goto out;
-    if (t->fold_count && table_add_folded(a, q, &v, sums))
+    if (t->fold_count && !v.step && table_add_folded(a, q, &v, sums))
         goto out;
     size_t count = 0;
     for (uint32_t s = 0; s < t->sym_count; s++)
@@ -1288,6 +1586,8 @@ static int tree_thread_shown(const pt_agg_t *a, const pt_agg_query_t *q, const v
 int pt_agg_tree(pt_agg_t *a, const pt_agg_query_t *q, pt_agg_tree_t *out)
 {
     memset(out, 0, sizeof *out);
+    pt_agg_query_t local;
+    q = step_query(a, q, &local);
     view_t v = {0};
     int rc = view_build(a, q, &v);
     if (rc)

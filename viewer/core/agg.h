@@ -191,6 +191,11 @@ typedef struct pt_agg_query {
     double window_seconds;  /* 0 = whole run; else the last N seconds (clamped) */
     int hide_idle;          /* with thread 0, pt_agg_tree leaves out the threads that started no
                                call in the view (idle: blocked or waiting in one call, or gone) */
+    int last_step;          /* 1: the last complete step alone (STEPS below): of `thread`, or with
+                               thread 0 of the stepping thread (pt_agg_steps); window_seconds is
+                               ignored; wall time only (CPU parts 0), the tree budget's folded
+                               activations are in [other] and not in the table's rows; no step yet:
+                               an empty view */
 } pt_agg_query_t;
 
 enum pt_agg_sort {
@@ -298,6 +303,49 @@ typedef struct pt_agg_timeline {
 int pt_agg_timeline(pt_agg_t *agg, const pt_agg_query_t *q, uint64_t since_slice, uint32_t group,
                     pt_agg_timeline_t *out);
 void pt_agg_timeline_free(pt_agg_timeline_t *t);
+
+/* ---- steps ------------------------------------------------------------------
+ * A Mark with PT_EVF_STEP (pytrace.step(), Optimizer.step under --torch) ends
+ * a step of its thread's loop. The step runs from the thread's previous Step
+ * mark, or for its first step from the thread's first event the reader saw
+ * (the tracing start for a thread traced from its start: a reader that began
+ * mid-stream sees a shorter first step), to the mark. Every step is in count,
+ * mean, stdev, min, max and the slowest; the last PT_AGG_STEPS_KEPT are kept
+ * for the percentiles and the list (older ones are `folded`, counted). The
+ * last complete step's call tree is pt_agg_tree/pt_agg_table with
+ * last_step = 1. */
+#define PT_AGG_STEPS_KEPT 100000u
+
+typedef struct pt_agg_steps {
+    uint64_t thread;        /* the thread (number); 0 with count 0: no step seen */
+    uint32_t threads;       /* threads of the process that ended a step */
+    uint32_t label;         /* symbol id of the last Step mark's label (pt_agg_symbol) */
+    uint64_t count;         /* steps ended on the thread; the last one is step number `count` */
+    uint64_t kept;          /* the last `kept` of them are in the list and the percentiles */
+    uint64_t folded;        /* count - kept: older steps, only in mean, stdev, min, max, slowest */
+    uint64_t last_ns;       /* the last step's duration */
+    uint64_t last_start_ns, last_end_ns; /* as pt_agg_ticks_to_ns */
+    uint64_t last_lost;     /* events lost (Lost records) inside the last step */
+    uint64_t median_ns, p10_ns, p90_ns;  /* of the kept steps (nearest rank) */
+    uint64_t min_ns, max_ns, mean_ns, stdev_ns; /* of every step (population stdev) */
+    uint64_t slowest;       /* number (1-based) of the slowest step (the first of equals); max_ns */
+    uint64_t total_ns;      /* sum of every step */
+    uint64_t running_ns;    /* the step running now: from the last mark to the latest tick seen */
+    uint64_t tree_missed;   /* entries of a step's tree that found no memory (its tree misses them) */
+} pt_agg_steps_t;
+
+typedef struct pt_agg_step {
+    uint64_t number;        /* 1-based */
+    uint64_t end_ns;        /* as pt_agg_ticks_to_ns */
+    uint64_t dur_ns;
+} pt_agg_step_t;
+
+/* The summary of thread's steps (0: the stepping thread, the one whose last
+ * step ended last). 0, or -ENOENT when no such thread; no step: count 0. */
+int pt_agg_steps(pt_agg_t *agg, uint64_t thread, pt_agg_steps_t *out);
+/* The kept steps of thread (0: the stepping thread), oldest first, at most
+ * cap into out; the number kept into *n. 0, -ENOENT or -ENOMEM. */
+int pt_agg_step_list(pt_agg_t *agg, uint64_t thread, pt_agg_step_t *out, size_t cap, size_t *n);
 
 /* Symbols in order of first sight (ids announced or only used): index <
  * pt_agg_symbol_count. The strings stay valid until pt_agg_destroy. */

@@ -218,23 +218,26 @@ static int on_leave(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t ticks
 }
 
 /* A mark (id) or a gap (of `lost` events): written when it falls in [from_ns, to_ns]. */
-static int mark_or_gap(ex_t *e, pt_walk_thread_t *wt, uint32_t id, uint64_t ticks, uint64_t lost, int gap)
+static int mark_or_gap(ex_t *e, pt_walk_thread_t *wt, uint32_t id, uint64_t ticks, uint64_t lost, int gap,
+                       unsigned flags)
 {
     thr_t *t = thr_of(e, wt);
     uint64_t now = ex_now(e, t, ticks);
+    if (flags & PT_EVF_STEP)
+        t->steps++; /* counted before the filter: a step keeps its number in a time range */
     if (e->filter && !in_range(e, &e->procs[t->proc], now))
         return 0;
     int rc = 0;
     if (gap && e->w->gap)
         rc = e->w->gap(e, wt, now, lost);
     else if (!gap && e->w->instant)
-        rc = e->w->instant(e, wt, id, now);
+        rc = e->w->instant(e, wt, id, now, flags);
     return rc ? rc : e->out.err;
 }
 
-static int on_instant(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t ticks)
+static int on_instant(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t ticks, unsigned flags)
 {
-    return mark_or_gap(ctx, wt, id, ticks, 0, 0);
+    return mark_or_gap(ctx, wt, id, ticks, 0, 0, flags);
 }
 
 static int on_gap(void *ctx, pt_walk_thread_t *wt, uint64_t ticks, uint64_t lost)
@@ -242,7 +245,7 @@ static int on_gap(void *ctx, pt_walk_thread_t *wt, uint64_t ticks, uint64_t lost
     ex_t *e = ctx;
     if (e->w->tree) /* its clock: the gap's time is nobody's (cct.h, pt_cct_gap), not the top frame's */
         return e->w->gap ? e->w->gap(e, wt, ticks, lost) : 0;
-    return mark_or_gap(ctx, wt, NONE, ticks, lost, 1);
+    return mark_or_gap(ctx, wt, NONE, ticks, lost, 1, 0);
 }
 
 /* Does [from, to] (ticks) overlap opts.from_ns/to_ns? */

@@ -76,7 +76,8 @@ static void chrome_process(ex_t *e, proc_t *p, int first)
     ob_puts(o, "}}");
 }
 
-static void chrome_instant(ex_t *e, thr_t *t, const char *cat, const char *name, uint64_t ticks, int64_t count)
+static void chrome_instant_arg(ex_t *e, thr_t *t, const char *cat, const char *name, uint64_t ticks,
+                               const char *arg, int64_t value)
 {
     obuf_t *o = &e->out;
     ob_puts(o, ",\n{\"ph\":\"i\",\"s\":\"t\",\"cat\":\"");
@@ -89,12 +90,19 @@ static void chrome_instant(ex_t *e, thr_t *t, const char *cat, const char *name,
     ob_u64(o, t->number);
     ob_puts(o, ",\"ts\":");
     ob_us3(o, chrome_ns(&e->procs[t->proc], ticks));
-    if (count >= 0) {
-        ob_puts(o, ",\"args\":{\"count\":");
-        ob_i64(o, count);
+    if (value >= 0) {
+        ob_puts(o, ",\"args\":{\"");
+        ob_puts(o, arg);
+        ob_puts(o, "\":");
+        ob_i64(o, value);
         ob_putc(o, '}');
     }
     ob_putc(o, '}');
+}
+
+static void chrome_instant(ex_t *e, thr_t *t, const char *cat, const char *name, uint64_t ticks, int64_t count)
+{
+    chrome_instant_arg(e, t, cat, name, ticks, "count", count);
 }
 
 static int chrome_end(ex_t *e, const pt_walk_counters_t *wc)
@@ -203,13 +211,16 @@ static int chrome_close(ex_t *e, pt_walk_thread_t *wt, uint32_t sym, uint64_t st
     return o->err;
 }
 
-static int chrome_mark(ex_t *e, pt_walk_thread_t *wt, uint32_t id, uint64_t now)
+static int chrome_mark(ex_t *e, pt_walk_thread_t *wt, uint32_t id, uint64_t now, unsigned flags)
 {
     thr_t *t = thr_of(e, wt);
     uint32_t s = pt_cct_sym(e->cct, t->proc, id);
     if (s == NONE)
         return -ENOMEM;
-    chrome_instant(e, t, "mark", ex_sym(e, s)->name, now, -1);
+    if (flags & PT_EVF_STEP) /* the end of step N of the thread's loop: cat "step", args.step N */
+        chrome_instant_arg(e, t, "step", ex_sym(e, s)->name, now, "step", (int64_t)(t->steps & INT64_MAX));
+    else
+        chrome_instant(e, t, "mark", ex_sym(e, s)->name, now, -1);
     return 0;
 }
 

@@ -133,6 +133,10 @@ typedef struct thr {
      * a thread that is given no ticks: the rate between two records, only) */
     pt_cct_thread_t cpu_clock;
     int cpu_shown;    /* a CPU rate was written for it (cpu_rate) */
+    uint64_t steps;   /* its Step marks so far (the driver counts them, filtered or not): the
+                         number of the step a Step mark ends */
+    uint64_t step_last; /* tick of its last Step mark (its first event before one) */
+    int have_step_last;
 } thr_t;
 
 /* One process of the stream (Message.process = tag). */
@@ -199,7 +203,8 @@ typedef struct ex {
  *   open, close   a call's slice opens at `at` / closes (start, end); with a
  *                 time filter and `defers`, opens wait until a call that
  *                 passes closes, and resume says none waits any more
- *   instant, gap  a mark (symbol id) or a gap of `lost` events; the tree
+ *   instant, gap  a mark (symbol id; flags: its Event.flags, PT_EVF_STEP for the
+ *                 end of a step) or a gap of `lost` events; the tree
  *                 formats' gap gets raw ticks (its clock: the gap's time is
  *                 nobody's, pt_cct_gap)
  *   cpu           the tree formats: a CpuTime record (its clock accounted up
@@ -234,7 +239,7 @@ struct ex_writer {
     int (*open)(ex_t *e, pt_walk_thread_t *wt, uint32_t sym, uint64_t at, int continued);
     int (*close)(ex_t *e, pt_walk_thread_t *wt, uint32_t sym, uint64_t start, uint64_t end);
     int (*resume)(ex_t *e, pt_walk_thread_t *wt);
-    int (*instant)(ex_t *e, pt_walk_thread_t *wt, uint32_t id, uint64_t now);
+    int (*instant)(ex_t *e, pt_walk_thread_t *wt, uint32_t id, uint64_t now, unsigned flags);
     int (*gap)(ex_t *e, pt_walk_thread_t *wt, uint64_t now, uint64_t lost);
     int (*cpu)(ex_t *e, pt_walk_thread_t *wt, uint64_t now, uint64_t cpu_ns);
     int (*cpu_rate)(ex_t *e, uint32_t index, uint64_t from, uint64_t to, double rate);

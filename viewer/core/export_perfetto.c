@@ -720,8 +720,9 @@ static int pf_resume(ex_t *e, pt_walk_thread_t *wt)
     return ((pf_t *)e->ws)->thr[wt->index].pf_nwait ? pf_flush_waiting(e, wt, 0, 1) : 0;
 }
 
-static int pf_mark(ex_t *e, pt_walk_thread_t *wt, uint32_t id, uint64_t now)
+static int pf_mark(ex_t *e, pt_walk_thread_t *wt, uint32_t id, uint64_t now, unsigned flags)
 {
+    (void)flags; /* a Step mark is an instant named after its label, as any mark */
     uint32_t s = pt_cct_sym(e->cct, thr_of(e, wt)->proc, id);
     if (s == NONE)
         return -ENOMEM;

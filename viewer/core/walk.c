@@ -468,7 +468,7 @@ static int feed_event(pt_walk_t *w, wthread_t *t, const pt_event_t *ev)
     case PT_EV_SPAN_END:
         return close_span(w, t, ev->id, now);
     case PT_EV_MARK:
-        return w->ops.instant ? w->ops.instant(w->ctx, &t->pub, ev->id, now) : 0;
+        return w->ops.instant ? w->ops.instant(w->ctx, &t->pub, ev->id, now, ev->flags) : 0;
     default:
         w->c.bad_events++;
         return 0;

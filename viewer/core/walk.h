@@ -38,7 +38,10 @@
  *     the Frame records that follow rebuild the stack as above; a Lost record
  *     with no Frame records after it closes every frame (at its tick) at the
  *     next event. Open spans outlive gaps (rule 1 below).
- *   - Mark: instant() on the thread, the stack unchanged.
+ *   - Mark: instant() on the thread with the record's flags, the stack
+ *     unchanged. A Mark with PT_EVF_STEP ends a step of the thread's loop: the
+ *     step runs from the thread's previous Step mark (or its first event) to
+ *     it; the frames open at the mark go on into the next step.
  *   - CpuTime: cpu() with the thread's CPU ns, the stack unchanged. Right
  *     after a Lost record it waits for the Frame run that follows (the tracer
  *     writes Lost, CpuTime, the stack); after a Frame run it ends the run, as
@@ -164,7 +167,8 @@ typedef struct pt_walk_ops {
     int (*thread_new)(void *ctx, pt_walk_thread_t *th);
     int (*enter)(void *ctx, pt_walk_thread_t *th, uint32_t id, uint64_t ticks, unsigned flags);
     int (*exit)(void *ctx, pt_walk_thread_t *th, uint32_t id, uint64_t ticks, unsigned flags);
-    int (*instant)(void *ctx, pt_walk_thread_t *th, uint32_t id, uint64_t ticks); /* Mark */
+    /* Mark: flags are its Event.flags (PT_EVF_STEP: it ends a step of the thread's loop) */
+    int (*instant)(void *ctx, pt_walk_thread_t *th, uint32_t id, uint64_t ticks, unsigned flags);
     int (*gap)(void *ctx, pt_walk_thread_t *th, uint64_t ticks, uint64_t lost);  /* Lost */
     /* CpuTime: the thread's CPU ns (modulo 2^48, PT_CPU_MASK) at ticks; the stack unchanged */
     int (*cpu)(void *ctx, pt_walk_thread_t *th, uint64_t ticks, uint64_t cpu_ns);

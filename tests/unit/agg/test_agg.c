@@ -1321,8 +1321,198 @@ static void test_cpu_time_around_frame_runs(void)
     pt_agg_destroy(agg);
 }
 
+/* ---- steps (STEPS in agg.c) ---------------------------------------------- */
+
+enum { STEP_LABEL = 40 };
+
+static void step_mark(stream_t *s, uint64_t advance)
+{
+    ev(s, PT_EV_MARK, STEP_LABEL, advance);
+    s->ev[s->n - 1].flags = PT_EVF_STEP;
+}
+
+/* the node of the last step's tree under parent with symbol sym */
+static const pt_agg_tnode_t *tchild(const pt_agg_tree_t *tr, uint32_t parent, uint32_t sym)
+{
+    for (uint32_t c = tr->nodes[parent].first_child; c != PT_AGG_NONE; c = tr->nodes[c].next_sibling)
+        if (tr->nodes[c].symbol == sym)
+            return &tr->nodes[c];
+    fprintf(stderr, "tree node %u under %u missing\n", sym, parent);
+    failures++;
+    static pt_agg_tnode_t zero;
+    return &zero;
+}
+
+/* Step durations and the last step's tree: the first step from the thread's
+ * first event; a frame open at a mark goes on into the next step (its call in
+ * the step that entered it); a Lost gap inside a step is its <not observed>
+ * time, with its events. */
+static void test_steps(void)
+{
+    pt_agg_t *agg = new_agg();
+    setup_syms(agg);
+    pt_agg_steps_t st;
+    CHECK_EQ(pt_agg_steps(agg, 0, &st), 0);
+    CHECK_EQ(st.count, 0);
+    pt_agg_tree_t tr;
+    pt_agg_query_t lastq = {.last_step = 1};
+    CHECK_EQ(pt_agg_tree(agg, &lastq, &tr), 0); /* no step yet: an empty view */
+    CHECK_EQ(tr.count, 1);
+    pt_agg_tree_free(&tr);
+
+    stream_t s = {.agg = agg, .thread = 1, .now = 1000};
+    ev(&s, PT_EV_CALL, MAIN, 0);
+    /* step 1: 1000 -> 1035 */
+    ev(&s, PT_EV_CALL, F, 10);
+    ev(&s, PT_EV_RETURN, F, 20);
+    step_mark(&s, 5);
+    flush(&s);
+    CHECK_EQ(pt_agg_steps(agg, 0, &st), 0);
+    CHECK_EQ(st.count, 1);
+    CHECK_EQ(st.thread, 1);
+    CHECK_EQ(st.last_ns, 35); /* from the thread's first event */
+    CHECK_EQ(st.label, STEP_LABEL);
+    CHECK_EQ(pt_agg_tree(agg, &lastq, &tr), 0);
+    const pt_agg_tnode_t *m = tchild(&tr, 0, MAIN);
+    CHECK_EQ(m->calls, 1);
+    CHECK_EQ(m->self_ns, 15);
+    CHECK_EQ(m->incl_ns, 35);
+    CHECK_EQ(tchild(&tr, (uint32_t)(m - tr.nodes), F)->self_ns, 20);
+    pt_agg_tree_free(&tr);
+
+    /* step 2: 1035 -> 1040, g open at its end */
+    ev(&s, PT_EV_CALL, G, 1);
+    step_mark(&s, 4);
+    /* step 3: 1040 -> 1160, g returns in it */
+    ev(&s, PT_EV_RETURN, G, 6);
+    ev(&s, PT_EV_CALL, F, 4);
+    ev(&s, PT_EV_RETURN, F, 100);
+    step_mark(&s, 10);
+    ev(&s, PT_EV_CALL, H, 3); /* the running step: not in the last one */
+    flush(&s);
+    CHECK_EQ(pt_agg_steps(agg, 0, &st), 0);
+    CHECK_EQ(st.count, 3);
+    CHECK_EQ(st.last_ns, 120);
+    CHECK_EQ(st.min_ns, 5);
+    CHECK_EQ(st.max_ns, 120);
+    CHECK_EQ(st.slowest, 3);
+    CHECK_EQ(st.median_ns, 35);
+    CHECK_EQ(st.p10_ns, 5);
+    CHECK_EQ(st.p90_ns, 120);
+    CHECK_EQ(st.mean_ns, 53);
+    CHECK_EQ(st.total_ns, 160);
+    CHECK_EQ(st.kept, 3);
+    CHECK_EQ(st.folded, 0);
+    CHECK_EQ(st.last_start_ns, 40);
+    CHECK_EQ(st.last_end_ns, 160);
+    CHECK_EQ(pt_agg_tree(agg, &lastq, &tr), 0);
+    CHECK_EQ(tr.nodes[0].incl_ns, 120);
+    m = tchild(&tr, 0, MAIN);
+    uint32_t mi = (uint32_t)(m - tr.nodes);
+    CHECK_EQ(m->calls, 0); /* entered in step 1 */
+    CHECK_EQ(m->self_ns, 14);
+    CHECK_EQ(m->incl_ns, 120);
+    CHECK_EQ(tchild(&tr, mi, G)->calls, 0); /* entered in step 2 ... */
+    CHECK_EQ(tchild(&tr, mi, G)->self_ns, 6); /* ... its time in step 3 is step 3's */
+    CHECK_EQ(tchild(&tr, mi, F)->calls, 1);
+    CHECK_EQ(tchild(&tr, mi, F)->self_ns, 100);
+    pt_agg_tree_free(&tr);
+    pt_agg_table_t t = {0};
+    CHECK_EQ(pt_agg_table(agg, &lastq, PT_AGG_SORT_SELF, 1, NULL, &t), 0);
+    CHECK_EQ(t.span_ns, 120);
+    CHECK(row(&t, "h") == NULL);
+    CHECK(row(&t, "f") && row(&t, "f")->calls == 1 && row(&t, "f")->total_ns == 100);
+    CHECK(row(&t, "main") && row(&t, "main")->total_ns == 120);
+    pt_agg_table_free(&t);
+    pt_agg_step_t list[8];
+    size_t n = 0;
+    CHECK_EQ(pt_agg_step_list(agg, 0, list, 8, &n), 0);
+    CHECK_EQ(n, 3);
+    CHECK(list[0].number == 1 && list[0].dur_ns == 35 && list[0].end_ns == 35);
+    CHECK(list[1].number == 2 && list[1].dur_ns == 5);
+    CHECK(list[2].number == 3 && list[2].dur_ns == 120 && list[2].end_ns == 160);
+
+    /* step 4: 1160 -> 1200 with a gap of 7 events inside it */
+    ev(&s, PT_EV_RETURN, H, 2);
+    ev(&s, PT_EV_CALL, F, 5);
+    lost(&s, 7, 10);
+    frame(&s, MAIN, 0, 1);
+    frame(&s, F, 1, 0);
+    ev(&s, PT_EV_RETURN, F, 9);
+    step_mark(&s, 10);
+    flush(&s);
+    CHECK_EQ(pt_agg_steps(agg, 0, &st), 0);
+    CHECK_EQ(st.last_ns, 40);
+    CHECK_EQ(st.last_lost, 7);
+    CHECK_EQ(pt_agg_table(agg, &lastq, PT_AGG_SORT_SELF, 1, NULL, &t), 0);
+    CHECK_EQ(t.unobserved_ns, 10);
+    CHECK_EQ(t.unobserved_lost, 7);
+    CHECK(row(&t, "f") && row(&t, "f")->calls == 1 && row(&t, "f")->self_ns == 10);
+    CHECK(row(&t, "h") && row(&t, "h")->calls == 1 && row(&t, "h")->self_ns == 2); /* called after mark 3 */
+    CHECK(row(&t, "main") && row(&t, "main")->self_ns == 3 + 5 + 10);
+    CHECK(row(&t, "main") && row(&t, "main")->total_ns == 40 - 10); /* the gap is nobody's */
+    pt_agg_table_free(&t);
+
+    /* a second thread that steps later is the stepping thread; thread 1 still answers */
+    stream_t s2 = {.agg = agg, .thread = 2, .now = 1300};
+    ev(&s2, PT_EV_CALL, A, 0);
+    step_mark(&s2, 50);
+    flush(&s2);
+    CHECK_EQ(pt_agg_steps(agg, 0, &st), 0);
+    CHECK(st.thread == 2 && st.count == 1 && st.last_ns == 50 && st.threads == 2);
+    CHECK_EQ(pt_agg_steps(agg, 1, &st), 0);
+    CHECK(st.thread == 1 && st.count == 4);
+    CHECK_EQ(pt_agg_steps(agg, 99, &st), -ENOENT);
+    CHECK_EQ(pt_agg_tree(agg, &lastq, &tr), 0);
+    CHECK_EQ(tchild(&tr, 0, A)->self_ns, 50);
+    pt_agg_tree_free(&tr);
+    pt_agg_destroy(agg);
+}
+
+/* Past PT_AGG_STEPS_KEPT steps the oldest leave the list and the percentiles,
+ * counted (folded); count, min, max, mean and the slowest still cover all. */
+static void test_steps_bound(void)
+{
+    pt_agg_t *agg = new_agg();
+    setup_syms(agg);
+    stream_t s = {.agg = agg, .thread = 1, .now = 1000};
+    ev(&s, PT_EV_CALL, MAIN, 0);
+    const uint64_t total = PT_AGG_STEPS_KEPT + 50;
+    for (uint64_t k = 1; k <= total; k++) {
+        ev(&s, PT_EV_CALL, F, 1);
+        ev(&s, PT_EV_RETURN, F, k == 7 ? 100000 : 1 + k % 3);
+        step_mark(&s, 1);
+    }
+    flush(&s);
+    pt_agg_steps_t st;
+    CHECK_EQ(pt_agg_steps(agg, 0, &st), 0);
+    CHECK_EQ(st.count, total);
+    CHECK_EQ(st.kept, PT_AGG_STEPS_KEPT);
+    CHECK_EQ(st.folded, 50);
+    CHECK_EQ(st.slowest, 7); /* folded out of the list, still the slowest */
+    CHECK_EQ(st.max_ns, 100002);
+    CHECK_EQ(st.min_ns, 3);
+    CHECK_EQ(st.median_ns, 4);
+    pt_agg_step_t *list = calloc(PT_AGG_STEPS_KEPT, sizeof *list);
+    size_t n = 0;
+    CHECK_EQ(pt_agg_step_list(agg, 0, list, PT_AGG_STEPS_KEPT, &n), 0);
+    CHECK_EQ(n, PT_AGG_STEPS_KEPT);
+    CHECK_EQ(list[0].number, 51);
+    CHECK_EQ(list[PT_AGG_STEPS_KEPT - 1].number, total);
+    CHECK_EQ(list[0].dur_ns, 3 + 51 % 3);
+    CHECK_EQ(list[PT_AGG_STEPS_KEPT - 1].end_ns, s.now - 1000);
+    free(list);
+    pt_agg_tree_t tr;
+    CHECK_EQ(pt_agg_tree(agg, &(pt_agg_query_t){.last_step = 1}, &tr), 0);
+    CHECK_EQ(tr.nodes[0].incl_ns, 3 + total % 3);
+    pt_agg_tree_free(&tr);
+    pt_agg_destroy(agg);
+}
+
 int main(void)
 {
+    test_steps();
+    test_steps_bound();
     test_tree_budget();
     test_id_all_ones();
     test_direct_recursion();

@@ -51,9 +51,10 @@ static int on_leave(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t ticks
     return 0;
 }
 
-static int on_instant(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t ticks)
+static int on_instant(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t ticks, unsigned flags)
 {
     (void)id;
+    (void)flags;
     reader_t *r = ctx;
     pt_cct_account(r->cct, cur(r, wt), ticks);
     return 0;

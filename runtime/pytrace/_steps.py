@@ -1,0 +1,76 @@
+"""Optimizer.step as the step of a training loop (issue 22).
+
+install_optimizer_steps() registers torch's global optimizer step post hook
+(torch.optim.optimizer.register_optimizer_step_post_hook): after an
+Optimizer.step call returns its work, the hook writes a Step mark
+(pytrace.step) labelled by the optimizer's class ("SGD.step") on the thread
+that called it. The hook returns None and never raises, so the program runs
+as it would without it.
+
+Several optimizers (a GAN's generator and discriminator, one optimizer per
+parameter group...): one iteration of the loop calls several Optimizer.step.
+A step is one iteration, so only the steps of ONE optimizer are marked: the
+first that steps in this process. When that optimizer is garbage-collected (a
+new optimizer for a new phase of training), the next one to step takes its
+place. A program that wants another boundary calls pytrace.step() itself.
+
+uninstall_optimizer_steps() removes the hook (pytrace.stop() calls it).
+"""
+
+import threading
+import weakref
+
+_lock = threading.Lock()
+_handle = None      # torch's RemovableHandle of our hook
+_primary = None     # weakref to the optimizer whose steps are marked
+_labels = {}        # optimizer class -> "Name.step"
+
+
+def _post_hook(optimizer, args, kwargs):
+    global _primary
+    try:
+        import pytrace
+        if not pytrace.is_tracing():
+            return None
+        primary = _primary() if _primary is not None else None
+        if primary is None:
+            _primary = weakref.ref(optimizer)
+            primary = optimizer
+        if primary is not optimizer:
+            return None
+        cls = type(optimizer)
+        label = _labels.get(cls)
+        if label is None:
+            label = _labels[cls] = "%s.step" % cls.__name__
+        pytrace.step(label)
+    except Exception:  # noqa: BLE001 - the tracer never changes the program
+        pass
+    return None
+
+
+def install_optimizer_steps():
+    """Mark each Optimizer.step of the program's (first) optimizer as the end of a step.
+    Returns True when the hook is installed (now or before), False when torch is missing
+    or has no global optimizer step hook."""
+    global _handle
+    with _lock:
+        if _handle is not None:
+            return True
+        try:
+            from torch.optim.optimizer import register_optimizer_step_post_hook
+        except Exception:  # noqa: BLE001 - no torch, or a torch without the hook
+            return False
+        _handle = register_optimizer_step_post_hook(_post_hook)
+        return True
+
+
+def uninstall_optimizer_steps():
+    """Remove the hook (nothing if it is not installed); the next install starts afresh."""
+    global _handle, _primary
+    with _lock:
+        handle, _handle, _primary = _handle, None, None
+    if handle is not None:
+        try:
+            handle.remove()
+        except Exception:  # noqa: BLE001
+            pass
