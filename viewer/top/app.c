@@ -269,8 +269,10 @@ static void App_mergedTable(App *app, const pt_agg_query_t *q, pt_agg_table_t *o
 
 void App_refresh(App *app)
 {
-    pt_agg_query_t tq = {.thread = app->thread, .window_seconds = app->table_window ? app->window_seconds : 0};
-    pt_agg_query_t fq = {.thread = app->thread, .window_seconds = app->window_seconds, .hide_idle = app->hide_idle};
+    pt_agg_query_t tq = {.thread = app->thread, .window_seconds = app->table_window ? app->window_seconds : 0,
+                         .last_step = app->step_mode};
+    pt_agg_query_t fq = {.thread = app->thread, .window_seconds = app->window_seconds, .hide_idle = app->hide_idle,
+                         .last_step = app->step_mode};
     if (app->want_pid && pt_agg_process_info(app->agg)->pid != app->want_pid)
         (void)App_selectPid(app, app->want_pid);
     pt_agg_table_free(&app->table);
@@ -288,6 +290,8 @@ void App_refresh(App *app)
     }
     if (app->panel == &FlamePanel_class)
         pt_agg_tree(app->agg, &fq, &app->tree);
+    if (pt_agg_steps(app->agg, app->thread, &app->steps))
+        memset(&app->steps, 0, sizeof app->steps);
     pt_agg_counters(app->agg, &app->counters);
     if (app->merged && pt_aggset_count(app->set) > 1) { /* the counts of every process, added up */
         pt_agg_counters_t *t = &app->counters;
@@ -409,4 +413,36 @@ void App_done(App *app)
     pt_aggset_destroy(app->set);
     free(app->cpus);
     Cpu_done(&app->cpu);
+}
+
+void App_stepsLine(const App *app, char *line, size_t cap)
+{
+    const pt_agg_steps_t *st = &app->steps;
+    line[0] = 0;
+    if (!st->count) {
+        if (app->step_mode)
+            snprintf(line, cap, " STEP MODE (s): no step has ended yet%s: pytrace.step() or --torch's "
+                     "Optimizer.step mark them", app->thread ? " on this thread" : "");
+        return;
+    }
+    char last[32], med[32], p10[32], p90[32], slow[32], mean[32], sd[32], label[96], esc[200];
+    Text_duration(st->last_ns, last, sizeof last);
+    Text_duration(st->median_ns, med, sizeof med);
+    Text_duration(st->p10_ns, p10, sizeof p10);
+    Text_duration(st->p90_ns, p90, sizeof p90);
+    Text_duration(st->max_ns, slow, sizeof slow);
+    Text_duration(st->mean_ns, mean, sizeof mean);
+    Text_duration(st->stdev_ns, sd, sizeof sd);
+    Text_escape(pt_agg_symbol(app->agg, st->label).name, esc, sizeof esc);
+    Text_fit(esc, 24, 0, label, sizeof label);
+    char folded[64] = "";
+    if (st->folded)
+        snprintf(folded, sizeof folded, " (percentiles of the last %llu)", (unsigned long long)st->kept);
+    snprintf(line, cap,
+             " %ssteps (s): %llu on thread %llu [%s]  last #%llu %s  median %s  p10-p90 %s-%s%s  mean %s sd %s  "
+             "slowest #%llu %s%s%s",
+             app->step_mode ? "STEP MODE: the last step alone  " : "", (unsigned long long)st->count,
+             (unsigned long long)st->thread, label, (unsigned long long)st->count, last, med, p10, p90, folded, mean,
+             sd, (unsigned long long)st->slowest, slow, st->last_lost ? "  (events lost inside the last step)" : "",
+             app->step_mode && app->time_cpu ? "  (a step shows wall time only)" : "");
 }

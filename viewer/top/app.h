@@ -94,6 +94,12 @@ typedef struct App {
 
     int help;                /* the help screen is shown over the panel (?); any key closes it */
 
+    /* steps (agg.h STEPS): the summary of the shown thread's steps (all threads: the
+     * stepping thread's), and step mode (s): the table and the flame graph show the
+     * last complete step alone */
+    int step_mode;
+    pt_agg_steps_t steps;
+
     char error[256];         /* the view's own error (aggregating), shown when the source has none */
 } App;
 
@@ -212,6 +218,9 @@ static inline const char *App_timeName(const App *app)
 {
     return app->time_cpu ? "time: CPU, waiting hidden" : "time: wall";
 }
+/* " steps (s): 30 on thread 1 [SGD.step]  last 12.3 ms  median ..." for the header
+ * (app->steps); "" when there are none and step mode is off. */
+void App_stepsLine(const App *app, char *line, size_t cap);
 /* Draw the help screen (every key of every mode) over rows [top, top + rows). */
 void Help_draw(int top, int rows, int cols);
 

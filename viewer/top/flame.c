@@ -156,7 +156,7 @@ static void FlamePanel_drawNode(App *app, uint32_t n, int y, int c0, int c1, int
     const pt_agg_tnode_t *node = FlamePanel_node(app, n);
     int w = c1 - c0;
     /* wall mode: a frame that mostly waits (off a CPU) in its own colour */
-    int attr = !app->time_cpu && App_nodeWaits(node) ? CRT_attr(CRT_C_WAITING)
+    int attr = !app->time_cpu && !app->step_mode && App_nodeWaits(node) ? CRT_attr(CRT_C_WAITING)
                                                      : CRT_attr(CRT_C_FLAME0 + (int)(node->symbol % CRT_FLAME_COLORS));
     if (app->filter[0]) {
         int match = node->parent != PT_AGG_NONE && !node->other && FlamePanel_matches(App_symbolName(app, node->symbol), app->filter);
@@ -284,7 +284,7 @@ static void FlamePanel_draw(App *app, int top, int rows, int cols)
     uint64_t root = App_nodeIncl(app, &app->tree.nodes[0]);
     double pct = root ? 100.0 * (double)App_nodeIncl(app, s) / (double)root : 0;
     char waiting[64] = "";
-    if (!app->time_cpu) { /* the frame's off-CPU part (its callees' too) */
+    if (!app->time_cpu && !app->step_mode) { /* the frame's off-CPU part (its callees' too) */
         char wd[32];
         Text_duration(s->incl_ns > s->incl_cpu_ns ? s->incl_ns - s->incl_cpu_ns : 0, wd, sizeof wd);
         snprintf(waiting, sizeof waiting, "  waiting %s", wd);

@@ -94,6 +94,30 @@ static void Headless_drainReplay(App *app, double duration, int follow)
     }
 }
 
+/* "steps": the summary of the shown thread's steps (all threads: the stepping
+ * thread's) in the shown process (agg.h STEPS); "functions" are the last step's
+ * with --last-step. */
+static void Headless_jsonSteps(App *app)
+{
+    const pt_agg_steps_t *st = &app->steps;
+    char label[512];
+    Text_json(st->count ? pt_agg_symbol(app->agg, st->label).name : "", label, sizeof label);
+    printf("  \"steps\": {\"count\": %llu, \"thread\": %llu, \"threads\": %u, \"label\": \"%s\", "
+           "\"last_ns\": %llu, \"last_index\": %llu, \"last_start_ns\": %llu, \"last_end_ns\": %llu, "
+           "\"last_lost_events\": %llu, \"median_ns\": %llu, \"p10_ns\": %llu, \"p90_ns\": %llu, "
+           "\"min_ns\": %llu, \"max_ns\": %llu, \"mean_ns\": %llu, \"stdev_ns\": %llu, \"slowest_index\": %llu, "
+           "\"slowest_ns\": %llu, \"total_ns\": %llu, \"running_ns\": %llu, \"kept\": %llu, \"folded\": %llu, "
+           "\"tree_missed\": %llu, \"functions_are_last_step\": %s},\n",
+           (unsigned long long)st->count, (unsigned long long)st->thread, st->threads, label,
+           (unsigned long long)st->last_ns, (unsigned long long)st->count, (unsigned long long)st->last_start_ns,
+           (unsigned long long)st->last_end_ns, (unsigned long long)st->last_lost, (unsigned long long)st->median_ns,
+           (unsigned long long)st->p10_ns, (unsigned long long)st->p90_ns, (unsigned long long)st->min_ns,
+           (unsigned long long)st->max_ns, (unsigned long long)st->mean_ns, (unsigned long long)st->stdev_ns,
+           (unsigned long long)st->slowest, (unsigned long long)st->max_ns, (unsigned long long)st->total_ns,
+           (unsigned long long)st->running_ns, (unsigned long long)st->kept, (unsigned long long)st->folded,
+           (unsigned long long)st->tree_missed, app->step_mode ? "true" : "false");
+}
+
 static void Headless_json(App *app, const Options *o)
 {
     char a[2048], b[2048];
@@ -183,7 +207,9 @@ static void Headless_json(App *app, const Options *o)
             first = 0;
         }
     }
-    printf("\n  ],\n  \"functions\": [");
+    printf("\n  ],\n");
+    Headless_jsonSteps(app);
+    printf("  \"functions\": [");
     for (size_t i = 0; i < app->table.count && (o->limit <= 0 || (int)i < o->limit); i++) {
         const pt_agg_row_t *r = &app->table.rows[i];
         Text_json(r->name, a, sizeof a);
@@ -293,6 +319,11 @@ static void Headless_text(App *app, const Options *o)
     }
     if (skipped)
         printf("%7s  and %zu more ended threads (--json lists every thread)\n", "", skipped);
+    if (app->steps.count || app->step_mode) {
+        char line[1024];
+        App_stepsLine(app, line, sizeof line);
+        printf("%s\n", line + 1);
+    }
     printf("%s\n", App_timeName(app));
     if (app->time_cpu)
         printf("%8s %8s %10s %10s %16s  %s\n", "OWN%CPU", "TOT%CPU", "OWN CPU", "TOT CPU", "CALLS",
@@ -305,7 +336,9 @@ static void Headless_text(App *app, const Options *o)
         char self[32], total[32], calls[64], name[1024], file[1024], wait[16] = "";
         Text_duration(App_rowSelf(app, r), self, sizeof self);
         Text_duration(App_rowTotal(app, r), total, sizeof total);
-        if (!app->time_cpu)
+        if (!app->time_cpu && app->step_mode) /* a step has no CPU parts: its waiting is unknown */
+            snprintf(wait, sizeof wait, " %6s", "-");
+        else if (!app->time_cpu)
             snprintf(wait, sizeof wait, " %6.1f", App_rowWaitPct(r));
         if (r->calls != r->prim_calls)
             snprintf(calls, sizeof calls, "%llu/%llu", (unsigned long long)r->calls, (unsigned long long)r->prim_calls);

@@ -24,6 +24,9 @@ static const struct {
     {"+ -", "window length, 1 s to 600 s"},
     {"c", "time shown: wall <-> CPU (the header says which; in CPU mode waiting is hidden: percentages, "
           "sorting, the flame graph and all threads follow)"},
+    {"s", "step mode: the table and the flame graph show the last complete step alone (steps end at "
+          "pytrace.step() and, under --torch, Optimizer.step); the steps line: count, last, median, p10-p90, "
+          "mean, sd, slowest; wall time only"},
     {NULL, "table"},
     {"o t # n f", "sort by own, total, calls, name, file (F3-F7)"},
     {"", "WAIT% (wall time): the off-CPU part of each function's own time"},

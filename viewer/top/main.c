@@ -94,6 +94,7 @@ int main(int argc, char **argv)
     }
     app.thread = o.thread;
     app.time_cpu = o.time_cpu;
+    app.step_mode = o.last_step;
     char err[512] = "";
     int rc = open_source(&o, &app.source, err, sizeof err);
     if (rc) {

@@ -30,6 +30,8 @@ static void usage(FILE *f)
             "  --sort KEY        own (default), total, calls, prim, name or file\n"
             "  --time wall|cpu   the time shown (key c switches): wall (default; WAIT%% is the off-CPU part of\n"
             "                    each function's own time) or cpu (CPU time only: waiting hidden)\n"
+            "  --last-step       the table (and flame) of the last complete step alone (key s: step mode);\n"
+            "                    steps end at pytrace.step() and, under --torch, at Optimizer.step\n"
             "  --limit N         with --once: at most N rows\n"
             "  --tree-budget MIB memory for each process's call tree (default 256): past it, new call paths fold\n"
             "                    into [other] nodes (counted: \"folded\"); the function table stays exact\n"
@@ -44,7 +46,8 @@ static void usage(FILE *f)
             "base. <not observed>: time inside gaps (events lost), in no function and in no percentage.\n"
             "CPU%% is what the kernel counted (100%% = one core), n/a for a recording.\n"
             "Keys: ? help (every key), q quit, space pause, Tab table/flame, c wall/CPU time, o/t/#/n/f sort,\n"
-            "r reverse, T thread list, P process, / filter, +/- window, w table window/run, i flame: hide idle threads.\n");
+            "r reverse, T thread list, P process, / filter, +/- window, w table window/run, i flame: hide idle threads,\n"
+            "s step mode (the last step alone).\n");
 }
 
 static int parse_sort(const char *s)
@@ -85,6 +88,8 @@ int Options_parse(int argc, char **argv, Options *o)
             o->follow = 1;
         } else if (!strcmp(a, "--all")) {
             o->all = 1;
+        } else if (!strcmp(a, "--last-step")) {
+            o->last_step = 1;
         } else if (!strcmp(a, "--duration") && val) {
             o->duration = atof(val);
             i++;

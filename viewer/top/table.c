@@ -76,7 +76,10 @@ static void TablePanel_cells(const App *app, const pt_agg_row_t *row, char cell[
 {
     snprintf(cell[0], CELL_MAX, "%.1f", App_rowSelfPct(app, row));
     snprintf(cell[1], CELL_MAX, "%.1f", App_rowTotalPct(app, row));
-    snprintf(cell[COL_WAIT], CELL_MAX, "%.1f", App_rowWaitPct(row));
+    if (app->step_mode) /* a step's view has no CPU parts (agg.h last_step): its waiting is unknown */
+        snprintf(cell[COL_WAIT], CELL_MAX, "-");
+    else
+        snprintf(cell[COL_WAIT], CELL_MAX, "%.1f", App_rowWaitPct(row));
     Text_duration(App_rowSelf(app, row), cell[COL_OWN], CELL_MAX);
     Text_duration(App_rowTotal(app, row), cell[COL_TOTAL], CELL_MAX);
     if (row->prim_calls != row->calls)

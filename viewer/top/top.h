@@ -24,6 +24,7 @@ typedef struct Options {
     int no_hub;   /* --no-hub: read the segment directly, never through a hub */
     uint64_t tree_budget; /* --tree-budget MIB, in bytes; 0: the default */
     int time_cpu; /* --time cpu: CPU time shown (waiting hidden); the key c switches */
+    int last_step; /* --last-step: the table is the last complete step alone (step mode, key s) */
 } Options;
 
 /* Parse argv into o (o->sort set to the default first). 0, or -1 once the

@@ -148,7 +148,7 @@ static void App_draw(App *app)
              source, (unsigned long long)(pt_aggset_count(app->set) > 1 ? pi->pid : app->stats.pid), state, app->paused ? " PAUSED" : "",
              cpu, App_timeName(app), speed,
              (unsigned long long)dropped, other_losses ? "  " : "", losses, threads, app->window_seconds, win, app->panel->name,
-             app->panel == &TablePanel_class ? (app->table_window ? "window" : "whole run") : "window", cmd);
+             app->step_mode ? "last step" : app->panel == &TablePanel_class ? (app->table_window ? "window" : "whole run") : "window", cmd);
     App_drawLine(0, CRT_attr(app->status.ended || app->status.died ? CRT_C_ENDED : CRT_C_HEADER) | A_BOLD, line);
     int top = 1;
     if (dropped) {
@@ -215,6 +215,10 @@ static void App_draw(App *app)
         App_threadsLine(app, line, sizeof line);
         App_drawLine(top++, A_NORMAL, line);
     }
+    if (app->steps.count || app->step_mode) {
+        App_stepsLine(app, line, sizeof line);
+        App_drawLine(top++, app->step_mode ? A_BOLD : A_NORMAL, line);
+    }
     if (app->filter_editing || app->filter[0]) {
         char esc[300];
         Text_escape(app->filter, esc, sizeof esc);
@@ -226,8 +230,9 @@ static void App_draw(App *app)
         app->panel->draw(app, top, rows, COLS);
     if (rows > 0 && app->help)
         Help_draw(top, rows, COLS);
-    snprintf(line, sizeof line, " ?:help q:quit space:pause Tab:%s c:%s T:threads%s /:filter +/-:window  %s  [sort %s %s]",
+    snprintf(line, sizeof line, " ?:help q:quit space:pause Tab:%s c:%s s:%s T:threads%s /:filter +/-:window  %s  [sort %s %s]",
              app->panel == &TablePanel_class ? "flame" : "table", app->time_cpu ? "wall" : "CPU",
+             app->step_mode ? "all" : "last step",
              pt_aggset_count(app->set) > 1 ? " P:process" : "",
              app->panel->help, App_sortNames[app->sort],
              app->sort_desc ? "desc" : "asc");
@@ -281,6 +286,11 @@ static PanelResult App_onKey(App *app, int ch)
     case '?':
         app->help = 1;
         return PANEL_REDRAW;
+    case 's': /* step mode: the last complete step alone (agg.h STEPS) */
+        app->step_mode = !app->step_mode;
+        app->table_selected = app->table_scroll = 0;
+        app->sel_len = app->zoom_len = app->flame_scroll = 0;
+        return PANEL_REFRESH;
     case 'c': /* the time shown: wall <-> CPU (waiting hidden) */
         app->time_cpu = !app->time_cpu;
         app->table_selected = app->table_scroll = 0;
