@@ -131,7 +131,7 @@ typedef struct thread {
     /* slice entries given ticks since its last CpuTime record (marked PT_CCT_DIRTY) */
     struct sdirty *sdirty;
     uint32_t nsdirty, sdirty_cap;
-    uint64_t first_tick;   /* its first event's tick (where its first step starts) */
+    uint64_t first_tick;   /* its first tick: ThreadStart's or its first event's (where its first step starts) */
     int have_first;
     steps_t *steps;        /* its steps (NULL until its first Step mark) */
 } thread_t;
@@ -910,6 +910,10 @@ int pt_agg_feed_msg(pt_agg_t *a, const pt_fb_msg_t *m)
         if (in->ticks) {
             note_tick(a, in->ticks);
             account(a, th, in->ticks);
+            if (!th->have_first) { /* its first step starts here (as an export's clock does) */
+                th->have_first = 1;
+                th->first_tick = in->ticks;
+            }
         }
         return th->name ? 0 : -ENOMEM;
     }

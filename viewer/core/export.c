@@ -225,13 +225,15 @@ static int mark_or_gap(ex_t *e, pt_walk_thread_t *wt, uint32_t id, uint64_t tick
     uint64_t now = ex_now(e, t, ticks);
     if (flags & PT_EVF_STEP)
         t->steps++; /* counted before the filter: a step keeps its number in a time range */
-    if (e->filter && !in_range(e, &e->procs[t->proc], now))
-        return 0;
     int rc = 0;
-    if (gap && e->w->gap)
+    if (e->filter && !in_range(e, &e->procs[t->proc], now))
+        ;
+    else if (gap && e->w->gap)
         rc = e->w->gap(e, wt, now, lost);
     else if (!gap && e->w->instant)
         rc = e->w->instant(e, wt, id, now, flags);
+    if (flags & PT_EVF_STEP)
+        thr_of(e, wt)->step_last = now; /* the next step starts here */
     return rc ? rc : e->out.err;
 }
 

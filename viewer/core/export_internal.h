@@ -135,8 +135,8 @@ typedef struct thr {
     int cpu_shown;    /* a CPU rate was written for it (cpu_rate) */
     uint64_t steps;   /* its Step marks so far (the driver counts them, filtered or not): the
                          number of the step a Step mark ends */
-    uint64_t step_last; /* tick of its last Step mark (its first event before one) */
-    int have_step_last;
+    uint64_t step_last; /* clamped tick of its last Step mark (its first event before one): in
+                           a writer's instant of a Step mark, where the step ending began */
 } thr_t;
 
 /* One process of the stream (Message.process = tag). */
@@ -262,6 +262,7 @@ static inline uint64_t ex_clock(thr_t *t, uint64_t now, uint64_t *moved)
     if (!t->have_last) {
         t->have_last = 1;
         t->last = now;
+        t->step_last = now; /* its first step starts at its first event (agg.h STEPS) */
         return now;
     }
     if (now <= t->last)

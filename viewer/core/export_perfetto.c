@@ -74,6 +74,8 @@
 #define PF_CONTINUED 0x100u    /* pf_event: added to PF_SLICE_BEGIN */
 #define PF_SEQ_CPU 0x80000000u /* + thread index: the sequence of its CPU usage counter */
 #define PF_CPU_TRACK 0x40000001u /* + thread index: the low half of its counter track's uuid */
+#define PF_SEQ_STEP 0xC0000000u  /* + thread index: the sequence of its Steps track */
+#define PF_STEP_TRACK 0x20000001u /* + thread index: the low half of its Steps track's uuid */
 
 /* wire types */
 #define PB_VARINT 0u
@@ -97,6 +99,8 @@ typedef struct pf_thr {
     pf_instant_t *pf_wait; /* filtering: instants that wait */
     uint32_t pf_nwait, pf_cap_wait;
     int cpu_open;          /* its CPU usage counter's sequence and track are written */
+    int step_open;         /* its Steps track's sequence and track are written */
+    uint64_t step_last_ns; /* that sequence's clock */
     uint64_t cpu_first_ns, cpu_last_ns;
 } pf_thr_t;
 
@@ -720,13 +724,72 @@ static int pf_resume(ex_t *e, pt_walk_thread_t *wt)
     return ((pf_t *)e->ws)->thr[wt->index].pf_nwait ? pf_flush_waiting(e, wt, 0, 1) : 0;
 }
 
+/* ---- steps: a track per stepping thread -------------------------------------
+ * A Step mark (agg.h STEPS) is an instant named after its label on the
+ * thread's track, as any mark; and on a "Steps" track (a child of the thread's)
+ * the step it ends is a slice "step N" from the thread's previous Step mark (or
+ * its first event) to it. Steps follow each other, so that track has a packet
+ * sequence of its own (PF_SEQ_STEP + index) whose clock only goes forward. */
+static uint64_t pf_step_uuid(const ex_t *e, uint32_t index)
+{
+    return (pf_uuid(e, 0) & ~0xffffffffull) | ((uint64_t)PF_STEP_TRACK + index);
+}
+
+static int pf_step_packet(ex_t *e, pf_thr_t *pt, uint32_t seq, unsigned type, uint64_t ns, const char *name)
+{
+    pb_t te = {0}, pkt = {0};
+    if (ns < pt->step_last_ns)
+        ns = pt->step_last_ns;
+    pb_uint(&pkt, 8, ns - pt->step_last_ns);
+    pt->step_last_ns = ns;
+    pb_uint(&te, 9, type);
+    if (name)
+        pb_str(&te, 23, name);
+    pb_uint(&pkt, 10, seq);
+    pb_uint(&pkt, 13, PF_SEQ_NEEDS);
+    pb_msg(&pkt, 11, &te);
+    return pf_pb_send(e, &pkt, pb_done_all((pb_t *const[]){&te}, 1));
+}
+
+static int pf_step(ex_t *e, pt_walk_thread_t *wt, uint64_t now)
+{
+    thr_t *t = thr_of(e, wt);
+    pf_thr_t *pt = &((pf_t *)e->ws)->thr[wt->index];
+    const proc_t *p = &e->procs[t->proc];
+    int64_t s0 = chrome_ns(p, t->step_last), s1 = chrome_ns(p, now);
+    uint64_t from = s0 > 0 ? (uint64_t)s0 : 0, to = s1 > 0 ? (uint64_t)s1 : 0;
+    const uint32_t seq = PF_SEQ_STEP + wt->index;
+    int rc;
+    if (!pt->step_open) {
+        if ((rc = pf_sequence_start(e, seq, pf_step_uuid(e, wt->index), from)) != 0)
+            return rc;
+        pb_t td = {0}, pkt = {0};
+        pb_uint(&td, 1, pf_step_uuid(e, wt->index));
+        pb_str(&td, 2, "Steps");
+        pb_uint(&td, 5, pf_uuid(e, wt->index)); /* parent: the thread's track */
+        pb_uint(&pkt, 10, seq);
+        pb_msg(&pkt, 60, &td);
+        if ((rc = pf_pb_send(e, &pkt, pb_done_all((pb_t *const[]){&td}, 1))) != 0)
+            return rc;
+        pt->step_open = 1;
+        pt->step_last_ns = from;
+    }
+    char name[40];
+    snprintf(name, sizeof name, "step %llu", (unsigned long long)t->steps);
+    if ((rc = pf_step_packet(e, pt, seq, PF_SLICE_BEGIN, from, name)) != 0)
+        return rc;
+    return pf_step_packet(e, pt, seq, PF_SLICE_END, to, NULL);
+}
+
 static int pf_mark(ex_t *e, pt_walk_thread_t *wt, uint32_t id, uint64_t now, unsigned flags)
 {
-    (void)flags; /* a Step mark is an instant named after its label, as any mark */
     uint32_t s = pt_cct_sym(e->cct, thr_of(e, wt)->proc, id);
     if (s == NONE)
         return -ENOMEM;
-    return pf_instant(e, wt, s, now, 0);
+    int rc = pf_instant(e, wt, s, now, 0);
+    if (!rc && (flags & PT_EVF_STEP))
+        rc = pf_step(e, wt, now);
+    return rc;
 }
 
 static int pf_gap(ex_t *e, pt_walk_thread_t *wt, uint64_t now, uint64_t lost)

@@ -99,6 +99,8 @@ def read_trace(path, counters=None):
                 processes[td.uuid] = (td.process.pid, td.process.process_name)
             if td.HasField("thread"):
                 tracks[td.uuid] = (td.thread.pid, td.thread.tid, td.thread.thread_name)
+            elif not td.HasField("process") and not td.HasField("counter") and td.name:
+                tracks[td.uuid] = (None, None, td.name)  # a named track (a thread's Steps)
         if not p.HasField("track_event"):
             continue
         assert p.sequence_flags & NEEDS and s.cleared, "a track event needs the sequence's state"
