@@ -264,13 +264,13 @@ static PyObject *agg_feed_many(agg_obj_t *self, PyObject *items)
 /* ---- queries ------------------------------------------------------------------------ */
 
 static int parse_query(PyObject *args, PyObject *kw, const char *fmt, char **kwlist, pt_agg_query_t *q,
-                       void *extra1, void *extra2, void *extra3, void *extra4, void *extra5)
+                       void *extra1, void *extra2, void *extra3, void *extra4, void *extra5, void *extra6)
 {
     unsigned long long thread = 0;
     double window = 0;
     memset(q, 0, sizeof *q); /* hide_idle 0: every thread */
     if (!PyArg_ParseTupleAndKeywords(args, kw, fmt, kwlist, &thread, &window, extra1, extra2, extra3, extra4,
-                                     extra5))
+                                     extra5, extra6))
         return -1;
     if (!(window >= 0)) {
         PyErr_SetString(PyExc_ValueError, "window must be a number of seconds >= 0 (0: the whole run)");
@@ -528,13 +528,15 @@ PyDoc_STRVAR(table_doc,
 
 static PyObject *agg_table(agg_obj_t *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"thread", "window", "sort", "descending", "filter", "process", "cpu", NULL};
+    static char *kwlist[] = {"thread", "window", "sort", "descending", "filter", "process", "cpu", "last_step", NULL};
     pt_agg_query_t q;
     const char *sort = "self", *filter = NULL;
-    int descending = 1, cpu = 0;
+    int descending = 1, cpu = 0, last_step = 0;
     Py_ssize_t process = 0;
-    if (parse_query(args, kw, "|Kdspznp:table", kwlist, &q, &sort, &descending, &filter, &process, &cpu) < 0)
+    if (parse_query(args, kw, "|Kdspznpp:table", kwlist, &q, &sort, &descending, &filter, &process, &cpu,
+                    &last_step) < 0)
         return NULL;
+    q.last_step = last_step;
     int key = -1;
     for (int i = 0; i < PT_AGG_SORT_COUNT; i++)
         if (!strcmp(sort, sort_names[i]))
@@ -608,13 +610,14 @@ PyDoc_STRVAR(tree_doc,
 
 static PyObject *agg_tree(agg_obj_t *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"thread", "window", "min_fraction", "process", "cpu", NULL};
+    static char *kwlist[] = {"thread", "window", "min_fraction", "process", "cpu", "last_step", NULL};
     pt_agg_query_t q;
     double min_fraction = 0;
     Py_ssize_t process = 0;
-    int cpu = 0;
-    if (parse_query(args, kw, "|Kddnp:tree", kwlist, &q, &min_fraction, &process, &cpu, NULL, NULL) < 0)
+    int cpu = 0, last_step = 0;
+    if (parse_query(args, kw, "|Kddnpp:tree", kwlist, &q, &min_fraction, &process, &cpu, &last_step, NULL, NULL) < 0)
         return NULL;
+    q.last_step = last_step;
     if (!(min_fraction >= 0 && min_fraction <= 1)) {
         PyErr_SetString(PyExc_ValueError, "min_fraction must be between 0 and 1");
         return NULL;
@@ -688,6 +691,98 @@ static PyObject *agg_tree(agg_obj_t *self, PyObject *args, PyObject *kw)
     return Py_BuildValue("(KN)", (unsigned long long)span, nodes);
 }
 
+PyDoc_STRVAR(steps_doc,
+             "steps(thread=0, process=0, list=False) -> dict: pt_agg_steps of the thread (0: the stepping thread, "
+             "whose last step ended last): count, thread, threads, label (the last Step mark's), last_ns, "
+             "last_start_ns, last_end_ns, last_lost_events, median_ns, p10_ns, p90_ns, min_ns, max_ns, mean_ns, "
+             "stdev_ns, slowest_index, total_ns, running_ns, kept, folded, tree_missed; list=True adds 'list': "
+             "[(number, end_ns, dur_ns)] of the kept steps, oldest first. table()/tree() with last_step=True show "
+             "the last complete step alone (viewer/core/agg.h, STEPS).");
+
+static PyObject *agg_steps(agg_obj_t *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"thread", "process", "list", NULL};
+    unsigned long long thread = 0;
+    Py_ssize_t process = 0;
+    int want_list = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|Knp:steps", kwlist, &thread, &process, &want_list))
+        return NULL;
+    pt_agg_t *agg = agg_lock_process(self, process);
+    if (!agg)
+        return NULL;
+    pt_agg_steps_t st;
+    int rc = pt_agg_steps(agg, thread, &st);
+    pt_agg_step_t *list = NULL;
+    size_t n = 0;
+    if (!rc && want_list && st.kept) {
+        list = PyMem_RawMalloc((size_t)st.kept * sizeof *list);
+        rc = list ? pt_agg_step_list(agg, thread, list, (size_t)st.kept, &n) : -ENOMEM;
+        if (n > st.kept)
+            n = (size_t)st.kept;
+    }
+    const char *label = st.count ? pt_agg_symbol(agg, st.label).name : "";
+    PyObject *d = rc ? NULL : PyDict_New();
+    PyObject *name = d ? str_of(label) : NULL;
+    agg_unlock(self);
+    if (rc) {
+        PyMem_RawFree(list);
+        return raise_rc(rc);
+    }
+    if (!d || !name) {
+        Py_XDECREF(d);
+        PyMem_RawFree(list);
+        return NULL;
+    }
+    int bad = PyDict_SetItemString(d, "label", name) < 0;
+    Py_DECREF(name);
+    if (bad)
+        goto err;
+#define STEP_SET(key, v) SET(d, key, U64(v))
+    STEP_SET("count", st.count);
+    STEP_SET("thread", st.thread);
+    STEP_SET("threads", st.threads);
+    STEP_SET("last_ns", st.last_ns);
+    STEP_SET("last_start_ns", st.last_start_ns);
+    STEP_SET("last_end_ns", st.last_end_ns);
+    STEP_SET("last_lost_events", st.last_lost);
+    STEP_SET("median_ns", st.median_ns);
+    STEP_SET("p10_ns", st.p10_ns);
+    STEP_SET("p90_ns", st.p90_ns);
+    STEP_SET("min_ns", st.min_ns);
+    STEP_SET("max_ns", st.max_ns);
+    STEP_SET("mean_ns", st.mean_ns);
+    STEP_SET("stdev_ns", st.stdev_ns);
+    STEP_SET("slowest_index", st.slowest);
+    STEP_SET("total_ns", st.total_ns);
+    STEP_SET("running_ns", st.running_ns);
+    STEP_SET("kept", st.kept);
+    STEP_SET("folded", st.folded);
+    STEP_SET("tree_missed", st.tree_missed);
+#undef STEP_SET
+    if (want_list) {
+        PyObject *l = PyList_New((Py_ssize_t)n);
+        for (size_t i = 0; l && i < n; i++) {
+            PyObject *t = Py_BuildValue("(KKK)", (unsigned long long)list[i].number, (unsigned long long)list[i].end_ns,
+                                        (unsigned long long)list[i].dur_ns);
+            if (!t) {
+                Py_CLEAR(l);
+                break;
+            }
+            PyList_SET_ITEM(l, (Py_ssize_t)i, t);
+        }
+        bad = !l || PyDict_SetItemString(d, "list", l) < 0;
+        Py_XDECREF(l);
+    }
+    if (bad)
+        goto err;
+    PyMem_RawFree(list);
+    return d;
+err:
+    PyMem_RawFree(list);
+    Py_DECREF(d);
+    return NULL;
+}
+
 PyDoc_STRVAR(timeline_doc,
              "timeline(thread=0, window=0.0, since=0, group=1, process=0) -> dict(slice_ns, group, first_slice, last_slice, "
              "origin_ns, cells): per cell of `group` slices and thread, (first slice, thread, top symbol id or "
@@ -700,7 +795,7 @@ static PyObject *agg_timeline(agg_obj_t *self, PyObject *args, PyObject *kw)
     unsigned long long since = 0;
     unsigned int group = 1;
     Py_ssize_t process = 0;
-    if (parse_query(args, kw, "|KdKIn:timeline", kwlist, &q, &since, &group, &process, NULL, NULL) < 0)
+    if (parse_query(args, kw, "|KdKIn:timeline", kwlist, &q, &since, &group, &process, NULL, NULL, NULL) < 0)
         return NULL;
     pt_agg_timeline_t t;
     int rc;
@@ -779,6 +874,7 @@ static PyMethodDef agg_methods[] = {
     {"table", (PyCFunction)(void (*)(void))agg_table, METH_VARARGS | METH_KEYWORDS, table_doc},
     {"tree", (PyCFunction)(void (*)(void))agg_tree, METH_VARARGS | METH_KEYWORDS, tree_doc},
     {"timeline", (PyCFunction)(void (*)(void))agg_timeline, METH_VARARGS | METH_KEYWORDS, timeline_doc},
+    {"steps", (PyCFunction)(void (*)(void))agg_steps, METH_VARARGS | METH_KEYWORDS, steps_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -73,11 +73,15 @@ class ProcessView:
     def symbols(self, start=0):
         return self.agg.symbols(start, process=self.index)
 
-    def table(self, thread=0, window=0.0, sort="self", descending=True, filter=None, cpu=False):
-        return self.agg.table(thread, window, sort, descending, filter, process=self.index, cpu=cpu)
+    def table(self, thread=0, window=0.0, sort="self", descending=True, filter=None, cpu=False, last_step=False):
+        return self.agg.table(thread, window, sort, descending, filter, process=self.index, cpu=cpu,
+                              last_step=last_step)
 
-    def tree(self, thread=0, window=0.0, min_fraction=0.0, cpu=False):
-        return self.agg.tree(thread, window, min_fraction, process=self.index, cpu=cpu)
+    def tree(self, thread=0, window=0.0, min_fraction=0.0, cpu=False, last_step=False):
+        return self.agg.tree(thread, window, min_fraction, process=self.index, cpu=cpu, last_step=last_step)
+
+    def steps(self, thread=0, list=False):
+        return self.agg.steps(thread, process=self.index, list=list)
 
     def timeline(self, thread=0, window=0.0, since=0, group=1):
         return self.agg.timeline(thread, window, since, group, process=self.index)
@@ -127,12 +131,29 @@ def rows_of(table):
     return [(r[0], r[5], r[6], r[7], r[8], r[11], r[12]) for r in table]
 
 
-def view_of(agg, thread, window, min_fraction, filt=None):
+def view_of(agg, thread, window, min_fraction, filt=None, last_step=False):
     """(span_ns, nodes as the C core gives them, rows, not_observed) of a view: span_ns is
-    the table's, the observed wall time (the tree's span would count the gaps too)."""
-    _tspan, raw = agg.tree(thread, window, min_fraction, cpu=True)
-    span, table, unobserved = agg.table(thread, window, "self", True, filt, cpu=True)
+    the table's, the observed wall time (the tree's span would count the gaps too).
+    last_step: the last complete step alone (viewer/core/agg.h, STEPS; wall time only)."""
+    _tspan, raw = agg.tree(thread, window, min_fraction, cpu=True, last_step=last_step)
+    span, table, unobserved = agg.table(thread, window, "self", True, filt, cpu=True, last_step=last_step)
     return span, raw, rows_of(table), unobserved
+
+
+# The steps a page is sent for its chart: the last ones (the summary covers them all).
+STEP_BARS_LIVE = 120
+STEP_BARS_REPORT = 5000
+
+
+def steps_of(agg, bars):
+    """The summary of the stepping thread's steps (Aggregator.steps) with "bars": the last
+    `bars` steps as [number, dur_ns]; None when no step ended."""
+    st = agg.steps(0, list=True)
+    if not st["count"]:
+        return None
+    steps = st.pop("list")
+    st["bars"] = [[n, d] for n, _end, d in steps[-bars:]]
+    return st
 
 
 # ---- the HTML report ------------------------------------------------------------
@@ -162,6 +183,10 @@ def _process_report(agg, title, timeline_cells, min_fraction, processes, thread_
         view = {"span_ns": span, "nodes": keys.nodes(raw), "rows": rows, "not_observed": unobserved}
         # a thread that is the whole picture (one thread) is not written twice
         views[str(thread)] = {"same_as": "0"} if thread and view == views["0"] else view
+    steps = steps_of(agg, STEP_BARS_REPORT)
+    if steps:   # the last complete step alone, of the stepping thread
+        span, raw, rows, unobserved = view_of(agg, 0, 0.0, min_fraction, last_step=True)
+        views["step"] = {"span_ns": span, "nodes": keys.nodes(raw), "rows": rows, "not_observed": unobserved}
     tl = agg.timeline(0, 0.0, 0, 1)
     slices = tl["last_slice"] - tl["first_slice"] + 1
     group = max(1, -(-slices // timeline_cells))
@@ -169,7 +194,7 @@ def _process_report(agg, title, timeline_cells, min_fraction, processes, thread_
         tl = agg.timeline(0, 0.0, 0, group)
     st = status(agg, processes=processes)
     st["threads_without_view"] = len(threads) - len(with_view)
-    return {"title": title, "status": st, "threads": threads,
+    return {"title": title, "status": st, "threads": threads, "steps": steps,
             "symbols": symbol_list(agg), "views": views,
             "timeline": {"slice_ns": tl["slice_ns"], "group": tl["group"], "first": tl["first_slice"],
                          "last": tl["last_slice"], "cells": tl["cells"]}}
@@ -293,12 +318,12 @@ class Live:
             s.used = now
             return s
 
-    def update(self, sid, version, thread, window, filt):
-        """The delta that brings a page at `version` of view (thread, window, filter) to
-        now. A page that asks for another view, or whose version is not the one it was
-        last sent (a lost answer), gets the whole picture."""
+    def update(self, sid, version, thread, window, filt, step=False):
+        """The delta that brings a page at `version` of view (thread, window, filter, step:
+        the last complete step alone) to now. A page that asks for another view, or whose
+        version is not the one it was last sent (a lost answer), gets the whole picture."""
         s = self._session(sid)
-        view = (thread, window, filt)
+        view = (thread, window, filt, step)
         full = s.view != view or version != s.version
         if full:
             s.view, s.nodes, s.rows, s.timeline_from = view, {}, {}, 0
@@ -319,7 +344,9 @@ class Live:
         if threads != s.threads:
             out["threads"] = threads
             s.threads = threads
-        span, raw, table_rows, unobserved = view_of(agg, thread, window, self.min_fraction, filt or None)
+        span, raw, table_rows, unobserved = view_of(agg, thread, window, self.min_fraction, filt or None,
+                                                    last_step=step)
+        out["steps"] = steps_of(agg, STEP_BARS_LIVE)
         nodes = {n[0]: n for n in self.keys.nodes(raw)}
         out["nodes"] = [n for k, n in nodes.items() if s.nodes.get(k) != n]
         out["removed"] = [k for k in s.nodes if k not in nodes]

@@ -7,7 +7,7 @@ recorded with `pytrace record`, and the program times each step itself
   - --last-step: the table is the last step alone;
   - the Perfetto export holds the 30 step instants and a Steps track of 30 slices whose
     durations are the same figures; chrome's step instants carry their numbers;
-  - the HTML report shows the step summary;
+  - (the HTML report and the web view: tests/python/web/test_web_steps.py);
   - pytrace-top under tmux shows the steps line, and the key s the last step alone;
   - a real torch loop with SGD, its Optimizer.step marked by install_optimizer_steps()
     (skipped without torch), and a GAN's two optimizers: one step per iteration.
@@ -171,21 +171,6 @@ def test_chrome_export_numbers_the_steps(loop):
     ev = [e for e in json.loads(out.read_text())["traceEvents"] if e.get("cat") == "step"]
     assert [e["args"]["step"] for e in ev] == list(range(1, 31))
     assert all(e["ph"] == "i" and e["name"] == "train" for e in ev)
-
-
-def test_html_report_shows_the_steps(loop):
-    d, rec, _program = loop
-    out = d / "loop.html"
-    _run("-m", "pytrace", "export", "-f", "html", "-o", str(out), rec)
-    html = out.read_text()
-    st = _top_json(rec)["steps"]
-    m = re.search(r'<script[^>]*id="pytrace-steps"[^>]*>(.*?)</script>', html, re.S)
-    assert m, "the report has no steps data"
-    data = json.loads(m.group(1))
-    assert data["count"] == 30 and data["last_ns"] == st["last_ns"] and data["median_ns"] == st["median_ns"]
-    assert len(data["list"]) == 30
-    assert data["last_step"]["functions"], "the last step's functions"
-    assert "Steps" in html
 
 
 @pytest.mark.skipif(not __import__("shutil").which("tmux"), reason="tmux is not installed")

@@ -24,7 +24,8 @@
     span: 0,
     version: 0,
     updates: 0,
-    view: { process: 0, thread: 0, window: 10, filter: "" },
+    view: { process: 0, thread: 0, window: 10, filter: "", step: false },  // step: the last step alone
+    steps: null,         // the stepping thread's step summary and its last steps as bars (agg.h STEPS)
     processes: [],       // [key, pid, title] (one page, several processes; a report: its processes)
     zoom: 0,
     search: "",
@@ -109,6 +110,7 @@
     state.status = u.status;
     if (u.job) state.job = u.job;
     if (u.processes) state.processes = u.processes;
+    state.steps = u.steps || null;
     state.version = u.version;
     state.updates++;
   }
@@ -123,6 +125,7 @@
     applySymbols(P.symbols);
     state.threads = P.threads;
     state.status = P.status;
+    state.steps = P.steps || null;
     const F = DATA.procs ? (DATA.procs[String(DATA.first_process)] || P) : P;  // the job
     state.job = { pid: (F.status || {}).pid, command: (F.status || {}).command };
     state.cells.clear();
@@ -130,7 +133,7 @@
   }
   function applyReportView() {
     const P = reportProcess();
-    let v = P.views[String(state.view.thread)] || P.views["0"];
+    let v = (state.view.step && P.views.step) || P.views[String(state.view.thread)] || P.views["0"];
     if (v.same_as !== undefined) v = P.views[v.same_as];
     state.nodes.clear(); state.rows.clear();
     applyNodes(v.nodes, []);
@@ -456,7 +459,39 @@
     }
     sel.value = want.includes(cur) ? cur : want[0] || "0";
   }
+  // ---- steps: the summary line, a bar per step, the last-step toggle ------------------
+  function renderSteps() {
+    const st = state.steps;
+    $("steps-section").hidden = !st;
+    $("step").hidden = !st;
+    if (!st) return;
+    const label = st.label || "step";
+    $("steps-note").textContent = "(" + label + " on thread #" + st.thread + "; a step runs from one step mark to the next, " +
+                                  "the first from the thread's start)";
+    const parts = [st.count + " steps", "last #" + st.count + " " + fmtNs(st.last_ns), "median " + fmtNs(st.median_ns),
+                   "p10–p90 " + fmtNs(st.p10_ns) + "–" + fmtNs(st.p90_ns),
+                   "mean " + fmtNs(st.mean_ns) + " sd " + fmtNs(st.stdev_ns),
+                   "slowest #" + st.slowest_index + " " + fmtNs(st.max_ns)];
+    if (st.folded) parts.push("percentiles of the last " + st.kept + " (" + st.folded + " older steps in the rest)");
+    if (st.last_lost_events) parts.push("events lost inside the last step: " + st.last_lost_events);
+    if (state.view.step) parts.unshift("SHOWING THE LAST STEP ALONE (wall time)");
+    $("steps-summary").textContent = parts.join(" \u00b7 ");
+    const canvas = $("steps");
+    const width = canvas.parentElement.clientWidth || 800, height = 60;
+    const ctx = canvasContext(canvas, width, height, "11px sans-serif");
+    const bars = st.bars || [];
+    if (!bars.length) return;
+    let max = 0;
+    for (const b of bars) max = Math.max(max, b[1]);
+    const w = width / bars.length;
+    for (let i = 0; i < bars.length; i++) {
+      const h = max > 0 ? Math.max(1, (height - 2) * bars[i][1] / max) : 1;
+      ctx.fillStyle = bars[i][0] === st.slowest_index ? "#c0392b" : i === bars.length - 1 ? "#2c7be5" : "#8aa4c8";
+      ctx.fillRect(i * w, height - h, Math.max(1, w - (w > 3 ? 1 : 0)), h);
+    }
+  }
   function render() {
+    renderSteps();
     renderProcesses();
     renderThreads();
     drawFlame();
@@ -475,7 +510,8 @@
       const v = state.view, gen = viewGen;
       const q = new URLSearchParams({ token: DATA.token, session, version: String(state.version),
                                       process: String(v.process),
-                                      thread: String(v.thread), window: String(v.window), filter: v.filter });
+                                      thread: String(v.thread), window: String(v.window), filter: v.filter,
+                                      step: v.step ? "1" : "0" });
       try {
         const r = await fetch("api/update?" + q.toString(), { cache: "no-store" });
         if (!r.ok) throw new Error("server answered " + r.status);
@@ -520,6 +556,13 @@
     state.zoom = state.nodes.has(state.zoom) && tot(state.nodes.get(state.zoom)) > 0 ? state.zoom : 0;
     drawFlame();
     renderTable();
+  });
+  $("step").addEventListener("click", () => {
+    state.view.step = !state.view.step;
+    $("step").setAttribute("aria-pressed", String(state.view.step));
+    $("step").textContent = state.view.step ? "all (not the last step)" : "last step";
+    viewChanged();
+    renderSteps();
   });
   $("pause").addEventListener("click", () => {
     state.paused = !state.paused;
