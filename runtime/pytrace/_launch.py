@@ -38,7 +38,7 @@ import sys
 ENV_OPTIONS = "PYTRACE_SUBPROCESS_OPTIONS"   # start() options for traced children
 LAUNCH_ENV = "PYTRACE_LAUNCH"                # the job's options, read by boot() (_job.command())
 # Files of the package whose code is pytrace's own: never in a picture.
-HIDDEN_FILES = ("__init__.py", "_launch.py")
+HIDDEN_FILES = ("__init__.py", "_launch.py", "_steps.py")  # _steps: the Optimizer.step hook
 BOOT_FILES = ("sitecustomize.py", "usercustomize.py")     # in _boot/: see boot()
 
 # Python's own options (python --help): flags, and those that take a value.

@@ -15,10 +15,15 @@ new optimizer for a new phase of training), the next one to step takes its
 place. A program that wants another boundary calls pytrace.step() itself.
 
 uninstall_optimizer_steps() removes the hook (pytrace.stop() calls it).
+
+This file is one of pytrace's hidden files (_launch.HIDDEN_FILES): the hook's frames
+are not traced, so the program's call counts are the same with the hook as without it.
 """
 
 import threading
 import weakref
+
+import pytrace
 
 _lock = threading.Lock()
 _handle = None      # torch's RemovableHandle of our hook
@@ -29,7 +34,6 @@ _labels = {}        # optimizer class -> "Name.step"
 def _post_hook(optimizer, args, kwargs):
     global _primary
     try:
-        import pytrace
         if not pytrace.is_tracing():
             return None
         primary = _primary() if _primary is not None else None

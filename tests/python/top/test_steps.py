@@ -247,6 +247,8 @@ def test_torch_optimizer_steps(tmp_path, mode):
     # one step per iteration: the first optimizer to step (SGD), not the GAN's second one
     assert st["count"] == 12, st
     assert st["label"] == "SGD.step"
+    whole = {f["name"] for f in _top_json(str(rec))["functions"]}
+    assert "_post_hook" not in whole  # the hook is pytrace's own: not traced (HIDDEN_FILES)
     doc = _top_json(str(rec), "--last-step")
     rows = {f["name"]: f for f in doc["functions"]}
     assert rows["SGD.step"]["calls"] == 1, sorted(rows)  # the last step ran the optimizer once
