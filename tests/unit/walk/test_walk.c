@@ -56,6 +56,16 @@ static int on_gap(void *ctx, pt_walk_thread_t *th, uint64_t t, uint64_t lost)
     return 0;
 }
 
+static int on_instant(void *ctx, pt_walk_thread_t *th, uint32_t id, uint64_t t, unsigned flags)
+{
+    (void)ctx;
+    (void)th;
+    char b[64];
+    snprintf(b, sizeof b, "%s%s@%llu", flags & PT_EVF_STEP ? "step:" : "mark:", nm(id), (unsigned long long)t);
+    put(b);
+    return 0;
+}
+
 static const pt_walk_ops_t ops = {.enter = on_enter, .exit = on_leave, .gap = on_gap};
 
 static pt_event_t E(uint64_t t, uint8_t kind, uint32_t id, uint16_t aux)
@@ -335,8 +345,27 @@ static void test_unannounced(void)
     pt_walk_destroy(w);
 }
 
+/* A Mark reaches instant() with its flags (a Step mark ends a step: agg.h STEPS), the
+ * stack unchanged: frames open at it go on. */
+static void test_marks_and_steps(void)
+{
+    pt_event_t ev[] = {E(1, PT_EV_CALL, MAIN, 0), E(2, PT_EV_MARK, H, 0), E(3, PT_EV_CALL, F, 0),
+                       E(4, PT_EV_MARK, G, 0), E(5, PT_EV_RETURN, F, 0), E(6, PT_EV_RETURN, MAIN, 0)};
+    ev[3].flags = PT_EVF_STEP;
+    const pt_walk_ops_t with_marks = {.enter = on_enter, .exit = on_leave, .instant = on_instant, .gap = on_gap};
+    pt_walk_t *w = NULL;
+    transcript[0] = 0;
+    CHECK_EQ(pt_walk_create(&with_marks, NULL, &w), 0);
+    CHECK_EQ(pt_walk_events(w, 1, ev, N(ev)), 0);
+    CHECK_EQ(pt_walk_finish(w), 0);
+    const char *want = "+main@1 mark:h@2 +f@3 step:g@4 -f@5 -main@6";
+    CHECKF(!strcmp(transcript, want), "\n got  %s\n want %s", transcript, want);
+    pt_walk_destroy(w);
+}
+
 int main(void)
 {
+    test_marks_and_steps();
     test_unannounced();
     test_frames();
     test_processes();
