@@ -47,7 +47,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         size_t k = n - i < chunk ? n - i : chunk;
         (void)pt_agg_feed_events(agg, 1 + (i / chunk) % (1 + threads % 5), ev + i, k);
     }
-    pt_agg_query_t queries[] = {{.window_seconds = 0}, {.window_seconds = window_tenths / 10.0}, {.thread = 1}};
+    pt_agg_query_t queries[] = {{.window_seconds = 0}, {.window_seconds = window_tenths / 10.0}, {.thread = 1},
+                                {.last_step = 1}, {.thread = 2, .last_step = 1}};
     for (size_t q = 0; q < sizeof queries / sizeof queries[0]; q++) {
         pt_agg_table_t t = {0};
         if (pt_agg_table(agg, &queries[q], (int)(window_tenths % 6), 1, NULL, &t) == 0)
@@ -61,6 +62,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     pt_agg_counters_t c;
     pt_agg_counters(agg, &c);
+    pt_agg_steps_t st;
+    (void)pt_agg_steps(agg, 0, &st);
+    pt_agg_step_t list[64];
+    size_t nl = 0;
+    (void)pt_agg_step_list(agg, 1, list, 64, &nl);
     free(ev);
     pt_agg_destroy(agg);
     return 0;
