@@ -525,6 +525,8 @@ static PyMethodDef pt_methods[] = {
      "returns the counts, the damage (offset, reason) if any and the last ProducerStatus."},
     {"_itt_set", pt_itt_py_set, METH_O, "_itt_set(on): record PyTorch's ITT tasks as spans (pytrace._torch)."},
     {"_itt_stats", pt_itt_py_stats, METH_NOARGS, "_itt_stats() -> dict: the ITT collector's counts."},
+    {"_exec_then", pt_itt_py_exec_then, METH_VARARGS,
+     "_exec_then(loader, after, module): loader.exec_module(module), then after(module) (pytrace._torch)."},
     {"_after_fork_child", py_after_fork_child, METH_NOARGS, NULL},
     {"_before_fork", py_before_fork, METH_NOARGS, NULL},
     {"_after_fork_parent", py_after_fork_parent, METH_NOARGS, NULL},

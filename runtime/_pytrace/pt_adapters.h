@@ -24,5 +24,6 @@ PT_HIDDEN int pt_profile_register(void);
 PT_HIDDEN int pt_itt_init(void);
 PT_HIDDEN PyObject *pt_itt_py_set(PyObject *module, PyObject *on);
 PT_HIDDEN PyObject *pt_itt_py_stats(PyObject *module, PyObject *unused);
+PT_HIDDEN PyObject *pt_itt_py_exec_then(PyObject *module, PyObject *args);
 
 #endif /* PT_RUNTIME_ADAPTERS_H */

@@ -83,7 +83,7 @@ static _Atomic(const void *) torch_domain;                     /* the "PyTorch" 
 static _Atomic int pt_itt_on;
 
 /* statistics (relaxed: counts only) */
-static _Atomic uint64_t n_calls, n_spans, n_names, n_names_dropped, n_too_deep, n_label_failed;
+static _Atomic uint64_t n_seen, n_calls, n_spans, n_names, n_names_dropped, n_too_deep, n_label_failed;
 
 /* A thread's open tasks of the domain: epoch << 32 | label (label 0: not recorded).
  * malloc'd on the thread's first task (the module's TLS must stay small: it is
@@ -292,6 +292,7 @@ void __itt_task_begin(const void *domain, pt_itt_id_t id, pt_itt_id_t parent, vo
     tk = room;
     tk->depth = depth + 1;
     tk->open[depth] = 0;
+    atomic_fetch_add_explicit(&n_seen, 1, memory_order_relaxed);
     /* relaxed: a switch; a task begun just after it flips is recorded or not, and
      * its end follows its begin either way */
     if (!atomic_load_explicit(&pt_itt_on, memory_order_relaxed) || pt_epoch_now() == 0)
@@ -369,12 +370,44 @@ PyObject *pt_itt_py_set(PyObject *module, PyObject *on)
     Py_RETURN_NONE;
 }
 
+/* _exec_then(loader, after, module): the exec_module of pytrace._torch's one-shot import
+ * hook, in C so that no frame of ours is on the stack while torch's module runs (a
+ * stack it captures, a warning's, is the one it would capture untraced): the module's
+ * loader is its own again, the module runs, then after(module), whose failure is not
+ * the import's. */
+PyObject *pt_itt_py_exec_then(PyObject *module, PyObject *args)
+{
+    (void)module;
+    PyObject *loader, *mod, *after;
+    if (!PyArg_ParseTuple(args, "OOO", &loader, &after, &mod))
+        return NULL;
+    if (PyObject_SetAttrString(mod, "__loader__", loader) < 0)
+        return NULL;
+    PyObject *spec = PyObject_GetAttrString(mod, "__spec__");
+    if (spec == NULL)
+        return NULL;
+    int rc = spec == Py_None ? 0 : PyObject_SetAttrString(spec, "loader", loader);
+    Py_DECREF(spec);
+    if (rc < 0)
+        return NULL;
+    PyObject *r = PyObject_CallMethod(loader, "exec_module", "O", mod);
+    if (r == NULL)
+        return NULL;
+    Py_DECREF(r);
+    r = PyObject_CallOneArg(after, mod);
+    if (r == NULL)
+        PyErr_Clear(); /* after() says what went wrong itself */
+    Py_XDECREF(r);
+    Py_RETURN_NONE;
+}
+
 PyObject *pt_itt_py_stats(PyObject *module, PyObject *unused)
 {
     (void)module;
     (void)unused;
-    return Py_BuildValue("{s:i,s:K,s:K,s:K,s:K,s:K,s:K}", "on",
-                         atomic_load_explicit(&pt_itt_on, memory_order_relaxed), "calls",
+    return Py_BuildValue("{s:i,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "on",
+                         atomic_load_explicit(&pt_itt_on, memory_order_relaxed), "seen",
+                         (unsigned long long)atomic_load_explicit(&n_seen, memory_order_relaxed), "calls",
                          (unsigned long long)atomic_load_explicit(&n_calls, memory_order_relaxed), "spans",
                          (unsigned long long)atomic_load_explicit(&n_spans, memory_order_relaxed), "names",
                          (unsigned long long)atomic_load_explicit(&n_names, memory_order_relaxed), "names_dropped",
