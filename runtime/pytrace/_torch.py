@@ -204,7 +204,10 @@ def _probe(torch, ext):
 def _instrument(torch):
     import threading
     ext = _state["ext"]
-    if ext is None or _state["enabled"] or _state["gave_way"]:
+    if ext is None or _state["gave_way"]:
+        return
+    if _state["enabled"]:
+        ext._itt_set(True)   # a new session (start() after stop() from another thread)
         return
     ext._itt_set(False)
     try:

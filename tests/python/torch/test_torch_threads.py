@@ -36,3 +36,13 @@ def test_native_pool_thread_ops(tmp_path):
     # 10 forks: the forked function and its ops, nested, on the pool threads
     assert calls.get("<forked function>;aten::mm") == 10, calls
     assert calls.get("<forked function>;aten::relu") == 10, calls
+
+
+def test_stop_while_native_threads_write(tmp_path):
+    """stop() and counters() take each ring's writer flag: 40 stop/start rounds while
+    pool threads write ops end cleanly (no error, no hang, spans recorded)."""
+    torchkit.need_torch()
+    prog = os.path.join(HERE, "stop_race_job.py")
+    r = torchkit.run([torchkit.PY, prog], cwd=str(tmp_path), timeout=240)
+    words = r.stdout.split()
+    assert words[0] == "rounds" and int(words[1]) > 0 and int(words[3]) > 0, r.stdout
