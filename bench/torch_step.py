@@ -15,7 +15,8 @@ keeping up with the recorder.
 Per op: torch.add of two 4-element tensors in a loop, ns per call: untraced, under
 pytrace (Python and C calls only), under pytrace --torch with the collector switched off
 (torch's ITT instrumentation calls it, it returns at once), and on (each op a SpanBegin
-and a SpanEnd in the ring). The last two differ by what the collector itself costs.
+and a SpanEnd in the ring), each a process of its own; then, in one process, the
+collector off and on in turns (less noise): the difference is what the collector costs.
 Needs torch (python3.11 here). Prints figures; asserts nothing.
 """
 
@@ -72,6 +73,16 @@ if mode == "profiler":
 elif mode == "ops":
     add_loop(1000)
     result["ns_per_op"] = add_loop(ops)
+elif mode == "collector":
+    # the collector off and on in turns, in this one process: what it costs per op
+    ext = sys.modules["pytrace._pytrace"]
+    off, on = [], []
+    for _ in range(10):
+        ext._itt_set(False)
+        off.append(add_loop(ops // 10))
+        ext._itt_set(True)
+        on.append(add_loop(ops // 10))
+    result["off"], result["on"] = off, on
 else:
     result["steps"] = job(steps)
 with open(out, "w") as f:
@@ -112,6 +123,7 @@ def main():
                 ("pytrace --torch", "pytrace --torch", None)]
     steps = {name: [] for name, _ in step_modes}
     per_op = {name: [] for name, _, _ in op_modes}
+    collector = {"off": [], "on": []}
     with tempfile.TemporaryDirectory(prefix="pt-torch-bench-") as tmp:
         with open(os.path.join(tmp, "child.py"), "w") as f:
             f.write(CHILD % {"job_dir": os.path.abspath(JOB_DIR)})
@@ -121,6 +133,9 @@ def main():
                 steps[name] += run_child(tmp, kind, child_mode, args.steps, args.ops)["steps"]
             for name, kind, extra in op_modes:
                 per_op[name].append(run_child(tmp, kind, "ops", args.steps, args.ops, extra)["ns_per_op"])
+            r = run_child(tmp, "pytrace --torch", "collector", args.steps, args.ops)
+            collector["off"] += r["off"]
+            collector["on"] += r["on"]
     print("per-step time, median of %d steps (%d rounds x %d), %s, torch %s:"
           % (args.rounds * args.steps, args.rounds, args.steps, sys.version.split()[0], torch.__version__))
     base = statistics.median(steps["untraced"])
@@ -131,8 +146,10 @@ def main():
           % (args.rounds, args.ops))
     for name, _, _ in op_modes:
         print("  %-34s %8.0f ns" % (name, statistics.median(per_op[name])))
-    on, off = statistics.median(per_op["pytrace --torch"]), statistics.median(per_op["pytrace --torch, collector off"])
-    print("  the collector's own cost per op (one SpanBegin + one SpanEnd): %.0f ns" % (on - off))
+    on, off = statistics.median(collector["on"]), statistics.median(collector["off"])
+    print("  in one process under pytrace --torch, the collector off and on in turns (%d x %d calls "
+          "each): %.0f / %.0f ns: the collector's own cost per op (a SpanBegin and a SpanEnd): %.0f ns"
+          % (len(collector["on"]), args.ops // 10, off, on, on - off))
 
 
 if __name__ == "__main__":

@@ -701,6 +701,7 @@ void pt_threads_after_fork_child(void)
     if (me) {
         me->next = me->prev = NULL;
         atomic_store_explicit(&me->ok_epoch, 0, memory_order_relaxed); /* one thread left */
+        atomic_store_explicit(&me->writer, 0, memory_order_relaxed);
         me->seen_epoch = 0;
         me->depth = 0;
         me->prior = 0;
