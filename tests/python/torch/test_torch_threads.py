@@ -33,9 +33,16 @@ def test_native_pool_thread_ops(tmp_path):
     for stacks in native.values():
         for stack, n in stacks.items():
             calls[stack] = calls.get(stack, 0) + n
-    # 10 forks: the forked function and its ops, nested, on the pool threads
-    assert calls.get("<forked function>;aten::mm") == 10, calls
-    assert calls.get("<forked function>;aten::relu") == 10, calls
+    # the forked function and its ops, nested, on the pool threads; torch may run a fork
+    # whose task has not started yet on the thread that waits for it (the main thread)
+    assert calls.get("<forked function>;aten::mm", 0) > 0, calls
+    assert calls.get("<forked function>;aten::mm") == calls.get("<forked function>;aten::relu"), calls
+    # all 10, on whichever thread: counted by the core's pstats
+    stats = os.path.join(tmp, "forked.pstats")
+    torchkit.run([torchkit.PY, "-m", "pytrace", "export", out, "-f", "pstats", "-o", stats], cwd=tmp)
+    import pstats
+    spans = torchkit.span_counts(pstats.Stats(stats).stats)
+    assert spans.get("<forked function>") == 10 and spans.get("aten::mm") == 10, spans
 
 
 def test_stop_while_native_threads_write(tmp_path):
