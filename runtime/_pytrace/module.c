@@ -536,6 +536,10 @@ static PyMethodDef pt_methods[] = {
      "timeout=30.0, tmp_dir=None) -> dict\n"
      "Export a recording to fd in format collapsed|pstats|speedscope|chrome (viewer/core/export.c); "
      "returns the counts, the damage (offset, reason) if any and the last ProducerStatus."},
+    {"_itt_set", pt_itt_py_set, METH_O, "_itt_set(on): record PyTorch's ITT tasks as spans (pytrace._torch)."},
+    {"_itt_stats", pt_itt_py_stats, METH_NOARGS, "_itt_stats() -> dict: the ITT collector's counts."},
+    {"_exec_then", pt_itt_py_exec_then, METH_VARARGS,
+     "_exec_then(loader, after, module): loader.exec_module(module), then after(module) (pytrace._torch)."},
     {"_after_fork_child", py_after_fork_child, METH_NOARGS, NULL},
     {"_before_fork", py_before_fork, METH_NOARGS, NULL},
     {"_after_fork_parent", py_after_fork_parent, METH_NOARGS, NULL},
@@ -556,6 +560,10 @@ static int pt_exec(PyObject *module)
      * calls; PyEval_SetProfile: 3.10/3.11). */
     if (pt_monitoring_register() < 0 || pt_evalframe_register() < 0 || pt_profile_register() < 0) {
         PyErr_SetString(PyExc_ImportError, "cannot register pytrace's hook adapters (table full)");
+        return -1;
+    }
+    if (pt_itt_init() < 0) {
+        PyErr_SetString(PyExc_ImportError, "cannot set up pytrace's ITT collector (pthread_atfork failed)");
         return -1;
     }
     st->labels = PyDict_New();

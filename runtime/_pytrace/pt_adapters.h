@@ -18,4 +18,12 @@ PT_HIDDEN int pt_evalframe_register(void);
 /* PyEval_SetProfile (3.10/3.11), pt_profile.c */
 PT_HIDDEN int pt_profile_register(void);
 
+/* The ITT collector (pt_itt.c): PyTorch's ops as spans. Not a hook adapter: a record
+ * source outside the interpreter's hooks, through pt_foreign_enter. pt_itt_init once
+ * (0 or a negative errno); _itt_set(on) switches recording; _itt_stats() -> dict. */
+PT_HIDDEN int pt_itt_init(void);
+PT_HIDDEN PyObject *pt_itt_py_set(PyObject *module, PyObject *on);
+PT_HIDDEN PyObject *pt_itt_py_stats(PyObject *module, PyObject *unused);
+PT_HIDDEN PyObject *pt_itt_py_exec_then(PyObject *module, PyObject *args);
+
 #endif /* PT_RUNTIME_ADAPTERS_H */

@@ -27,7 +27,11 @@
  *   touch those rings again). Code that runs without the GIL -- the thread
  *   destructor, the Py_AtExit handler, the heartbeat thread -- takes
  *   pt_core.lock, as do the GIL holders when they touch the thread list or the
- *   segment's lifetime. Not supported: free-threaded builds (3.13t).
+ *   segment's lifetime. A record source outside the hooks (pt_foreign_enter, the
+ *   ITT collector) may write without the GIL, from threads that never ran Python:
+ *   it holds its thread's writer flag while it writes, and stop() / counters() take
+ *   that flag before they touch the thread's ring (pt_threads.c). Not supported:
+ *   free-threaded builds (3.13t).
  *
  *   The cold paths (first sight of a code object or thread) call the Python
  *   C API, and a GC run there may execute arbitrary Python, even stop(). So

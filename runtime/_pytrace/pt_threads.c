@@ -26,7 +26,15 @@
  *
  *   stop() writes closing records into other threads' rings: it holds the
  *   GIL, so their owners are not inside a hook, and with the epoch reset they
- *   never touch those rings again.
+ *   never touch those rings again. A writer outside the hooks (pt_foreign_enter:
+ *   the ITT collector, on threads that released the GIL or never ran Python)
+ *   holds its thread's `writer` flag around its writes and checks the epoch
+ *   only once it holds it; stop() and counters() take the same flag of every
+ *   thread before touching its ring (writer_exclude), so they wait for a write
+ *   in progress, and a writer that comes after stop() finds the epoch reset.
+ *   Such a thread claims its ring under pt_core.lock (foreign_claim), never
+ *   while it holds its flag, so stop() (pt_core.lock, then the flags) cannot
+ *   wait on a writer that waits on it.
  */
 #include "pt_tracer_internal.h"
 
@@ -35,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -202,6 +211,75 @@ static void count_untraced_event(pt_thread_t *t)
     atomic_fetch_add_explicit(&pt_segment_header(seg)->events_untraced, 1, memory_order_relaxed);
 }
 
+/* The calling thread's new context, on the thread list (takes pt_core.lock;
+ * not while holding the thread's writer flag). NULL: out of memory (said). */
+static pt_thread_t *context_new(void)
+{
+    pt_thread_t *t = calloc(1, sizeof *t);
+    if (t == NULL) {
+        pt_tracer_fail("out of memory for a thread context");
+        return NULL;
+    }
+    pthread_mutex_lock(&pt_core.lock);
+    t->next = threads;
+    if (threads)
+        threads->prev = t;
+    threads = t;
+    pthread_mutex_unlock(&pt_core.lock);
+    pthread_setspecific(thread_key, t);
+    pt_tls_thread = t;
+    return t;
+}
+
+/* pt_segment_claim_ring failed with rc: count the thread untraced (and retry in
+ * 100 ms when rings may free), or record the failure. */
+static void claim_failed(pt_thread_t *t, int rc, uint32_t epoch, uint64_t tid, const char *name)
+{
+    t->retry_ticks = 0;
+    if (rc == -EAGAIN || rc == -ENOSPC) {
+        if (t->untraced_epoch != epoch) {
+            t->untraced_epoch = epoch;
+            /* relaxed: a statistic */
+            atomic_fetch_add_explicit(&pt_segment_header(pt_core.seg)->threads_untraced, 1, memory_order_relaxed);
+            if (rc == -EAGAIN)
+                pt_tracer_set_first_error("no free ring for thread %llu (%s): it runs untraced until one frees; "
+                                "start with a larger ring_count (--rings)",
+                                (unsigned long long)tid, name);
+            else
+                pt_tracer_set_first_error("no room in /dev/shm for the ring of thread %llu (%s): it runs untraced "
+                                "until room returns; free space in /dev/shm or lower --ring-size",
+                                (unsigned long long)tid, name);
+        }
+        t->retry_ticks = pt_now() + pt_core.clock.ticks_per_second / 10; /* 100 ms */
+        count_untraced_event(t);
+    } else {
+        pt_tracer_fail("cannot claim a ring");
+    }
+}
+
+/* A ring was just claimed into t: the gap of what it did without one, the stack
+ * writer, the CPU clock, an empty shadow. */
+static void ring_setup(pt_thread_t *t, uint64_t tid, const char *name)
+{
+    t->retry_ticks = 0;
+    if (t->missed) {
+        /* What the thread did without a ring becomes a gap of its stream: a
+         * Lost record that says so (LostNoRing), then its stack. The
+         * events stay counted where they were, in events_untraced: they were
+         * not dropped by a full ring, and under policy wait nothing waited. */
+        pt_ring_count_missed(&t->ring, t->missed);
+        t->missed = 0;
+    }
+    pt_ring_set_stack_writer(&t->ring, stack_writer, t);
+    /* CpuTime records (ring.h): the first push below writes the thread's CPU
+     * baseline, then every chunk change and every heartbeat request one more */
+    int rc = pt_ring_set_cpu_clock(&t->ring);
+    if (rc < 0)
+        pt_tracer_set_first_error("thread %llu (%s): no CPU clock (%s): its CPU time is not recorded",
+                                  (unsigned long long)tid, name, strerror(-rc));
+    t->depth = 0;
+}
+
 /* First event of this thread in the session: claim a ring and write the
  * frames already running as Frame records. `opening`: the code whose opening
  * triggers this, if that frame is already the innermost one on the stack (the
@@ -223,21 +301,8 @@ static pt_thread_t *thread_attach(PyCodeObject *opening)
             count_untraced_event(t); /* waiting for a ring: the program's event is lost, counted */
         return NULL;
     }
-    if (t == NULL) {
-        t = calloc(1, sizeof *t);
-        if (t == NULL) {
-            pt_tracer_fail("out of memory for a thread context");
-            return NULL;
-        }
-        pthread_mutex_lock(&pt_core.lock);
-        t->next = threads;
-        if (threads)
-            threads->prev = t;
-        threads = t;
-        pthread_mutex_unlock(&pt_core.lock);
-        pthread_setspecific(thread_key, t);
-        pt_tls_thread = t;
-    }
+    if (t == NULL && (t = context_new()) == NULL)
+        return NULL;
     if (t->seen_epoch != epoch)
         t->missed = 0; /* an earlier session's count went with its segment */
     t->seen_epoch = epoch;
@@ -291,47 +356,12 @@ static pt_thread_t *thread_attach(PyCodeObject *opening)
     if (rc < 0) {
         free(ids);
         free(frames);
-        t->retry_ticks = 0;
-        if (rc == -EAGAIN || rc == -ENOSPC) {
-            if (t->untraced_epoch != epoch) {
-                t->untraced_epoch = epoch;
-                /* relaxed: a statistic */
-                atomic_fetch_add_explicit(&pt_segment_header(pt_core.seg)->threads_untraced, 1, memory_order_relaxed);
-                if (rc == -EAGAIN)
-                    pt_tracer_set_first_error("no free ring for thread %llu (%s): it runs untraced until one frees; "
-                                    "start with a larger ring_count (--rings)",
-                                    (unsigned long long)tid, name);
-                else
-                    pt_tracer_set_first_error("no room in /dev/shm for the ring of thread %llu (%s): it runs untraced "
-                                    "until room returns; free space in /dev/shm or lower --ring-size",
-                                    (unsigned long long)tid, name);
-            }
-            t->retry_ticks = pt_now() + pt_core.clock.ticks_per_second / 10; /* 100 ms */
-            count_untraced_event(t);
-        } else {
-            pt_tracer_fail("cannot claim a ring");
-        }
+        claim_failed(t, rc, epoch, tid, name);
         return NULL;
     }
-    t->retry_ticks = 0;
     if (skip_stack)
         pt_core.opts.stack_skip_thread = 0; /* once: the ident may be reused by a later thread */
-    if (t->missed) {
-        /* What the thread did without a ring becomes a gap of its stream: a
-         * Lost record that says so (LostNoRing), then its stack (below). The
-         * events stay counted where they were, in events_untraced: they were
-         * not dropped by a full ring, and under policy wait nothing waited. */
-        pt_ring_count_missed(&t->ring, t->missed);
-        t->missed = 0;
-    }
-    pt_ring_set_stack_writer(&t->ring, stack_writer, t);
-    /* CpuTime records (ring.h): the first push below writes the thread's CPU
-     * baseline, then every chunk change and every heartbeat request one more */
-    rc = pt_ring_set_cpu_clock(&t->ring);
-    if (rc < 0)
-        pt_tracer_set_first_error("thread %llu (%s): no CPU clock (%s): its CPU time is not recorded",
-                                  (unsigned long long)tid, name, strerror(-rc));
-    t->depth = 0;
+    ring_setup(t, tid, name);
     /* release: publishes the ring handle to the heartbeat thread; pairs with
      * its acquire load in pt_threads_serve_stack_requests */
     atomic_store_explicit(&t->ok_epoch, epoch, memory_order_release);
@@ -445,6 +475,112 @@ void pt_tracer_user_event_flags(uint32_t label_id, uint8_t kind, uint8_t flags)
         pt_emit(t, label_id, kind, flags);
 }
 
+/* ---- writers without the GIL (pt_tracer.h, pt_foreign_enter) ------------------------ */
+
+/* Another thread (stop, counters: pt_core.lock held) takes t's writer flag: it
+ * waits for a write in progress. acquire: pairs with the release in
+ * pt_foreign_leave (the owner's writes to the ring are ours to see). */
+static void writer_exclude(pt_thread_t *t)
+{
+    uint32_t expected = 0;
+    while (!atomic_compare_exchange_weak_explicit(&t->writer, &expected, 2, memory_order_acquire,
+                                                  memory_order_relaxed)) {
+        expected = 0;
+        sched_yield();
+    }
+}
+
+static void writer_allow(pt_thread_t *t)
+{
+    /* release: what we wrote into t's ring (closing records, counters) and the
+     * epoch reset before it reach the owner's next acquire in pt_foreign_enter */
+    atomic_store_explicit(&t->writer, 0, memory_order_release);
+}
+
+/* First record of a thread from a foreign writer in session `epoch`. With the GIL
+ * (a Python thread): as for a hook (its name, its running frames). Without: named
+ * from the OS, no frames; "(native)" if the thread never ran Python. 0 or -1. */
+static int foreign_claim(pt_thread_t *t, uint32_t epoch)
+{
+    if (t->attaching)
+        return -1;
+    if (PyGILState_Check())
+        return thread_attach(NULL) ? 0 : -1;
+    pthread_mutex_lock(&pt_core.lock);
+    int rc = -1;
+    if (pt_epoch_now() != epoch || pt_core.seg == NULL)
+        goto out;
+    if (t->seen_epoch == epoch && (t->retry_ticks == 0 || pt_now() < t->retry_ticks)) {
+        if (t->retry_ticks != 0)
+            count_untraced_event(t);
+        goto out;
+    }
+    if (t->seen_epoch != epoch)
+        t->missed = 0;
+    t->seen_epoch = epoch;
+    char os_name[16] = "", name[PT_THREAD_NAME_BYTES];
+    if (pthread_getname_np(pthread_self(), os_name, sizeof os_name) != 0 || os_name[0] == '\0')
+        snprintf(os_name, sizeof os_name, "thread");
+    /* a Python thread outside the GIL (its first record comes from inside a call
+     * that released it) keeps its OS name; a thread that never ran Python says so */
+    if (PyGILState_GetThisThreadState() != NULL)
+        snprintf(name, sizeof name, "%s", os_name);
+    else
+        snprintf(name, sizeof name, "%s (native)", os_name);
+    uint64_t tid = (uint64_t)syscall(SYS_gettid);
+    int claim = pt_segment_claim_ring(pt_core.seg, tid, name, pt_now(), &t->ring);
+    if (claim < 0) {
+        claim_failed(t, claim, epoch, tid, name);
+        goto out;
+    }
+    ring_setup(t, tid, name);
+    free(t->prior_frames);
+    t->prior_frames = NULL;
+    t->prior = 0;
+    /* release: publishes the ring handle (as in thread_attach) */
+    atomic_store_explicit(&t->ok_epoch, epoch, memory_order_release);
+    pt_core.threads_seen++;
+    rc = 0;
+out:
+    pthread_mutex_unlock(&pt_core.lock);
+    return rc;
+}
+
+pt_thread_t *pt_foreign_enter(void)
+{
+    uint32_t epoch = atomic_load_explicit(&pt_hot.epoch, memory_order_acquire);
+    if (epoch == 0)
+        return NULL;
+    pt_thread_t *t = pt_tls_thread;
+    if (t == NULL && (t = context_new()) == NULL)
+        return NULL;
+    if (atomic_load_explicit(&t->ok_epoch, memory_order_relaxed) != epoch && foreign_claim(t, epoch) < 0)
+        return NULL;
+    uint32_t expected = 0;
+    /* acquire: pairs with writer_allow (a stop() that ran before us is seen
+     * whole: its epoch reset and what it wrote into our ring) */
+    while (!atomic_compare_exchange_weak_explicit(&t->writer, &expected, 1, memory_order_acquire,
+                                                  memory_order_relaxed)) {
+        expected = 0;
+        sched_yield();
+    }
+    /* relaxed: ordered by the acquire above; stop() resets the epoch before it
+     * takes any thread's flag */
+    uint32_t now = atomic_load_explicit(&pt_hot.epoch, memory_order_relaxed);
+    if (now == 0 || now != pt_ok_epoch(t)) {
+        pt_foreign_leave(t);
+        return NULL;
+    }
+    return t;
+}
+
+void pt_foreign_leave(pt_thread_t *t)
+{
+    /* release: our ring writes happen before stop()'s or counters()' acquire in
+     * writer_exclude */
+    atomic_store_explicit(&t->writer, 0, memory_order_release);
+}
+
 /* ---- closing and retiring (pt_core.lock held) ----------------------------------- */
 
 /* Close every open frame of t, publish counters, retire its ring. The caller
@@ -532,9 +668,12 @@ int pt_threads_init(char *err, size_t errlen)
 
 void pt_threads_finish_locked(uint32_t epoch)
 {
-    for (pt_thread_t *t = threads; t; t = t->next)
+    for (pt_thread_t *t = threads; t; t = t->next) {
+        writer_exclude(t); /* the epoch is reset: a foreign writer finishes, none starts */
         if (pt_ok_epoch(t) != 0 && pt_ok_epoch(t) == epoch)
             thread_finish_locked(t);
+        writer_allow(t);
+    }
 }
 
 void pt_threads_add_counters_locked(uint32_t epoch, uint64_t *written, uint64_t *dropped)
@@ -542,9 +681,11 @@ void pt_threads_add_counters_locked(uint32_t epoch, uint64_t *written, uint64_t 
     for (pt_thread_t *t = threads; t; t = t->next) {
         if (epoch == 0 || pt_ok_epoch(t) != epoch)
             continue;
-        pt_ring_flush_counters(&t->ring); /* GIL held: the owner is not in a hook */
+        writer_exclude(t); /* GIL held: the owner is not in a hook, nor in a foreign write now */
+        pt_ring_flush_counters(&t->ring);
         *written += pt_ring_written(&t->ring);
         *dropped += atomic_load_explicit(&t->ring.slot->events_dropped, memory_order_relaxed);
+        writer_allow(t);
     }
 }
 
@@ -565,6 +706,7 @@ void pt_threads_after_fork_child(void)
     if (me) {
         me->next = me->prev = NULL;
         atomic_store_explicit(&me->ok_epoch, 0, memory_order_relaxed); /* one thread left */
+        atomic_store_explicit(&me->writer, 0, memory_order_relaxed);
         me->seen_epoch = 0;
         me->depth = 0;
         me->prior = 0;

@@ -95,11 +95,27 @@ PT_HIDDEN const char *pt_tracer_segment_name(void); /* NULL if no segment */
 PT_HIDDEN void pt_tracer_counters(pt_counters_t *out);
 PT_HIDDEN const pt_options_t *pt_tracer_options(void);
 
-/* Labels and user records (no-ops when not tracing). */
+/* Labels and user records (no-ops when not tracing). pt_tracer_intern_label may
+ * also be called without the GIL between pt_foreign_enter and pt_foreign_leave
+ * (the symbol log takes its own lock). */
 PT_HIDDEN int pt_tracer_intern_label(const char *name, uint32_t *id_out);
 PT_HIDDEN void pt_tracer_user_event(uint32_t label_id, uint8_t kind);
 /* The same with Event.flags (a Mark with PT_EVF_STEP ends a step of the program's loop). */
 PT_HIDDEN void pt_tracer_user_event_flags(uint32_t label_id, uint8_t kind, uint8_t flags);
+
+/* Records from threads that may not hold the GIL (pt_threads.c): a record source
+ * outside the interpreter's hooks (the ITT collector, pt_itt.c), on any thread --
+ * a Python thread inside a call that released the GIL, or a thread that never ran
+ * Python. pt_foreign_enter returns the calling thread's context with its ring in
+ * the current session, claiming one on the thread's first record (a thread without
+ * Python is named from its OS name and said to be native), and holds the thread's
+ * writer flag: stop() and counters() wait for it before they touch the ring from
+ * another thread, and once stop() has begun the flag is refused. NULL: not tracing,
+ * or no ring (counted as for any thread). Between enter and leave: ring writes
+ * (pt_emit) and pt_tracer_intern_label only -- no Python, no pt_core.lock. */
+struct pt_thread;
+PT_HIDDEN struct pt_thread *pt_foreign_enter(void);
+PT_HIDDEN void pt_foreign_leave(struct pt_thread *t);
 
 /* Before the process leaves through _exit() (os._exit: no exit handler runs):
  * stop, publish everything, mark the segment EXITED and let it go, as the

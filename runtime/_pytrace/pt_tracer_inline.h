@@ -64,6 +64,10 @@ typedef struct pt_thread {
     pt_ccache_entry_t ccache[PT_CCACHE_SIZE];
     struct pt_thread *next, *prev;  /* the tracer's thread list, under its lock */
     uint32_t shadow[PT_SHADOW_CAPACITY];
+    /* cold, last: the hot fields above keep their offsets */
+    _Atomic uint32_t writer;        /* a writer that may run without the GIL (pt_foreign_enter)
+                                       holds it 1; stop() and counters() hold it 2 while they
+                                       touch this ring from another thread; 0 free */
 } pt_thread_t;
 
 /* What the fast path reads of the tracer's state. Written by pt_session.c with

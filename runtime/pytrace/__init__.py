@@ -121,14 +121,16 @@ def _label(name):
 
 def start(c_calls=True, include=None, exclude=None, policy="drop", *, ring_count=0,
           chunk_bytes=0, chunks_per_ring=0, symlog_bytes=0, wait_timeout=1.0, clock="auto",
-          cmdline=None, fork_children=True):
+          cmdline=None, fork_children=True, torch=False):
     """Start tracing every thread of this process into a new segment; return its name.
 
     include/exclude: module names or path prefixes (a string or a list). policy "drop"
     (a full ring drops events and says so with a Lost record) or "wait" (the producer
     waits up to wait_timeout seconds for the reader). fork_children: a fork() child traces
-    into a segment of its own (True), or is not traced (False). Raises RuntimeError if
-    tracing is already on, OSError if the segment cannot be created.
+    into a segment of its own (True), or is not traced (False). torch: record PyTorch's
+    operators, autograd nodes and record_function labels as spans (through torch's ITT
+    instrumentation; start before importing torch). Raises RuntimeError if tracing is
+    already on, OSError if the segment cannot be created.
 
     Under a launcher that traces the program already (`pytrace run`, `record --`, `top
     --`, a traced subprocess), start() does nothing and returns the launcher's segment
@@ -150,6 +152,11 @@ def start(c_calls=True, include=None, exclude=None, policy="drop", *, ring_count
     if policy not in ("drop", "wait"):
         raise ValueError("pytrace.start: policy must be 'drop' or 'wait', not %r" % (policy,))
     _clear_labels()
+    glue = why = None
+    if torch:
+        from . import _torch as glue
+        ext._torch_glue = glue
+        why = glue.prepare_environment(ext)  # before torch is imported: ittnotify reads it then
     # pytrace's own code (this module, the launcher) never produces events: after
     # ext.start() only C functions are called here, unless there is a warning to give.
     name = ext.start(c_calls=c_calls, include=include, exclude=exclude, policy=policy,
@@ -157,6 +164,8 @@ def start(c_calls=True, include=None, exclude=None, policy="drop", *, ring_count
                      chunks_per_ring=chunks_per_ring, symlog_bytes=symlog_bytes,
                      wait_timeout=wait_timeout, clock=clock, cmdline=cmdline, hide=_HIDDEN,
                      fork_children=fork_children)
+    if glue is not None:
+        glue.enable(ext, why)
     now = ext.counters()
     if now["tracing_displaced"] or not now["hook"]:
         # No hook (3.12: every free sys.monitoring id is taken) or a thread already runs
@@ -190,9 +199,14 @@ def stop():
     if _launcher_nested > 0:
         _launcher_nested -= 1
         return counters()
+    glue = getattr(_ext(), "_torch_glue", None)
+    if glue is not None:
+        glue.disable()
     result = Counters._from(_ext().stop())
     _clear_labels()
-    _steps_mod = sys.modules.get("pytrace._steps")  # its Optimizer.step hook goes with the trace
+    # the Optimizer.step hook goes with the trace: installed by the program
+    # (pytrace._steps) or by --torch (the glue's copy, which glue.disable() removed)
+    _steps_mod = sys.modules.get("pytrace._steps")
     if _steps_mod is not None:
         _steps_mod.uninstall_optimizer_steps()
     lost = _describe_losses(result)

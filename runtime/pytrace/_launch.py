@@ -38,7 +38,7 @@ import sys
 ENV_OPTIONS = "PYTRACE_SUBPROCESS_OPTIONS"   # start() options for traced children
 LAUNCH_ENV = "PYTRACE_LAUNCH"                # the job's options, read by boot() (_job.command())
 # Files of the package whose code is pytrace's own: never in a picture.
-HIDDEN_FILES = ("__init__.py", "_launch.py", "_steps.py")  # _steps: the Optimizer.step hook
+HIDDEN_FILES = ("__init__.py", "_launch.py", "_steps.py", "_torch.py")  # _steps: the Optimizer.step hook; _torch: the --torch glue
 BOOT_FILES = ("sitecustomize.py", "usercustomize.py")     # in _boot/: see boot()
 
 # Python's own options (python --help): flags, and those that take a value.
@@ -48,7 +48,7 @@ _PY_LONG_VALUE = ("--check-hash-based-pycs",)
 _START_KEYS = {"c_calls": "bool", "policy": "str", "include": "list", "exclude": "list",
                "ring_count": "int", "chunk_bytes": "int", "chunks_per_ring": "int",
                "symlog_bytes": "int", "wait_timeout": "float", "exit_wait": "float",
-               "fork_children": "bool"}
+               "fork_children": "bool", "torch": "bool"}
 _LAUNCH_KEYS = {"report_fd": "int", "wait_fd": "int", "quiet": "bool", "subprocesses": "str",
                 "pythonpath": "str"}
 
@@ -456,6 +456,9 @@ class _Session:
         # registered before the program ran: runs after its handlers, after the
         # interpreter joined its threads. Only C calls until tracing is off.
         ext = self.ext
+        glue = getattr(ext, "_torch_glue", None)
+        if glue is not None:
+            glue.disable()     # torch's profiler state off: torch warns of it left on at exit
         if not ext.is_tracing():
             counters = None
         else:
@@ -558,9 +561,32 @@ def _handshake(report_fd, wait_fd, segment):
                 pass
 
 
+def _load_torch_glue(ext):
+    """pytrace/_torch.py, loaded by path as the extension is (without the package), and
+    kept out of sys.modules (code that walks sys.modules, inspect.getmodule, would walk
+    one module more than untraced): the extension holds it (pytrace.stop() finds it)."""
+    glue = getattr(ext, "_torch_glue", None)
+    if glue is not None:
+        return glue
+    name = "pytrace._torch"
+    path = os.path.join(os.path.dirname(__file__), "_torch.py")
+    loader = sys.modules["_frozen_importlib_external"].SourceFileLoader(name, path)
+    bootstrap = sys.modules["_frozen_importlib"]
+    module = bootstrap.module_from_spec(bootstrap.spec_from_loader(name, loader, origin=path))
+    loader.exec_module(module)
+    ext._torch_glue = module
+    return module
+
+
 def _start(ext, options):
     """ext.start() and the checks pytrace.start() makes, with C calls only after it."""
+    options = dict(options)
+    torch = options.pop("torch", False)
+    glue = _load_torch_glue(ext) if torch else None     # before tracing: its code is not the program's
+    why = glue.prepare_environment(ext) if glue is not None else None
     segment = ext.start(**options)
+    if glue is not None:
+        glue.enable(ext, why)
     # pytrace.start() in the program finds it here: it then does nothing (tracing is
     # on already), rather than fail with "already tracing" (the program is not changed)
     ext._launcher_segment = segment

@@ -14,18 +14,21 @@ first that steps in this process. When that optimizer is garbage-collected (a
 new optimizer for a new phase of training), the next one to step takes its
 place. A program that wants another boundary calls pytrace.step() itself.
 
-uninstall_optimizer_steps() removes the hook (pytrace.stop() calls it).
+uninstall_optimizer_steps() removes the hook (pytrace.stop() and the --torch glue's
+disable() call it).
 
 This file is one of pytrace's hidden files (_launch.HIDDEN_FILES): the hook's frames
 are not traced, so the program's call counts are the same with the hook as without it.
+It imports nothing of pytrace: the --torch glue (_torch.py), which the launcher loads
+by path without the package, loads it the same way, and the hook writes through the
+extension itself (its label() and step(), as pytrace.step() does).
 """
 
 import threading
 import weakref
 
-import pytrace
-
 _lock = threading.Lock()
+_ext = None         # the _pytrace extension the hook writes through
 _handle = None      # torch's RemovableHandle of our hook
 _primary = None     # weakref to the optimizer whose steps are marked
 _labels = {}        # optimizer class -> "Name.step"
@@ -34,7 +37,8 @@ _labels = {}        # optimizer class -> "Name.step"
 def _post_hook(optimizer, args, kwargs):
     global _primary
     try:
-        if not pytrace.is_tracing():
+        ext = _ext
+        if ext is None or not ext.is_tracing():
             return None
         primary = _primary() if _primary is not None else None
         if primary is None:
@@ -46,18 +50,22 @@ def _post_hook(optimizer, args, kwargs):
         label = _labels.get(cls)
         if label is None:
             label = _labels[cls] = "%s.step" % cls.__name__
-        pytrace.step(label)
+        ext.step(ext.label(label))  # label(): the segment's id, cached by the extension
     except Exception:  # noqa: BLE001 - the tracer never changes the program
         pass
     return None
 
 
-def install_optimizer_steps():
+def install_optimizer_steps(ext=None):
     """Mark each Optimizer.step of the program's (first) optimizer as the end of a step.
-    Returns True when the hook is installed (now or before), False when torch is missing
-    or has no global optimizer step hook."""
-    global _handle
+    `ext`: the _pytrace extension (default: pytrace's). Returns True when the hook is
+    installed (now or before), False when torch is missing or has no global optimizer
+    step hook."""
+    global _handle, _ext
+    if ext is None:
+        from pytrace import _pytrace as ext
     with _lock:
+        _ext = ext
         if _handle is not None:
             return True
         try:

@@ -823,13 +823,15 @@ def detach(pid, timeout=DEFAULT_TIMEOUT, say=None, tick=None, target=None):
     raise AttachError("the detach code failed inside %s: %s" % (describe(target), result.get("error")))
 
 
-def start_options(c_calls=True, include=None, exclude=None, policy="drop", rings=0, ring_size=0):
+def start_options(c_calls=True, include=None, exclude=None, policy="drop", rings=0, ring_size=0,
+                  torch=False):
     """start() options from run's command-line values (checked as `pytrace run` checks them)."""
     from types import SimpleNamespace
 
     from .cmdline import start_options as from_namespace
     return from_namespace(SimpleNamespace(c_calls=c_calls, include=include, exclude=exclude,
-                                          policy=policy, rings=rings, ring_size=ring_size))
+                                          policy=policy, rings=rings, ring_size=ring_size,
+                                          torch=torch))
 
 
 # ---- pytrace top PID ------------------------------------------------------------------
@@ -860,12 +862,17 @@ def _view_pid(argv):
 def _job_options(job_opts):
     """`pytrace top`'s job options (--no-c-calls, --policy, --ring-size, --include,
     --exclude; as split by top._split_options) -> start() options."""
-    values = {"c_calls": True, "include": None, "exclude": None, "policy": "drop", "ring_size": 0}
+    values = {"c_calls": True, "include": None, "exclude": None, "policy": "drop", "ring_size": 0,
+              "torch": False}
     i = 0
     while i < len(job_opts):
         a = job_opts[i]
         if a == "--no-c-calls":
             values["c_calls"] = False
+            i += 1
+            continue
+        if a == "--torch":
+            values["torch"] = True
             i += 1
             continue
         name, eq, value = a.partition("=")
@@ -881,7 +888,7 @@ def _job_options(job_opts):
         elif name == "--ring-size":
             values["ring_size"] = float(value)
     return start_options(values["c_calls"], values["include"], values["exclude"], values["policy"],
-                         0, values["ring_size"])
+                         0, values["ring_size"], torch=values["torch"])
 
 
 def view_untraced(viewer_path, argv, split_options, say):
@@ -957,6 +964,9 @@ def _parser(command):
                                 "record -o OUT PID, stop with pytrace detach PID.")
         p.add_argument("--no-c-calls", dest="c_calls", action="store_false",
                        help="do not record calls of C functions")
+        p.add_argument("--torch", action="store_true",
+                       help="record PyTorch's operators, autograd nodes and record_function labels as spans, nested under the Python calls that ran them (torch's ITT instrumentation) (torch must not be imported yet: its ITT collector is chosen "
+                            "at import)")
         p.add_argument("--include", action="append", default=None, metavar="MODULE_OR_PATH",
                        help="trace only these modules / path prefixes (repeatable)")
         p.add_argument("--exclude", action="append", default=None, metavar="MODULE_OR_PATH",
@@ -1007,7 +1017,7 @@ def _command_line(command, argv):
         if command == "attach":
             try:
                 options = start_options(ns.c_calls, ns.include, ns.exclude, ns.policy, ns.rings,
-                                        ns.ring_size)
+                                        ns.ring_size, torch=ns.torch)
             except UsageError as e:
                 raise UsageError(str(e), command) from None
             start = time.monotonic()

@@ -46,7 +46,7 @@ def printable(text):
 
 
 # The options of a traced job that `pytrace top` takes before `--` as well.
-JOB_OPTIONS = ("--no-c-calls", "--include", "--exclude", "--policy", "--ring-size")
+JOB_OPTIONS = ("--no-c-calls", "--torch", "--include", "--exclude", "--policy", "--ring-size")
 
 
 def run_parser(only=None):
@@ -66,6 +66,8 @@ def run_parser(only=None):
 
     add("--no-c-calls", dest="c_calls", action="store_false",
         help="do not record calls of C functions")
+    add("--torch", action="store_true",
+        help="record PyTorch's operators, autograd nodes and record_function labels as spans, nested under the Python calls that ran them (torch's ITT instrumentation)")
     add("--include", action="append", default=None, metavar="MODULE_OR_PATH",
         help="trace only these modules / path prefixes (repeatable)")
     add("--exclude", action="append", default=None, metavar="MODULE_OR_PATH",
@@ -101,6 +103,8 @@ def start_options(ns, command="run"):
     """start() options from parsed run/record/top arguments (UsageError if wrong)."""
     opts = {"c_calls": ns.c_calls, "include": ns.include, "exclude": ns.exclude,
             "policy": ns.policy}
+    if getattr(ns, "torch", False):
+        opts["torch"] = True
     if ns.rings < 0 or ns.rings > 4096:
         raise UsageError("--rings must be between 1 and 4096", command)
     if ns.rings:

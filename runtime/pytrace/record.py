@@ -69,6 +69,8 @@ def _parser():
                         "events (gaps are marked); for a new job only")
     p.add_argument("--no-c-calls", dest="c_calls", action="store_false",
                    help="do not record calls of C functions")
+    p.add_argument("--torch", action="store_true",
+                   help="record PyTorch's operators, autograd nodes and record_function labels as spans, nested under the Python calls that ran them (torch's ITT instrumentation)")
     p.add_argument("--include", action="append", metavar="MODULE_OR_PATH",
                    help="trace only these modules / path prefixes (repeatable)")
     p.add_argument("--exclude", action="append", metavar="MODULE_OR_PATH",
@@ -197,7 +199,7 @@ def _attach_untraced(pid, args, interrupts):
         if attach.plan_for_reader(pid) != "attach":
             return None
         options = attach.start_options(args.c_calls, args.include, args.exclude, args.policy,
-                                       args.rings, args.ring_size)
+                                       args.rings, args.ring_size, torch=args.torch)
         result = attach.attach(pid, options, args.attach_timeout, say=_say,
                                cancelled=lambda: interrupts.count > 0)
     except attach.AttachError as e:

@@ -8,7 +8,7 @@
     pytrace top [job options] -- python script.py [args...]    (or -m module, -c code)
                                                  start the program traced and show it at once
 
-Job options (before `--`): --no-c-calls, --policy drop|wait, --ring-size MiB,
+Job options (before `--`): --no-c-calls, --torch, --policy drop|wait, --ring-size MiB,
 --include X, --exclude X (as for `pytrace run`); any other option before `--` goes to
 pytrace-top (e.g. --once --json --duration S).
 
@@ -31,7 +31,7 @@ from . import _job
 from .cmdline import UsageError, job_options_help, run_parser, start_options
 
 _JOB_FLAGS_WITH_VALUE = ("--policy", "--ring-size", "--include", "--exclude")
-_JOB_FLAGS = ("--no-c-calls",)
+_JOB_FLAGS = ("--no-c-calls", "--torch")
 
 
 def _say(text):

@@ -190,7 +190,7 @@ def main(argv=None):
         _say(str(e))
         return 2
     defaults = _parser().parse_args([])
-    job_given = [o for o in ("c_calls", "include", "exclude", "policy", "ring_size")
+    job_given = [o for o in ("c_calls", "torch", "include", "exclude", "policy", "ring_size")
                  if getattr(ns, o) != getattr(defaults, o)]
     if job_given and command is None:
         _say("the job options (%s) are for a program started with --: pytrace web [options] -- "

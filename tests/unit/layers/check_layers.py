@@ -134,7 +134,7 @@ def check_viewer(root, problems):
 TRACER_DIR = "runtime/_pytrace"
 CORE = {"pt_tracer.h", "pt_tracer_inline.h", "pt_tracer_internal.h", "pt_session.c", "pt_threads.c",
         "pt_symbols.c"}
-ADAPTERS = {"pt_adapters.h", "pt_monitoring.c", "pt_evalframe.c", "pt_profile.c"}
+ADAPTERS = {"pt_adapters.h", "pt_monitoring.c", "pt_evalframe.c", "pt_profile.c", "pt_itt.c"}
 C_COMMENT_OR_STRING = re.compile(r'/\*.*?\*/|//[^\n]*|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
 IDENT = re.compile(r"\b[A-Za-z_]\w*\b")
 # a file-scope declaration or definition that starts in column 0 and is not static:
