@@ -24,6 +24,7 @@ by path without the package, loads it the same way, and the hook writes through 
 extension itself (its label() and step(), as pytrace.step() does).
 """
 
+import sys
 import threading
 import weakref
 
@@ -56,17 +57,37 @@ def _post_hook(optimizer, args, kwargs):
     return None
 
 
+class _Key:
+    """Our hook's key in torch's table of global post hooks: not an int, so that no
+    handle id of torch's is taken (RemovableHandle counts them)."""
+
+
+_KEY = _Key()
+
+
 def install_optimizer_steps(ext=None):
     """Mark each Optimizer.step of the program's (first) optimizer as the end of a step.
     `ext`: the _pytrace extension (default: pytrace's). Returns True when the hook is
     installed (now or before), False when torch is missing or has no global optimizer
-    step hook."""
+    step hook.
+
+    The hook goes straight into torch's table of global post hooks (what
+    register_optimizer_step_post_hook fills), so that no Python code of torch runs for
+    it: the --torch glue installs it while tracing, and torch's register function and
+    RemovableHandle would be calls the program never made. A torch without that table
+    gets the public function."""
     global _handle, _ext
     if ext is None:
         from pytrace import _pytrace as ext
     with _lock:
         _ext = ext
         if _handle is not None:
+            return True
+        optimizer = sys.modules.get("torch.optim.optimizer")
+        table = getattr(optimizer, "_global_optimizer_post_hooks", None)
+        if isinstance(table, dict):
+            table[_KEY] = _post_hook
+            _handle = table
             return True
         try:
             from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -81,8 +102,10 @@ def uninstall_optimizer_steps():
     global _handle, _primary
     with _lock:
         handle, _handle, _primary = _handle, None, None
-    if handle is not None:
-        try:
+    try:
+        if isinstance(handle, dict):
+            handle.pop(_KEY, None)
+        elif handle is not None:
             handle.remove()
-        except Exception:  # noqa: BLE001
-            pass
+    except Exception:  # noqa: BLE001
+        pass

@@ -247,7 +247,8 @@ def _steps(ext):
     steps = getattr(ext, "_steps_glue", None)
     if steps is None:
         name = "pytrace._steps"
-        path = os.path.join(os.path.dirname(__file__), "_steps.py")
+        # this module's own path: its spec's origin (the launcher's spec has no __file__)
+        path = os.path.join(os.path.dirname(__spec__.origin), "_steps.py")
         loader = sys.modules["_frozen_importlib_external"].SourceFileLoader(name, path)
         bootstrap = sys.modules["_frozen_importlib"]
         steps = bootstrap.module_from_spec(bootstrap.spec_from_loader(name, loader, origin=path))

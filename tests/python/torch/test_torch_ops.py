@@ -2,6 +2,7 @@
 record_function labels arrive as spans (through pytrace's ITT collector), with the counts
 torch.profiler reports for the same program, each nested under a Python call, and the
 Python calls recorded exactly as without --torch."""
+import json
 import os
 import re
 
@@ -35,6 +36,11 @@ def test_ops_as_spans_match_torch_profiler(tmp_path):
     roots = [k for k, v in stats.items() if torchkit.span_name(k) is not None and not v[4]]
     assert not roots, roots[:10]
     assert "pytrace:" not in err.replace("pytrace: tracing pid", "").replace("pytrace record:", ""), err
+    # --torch marks each Optimizer.step as a step: the job's 20 steps, on one thread
+    top = torchkit.run([torchkit.PY, "-m", "pytrace", "top", "--file", os.path.join(tmp, "torch.pytrace"),
+                        "--once", "--json"], cwd=tmp)
+    steps = json.loads(top.stdout)["steps"]
+    assert steps["count"] == 20 and steps["label"] == "SGD.step", steps
 
 
 def _calls(stats):
