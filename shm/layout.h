@@ -49,10 +49,10 @@
 
 #define PT_SEG_MAGIC 0x0045434152545950ull /* "PYTRACE\0" little-endian */
 #define PT_ABI_MAJOR 1                     /* a reader refuses another major */
-#define PT_ABI_MINOR 4                     /* a reader accepts any minor (1: stack_request; 2: tracing_displaced,
+#define PT_ABI_MINOR 5                     /* a reader accepts any minor (1: stack_request; 2: tracing_displaced,
                                               events_untraced, rings reserved on claim; 3: *_reused;
                                               4: consumer_reads_children, CpuTime records
-                                              in the rings) */
+                                              in the rings; 5: end_signal, end_signal_pid) */
 #define PT_ENDIAN_MARK 0x01020304u         /* reads 0x04030201 on a wrong-endian reader */
 #define PT_SHM_PREFIX "pytrace-"           /* /dev/shm/pytrace-<pid>-<seq>-<16 hex random> */
 
@@ -163,6 +163,8 @@ _Static_assert(offsetof(pt_ring_slot_t, stack_request) == 224, "stack request");
  *   symlog_published       producer, under its in-process symbol lock (release;
  *                          pairs with the reader's acquire before reading symbols)
  *   consumer_*             readers (CAS on consumer_pid)  attach / detach / takeover
+ *   end_signal, _pid       the producer's SIGTERM         the signal that ends it, before its
+ *                          handler (relaxed)              release-store of state=EXITED (ABI minor 5)
  *   consumer_reads_children  the holder, after its CAS     0 on every lock and unlock; a
  *                          (release)                      tree reader sets 1 (its producer reads
  *                                                         it with acquire, then checks the holder lives)
@@ -202,7 +204,13 @@ typedef struct pt_seg_header {
     uint64_t base_realtime_ns;    /*  160 */
     uint64_t producer_start;      /*  168 producer's start time, /proc/<pid>/stat field 22
                                            (clock ticks since boot): detects pid reuse */
-    uint8_t reserved_g[80];       /*  176 .. 256 */
+    /* how the process ended, when a signal ended it (ABI minor 5): its parent's
+     * SIGTERM (multiprocessing's terminate()) ends a traced process as an exit,
+     * state EXITED, and says so here; 0 = not by a signal */
+    _Atomic uint32_t end_signal;  /*  176 */
+    uint32_t reserved_e;          /*  180 */
+    _Atomic uint64_t end_signal_pid; /* 184 the pid that sent it */
+    uint8_t reserved_g[64];       /*  192 .. 256 */
     char python_version[PT_PYVERSION_BYTES]; /*  256 NUL-terminated */
     char cmdline[PT_CMDLINE_BYTES];          /*  320 NUL-terminated, args joined by ' ' */
     /* producer state line (1344) */
@@ -246,6 +254,8 @@ _Static_assert(offsetof(pt_seg_header_t, ring_count) == 32, "geometry");
 _Static_assert(offsetof(pt_seg_header_t, pid) == 96, "process");
 _Static_assert(offsetof(pt_seg_header_t, clock_kind) == 128, "clock");
 _Static_assert(offsetof(pt_seg_header_t, producer_start) == 168, "producer_start");
+_Static_assert(offsetof(pt_seg_header_t, end_signal) == 176, "end_signal");
+_Static_assert(offsetof(pt_seg_header_t, end_signal_pid) == 184, "end_signal_pid");
 _Static_assert(offsetof(pt_seg_header_t, python_version) == 256, "python_version");
 _Static_assert(offsetof(pt_seg_header_t, cmdline) == 320, "cmdline");
 _Static_assert(offsetof(pt_seg_header_t, state) == 1344, "state line");
