@@ -36,6 +36,8 @@ typedef struct pt_fb_process_info {
     uint32_t ring_count;
     uint64_t ring_capacity_events;
     uint8_t drop_policy;
+    pt_fb_str_t role; /* ptr NULL: absent (the message is then byte for byte the 15-field
+                         ProcessInfo of streams made before the field) */
 } pt_fb_process_info_t;
 
 typedef struct pt_fb_thread_start {

@@ -52,7 +52,8 @@
 #define PT_ABI_MINOR 5                     /* a reader accepts any minor (1: stack_request; 2: tracing_displaced,
                                               events_untraced, rings reserved on claim; 3: *_reused;
                                               4: consumer_reads_children, CpuTime records
-                                              in the rings; 5: end_signal, end_signal_pid) */
+                                              in the rings; 5: end_signal, end_signal_pid,
+                                              the role line) */
 #define PT_ENDIAN_MARK 0x01020304u         /* reads 0x04030201 on a wrong-endian reader */
 #define PT_SHM_PREFIX "pytrace-"           /* /dev/shm/pytrace-<pid>-<seq>-<16 hex random> */
 
@@ -69,6 +70,7 @@
 #define PT_CMDLINE_BYTES 1024u
 #define PT_PYVERSION_BYTES 64u
 #define PT_THREAD_NAME_BYTES 64u
+#define PT_ROLE_BYTES 120u
 #define PT_MAX_SYMBOL_RECORD_BYTES (64u << 10)
 
 /* ---- per-ring slot (one per possible thread) --------------------------- *
@@ -165,6 +167,10 @@ _Static_assert(offsetof(pt_ring_slot_t, stack_request) == 224, "stack request");
  *   consumer_*             readers (CAS on consumer_pid)  attach / detach / takeover
  *   end_signal, _pid       the producer's SIGTERM         the signal that ends it, before its
  *                          handler (relaxed)              release-store of state=EXITED (ABI minor 5)
+ *   role_seq, role         producer, under its in-process lifetime, when the role becomes known
+ *                          lock: a seqlock (role_seq odd  (multiprocessing name, DataLoader worker):
+ *                          while role is written; release readers copy role between two equal even
+ *                          on each change)                acquire loads of role_seq (ABI minor 5)
  *   consumer_reads_children  the holder, after its CAS     0 on every lock and unlock; a
  *                          (release)                      tree reader sets 1 (its producer reads
  *                                                         it with acquire, then checks the holder lives)
@@ -246,7 +252,12 @@ typedef struct pt_seg_header {
     _Alignas(PT_CACHE_LINE) _Atomic uint64_t events_written_reused;
     _Atomic uint64_t events_dropped_reused;
     uint8_t reserved_r[48];
-    uint8_t reserved_tail[PT_SEG_HEADER_BYTES - 1600];
+    /* role line (1600, ABI minor 5): what the process is in its job, learnt after
+     * the segment exists; 0 = none yet */
+    _Alignas(PT_CACHE_LINE) _Atomic uint32_t role_seq;
+    uint32_t reserved_o;
+    _Atomic uint8_t role[PT_ROLE_BYTES]; /* 1608 NUL-terminated UTF-8; bytes atomic (relaxed): a seqlock */
+    uint8_t reserved_tail[PT_SEG_HEADER_BYTES - 1728];
 } pt_seg_header_t;
 
 _Static_assert(sizeof(pt_seg_header_t) == PT_SEG_HEADER_BYTES, "header size");
@@ -265,5 +276,7 @@ _Static_assert(offsetof(pt_seg_header_t, symlog_published) == 1408, "symlog line
 _Static_assert(offsetof(pt_seg_header_t, consumer_pid) == 1472, "consumer line");
 _Static_assert(offsetof(pt_seg_header_t, consumer_reads_children) == 1504, "consumer_reads_children");
 _Static_assert(offsetof(pt_seg_header_t, events_written_reused) == 1536, "reused-slot line");
+_Static_assert(offsetof(pt_seg_header_t, role_seq) == 1600, "role line");
+_Static_assert(offsetof(pt_seg_header_t, role) == 1608 && sizeof(_Atomic uint8_t) == 1, "role");
 
 #endif /* PT_SHM_LAYOUT_H */

@@ -395,6 +395,18 @@ static PyObject *py_span_end(PyObject *module, PyObject *arg)
     return user_event(arg, PT_EV_SPAN_END);
 }
 
+static PyObject *py_set_role(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    const char *role = PyUnicode_Check(arg) ? PyUnicode_AsUTF8(arg) : NULL;
+    if (role == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "set_role() takes a str");
+        return NULL;
+    }
+    return PyBool_FromLong(pt_tracer_set_role(role) == 0);
+}
+
 static PyObject *py_mark(PyObject *module, PyObject *arg)
 {
     (void)module;
@@ -527,6 +539,9 @@ static PyMethodDef pt_methods[] = {
     {"span_begin", py_span_begin, METH_O, "span_begin(label_id)"},
     {"span_end", py_span_end, METH_O, "span_end(label_id)"},
     {"mark", py_mark, METH_O, "mark(label_id)"},
+    {"set_role", py_set_role, METH_O,
+     "set_role(role) -> bool: what this process is in its job (its multiprocessing name, DataLoader "
+     "worker N), into the segment; readers send its ProcessInfo again with it. False: not tracing."},
     {"list_segments", pt_list_segments, METH_NOARGS, "list_segments() -> list[dict]"},
     {"proc_stat", py_proc_stat, METH_VARARGS,
      "proc_stat(pid, tid=0) -> dict | None: /proc/PID/stat (or /proc/PID/task/TID/stat): state (one letter), "

@@ -522,6 +522,16 @@ static int exec_audit_hook(const char *event, PyObject *args, void *data)
 
 /* ---- public --------------------------------------------------------------------- */
 
+int pt_tracer_set_role(const char *role)
+{
+    pthread_mutex_lock(&pt_core.lock);
+    int traced = pt_core.seg != NULL;
+    if (traced)
+        pt_segment_set_role(pt_core.seg, role);
+    pthread_mutex_unlock(&pt_core.lock);
+    return traced ? 0 : -ENOENT;
+}
+
 void pt_tracer_exit_now(void)
 {
     /* os._exit() runs no Py_AtExit handler: finish as at_exit does, the process

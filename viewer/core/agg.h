@@ -181,6 +181,15 @@ void pt_agg_counters(const pt_agg_t *agg, pt_agg_counters_t *out);
 /* ProcessInfo as received (zeroed until then; ticks_per_second defaults to 1e9). */
 const pt_fb_process_info_t *pt_agg_process_info(const pt_agg_t *agg);
 
+/* How every view names a process (pytrace-top, the web view, the report, every
+ * export): its role in the job when known ("ForkPoolWorker-1", "DataLoader worker
+ * 0"), then its command line with the interpreter's directory left out ("python
+ * train.py --epochs 3"), and for a child multiprocessing starts by exec what it runs
+ * ("python -m multiprocessing.spawn"). "ROLE: COMMAND" or "COMMAND" into out (cut
+ * to cap - 1 bytes, NUL-terminated); returns the length written. role, command_line:
+ * NULL reads as "". Not escaped: the caller escapes for its terminal or page. */
+size_t pt_process_label(const char *role, const char *command_line, char *out, size_t cap);
+
 /* Ticks (absolute) to ns since the first tick seen. */
 uint64_t pt_agg_ticks_to_ns(const pt_agg_t *agg, uint64_t ticks);
 
