@@ -207,7 +207,11 @@ def test_html_report_names_each_process_and_says_how_it_ended(pool, tmp_path, br
     rec, job_pid, ran = pool
     entries = Profile.from_recording(str(rec)).processes()
     states = {e.pid: e.state for e in entries}
-    commands = {e.pid: e.command_line for e in entries}
+    # each process named as every view names it (pt_process_label): a pool worker by its
+    # role (ForkPoolWorker-N), then its command without the interpreter's directory
+    commands = {e.pid: e.label for e in entries}
+    assert all(commands[p].startswith("ForkPoolWorker-") for p in ran), commands
+    assert not commands[job_pid].startswith("/"), commands
     # the report must say what pytrace-top says (below, from the same rule)
     assert states[job_pid] == "exited" and {states[p] for p in ran} == {"exited"}, states
     html = tmp_path / "states.html"
