@@ -72,7 +72,17 @@ static void builtin() {
     CHECK(p && p->ticks_per_second() == 3000000000ull && p->base_ticks() == 11);
     CHECK(p && p->base_monotonic_ns() == 22 && p->base_realtime_ns() == 33);
     CHECK(p && p->ring_count() == 64 && p->ring_capacity_events() == 131040 && p->drop_policy() == 1);
+    CHECK(p && p->role() == nullptr); /* no role: the 15-field form */
   }
+  /* the role (field 15, added at the end), as flatc's reader finds it */
+  pi.role = S("DataLoader worker 1");
+  n = pt_fb_build_process_info(out.data(), out.size(), &pi);
+  if (auto m = verify(store, out.data(), n)) {
+    auto p = m->body_as_ProcessInfo();
+    CHECK(p && str_is(p->role(), "DataLoader worker 1") && p->drop_policy() == 1 && p->pid() == 4242);
+    CHECK(p && str_is(p->command_line(), "python3 app.py"));
+  }
+  pi.role = pt_fb_str_t{nullptr, 0};
 
   pt_fb_thread_start_t ts{7, 3, 99999, S("worker-1"), 555};
   n = pt_fb_build_thread_start(out.data(), out.size(), &ts);
