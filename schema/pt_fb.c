@@ -223,11 +223,12 @@ size_t pt_fb_build_producer_status(uint8_t *out, size_t cap, const pt_fb_produce
                             U64(in->symbols_dropped), U64(in->threads_untraced),
                             U64(in->tracing_displaced), U64(in->events_untraced),
                             U64(in->unrecorded_events), U64(in->unrecorded_messages),
-                            U32(in->unrecorded_errno)};
+                            U32(in->unrecorded_errno), U32(in->end_signal), U64(in->end_signal_pid)};
     /* Without has_unrecorded the vtable stops at events_untraced: the bytes every
      * reader and hub wrote before the fields existed. With it, every field is
-     * there, so the message has one size whatever its values (rewritten in place). */
-    unsigned nf = in->has_unrecorded ? 12u : 9u;
+     * there, so the message has one size whatever its values (rewritten in place).
+     * An end signal adds its two fields (and the three before them). */
+    unsigned nf = in->end_signal ? 14u : in->has_unrecorded ? 12u : 9u;
     return build_message(out, cap, PT_MSG_PRODUCER_STATUS, f, nf);
 }
 
@@ -641,6 +642,8 @@ int pt_fb_parse(const uint8_t *buf, size_t len, pt_fb_msg_t *out, char *why, siz
         GET(&in, &body, 9, p->unrecorded_events, w);
         GET(&in, &body, 10, p->unrecorded_messages, w);
         GET(&in, &body, 11, p->unrecorded_errno, w);
+        GET(&in, &body, 12, p->end_signal, w);
+        GET(&in, &body, 13, p->end_signal_pid, w);
         p->has_unrecorded = field_at(&in, &body, 9, 8, &at, w) == 1;
         break;
     }

@@ -70,6 +70,10 @@ typedef struct pt_fb_producer_status {
     uint8_t has_unrecorded;
     uint64_t unrecorded_events, unrecorded_messages;
     uint32_t unrecorded_errno;
+    /* the signal that ended an Exited process (0: none) and who sent it; built only
+     * when end_signal is not 0 */
+    uint32_t end_signal;
+    uint64_t end_signal_pid;
 } pt_fb_producer_status_t;
 
 /* CompressedChunk (recording files only): data decompresses, by codec, to the

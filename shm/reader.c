@@ -393,6 +393,12 @@ static int emit_status(pt_reader_t *r, rd_sink_t *sink, uint32_t state)
     ps.threads_untraced = atomic_load_explicit(&r->h->threads_untraced, memory_order_relaxed);
     ps.tracing_displaced = atomic_load_explicit(&r->h->tracing_displaced, memory_order_relaxed);
     ps.events_untraced = atomic_load_explicit(&r->h->events_untraced, memory_order_relaxed);
+    if (state == PT_STATE_EXITED) {
+        /* relaxed: written before the producer's release store of EXITED, which
+         * the caller's acquire load of state saw */
+        ps.end_signal = atomic_load_explicit(&r->h->end_signal, memory_order_relaxed);
+        ps.end_signal_pid = ps.end_signal ? atomic_load_explicit(&r->h->end_signal_pid, memory_order_relaxed) : 0;
+    }
     r->reported_state = state;
     size_t n = pt_fb_build_producer_status(r->small_msg, sizeof r->small_msg, &ps);
     return n ? emit(r, sink, PT_MSG_PRODUCER_STATUS, r->small_msg, n) : 0;

@@ -188,6 +188,8 @@ struct pt_agg {
     uint64_t symbols_dropped, threads_untraced, events_untraced, tracing_displaced;
     uint64_t unrecorded_events;   /* max ProducerStatus.unrecorded_events (recordings) */
     uint32_t producer_state;
+    uint32_t end_signal;
+    uint64_t end_signal_pid;
 };
 
 static const pt_walk_ops_t agg_walk_ops; /* defined with the callbacks below */
@@ -792,6 +794,8 @@ int pt_agg_feed_msg(pt_agg_t *a, const pt_fb_msg_t *m)
     }
     case PT_MSG_PRODUCER_STATUS:
         a->producer_state = m->u.producer_status.state;
+        a->end_signal = m->u.producer_status.end_signal;
+        a->end_signal_pid = m->u.producer_status.end_signal_pid;
         if (m->u.producer_status.events_dropped > a->producer_dropped)
             a->producer_dropped = m->u.producer_status.events_dropped;
         a->hook_errors = m->u.producer_status.hook_errors;
@@ -910,6 +914,8 @@ void pt_agg_counters(const pt_agg_t *a, pt_agg_counters_t *out)
     pt_walk_counters(a->walk, &wc);
     out->unannounced = wc.unannounced;
     out->producer_state = a->producer_state;
+    out->end_signal = a->end_signal;
+    out->end_signal_pid = a->end_signal_pid;
     out->threads_seen = a->thread_count;
     out->threads_active = active;
     out->hook_errors = a->hook_errors;

@@ -159,6 +159,8 @@ typedef struct pt_agg_counters {
     uint64_t unannounced;        /* events naming a symbol never announced: damage (walk.h), shown
                                     as "<unknown #id>" */
     uint32_t producer_state;     /* enum pt_producer_state (0 until known) */
+    uint32_t end_signal;         /* Exited by this signal (its parent's SIGTERM); 0: not by a signal */
+    uint64_t end_signal_pid;     /* who sent it */
     uint32_t threads_seen;
     uint32_t threads_active;
     uint64_t hook_errors;

@@ -168,11 +168,17 @@ static void Headless_json(App *app, const Options *o)
             Text_json(pi->role.ptr, r, sizeof r);
             snprintf(jrole, sizeof jrole, "\"%s\"", r);
         }
+        /* ended_by: the signal that ended an exited process, and who sent it ("SIGTERM
+         * from its parent": multiprocessing's terminate()); null when not by a signal */
+        char ended[96] = "null";
+        if (c.end_signal)
+            snprintf(ended, sizeof ended, "\"%s from %s\"", c.end_signal == 15 ? "SIGTERM" : "a signal",
+                     c.end_signal_pid == pi->ppid ? "its parent" : "another process");
         printf("%s\n    {\"process\": %u, \"pid\": %llu, \"ppid\": %llu, \"command\": \"%s\", \"role\": %s, "
-               "\"label\": \"%s\", \"state\": \"%s\", "
+               "\"label\": \"%s\", \"state\": \"%s\", \"ended_by\": %s, "
                "\"events_seen\": %llu, \"threads\": %u, \"events_dropped\": %llu}",
                i ? "," : "", pt_aggset_tag(app->set, i), (unsigned long long)pi->pid, (unsigned long long)pi->ppid, a,
-               jrole, jlabel, App_procState(pt_aggset_agg(app->set, i)), (unsigned long long)c.events_seen,
+               jrole, jlabel, App_procState(pt_aggset_agg(app->set, i)), ended, (unsigned long long)c.events_seen,
                c.threads_seen, (unsigned long long)c.dropped);
     }
     printf("\n  ],\n");

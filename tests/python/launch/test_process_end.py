@@ -122,10 +122,15 @@ def test_pool_workers_that_end_normally_or_by_their_parents_terminate_read_exite
     assert sorted(roles.values()) == sorted(["close-join"] * 2 + ["terminated"] * 2 + ["os._exit 0",
                                                                                    "parent's terminate -15",
                                                                                    "sigkill -9"])
-    states = _states(rec)
+    procs = _processes(rec)
     for pid, role in roles.items():
         want = "died" if role.startswith("sigkill") else "exited"
-        assert states.get(pid) == want, (role, pid, states)
+        assert procs[pid]["state"] == want, (role, pid, procs[pid])
+        # and how: the ones their parent's SIGTERM ended say so
+        if role.endswith("-15"):
+            assert procs[pid]["ended_by"] == "SIGTERM from its parent", procs[pid]
+        elif role in ("close-join", "os._exit 0"):
+            assert procs[pid]["ended_by"] is None, procs[pid]
 
 
 @pytest.mark.parametrize("method", ["fork", "spawn"])

@@ -302,7 +302,7 @@ static void make_samples(sample_t out[NSAMPLES])
     pt_fb_thread_end_t te = {7, 777, 1000000, 12};
     pt_fb_symbol_t sy = {17, PT_SYM_PY_FUNCTION, S("Klass.method"), S("/src/m\xc3\xa9.py"), 314, S("method")};
     pt_fb_lost_count_t lc = {7, 4096};
-    pt_fb_producer_status_t ps = {PT_STATE_EXITED, 111, 222, 333, 444, 555, 666, 777, 888, 0, 0, 0, 0};
+    pt_fb_producer_status_t ps = {PT_STATE_EXITED, 111, 222, 333, 444, 555, 666, 777, 888, 0, 0, 0, 0, 0, 0};
     for (int i = 0; i < N_EVENTS; i++) {
         sample_events[i].ticks = 1000 + (uint64_t)i;
         sample_events[i].id = 17 + (uint32_t)i;
