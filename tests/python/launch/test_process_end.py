@@ -154,6 +154,14 @@ def test_each_process_is_labelled_by_its_role_and_command(tmp_path, method):
             assert p["label"].endswith(" -m multiprocessing.spawn"), p
         for fmt, shown in exported.items():
             assert shown[pid] == p["label"], (fmt, pid, shown)
+    # speedscope: a profile per (process, thread), named with the process's role
+    speedscope = tmp_path / "out.speedscope"
+    r = subprocess.run([sys.executable, "-m", "pytrace", "export", str(rec), "-f", "speedscope", "-o",
+                        str(speedscope)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    profiles = [prof["name"] for prof in json.load(open(speedscope))["profiles"]]
+    for pid, name in names.items():
+        assert any(n.startswith("pid %d (%s): " % (pid, name)) for n in profiles), (pid, name, profiles)
 
 
 DATALOADER = r"""
