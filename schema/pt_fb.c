@@ -179,9 +179,11 @@ size_t pt_fb_build_process_info(uint8_t *out, size_t cap, const pt_fb_process_in
         STR(in->segment), U16(in->abi_major), U16(in->abi_minor), U8(in->clock),
         U64(in->ticks_per_second), U64(in->base_ticks), U64(in->base_monotonic_ns),
         U64(in->base_realtime_ns), U32(in->ring_count), U64(in->ring_capacity_events),
-        U8(in->drop_policy),
+        U8(in->drop_policy), STR(in->role),
     };
-    return build_message(out, cap, PT_MSG_PROCESS_INFO, f, sizeof f / sizeof f[0]);
+    /* without a role the vtable stops at drop_policy: the bytes of before the field */
+    unsigned nf = in->role.ptr ? 16u : 15u;
+    return build_message(out, cap, PT_MSG_PROCESS_INFO, f, nf);
 }
 
 size_t pt_fb_build_thread_start(uint8_t *out, size_t cap, const pt_fb_thread_start_t *in)
@@ -221,11 +223,12 @@ size_t pt_fb_build_producer_status(uint8_t *out, size_t cap, const pt_fb_produce
                             U64(in->symbols_dropped), U64(in->threads_untraced),
                             U64(in->tracing_displaced), U64(in->events_untraced),
                             U64(in->unrecorded_events), U64(in->unrecorded_messages),
-                            U32(in->unrecorded_errno)};
+                            U32(in->unrecorded_errno), U32(in->end_signal), U64(in->end_signal_pid)};
     /* Without has_unrecorded the vtable stops at events_untraced: the bytes every
      * reader and hub wrote before the fields existed. With it, every field is
-     * there, so the message has one size whatever its values (rewritten in place). */
-    unsigned nf = in->has_unrecorded ? 12u : 9u;
+     * there, so the message has one size whatever its values (rewritten in place).
+     * An end signal adds its two fields (and the three before them). */
+    unsigned nf = in->end_signal ? 14u : in->has_unrecorded ? 12u : 9u;
     return build_message(out, cap, PT_MSG_PRODUCER_STATUS, f, nf);
 }
 
@@ -581,6 +584,7 @@ int pt_fb_parse(const uint8_t *buf, size_t len, pt_fb_msg_t *out, char *why, siz
         GET(&in, &body, 12, p->ring_count, w);
         GET(&in, &body, 13, p->ring_capacity_events, w);
         GET(&in, &body, 14, p->drop_policy, w);
+        GETS(&in, &body, 15, p->role, w);
         break;
     }
     case PT_MSG_THREAD_START: {
@@ -638,6 +642,8 @@ int pt_fb_parse(const uint8_t *buf, size_t len, pt_fb_msg_t *out, char *why, siz
         GET(&in, &body, 9, p->unrecorded_events, w);
         GET(&in, &body, 10, p->unrecorded_messages, w);
         GET(&in, &body, 11, p->unrecorded_errno, w);
+        GET(&in, &body, 12, p->end_signal, w);
+        GET(&in, &body, 13, p->end_signal_pid, w);
         p->has_unrecorded = field_at(&in, &body, 9, 8, &at, w) == 1;
         break;
     }

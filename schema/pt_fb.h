@@ -36,6 +36,8 @@ typedef struct pt_fb_process_info {
     uint32_t ring_count;
     uint64_t ring_capacity_events;
     uint8_t drop_policy;
+    pt_fb_str_t role; /* ptr NULL: absent (the message is then byte for byte the 15-field
+                         ProcessInfo of streams made before the field) */
 } pt_fb_process_info_t;
 
 typedef struct pt_fb_thread_start {
@@ -68,6 +70,10 @@ typedef struct pt_fb_producer_status {
     uint8_t has_unrecorded;
     uint64_t unrecorded_events, unrecorded_messages;
     uint32_t unrecorded_errno;
+    /* the signal that ended an Exited process (0: none) and who sent it; built only
+     * when end_signal is not 0 */
+    uint32_t end_signal;
+    uint64_t end_signal_pid;
 } pt_fb_producer_status_t;
 
 /* CompressedChunk (recording files only): data decompresses, by codec, to the

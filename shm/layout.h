@@ -49,10 +49,11 @@
 
 #define PT_SEG_MAGIC 0x0045434152545950ull /* "PYTRACE\0" little-endian */
 #define PT_ABI_MAJOR 1                     /* a reader refuses another major */
-#define PT_ABI_MINOR 4                     /* a reader accepts any minor (1: stack_request; 2: tracing_displaced,
+#define PT_ABI_MINOR 5                     /* a reader accepts any minor (1: stack_request; 2: tracing_displaced,
                                               events_untraced, rings reserved on claim; 3: *_reused;
                                               4: consumer_reads_children, CpuTime records
-                                              in the rings) */
+                                              in the rings; 5: end_signal, end_signal_pid,
+                                              the role line) */
 #define PT_ENDIAN_MARK 0x01020304u         /* reads 0x04030201 on a wrong-endian reader */
 #define PT_SHM_PREFIX "pytrace-"           /* /dev/shm/pytrace-<pid>-<seq>-<16 hex random> */
 
@@ -69,6 +70,7 @@
 #define PT_CMDLINE_BYTES 1024u
 #define PT_PYVERSION_BYTES 64u
 #define PT_THREAD_NAME_BYTES 64u
+#define PT_ROLE_BYTES 120u
 #define PT_MAX_SYMBOL_RECORD_BYTES (64u << 10)
 
 /* ---- per-ring slot (one per possible thread) --------------------------- *
@@ -163,6 +165,12 @@ _Static_assert(offsetof(pt_ring_slot_t, stack_request) == 224, "stack request");
  *   symlog_published       producer, under its in-process symbol lock (release;
  *                          pairs with the reader's acquire before reading symbols)
  *   consumer_*             readers (CAS on consumer_pid)  attach / detach / takeover
+ *   end_signal, _pid       the producer's SIGTERM         the signal that ends it, before its
+ *                          handler (relaxed)              release-store of state=EXITED (ABI minor 5)
+ *   role_seq, role         producer, under its in-process lifetime, when the role becomes known
+ *                          lock: a seqlock (role_seq odd  (multiprocessing name, DataLoader worker):
+ *                          while role is written; release readers copy role between two equal even
+ *                          on each change)                acquire loads of role_seq (ABI minor 5)
  *   consumer_reads_children  the holder, after its CAS     0 on every lock and unlock; a
  *                          (release)                      tree reader sets 1 (its producer reads
  *                                                         it with acquire, then checks the holder lives)
@@ -202,7 +210,13 @@ typedef struct pt_seg_header {
     uint64_t base_realtime_ns;    /*  160 */
     uint64_t producer_start;      /*  168 producer's start time, /proc/<pid>/stat field 22
                                            (clock ticks since boot): detects pid reuse */
-    uint8_t reserved_g[80];       /*  176 .. 256 */
+    /* how the process ended, when a signal ended it (ABI minor 5): its parent's
+     * SIGTERM (multiprocessing's terminate()) ends a traced process as an exit,
+     * state EXITED, and says so here; 0 = not by a signal */
+    _Atomic uint32_t end_signal;  /*  176 */
+    uint32_t reserved_e;          /*  180 */
+    _Atomic uint64_t end_signal_pid; /* 184 the pid that sent it */
+    uint8_t reserved_g[64];       /*  192 .. 256 */
     char python_version[PT_PYVERSION_BYTES]; /*  256 NUL-terminated */
     char cmdline[PT_CMDLINE_BYTES];          /*  320 NUL-terminated, args joined by ' ' */
     /* producer state line (1344) */
@@ -238,7 +252,12 @@ typedef struct pt_seg_header {
     _Alignas(PT_CACHE_LINE) _Atomic uint64_t events_written_reused;
     _Atomic uint64_t events_dropped_reused;
     uint8_t reserved_r[48];
-    uint8_t reserved_tail[PT_SEG_HEADER_BYTES - 1600];
+    /* role line (1600, ABI minor 5): what the process is in its job, learnt after
+     * the segment exists; 0 = none yet */
+    _Alignas(PT_CACHE_LINE) _Atomic uint32_t role_seq;
+    uint32_t reserved_o;
+    _Atomic uint8_t role[PT_ROLE_BYTES]; /* 1608 NUL-terminated UTF-8; bytes atomic (relaxed): a seqlock */
+    uint8_t reserved_tail[PT_SEG_HEADER_BYTES - 1728];
 } pt_seg_header_t;
 
 _Static_assert(sizeof(pt_seg_header_t) == PT_SEG_HEADER_BYTES, "header size");
@@ -246,6 +265,8 @@ _Static_assert(offsetof(pt_seg_header_t, ring_count) == 32, "geometry");
 _Static_assert(offsetof(pt_seg_header_t, pid) == 96, "process");
 _Static_assert(offsetof(pt_seg_header_t, clock_kind) == 128, "clock");
 _Static_assert(offsetof(pt_seg_header_t, producer_start) == 168, "producer_start");
+_Static_assert(offsetof(pt_seg_header_t, end_signal) == 176, "end_signal");
+_Static_assert(offsetof(pt_seg_header_t, end_signal_pid) == 184, "end_signal_pid");
 _Static_assert(offsetof(pt_seg_header_t, python_version) == 256, "python_version");
 _Static_assert(offsetof(pt_seg_header_t, cmdline) == 320, "cmdline");
 _Static_assert(offsetof(pt_seg_header_t, state) == 1344, "state line");
@@ -255,5 +276,7 @@ _Static_assert(offsetof(pt_seg_header_t, symlog_published) == 1408, "symlog line
 _Static_assert(offsetof(pt_seg_header_t, consumer_pid) == 1472, "consumer line");
 _Static_assert(offsetof(pt_seg_header_t, consumer_reads_children) == 1504, "consumer_reads_children");
 _Static_assert(offsetof(pt_seg_header_t, events_written_reused) == 1536, "reused-slot line");
+_Static_assert(offsetof(pt_seg_header_t, role_seq) == 1600, "role line");
+_Static_assert(offsetof(pt_seg_header_t, role) == 1608 && sizeof(_Atomic uint8_t) == 1, "role");
 
 #endif /* PT_SHM_LAYOUT_H */

@@ -119,6 +119,7 @@ struct pt_reader {
     int symlog_bad;
     /* producer */
     int sent_info;
+    uint32_t sent_role_seq;   /* role_seq of the role the last ProcessInfo carried */
     uint32_t reported_state;  /* last ProducerStatus state handed out; UINT32_MAX = none */
     int dead;
     int finished;
@@ -335,6 +336,8 @@ static int emit_process_info(pt_reader_t *r, rd_sink_t *sink)
     memcpy(pyver, h->python_version, PT_PYVERSION_BYTES);
     pyver[PT_PYVERSION_BYTES] = 0;
     const char *name = pt_segment_name(r->seg);
+    char role[PT_ROLE_BYTES + 1];
+    uint32_t role_seq = pt_segment_read_role(h, role, sizeof role);
     pt_fb_process_info_t pi = {
         .pid = h->pid,
         .ppid = h->ppid,
@@ -352,6 +355,10 @@ static int emit_process_info(pt_reader_t *r, rd_sink_t *sink)
         .ring_capacity_events = (uint64_t)r->chunks_per_ring * r->events_per_chunk,
         .drop_policy = (uint8_t)h->drop_policy,
     };
+    if (role_seq != UINT32_MAX && role_seq != 0 && role[0])
+        pi.role = bounded_str(role, PT_ROLE_BYTES);
+    if (role_seq != UINT32_MAX)
+        r->sent_role_seq = role_seq; /* being written: sent again once it is stable */
     size_t n = pt_fb_build_process_info(r->small_msg, sizeof r->small_msg, &pi);
     r->sent_info = 1;
     return n ? emit(r, sink, PT_MSG_PROCESS_INFO, r->small_msg, n) : 0;
@@ -386,6 +393,12 @@ static int emit_status(pt_reader_t *r, rd_sink_t *sink, uint32_t state)
     ps.threads_untraced = atomic_load_explicit(&r->h->threads_untraced, memory_order_relaxed);
     ps.tracing_displaced = atomic_load_explicit(&r->h->tracing_displaced, memory_order_relaxed);
     ps.events_untraced = atomic_load_explicit(&r->h->events_untraced, memory_order_relaxed);
+    if (state == PT_STATE_EXITED) {
+        /* relaxed: written before the producer's release store of EXITED, which
+         * the caller's acquire load of state saw */
+        ps.end_signal = atomic_load_explicit(&r->h->end_signal, memory_order_relaxed);
+        ps.end_signal_pid = ps.end_signal ? atomic_load_explicit(&r->h->end_signal_pid, memory_order_relaxed) : 0;
+    }
     r->reported_state = state;
     size_t n = pt_fb_build_producer_status(r->small_msg, sizeof r->small_msg, &ps);
     return n ? emit(r, sink, PT_MSG_PRODUCER_STATUS, r->small_msg, n) : 0;
@@ -822,6 +835,11 @@ static long poll_once(pt_reader_t *r, pt_reader_msg_fn fn, void *ctx, uint64_t m
     atomic_store_explicit(&r->h->consumer_heartbeat_ns, now_ns, memory_order_relaxed);
 
     if (!r->sent_info && emit_process_info(r, &sink))
+        return sink.stop;
+    /* The role, learnt after the process started: its ProcessInfo again, with it.
+     * relaxed: a hint; pt_segment_read_role reads it with acquire */
+    const uint32_t role_seq = atomic_load_explicit(&r->h->role_seq, memory_order_relaxed);
+    if (role_seq != r->sent_role_seq && !(role_seq & 1u) && emit_process_info(r, &sink))
         return sink.stop;
 
     /* acquire: pairs with the producer's release store of state; EXITED means

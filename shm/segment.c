@@ -1095,6 +1095,48 @@ void pt_segment_set_state(pt_segment_t *seg, uint32_t state)
     atomic_store_explicit(&pt_segment_header(seg)->state, state, memory_order_release);
 }
 
+void pt_segment_set_role(pt_segment_t *seg, const char *role)
+{
+    pt_seg_header_t *h = pt_segment_header(seg);
+    size_t n = strlen(role);
+    if (n >= PT_ROLE_BYTES) {
+        n = PT_ROLE_BYTES - 1;
+        while (n > 0 && ((unsigned char)role[n] & 0xC0u) == 0x80u)
+            n--;
+    }
+    /* relaxed: only this writer changes it */
+    uint32_t seq = atomic_load_explicit(&h->role_seq, memory_order_relaxed);
+    /* relaxed + release fence: the odd sequence is seen before any byte changes;
+     * pairs with the acquire fence in pt_segment_read_role */
+    atomic_store_explicit(&h->role_seq, seq | 1u, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    for (size_t i = 0; i < PT_ROLE_BYTES; i++)
+        atomic_store_explicit(&h->role[i], i < n ? (uint8_t)role[i] : 0, memory_order_relaxed);
+    /* release: the bytes before the even sequence; pairs with the reader's first acquire load */
+    atomic_store_explicit(&h->role_seq, (seq | 1u) + 1u, memory_order_release);
+}
+
+uint32_t pt_segment_read_role(const pt_seg_header_t *h, char *out, size_t len)
+{
+    if (len == 0)
+        return UINT32_MAX;
+    /* acquire: pairs with the release store of the even sequence */
+    uint32_t seq = atomic_load_explicit(&h->role_seq, memory_order_acquire);
+    if (seq & 1u)
+        return UINT32_MAX;
+    size_t n = len - 1 < PT_ROLE_BYTES ? len - 1 : PT_ROLE_BYTES;
+    for (size_t i = 0; i < n; i++)
+        out[i] = (char)atomic_load_explicit(&h->role[i], memory_order_relaxed);
+    out[n] = '\0';
+    /* acquire fence: the bytes are read before the sequence is read again; pairs
+     * with the writer's release fence after its odd store */
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit(&h->role_seq, memory_order_relaxed) != seq)
+        return UINT32_MAX;
+    out[strnlen(out, n)] = '\0';
+    return seq;
+}
+
 int pt_segment_producer_alive(const pt_segment_t *seg)
 {
     const pt_seg_header_t *h = pt_segment_header(seg);

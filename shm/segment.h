@@ -119,6 +119,14 @@ int pt_segment_claim_ring(pt_segment_t *seg, uint64_t os_tid, const char *thread
  * The reader drains the ring, announces ThreadEnd and sets the slot FREE. */
 void pt_segment_retire_ring(pt_segment_t *seg, pt_ring_t *ring, uint64_t end_ticks);
 
+/* Producer, one thread at a time (the caller's lock): set the process's role
+ * (cut to PT_ROLE_BYTES - 1 bytes at a UTF-8 boundary). */
+void pt_segment_set_role(pt_segment_t *seg, const char *role);
+
+/* Reader: copy the role into out (NUL-terminated) and return its sequence
+ * (0: none yet), or UINT32_MAX while it is being written (try again later). */
+uint32_t pt_segment_read_role(const pt_seg_header_t *h, char *out, size_t len);
+
 /* Producer: release-store the state (RUNNING/STOPPED/EXITED) and refresh the
  * heartbeat. */
 void pt_segment_set_state(pt_segment_t *seg, uint32_t state);

@@ -832,9 +832,10 @@ static PyObject *agg_timeline(agg_obj_t *self, PyObject *args, PyObject *kw)
 }
 
 PyDoc_STRVAR(processes_doc,
-             "processes() -> list[(index, tag, pid, ppid, command_line, producer_state, threads_active, events)]: "
-             "the processes of the stream in order of first sight (index 0: the first, the job's root); tag is "
-             "Message.process, pid 0 until its ProcessInfo came.");
+             "processes() -> list[(index, tag, pid, ppid, command_line, producer_state, threads_active, events, "
+             "role, label)]: the processes of the stream in order of first sight (index 0: the first, the job's "
+             "root); tag is Message.process, pid 0 until its ProcessInfo came; role: None until the process "
+             "said it (a multiprocessing child); label: how every view names it (pt_process_label).");
 
 static PyObject *agg_processes(agg_obj_t *self, PyObject *unused)
 {
@@ -851,10 +852,21 @@ static PyObject *agg_processes(agg_obj_t *self, PyObject *unused)
         pt_agg_counters(agg, &c);
         PyObject *cmd = PyUnicode_DecodeUTF8(pi->command_line.ptr ? pi->command_line.ptr : "",
                                              pi->command_line.ptr ? pi->command_line.len : 0, "replace");
-        PyObject *t = cmd ? Py_BuildValue("(nIKKNIIK)", (Py_ssize_t)i, pt_aggset_tag(self->set, i),
+        char label[1400];
+        size_t label_len = pt_process_label(pi->role.ptr, pi->command_line.ptr, label, sizeof label);
+        PyObject *lab = PyUnicode_DecodeUTF8(label, (Py_ssize_t)label_len, "replace");
+        PyObject *role = pi->role.ptr ? PyUnicode_DecodeUTF8(pi->role.ptr, pi->role.len, "replace") : Py_NewRef(Py_None);
+        PyObject *t = cmd && lab && role
+                          ? Py_BuildValue("(nIKKNIIKNN)", (Py_ssize_t)i, pt_aggset_tag(self->set, i),
                                           (unsigned long long)pi->pid, (unsigned long long)pi->ppid, cmd,
-                                          c.producer_state, c.threads_active, (unsigned long long)c.events_seen)
+                                          c.producer_state, c.threads_active, (unsigned long long)c.events_seen, role,
+                                          lab)
                           : NULL;
+        if (t == NULL) {
+            Py_XDECREF(cmd);
+            Py_XDECREF(lab);
+            Py_XDECREF(role);
+        }
         if (append_locked(self, list, t))
             return NULL;
     }

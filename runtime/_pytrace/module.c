@@ -136,6 +136,8 @@ static void free_vector(char **v)
     free(v);
 }
 
+static void patch_os_exit(void); /* below, with os._exit's wrapper */
+
 static PyObject *py_start(PyObject *module, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"c_calls", "include", "exclude", "policy", "ring_count", "chunk_bytes",
@@ -239,6 +241,7 @@ static PyObject *py_start(PyObject *module, PyObject *args, PyObject *kwargs)
     }
     if (rc < 0)
         return pt_oserror(rc, err[0] ? err : strerror(-rc));
+    patch_os_exit();
     pt_module_state_t *st = get_state(module);
     PyDict_Clear(st->labels);
     if (pt_tracer_hooks_install(module, c_calls) < 0) {
@@ -397,6 +400,18 @@ static PyObject *py_span_end(PyObject *module, PyObject *arg)
     return user_event(arg, PT_EV_SPAN_END);
 }
 
+static PyObject *py_set_role(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    const char *role = PyUnicode_Check(arg) ? PyUnicode_AsUTF8(arg) : NULL;
+    if (role == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "set_role() takes a str");
+        return NULL;
+    }
+    return PyBool_FromLong(pt_tracer_set_role(role) == 0);
+}
+
 static PyObject *py_mark(PyObject *module, PyObject *arg)
 {
     (void)module;
@@ -412,40 +427,54 @@ static PyObject *py_step(PyObject *module, PyObject *arg)
 
 /* ---- fork ----------------------------------------------------------------------- */
 
-/* os._exit in a traced fork child. multiprocessing's fork and forkserver workers
- * (Process, Pool, DataLoader) leave through os._exit, which runs no exit handler:
- * their segment would end without EXITED and read as "died". This one takes the
- * same argument, finishes the segment as a normal exit does, then calls _exit(). */
-static PyObject *py_exit(PyObject *module, PyObject *arg)
+/* os._exit: it runs no exit handler, so a process that leaves by it -- every
+ * multiprocessing fork and forkserver worker (Process, Pool, DataLoader), a
+ * program's own os._exit(0) -- would end its segment without EXITED and read as
+ * "died". Setting os._exit to a function of ours is not enough: a reference taken
+ * before (Process(target=os._exit), `from os import _exit`) calls the real one.
+ * So the one posix._exit object itself is changed in place, once per process
+ * (fork children inherit it): its method definition becomes ours, with the same
+ * name, flags and doc, which finishes the segment as a normal exit does and then
+ * calls the real function with the same arguments. The object, its identity,
+ * name, signature and behaviour stay what the program knows. */
+typedef PyObject *(*pt_fastkw_fn)(PyObject *, PyObject *const *, Py_ssize_t, PyObject *);
+
+static pt_fastkw_fn real_os_exit;
+static PyMethodDef exit_def;
+
+static PyObject *py_exit(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    (void)module;
-    int status;
-    if (!PyArg_Parse(arg, "i:_exit", &status))
-        return NULL;
-    pt_tracer_exit_now();
-    _exit(status);
+    Py_ssize_t given = nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
+    /* only a call that will exit: one int (a wrong call raises, and goes on traced) */
+    if (given == 1 && PyLong_Check(args[0]))
+        pt_tracer_exit_now();
+    return real_os_exit(self, args, nargs, kwnames);
 }
 
-/* The fork child that traces gets py_exit as os._exit (see above); the parent's
- * os module is its own and keeps the real one. */
-static PyMethodDef exit_def = {"_exit", py_exit, METH_O,
-                               "Exit to the system with specified status, without normal exit "
-                               "processing (pytrace: its segment is finished first)."};
-
-static void wrap_os_exit(void)
+static void patch_os_exit(void)
 {
-    /* named as the one it stands for (posix._exit): the program's picture and its
-     * own look at os._exit read the same */
-    PyObject *os = PyImport_ImportModule("os");
-    PyObject *name = os ? PyUnicode_FromString("posix") : NULL;
-    PyObject *ours = name ? PyCFunction_NewEx(&exit_def, NULL, name) : NULL;
-    if (ours == NULL || PyObject_SetAttrString(os, "_exit", ours) < 0) {
-        PyErr_Clear();
-        pt_tracer_fail("fork: cannot wrap os._exit: a worker that leaves by it reads as died");
+    if (real_os_exit)
+        return;
+    PyObject *posix = PyImport_ImportModule("posix");
+    PyObject *f = posix ? PyObject_GetAttrString(posix, "_exit") : NULL;
+    int ok = 0;
+    if (f && PyCFunction_Check(f)) {
+        PyCFunctionObject *fn = (PyCFunctionObject *)f;
+        const PyMethodDef *def = fn->m_ml;
+        if (def->ml_flags == (METH_FASTCALL | METH_KEYWORDS) && strcmp(def->ml_name, "_exit") == 0) {
+            exit_def = *def;
+            real_os_exit = (pt_fastkw_fn)(void (*)(void))def->ml_meth;
+            exit_def.ml_meth = (PyCFunction)(void (*)(void))py_exit;
+            fn->m_ml = &exit_def; /* the vectorcall entry stays right: same flags */
+            ok = 1;
+        }
     }
-    Py_XDECREF(ours);
-    Py_XDECREF(name);
-    Py_XDECREF(os);
+    if (!ok) {
+        PyErr_Clear();
+        pt_tracer_fail("cannot wrap os._exit: a process that leaves by it reads as died");
+    }
+    Py_XDECREF(f);
+    Py_XDECREF(posix);
 }
 
 static PyObject *py_after_fork_child(PyObject *module, PyObject *unused)
@@ -457,8 +486,6 @@ static PyObject *py_after_fork_child(PyObject *module, PyObject *unused)
     if (was && !pt_tracer_is_tracing()) {
         /* the child could not get a segment: remove the hooks */
         pt_tracer_hooks_uninstall();
-    } else if (was) {
-        wrap_os_exit();
     }
     Py_RETURN_NONE;
 }
@@ -525,6 +552,9 @@ static PyMethodDef pt_methods[] = {
     {"span_end", py_span_end, METH_O, "span_end(label_id)"},
     {"mark", py_mark, METH_O, "mark(label_id)"},
     {"step", py_step, METH_O, "step(label_id): a Mark with the Step flag: ends a step of the loop on this thread"},
+    {"set_role", py_set_role, METH_O,
+     "set_role(role) -> bool: what this process is in its job (its multiprocessing name, DataLoader "
+     "worker N), into the segment; readers send its ProcessInfo again with it. False: not tracing."},
     {"list_segments", pt_list_segments, METH_NOARGS, "list_segments() -> list[dict]"},
     {"proc_stat", py_proc_stat, METH_VARARGS,
      "proc_stat(pid, tid=0) -> dict | None: /proc/PID/stat (or /proc/PID/task/TID/stat): state (one letter), "

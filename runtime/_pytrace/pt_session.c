@@ -322,6 +322,56 @@ static void heartbeat_stop(void)
     g.hb_running = 0;
 }
 
+/* ---- SIGTERM from the parent ------------------------------------------------------ */
+
+/* multiprocessing ends its workers with SIGTERM: Pool.terminate() (and a `with
+ * Pool` block's end) of idle workers, Process.terminate(). Its default action
+ * ends the process at once, no exit handler runs, and the segment would read as
+ * "died" -- a crash. A traced process whose SIGTERM is still the default gets a
+ * handler that, when the signal comes from its parent, marks the segment as ended
+ * by that signal (end_signal, end_signal_pid) and EXITED: what it published is
+ * all there is; open frames are closed by the reader at the last record, as for a
+ * process that died. Then the default action is back (SA_RESETHAND) and the signal
+ * raised again: the process ends by SIGTERM as it would have (same exit status
+ * for its parent). A SIGTERM from anyone else is left a death. Async-signal-safe:
+ * atomic stores, clock_gettime (the heartbeat), getppid, raise. Python never sees
+ * the handler (signal.getsignal still says SIG_DFL), and a program that sets its
+ * own SIGTERM handler replaces it. */
+static _Atomic(pt_segment_t *) g_term_seg; /* the session's segment, NULL when none */
+
+static void term_handler(int sig, siginfo_t *info, void *uctx)
+{
+    (void)uctx;
+    int saved = errno;
+    /* relaxed: a pointer published before the handler could run (same thread or
+     * the sigaction's own barrier); cleared before the segment is closed */
+    pt_segment_t *seg = atomic_load_explicit(&g_term_seg, memory_order_relaxed);
+    if (seg && info && info->si_code == SI_USER && info->si_pid == getppid()) {
+        pt_seg_header_t *h = pt_segment_header(seg);
+        /* relaxed: published by the release store of the state below */
+        atomic_store_explicit(&h->end_signal, (uint32_t)sig, memory_order_relaxed);
+        atomic_store_explicit(&h->end_signal_pid, (uint64_t)info->si_pid, memory_order_relaxed);
+        pt_segment_set_state(seg, PT_STATE_EXITED);
+    }
+    errno = saved;
+    raise(sig); /* SA_RESETHAND: the default action now */
+}
+
+static void term_watch(pt_segment_t *seg)
+{
+    atomic_store_explicit(&g_term_seg, seg, memory_order_relaxed);
+    if (seg == NULL)
+        return;
+    struct sigaction old, sa;
+    if (sigaction(SIGTERM, NULL, &old) < 0 || (old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL)
+        return; /* the program's own handler (or ours already) */
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = term_handler;
+    sa.sa_flags = SA_SIGINFO | SA_RESETHAND | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    (void)sigaction(SIGTERM, &sa, NULL);
+}
+
 /* ---- segment lifetime ---------------------------------------------------------- */
 
 static int consumer_alive(pt_seg_header_t *h)
@@ -339,6 +389,7 @@ static void segment_release_locked(int exiting)
 {
     if (pt_core.seg == NULL)
         return;
+    term_watch(NULL);
     if (exiting)
         pt_segment_set_state(pt_core.seg, PT_STATE_EXITED);
     pt_seg_header_t *h = pt_segment_header(pt_core.seg);
@@ -381,6 +432,8 @@ static void stop_locked(void)
 static void atfork_child(void)
 {
     g.fork_resume = pt_epoch_now() != 0;
+    /* relaxed: the parent's segment is not the child's to mark */
+    atomic_store_explicit(&g_term_seg, NULL, memory_order_relaxed);
     /* relaxed: the child has one thread */
     atomic_store_explicit(&pt_hot.epoch, 0, memory_order_relaxed);
 }
@@ -473,6 +526,16 @@ static int exec_audit_hook(const char *event, PyObject *args, void *data)
 
 /* ---- public --------------------------------------------------------------------- */
 
+int pt_tracer_set_role(const char *role)
+{
+    pthread_mutex_lock(&pt_core.lock);
+    int traced = pt_core.seg != NULL;
+    if (traced)
+        pt_segment_set_role(pt_core.seg, role);
+    pthread_mutex_unlock(&pt_core.lock);
+    return traced ? 0 : -ENOENT;
+}
+
 void pt_tracer_exit_now(void)
 {
     /* os._exit() runs no Py_AtExit handler: finish as at_exit does, the process
@@ -545,6 +608,7 @@ static int begin_session(char *err, size_t errlen)
         return rc;
     }
     atomic_store_explicit(&pt_hot.epoch, g.last_epoch, memory_order_relaxed);
+    term_watch(pt_core.seg);
     return 0;
 }
 
@@ -687,6 +751,7 @@ void pt_tracer_after_fork_child(void)
     pt_core.opts.stack_skip_thread = 0; /* the child's stack is the program's, from the fork down */
     atomic_store_explicit(&pt_hot.epoch, 0, memory_order_relaxed);
     if (pt_core.seg) {
+        term_watch(NULL);
         pt_segment_close(pt_core.seg, 0);
         pt_core.seg = NULL;
     }

@@ -328,9 +328,20 @@ static uint32_t cfunc_intern(PyObject *callable, PyObject *self_arg, const PyMet
             PyTypeObject *tp = defining_type(Py_TYPE(self), def);
             if (tp == NULL && PyType_Check(self))
                 tp = defining_type((PyTypeObject *)self, def);
-            if (tp == NULL)
-                tp = PyType_Check(self) ? (PyTypeObject *)self : Py_TYPE(self);
-            type_names(tp, &owner, module, sizeof module);
+            if (tp == NULL && PyType_Check(self))
+                tp = (PyTypeObject *)self;
+            if (tp) {
+                type_names(tp, &owner, module, sizeof module);
+            } else {
+                /* A function bound to an object whose type does not define it:
+                 * pybind11's (self is its function record, of a type named
+                 * pybind11_builtins.pybind11_detail_function_record_v1_...), a
+                 * weakref callback. Named as cProfile names it ("<built-in
+                 * method MODULE.NAME>", cprofile_label): by the module the
+                 * function says it is from, not by that object's type. */
+                owner = f->m_module && PyUnicode_Check(f->m_module) ? pt_utf8_or(f->m_module, "") : "";
+                snprintf(module, sizeof module, "%s", owner);
+            }
         } else {
             owner = pt_utf8_or(f->m_module, "");
             snprintf(module, sizeof module, "%s", owner);
@@ -338,10 +349,13 @@ static uint32_t cfunc_intern(PyObject *callable, PyObject *self_arg, const PyMet
     } else {
         type_names(PyDescr_TYPE(callable), &owner, module, sizeof module);
     }
+    /* a function without a name (pybind11 gives each torch.ops overload one,
+     * cProfile shows it as "MODULE.") reads as <unnamed>, not a bare dot */
+    const char *fname = def->ml_name && def->ml_name[0] ? def->ml_name : "<unnamed>";
     if (owner && owner[0])
-        snprintf(name, sizeof name, "%s.%s", owner, def->ml_name);
+        snprintf(name, sizeof name, "%s.%s", owner, fname);
     else
-        snprintf(name, sizeof name, "%s", def->ml_name);
+        snprintf(name, sizeof name, "%s", fname);
     cprofile_label(callable, self_arg, def, label, sizeof label);
 
     uint32_t id = 0;

@@ -121,6 +121,9 @@ PT_HIDDEN void pt_foreign_leave(struct pt_thread *t);
  * stop, publish everything, mark the segment EXITED and let it go, as the
  * Py_AtExit handler does. Holding the GIL; nothing may be traced after it. */
 PT_HIDDEN void pt_tracer_exit_now(void);
+/* The process's role in its job (multiprocessing name, DataLoader worker) into
+ * the segment header; 0, or -ENOENT when not tracing. */
+PT_HIDDEN int pt_tracer_set_role(const char *role);
 
 /* Fork: the child drops the parent's segment and starts its own. */
 PT_HIDDEN void pt_tracer_after_fork_child(void);

@@ -576,6 +576,98 @@ def _load_torch_glue(ext):
     loader.exec_module(module)
     ext._torch_glue = module
     return module
+def _role_of(me):
+    """What a multiprocessing child is in its job, from its Process object: its name
+    ("ForkPoolWorker-1", "SpawnPoolWorker-2"), or "DataLoader worker N" for a worker
+    that runs torch's _worker_loop (its worker_id argument: what
+    torch.utils.data.get_worker_info().id says once the loop runs). None for the main
+    process."""
+    if me is None or (type(me).__name__ == "_MainProcess" and me.name == "MainProcess"):
+        return None
+    target = getattr(me, "_target", None)
+    code = getattr(target, "__code__", None)
+    if (code is not None and code.co_name == "_worker_loop"
+            and getattr(target, "__module__", "") == "torch.utils.data._utils.worker"):
+        names = code.co_varnames[:code.co_argcount]
+        args, kwargs = getattr(me, "_args", ()), getattr(me, "_kwargs", {})
+        worker = kwargs.get("worker_id")
+        if worker is None and "worker_id" in names and names.index("worker_id") < len(args):
+            worker = args[names.index("worker_id")]
+        if isinstance(worker, int):
+            return "DataLoader worker %d" % worker
+    name = getattr(me, "name", None)
+    return name if isinstance(name, str) else None
+
+
+def _set_role(ext, me):
+    """The role into the segment. Never raises into the program."""
+    try:
+        role = _role_of(me)
+        if role:
+            ext.set_role(role)
+    except Exception:  # noqa: BLE001 - the program runs on regardless
+        pass
+
+
+class _RoleAnchor:
+    """What multiprocessing's after-fork registry holds our hook by (a weak value)."""
+
+
+_ROLE_ANCHOR = _RoleAnchor()
+_role_watching = []
+
+
+def _watch_role(ext):
+    """Learn this process's role where multiprocessing knows it, without changing the
+    program (once per process).
+    - A fork child of a process that uses multiprocessing (os.register_at_fork: in the
+      child) registers with multiprocessing's own after-fork hooks, which
+      Process._bootstrap runs in the child once its Process is current_process().
+    - A spawn or forkserver child (`... --multiprocessing-fork`) runs no after-fork hook
+      (SpawnProcess._after_fork does nothing): an audit hook reads its name when the
+      child unpickles its Process object (below)."""
+    if _role_watching:
+        return
+    _role_watching.append(True)
+
+    def after_fork(_anchor):
+        process = sys.modules.get("multiprocessing.process")
+        if process is not None:
+            _set_role(ext, process.current_process())
+
+    def register():
+        util = sys.modules.get("multiprocessing.util")
+        if util is not None and ext.is_tracing():
+            util.register_after_fork(_ROLE_ANCHOR, after_fork)
+
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=register)
+    if "--multiprocessing-fork" not in getattr(sys, "orig_argv", sys.argv):
+        return
+    # The child unpickles its Process object from its parent after prepare() gave
+    # current_process() the child's name: the "pickle.find_class" of that Process's
+    # class says the name is there; torch's _worker_loop among the classes and functions
+    # that follow says it is a DataLoader worker (its index is not known this way).
+    # Only that event is looked at, and only the first few of them.
+    left = [64]
+
+    def audit(event, args):
+        if event != "pickle.find_class" or not left[0]:
+            return
+        left[0] -= 1
+        try:
+            module, name = args
+            if module == "torch.utils.data._utils.worker" and name == "_worker_loop":
+                left[0] = 0
+                ext.set_role("DataLoader worker")
+            elif module == "multiprocessing.context" and name.endswith("Process"):
+                process = sys.modules.get("multiprocessing.process")
+                if process is not None:
+                    _set_role(ext, process.current_process())
+        except Exception:  # noqa: BLE001 - an audit hook must never raise into the program
+            left[0] = 0
+
+    sys.addaudithook(audit)
 
 
 def _start(ext, options):
@@ -587,6 +679,7 @@ def _start(ext, options):
     segment = ext.start(**options)
     if glue is not None:
         glue.enable(ext, why)
+    _watch_role(ext)
     # pytrace.start() in the program finds it here: it then does nothing (tracing is
     # on already), rather than fail with "already tracing" (the program is not changed)
     ext._launcher_segment = segment

@@ -60,7 +60,7 @@ Node.__doc__ = ("A node of the calling-context tree: a call path. index 0 is the
                 "(depth-first, children by name).")
 
 ThreadInfo = namedtuple("ThreadInfo", "thread os_tid name ended events depth")
-ProcessEntry = namedtuple("ProcessEntry", "index tag pid ppid command_line state events threads_active")
+ProcessEntry = namedtuple("ProcessEntry", "index tag pid ppid command_line state events threads_active role label")
 ProcessEntry.__doc__ = ("A process of the stream: its index (what `process=` takes), its Message.process "
                         "tag, pid and parent pid (0 until its ProcessInfo came), command line, state "
                         "(running, stopped, exited, died; ? before its first status) and events read.")
@@ -173,9 +173,9 @@ class Profile:
         """[ProcessEntry] of the stream, in order of first sight (one for a job that did
         not fork or spawn traced children)."""
         out = []
-        for index, tag, pid, ppid, cmd, state, active, events in self._agg.processes():
+        for index, tag, pid, ppid, cmd, state, active, events, role, label in self._agg.processes():
             name = _STATES.get(state) or ("running" if active else "?")
-            out.append(ProcessEntry(index, tag, pid, ppid, cmd, name, events, active))
+            out.append(ProcessEntry(index, tag, pid, ppid, cmd, name, events, active, role, label))
         return out
 
     def counters(self, process=0):

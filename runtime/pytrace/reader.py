@@ -104,6 +104,7 @@ class ProcessInfo:
     ring_capacity_events: int
     drop_policy: int
     process: int = 0    # Message.process: which process of a multi-process stream (0: the only one)
+    role: str = None    # what the process is in its job, once known (it comes again with it); None: not known
     type = MsgType.ProcessInfo
 
     def ticks_to_ns(self, ticks):
@@ -285,7 +286,7 @@ def _d_process_info(t, data):
                        _str(t.Segment()), t.AbiMajor(), t.AbiMinor(), t.Clock(),
                        t.TicksPerSecond(), t.BaseTicks(), t.BaseMonotonicNs(),
                        t.BaseRealtimeNs(), t.RingCount(), t.RingCapacityEvents(),
-                       t.DropPolicy())
+                       t.DropPolicy(), role=_str(t.Role()) if t.Role() is not None else None)
 
 
 def _d_event_chunk(t, data):

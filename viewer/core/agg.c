@@ -234,6 +234,8 @@ struct pt_agg {
     uint32_t producer_state;
     uint32_t *step_slot;          /* per node: its entry in its thread's running step (STEPS) */
     uint32_t step_slot_cap;
+    uint32_t end_signal;
+    uint64_t end_signal_pid;
 };
 
 static const pt_walk_ops_t agg_walk_ops; /* defined with the callbacks below */
@@ -306,6 +308,7 @@ void pt_agg_destroy(pt_agg_t *a)
     free((void *)a->pinfo.command_line.ptr);
     free((void *)a->pinfo.python_version.ptr);
     free((void *)a->pinfo.segment.ptr);
+    free((void *)a->pinfo.role.ptr);
     free(a);
 }
 
@@ -880,13 +883,20 @@ int pt_agg_feed_msg(pt_agg_t *a, const pt_fb_msg_t *m)
         free((void *)a->pinfo.command_line.ptr);
         free((void *)a->pinfo.python_version.ptr);
         free((void *)a->pinfo.segment.ptr);
+        /* the role, learnt late, holds until a newer one comes */
+        const char *old_role = a->pinfo.role.ptr;
+        int new_role = m->u.process_info.role.ptr != NULL;
         a->pinfo = m->u.process_info;
         char *c = str_copy(m->u.process_info.command_line);
         char *v = str_copy(m->u.process_info.python_version);
         char *s = str_copy(m->u.process_info.segment);
+        char *r = new_role ? str_copy(m->u.process_info.role) : (char *)old_role;
+        if (new_role)
+            free((void *)old_role);
         a->pinfo.command_line = (pt_fb_str_t){c, c ? (uint32_t)strlen(c) : 0};
         a->pinfo.python_version = (pt_fb_str_t){v, v ? (uint32_t)strlen(v) : 0};
         a->pinfo.segment = (pt_fb_str_t){s, s ? (uint32_t)strlen(s) : 0};
+        a->pinfo.role = (pt_fb_str_t){r, r ? (uint32_t)strlen(r) : 0};
         a->have_pinfo = 1;
         if (!a->have_ticks && a->pinfo.ticks_per_second) {
             a->tps = a->pinfo.ticks_per_second;
@@ -952,6 +962,8 @@ int pt_agg_feed_msg(pt_agg_t *a, const pt_fb_msg_t *m)
     }
     case PT_MSG_PRODUCER_STATUS:
         a->producer_state = m->u.producer_status.state;
+        a->end_signal = m->u.producer_status.end_signal;
+        a->end_signal_pid = m->u.producer_status.end_signal_pid;
         if (m->u.producer_status.events_dropped > a->producer_dropped)
             a->producer_dropped = m->u.producer_status.events_dropped;
         a->hook_errors = m->u.producer_status.hook_errors;
@@ -1070,6 +1082,8 @@ void pt_agg_counters(const pt_agg_t *a, pt_agg_counters_t *out)
     pt_walk_counters(a->walk, &wc);
     out->unannounced = wc.unannounced;
     out->producer_state = a->producer_state;
+    out->end_signal = a->end_signal;
+    out->end_signal_pid = a->end_signal_pid;
     out->threads_seen = a->thread_count;
     out->threads_active = active;
     out->hook_errors = a->hook_errors;
@@ -1960,4 +1974,40 @@ void pt_agg_timeline_free(pt_agg_timeline_t *t)
     free(t->cells);
     t->cells = NULL;
     t->count = 0;
+}
+
+/* One rule for how every view names a process. */
+size_t pt_process_label(const char *role, const char *command_line, char *out, size_t cap)
+{
+    if (cap == 0)
+        return 0;
+    const char *cl = command_line ? command_line : "";
+    /* argv[0] without its directory: "python", not /home/u/.venv/bin/python */
+    const char *sp = strchr(cl, ' ');
+    size_t first = sp ? (size_t)(sp - cl) : strlen(cl);
+    const char *base = cl;
+    for (size_t i = 0; i < first; i++)
+        if (cl[i] == '/')
+            base = cl + i + 1;
+    size_t base_len = (size_t)(cl + first - base);
+    const char *rest = cl + first;
+    /* what multiprocessing runs in a child it starts by exec (spawn, forkserver, its
+     * resource tracker): "python -c from multiprocessing.spawn import spawn_main; ..."
+     * reads "python -m multiprocessing.spawn" */
+    char runs[96] = "";
+    const char *from = strstr(rest, " -c from multiprocessing.");
+    if (from) {
+        const char *mod = from + strlen(" -c from ");
+        size_t n = strcspn(mod, " ;");
+        if (n < sizeof runs - 4) {
+            snprintf(runs, sizeof runs, " -m %.*s", (int)n, mod);
+            rest = runs;
+        }
+    }
+    int w;
+    if (role && role[0])
+        w = snprintf(out, cap, "%s: %.*s%s", role, (int)base_len, base, rest);
+    else
+        w = snprintf(out, cap, "%.*s%s", (int)base_len, base, rest);
+    return w < 0 ? 0 : (size_t)w < cap ? (size_t)w : cap - 1;
 }

@@ -159,6 +159,8 @@ typedef struct pt_agg_counters {
     uint64_t unannounced;        /* events naming a symbol never announced: damage (walk.h), shown
                                     as "<unknown #id>" */
     uint32_t producer_state;     /* enum pt_producer_state (0 until known) */
+    uint32_t end_signal;         /* Exited by this signal (its parent's SIGTERM); 0: not by a signal */
+    uint64_t end_signal_pid;     /* who sent it */
     uint32_t threads_seen;
     uint32_t threads_active;
     uint64_t hook_errors;
@@ -180,6 +182,15 @@ void pt_agg_counters(const pt_agg_t *agg, pt_agg_counters_t *out);
 
 /* ProcessInfo as received (zeroed until then; ticks_per_second defaults to 1e9). */
 const pt_fb_process_info_t *pt_agg_process_info(const pt_agg_t *agg);
+
+/* How every view names a process (pytrace-top, the web view, the report, every
+ * export): its role in the job when known ("ForkPoolWorker-1", "DataLoader worker
+ * 0"), then its command line with the interpreter's directory left out ("python
+ * train.py --epochs 3"), and for a child multiprocessing starts by exec what it runs
+ * ("python -m multiprocessing.spawn"). "ROLE: COMMAND" or "COMMAND" into out (cut
+ * to cap - 1 bytes, NUL-terminated); returns the length written. role, command_line:
+ * NULL reads as "". Not escaped: the caller escapes for its terminal or page. */
+size_t pt_process_label(const char *role, const char *command_line, char *out, size_t cap);
 
 /* Ticks (absolute) to ns since the first tick seen. */
 uint64_t pt_agg_ticks_to_ns(const pt_agg_t *agg, uint64_t ticks);

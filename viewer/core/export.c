@@ -41,6 +41,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "agg.h"
 #include "recfile.h"
 #include "grow_internal.h"
 
@@ -317,8 +318,24 @@ static thr_t *thread_for(ex_t *e, const proc_t *p, uint64_t number, int *rc)
 }
 
 /* A process's ProcessInfo: its clock, names and the pid its tracks show. */
+void pt_ex_process_label(const proc_t *p, char *out, size_t cap)
+{
+    pt_process_label(p->role, p->command_line, out, cap);
+}
+
 static int feed_process_info(ex_t *e, proc_t *p, const pt_fb_process_info_t *in)
 {
+    if (in->role.ptr && (!p->role || strlen(p->role) != in->role.len ||
+                         memcmp(p->role, in->role.ptr, in->role.len) != 0)) {
+        /* the role, learnt after the process started: named again where it shows */
+        char *role = pt_ex_dup_str(in->role);
+        if (!role)
+            return -ENOMEM;
+        free(p->role);
+        p->role = role;
+        if (p->have_pinfo && p->described && p->selected && e->started && e->w->process)
+            return e->w->process(e, p);
+    }
     if (p->have_pinfo)
         return 0; /* the first one counts, as before processes existed */
     char *cl = pt_ex_dup_str(in->command_line), *pv = pt_ex_dup_str(in->python_version);
@@ -486,6 +503,7 @@ static void ex_free(ex_t *e)
     for (uint32_t i = 0; i < e->nprocs; i++) {
         free(e->procs[i].command_line);
         free(e->procs[i].python_version);
+        free(e->procs[i].role);
     }
     free(e->procs);
     pt_u64map_free(&e->proc_map);

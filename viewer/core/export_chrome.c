@@ -63,7 +63,9 @@ static void chrome_process(ex_t *e, proc_t *p, int first)
     ob_puts(o, ",\"tid\":0,\"args\":{\"name\":");
     char tail[48];
     snprintf(tail, sizeof tail, " (pid %llu)", (unsigned long long)p->pinfo.pid);
-    const char *cl = p->command_line && p->command_line[0] ? p->command_line : "python";
+    char label[1400];
+    pt_ex_process_label(p, label, sizeof label);
+    const char *cl = label[0] ? label : "python";
     size_t n = strlen(cl) + strlen(tail) + 1;
     char *name = malloc(n);
     if (name) {

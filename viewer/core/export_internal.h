@@ -145,6 +145,7 @@ typedef struct proc {
     int seen, have_pinfo, selected, described;
     pt_fb_process_info_t pinfo;
     char *command_line, *python_version;
+    char *role;           /* NULL until a ProcessInfo says it (it may come again, later) */
     double ns_per_tick;
     uint64_t base_ticks;
     uint64_t latest;      /* its latest tick (threads without ThreadEnd close there) */
@@ -153,6 +154,10 @@ typedef struct proc {
     int have_status;
     pt_fb_producer_status_t status;
 } proc_t;
+
+/* The process's name in every export: pt_process_label (viewer/core/agg.h) of
+ * its role and command line. */
+PT_EX_HIDDEN void pt_ex_process_label(const proc_t *p, char *out, size_t cap);
 
 typedef struct ex_writer ex_writer_t;
 

@@ -344,10 +344,12 @@ static int pf_process(ex_t *e, proc_t *p)
 {
     pb_t pd = {0}, td = {0}, pkt = {0};
     p->described = 1;
-    const char *cl = p->command_line && p->command_line[0] ? p->command_line : "python";
+    char label[1400];
+    pt_ex_process_label(p, label, sizeof label);
+    const char *cl = label[0] ? label : "python";
     pb_uint(&pd, 1, (uint64_t)pf_pid(p));
-    pb_str(&pd, 2, cl);
-    pb_str(&pd, 6, cl);
+    pb_str(&pd, 2, cl);   /* cmdline */
+    pb_str(&pd, 6, cl);   /* process_name; sent again when the role comes */
     pb_uint(&td, 1, pf_proc_uuid(e, proc_index(e, p)));
     pb_msg(&td, 3, &pd);
     pb_uint(&pkt, 10, PF_SEQ_PROCESS);

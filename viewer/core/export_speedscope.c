@@ -137,14 +137,17 @@ static int ss_end(ex_t *e, const pt_walk_counters_t *wc)
         const ss_thr_t *st = &ss->thr[i];
         if (!st->scount)
             continue;
-        char nb[40], pname[600], prefix[48] = "";
+        char nb[40], pname[600], prefix[200] = "";
         const char *tn = pt_ex_thread_name(t, nb, sizeof nb);
         char *heap = NULL;
         const char *name = tn;
-        if (shown_procs(e) > 1) /* a profile per (process, thread) */
-            snprintf(prefix, sizeof prefix, "pid %llu: ", (unsigned long long)e->procs[t->proc].pinfo.pid);
+        if (shown_procs(e) > 1) { /* a profile per (process, thread); the process's role when known */
+            const proc_t *p = &e->procs[t->proc];
+            snprintf(prefix, sizeof prefix, "pid %llu%s%.120s%s: ", (unsigned long long)p->pinfo.pid,
+                     p->role ? " (" : "", p->role ? p->role : "", p->role ? ")" : "");
+        }
         if (t->os_tid || prefix[0]) {
-            size_t need = strlen(tn) + 88;
+            size_t need = strlen(tn) + strlen(prefix) + 48;
             heap = need <= sizeof pname ? pname : malloc(need);
             if (!heap) {
                 free(copy);

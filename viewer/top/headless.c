@@ -120,12 +120,19 @@ static void Headless_jsonSteps(App *app)
 
 static void Headless_json(App *app, const Options *o)
 {
-    char a[2048], b[2048];
+    char a[2048], b[2048], label[1300], c[2800], d[400];
     const pt_fb_process_info_t *pi = pt_agg_process_info(app->agg);
     Text_json(pi->command_line.ptr, a, sizeof a);
     Text_json(pi->segment.ptr, b, sizeof b);
+    pt_process_label(pi->role.ptr, pi->command_line.ptr, label, sizeof label);
+    Text_json(label, c, sizeof c);
+    Text_json(pi->role.ptr, d, sizeof d);
     printf("{\n  \"pid\": %llu,\n  \"segment\": \"%s\",\n  \"command\": \"%s\",\n  \"state\": \"%s\",\n",
            (unsigned long long)(pt_aggset_count(app->set) > 1 ? pi->pid : app->stats.pid), b, a, App_stateName(app));
+    /* role: null until the process says it (a multiprocessing child, after it started);
+     * label: how every view names the process (pt_process_label) */
+    printf(pi->role.ptr ? "  \"role\": \"%s\",\n" : "  \"role\": null,\n", d);
+    printf("  \"label\": \"%s\",\n", c);
     printf("  \"events_read\": %llu,\n  \"events_seen\": %llu,\n  \"events_per_second\": %.1f,\n"
            "  \"events_dropped\": %llu,\n  \"span_ns\": %llu,\n  \"window_seconds\": %g,\n  \"thread\": %llu,\n",
            (unsigned long long)app->stats.events_read, (unsigned long long)app->counters.events_seen,
@@ -177,11 +184,26 @@ static void Headless_json(App *app, const Options *o)
         pt_agg_counters_t c;
         pt_agg_counters(pt_aggset_agg(app->set, i), &c);
         Text_json(pi->command_line.ptr, a, sizeof a);
-        printf("%s\n    {\"process\": %u, \"pid\": %llu, \"ppid\": %llu, \"command\": \"%s\", \"state\": \"%s\", "
+        char plabel[1300], jlabel[2800], jrole[400] = "null";
+        pt_process_label(pi->role.ptr, pi->command_line.ptr, plabel, sizeof plabel);
+        Text_json(plabel, jlabel, sizeof jlabel);
+        if (pi->role.ptr) {
+            char r[380];
+            Text_json(pi->role.ptr, r, sizeof r);
+            snprintf(jrole, sizeof jrole, "\"%s\"", r);
+        }
+        /* ended_by: the signal that ended an exited process, and who sent it ("SIGTERM
+         * from its parent": multiprocessing's terminate()); null when not by a signal */
+        char ended[96] = "null";
+        if (c.end_signal)
+            snprintf(ended, sizeof ended, "\"%s from %s\"", c.end_signal == 15 ? "SIGTERM" : "a signal",
+                     c.end_signal_pid == pi->ppid ? "its parent" : "another process");
+        printf("%s\n    {\"process\": %u, \"pid\": %llu, \"ppid\": %llu, \"command\": \"%s\", \"role\": %s, "
+               "\"label\": \"%s\", \"state\": \"%s\", \"ended_by\": %s, "
                "\"events_seen\": %llu, \"threads\": %u, \"events_dropped\": %llu}",
                i ? "," : "", pt_aggset_tag(app->set, i), (unsigned long long)pi->pid, (unsigned long long)pi->ppid, a,
-               App_procState(pt_aggset_agg(app->set, i)), (unsigned long long)c.events_seen, c.threads_seen,
-               (unsigned long long)c.dropped);
+               jrole, jlabel, App_procState(pt_aggset_agg(app->set, i)), ended, (unsigned long long)c.events_seen,
+               c.threads_seen, (unsigned long long)c.dropped);
     }
     printf("\n  ],\n");
     printf("  \"threads\": [");

@@ -111,7 +111,9 @@ static void App_processesLine(App *app, char *line, size_t cap)
             else
                 snprintf(pct, sizeof pct, "-");
         }
-        Text_escape(pi->command_line.ptr ? pi->command_line.ptr : "", esc, sizeof esc);
+        char label[300];
+        pt_process_label(pi->role.ptr, pi->command_line.ptr, label, sizeof label);
+        Text_escape(label, esc, sizeof esc);
         Text_fit(esc, 24, 0, cmd, sizeof cmd);
         int sel = i == app->proc;
         int w = snprintf(line + used, cap - used, " %s%llu %s %s %s%s", sel ? "[" : " ",
@@ -127,7 +129,9 @@ static void App_draw(App *app)
     erase();
     char line[2048], rate[32], cmd[300], win[160], losses[256], cpu[32];
     const pt_fb_process_info_t *pi = pt_agg_process_info(app->agg);
-    Text_escape(pi->command_line.ptr ? pi->command_line.ptr : "", cmd, sizeof cmd);
+    char label[300];
+    pt_process_label(pi->role.ptr, pi->command_line.ptr, label, sizeof label);
+    Text_escape(label, cmd, sizeof cmd);
     Text_count(app->read_rate, rate, sizeof rate);
     uint64_t dropped = App_dropped(app);
     unsigned threads = app->counters.threads_active;

@@ -212,11 +212,11 @@ def report_data(prof, title, timeline_cells=1500, min_fraction=MIN_FRACTION, pro
     shown = []
     procs = {}
     for e in entries:
-        name = title if e.index == 0 else (e.command_line or "pid %d" % e.pid)
+        name = title if e.index == 0 else (e.label or "pid %d" % e.pid)
         procs[str(e.index)] = _process_report(ProcessView(agg, e.index), name, timeline_cells, min_fraction,
                                               len(entries))
         # the chooser names each process by its command and state (the job too, not the file's name)
-        shown.append([e.index, e.pid, "%s (%s)" % (e.command_line or "pid %d" % e.pid, e.state)])
+        shown.append([e.index, e.pid, "%s (%s)" % (e.label or "pid %d" % e.pid, e.state)])
     first = procs[str(shown[0][0])] if shown else _process_report(ProcessView(agg, 0), title, timeline_cells,
                                                                    min_fraction, 1)
     out = {"report": True, "title": title}

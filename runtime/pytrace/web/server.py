@@ -217,15 +217,17 @@ class WebApp:
         streams = self.streams[:]
         out = []
         for n, (_key, agg, title) in enumerate(streams):
-            for index, _tag, pid, _ppid, cmd, *_rest in agg.processes():
+            for index, _tag, pid, _ppid, _cmd, _state, _active, _events, _role, label in agg.processes():
                 with self._lock:
                     key = self._keys.get((n, index))
                     if key is None:
                         key = self._keys[(n, index)] = self._next_key
                         self._next_key -= 1
-                        self.processes[key] = (cmd or "pid %d" % pid,
+                        self.processes[key] = (label or "pid %d" % pid,
                                                data.Live(data.ProcessView(agg, index), self._status,
                                                          budget=self.sessions))
+                    elif label and self.processes[key][0] != label:   # its role came later
+                        self.processes[key] = (label, self.processes[key][1])
                     out.append((key, pid, title if index == 0 else self.processes[key][0]))
         return out
 

@@ -13,10 +13,11 @@ from topkit import TOP
 
 COUNT = 200
 
-# Each child starts tracing into a small segment of its own and leaves with _exit(), so
-# its segment stays, valid, with its producer gone (an ended job, as `--all` lists them).
+# Each child starts tracing into a small segment of its own and is killed (SIGKILL: no exit
+# path runs; os._exit now finishes and removes the segment as an exit does), so its segment
+# stays, valid, with its producer gone (an ended job, as `--all` lists them).
 MAKE = r'''
-import os, sys
+import os, signal, sys
 from pytrace import _pytrace
 count = int(sys.argv[1])
 pids = []
@@ -25,7 +26,7 @@ for _ in range(count):
     if pid == 0:
         _pytrace.start(ring_count=1, chunk_bytes=4096, chunks_per_ring=2, symlog_bytes=65536,
                        fork_children=False)
-        os._exit(0)
+        os.kill(os.getpid(), signal.SIGKILL)
     pids.append(pid)
 for pid in pids:
     os.waitpid(pid, 0)

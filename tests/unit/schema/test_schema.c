@@ -215,6 +215,26 @@ static void test_symbol_golden(void)
  *   52 table soffset 20; 56 id; 60 name off 20; 64 file off 24; 68 line;
  *   72 profile_name off 28; 76 kind
  *   80 "f"; 88 "a.py"; 100 "<f>" (len 3); total padded to 112 */
+/* ProcessInfo's role (field 15, added at the end): absent unless given (the
+ * vtable then stops at drop_policy, as before the field), read back when given. */
+static void test_process_info_role(void)
+{
+    uint8_t a[1024], b[1024];
+    pt_fb_process_info_t pi = {.pid = 7, .ppid = 1, .command_line = S("python t.py"), .python_version = S("3.11"),
+                               .segment = S("/pytrace-7-0"), .drop_policy = PT_POLICY_WAIT};
+    size_t na = pt_fb_build_process_info(a, sizeof a, &pi);
+    pi.role = S("ForkPoolWorker-3");
+    size_t nb = pt_fb_build_process_info(b, sizeof b, &pi);
+    REQUIRE(na > 0 && nb > na);
+    pt_fb_msg_t m;
+    CHECK(parse_exact(a, na, &m, NULL, 0) == 0 && parse_exact(b, nb, &m, NULL, 0) == 0);
+    /* values: parsed in place (parse_exact's copy is gone) */
+    CHECK(pt_fb_parse(a, na, &m, NULL, 0) == 0 && m.u.process_info.role.ptr == NULL);
+    CHECK(pt_fb_parse(b, nb, &m, NULL, 0) == 0 && str_eq(m.u.process_info.role, "ForkPoolWorker-3") &&
+          m.u.process_info.pid == 7 && m.u.process_info.drop_policy == PT_POLICY_WAIT &&
+          str_eq(m.u.process_info.command_line, "python t.py"));
+}
+
 static void test_symbol_profile_name_golden(void)
 {
     uint8_t want[112] = {0}, got[128];
@@ -282,7 +302,7 @@ static void make_samples(sample_t out[NSAMPLES])
     pt_fb_thread_end_t te = {7, 777, 1000000, 12};
     pt_fb_symbol_t sy = {17, PT_SYM_PY_FUNCTION, S("Klass.method"), S("/src/m\xc3\xa9.py"), 314, S("method")};
     pt_fb_lost_count_t lc = {7, 4096};
-    pt_fb_producer_status_t ps = {PT_STATE_EXITED, 111, 222, 333, 444, 555, 666, 777, 888, 0, 0, 0, 0};
+    pt_fb_producer_status_t ps = {PT_STATE_EXITED, 111, 222, 333, 444, 555, 666, 777, 888, 0, 0, 0, 0, 0, 0};
     for (int i = 0; i < N_EVENTS; i++) {
         sample_events[i].ticks = 1000 + (uint64_t)i;
         sample_events[i].id = 17 + (uint32_t)i;
@@ -338,6 +358,7 @@ static void test_round_trip(const sample_t s[NSAMPLES])
     CHECK(pi->ticks_per_second == 2999999999ull && pi->base_ticks == 123456789ull);
     CHECK(pi->base_monotonic_ns == 987654321ull && pi->base_realtime_ns == 1700000000123456789ull);
     CHECK(pi->ring_count == 64 && pi->ring_capacity_events == 131040 && pi->drop_policy == PT_POLICY_WAIT);
+    CHECK(pi->role.ptr == NULL); /* absent: the message of before the field */
 
     REQUIRE(pt_fb_parse(s[1].buf, s[1].len, &m, why, sizeof why) == 0);
     CHECK(m.type == PT_MSG_THREAD_START);
@@ -557,6 +578,7 @@ int main(int argc, char **argv)
     test_thread_end_golden();
     test_symbol_golden();
     test_symbol_profile_name_golden();
+    test_process_info_role();
     make_samples(samples);
     test_round_trip(samples);
     test_tags(samples);

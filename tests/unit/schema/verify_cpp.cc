@@ -72,7 +72,17 @@ static void builtin() {
     CHECK(p && p->ticks_per_second() == 3000000000ull && p->base_ticks() == 11);
     CHECK(p && p->base_monotonic_ns() == 22 && p->base_realtime_ns() == 33);
     CHECK(p && p->ring_count() == 64 && p->ring_capacity_events() == 131040 && p->drop_policy() == 1);
+    CHECK(p && p->role() == nullptr); /* no role: the 15-field form */
   }
+  /* the role (field 15, added at the end), as flatc's reader finds it */
+  pi.role = S("DataLoader worker 1");
+  n = pt_fb_build_process_info(out.data(), out.size(), &pi);
+  if (auto m = verify(store, out.data(), n)) {
+    auto p = m->body_as_ProcessInfo();
+    CHECK(p && str_is(p->role(), "DataLoader worker 1") && p->drop_policy() == 1 && p->pid() == 4242);
+    CHECK(p && str_is(p->command_line(), "python3 app.py"));
+  }
+  pi.role = pt_fb_str_t{nullptr, 0};
 
   pt_fb_thread_start_t ts{7, 3, 99999, S("worker-1"), 555};
   n = pt_fb_build_thread_start(out.data(), out.size(), &ts);
@@ -121,7 +131,7 @@ static void builtin() {
     CHECK(p && p->thread() == 7 && p->dropped_total() == 4096);
   }
 
-  pt_fb_producer_status_t ps{PT_STATE_EXITED, 111, 222, 333, 444, 555, 666, 777, 888, 0, 0, 0, 0};
+  pt_fb_producer_status_t ps{PT_STATE_EXITED, 111, 222, 333, 444, 555, 666, 777, 888, 0, 0, 0, 0, 0, 0};
   n = pt_fb_build_producer_status(out.data(), out.size(), &ps);
   if (auto m = verify(store, out.data(), n)) {
     auto p = m->body_as_ProducerStatus();
@@ -130,9 +140,19 @@ static void builtin() {
     CHECK(p && p->hook_errors() == 444 && p->symbols_dropped() == 555);
     CHECK(p && p->threads_untraced() == 666 && p->tracing_displaced() == 777 && p->events_untraced() == 888);
     CHECK(p && p->unrecorded_events() == 0 && p->unrecorded_messages() == 0 && p->unrecorded_errno() == 0);
+    CHECK(p && p->end_signal() == 0 && p->end_signal_pid() == 0);
+  }
+  // ended by its parent's SIGTERM: the two fields (end_signal 12, end_signal_pid 13)
+  ps.end_signal = 15;
+  ps.end_signal_pid = 4241;
+  n = pt_fb_build_producer_status(out.data(), out.size(), &ps);
+  if (auto m = verify(store, out.data(), n)) {
+    auto p = m->body_as_ProducerStatus();
+    CHECK(p && p->state() == fb::ProducerState_Exited && p->events_untraced() == 888);
+    CHECK(p && p->end_signal() == 15 && p->end_signal_pid() == 4241);
   }
   // a recording's loss slot: every field present, read back by flatc's code
-  pt_fb_producer_status_t slot{PT_STATE_RUNNING, 0, 0, 0, 0, 0, 0, 0, 0, 1, 4515645, 2049, 28};
+  pt_fb_producer_status_t slot{PT_STATE_RUNNING, 0, 0, 0, 0, 0, 0, 0, 0, 1, 4515645, 2049, 28, 0, 0};
   n = pt_fb_build_producer_status(out.data(), out.size(), &slot);
   if (auto m = verify(store, out.data(), n)) {
     auto p = m->body_as_ProducerStatus();

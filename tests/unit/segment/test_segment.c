@@ -83,6 +83,35 @@ static int skip_one(const char *name, void *ctx)
     return strcmp(name, skip_name) == 0;
 }
 
+/* The role line: none until set, then what the producer set (cut at a UTF-8
+ * boundary to PT_ROLE_BYTES - 1), its sequence even and growing with each set. */
+static void test_role(void)
+{
+    printf("role\n");
+    pt_segment_t *seg = create_small();
+    pt_seg_header_t *h = pt_segment_header(seg);
+    char role[PT_ROLE_BYTES + 1];
+    CHECKF(pt_segment_read_role(h, role, sizeof role) == 0 && role[0] == '\0', "no role yet");
+    pt_segment_set_role(seg, "ForkPoolWorker-1");
+    uint32_t s1 = pt_segment_read_role(h, role, sizeof role);
+    CHECKF(s1 != 0 && s1 % 2 == 0 && strcmp(role, "ForkPoolWorker-1") == 0, "role %s seq %u", role, s1);
+    char longer[300];
+    memset(longer, 'a', sizeof longer);
+    memcpy(longer + PT_ROLE_BYTES - 2, "\xc3\xa9", 2); /* an e-acute across the limit */
+    longer[sizeof longer - 1] = '\0';
+    pt_segment_set_role(seg, longer);
+    uint32_t s2 = pt_segment_read_role(h, role, sizeof role);
+    CHECKF(s2 > s1 && s2 % 2 == 0 && strlen(role) == PT_ROLE_BYTES - 2, "cut at the character: %zu",
+           strlen(role));
+    /* a writer caught in the middle (odd sequence): the reader says try again */
+    atomic_store(&h->role_seq, s2 + 1);
+    CHECKF(pt_segment_read_role(h, role, sizeof role) == UINT32_MAX, "odd sequence");
+    atomic_store(&h->role_seq, s2);
+    char small[8];
+    CHECKF(pt_segment_read_role(h, small, sizeof small) == s2 && strcmp(small, "aaaaaaa") == 0, "bounded copy");
+    pt_segment_close(seg, 1);
+}
+
 static void test_round_trip(void)
 {
     printf("round trip\n");
@@ -800,6 +829,7 @@ int main(void)
            test_clock.ticks_per_second);
     CHECKF(test_clock.ticks_per_second > 0, "calibrated");
     test_round_trip();
+    test_role();
     test_bad_headers();
     test_dead_producer();
     test_consumer_lock();
