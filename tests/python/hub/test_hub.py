@@ -302,7 +302,7 @@ def test_stuck_reader_gets_lost_and_resync_and_does_not_stall_the_job(tmp_path):
     gap: what it read plus what it was told it lost is every event the job wrote. The
     other reader is a lossless recorder (`pytrace record PID`): it gets every event."""
     marker = tmp_path / "halfway"
-    job, segment, wait_w = start_job(tmp_path, 400, 20000, marker=marker)
+    job, segment, wait_w = start_job(tmp_path, 100, 20000, marker=marker)
     hub, sock = start_hub(segment, "--hold", "2", "--quiet")
     stuck = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
