@@ -3,7 +3,10 @@
 # 40 per target; PYTRACE_FUZZ_JOBS targets at once, default the CPU count) on a copy of its
 # checked-in corpus; hangs (10 s) and crashes are findings, and any finding fails the run. Needs clang (its libFuzzer runtime); prints why and exits 0
 # without it only when PYTRACE_FUZZ_OPTIONAL=1.
+#   tests/fuzz/run.sh [build|run]   build only, or run what was built (default: both)
 set -euo pipefail
+step=${1:-all}
+case "$step" in build | run | all) ;; *) echo "usage: tests/fuzz/run.sh [build|run]" >&2; exit 2 ;; esac
 cd "$(dirname "$0")/../.."
 root=$(pwd)
 seconds=${PYTRACE_FUZZ_SECONDS:-40}
@@ -16,10 +19,13 @@ if ! command -v clang >/dev/null 2>&1; then
     echo "fuzz: clang is not installed (apt-get install clang)" >&2
     exit 1
 fi
-CC=clang CXX=clang++ cmake -S . -B "$build" -DPYTRACE_FUZZ=ON -DPYTRACE_WERROR=ON -DPYTRACE_BUILD_PYTHON=OFF \
-    -DPYTRACE_BUILD_TESTS=OFF -DPYTRACE_BUILD_BENCH=OFF -DPYTRACE_BUILD_VIEWER=OFF \
-    -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build" -j2 >/dev/null
+if [ "$step" != run ]; then
+    CC=clang CXX=clang++ cmake -S . -B "$build" -DPYTRACE_FUZZ=ON -DPYTRACE_WERROR=ON -DPYTRACE_BUILD_PYTHON=OFF \
+        -DPYTRACE_BUILD_TESTS=OFF -DPYTRACE_BUILD_BENCH=OFF -DPYTRACE_BUILD_VIEWER=OFF \
+        -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+    cmake --build "$build" -j2 >/dev/null
+fi
+[ "$step" != build ] || exit 0
 work=$(mktemp -d /tmp/pytrace-fuzz-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 targets="fuzz_fb fuzz_agg fuzz_recfile fuzz_segment"
