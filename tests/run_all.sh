@@ -8,7 +8,8 @@
 # Order: the pytest suite spends most of its time waiting (on its jobs, readers, terminals and
 # browsers: about a quarter of 2 cores), so while the first Python's suite runs, the C builds
 # and ctest, the fuzz build and the sanitizer build run beside it at the lowest priority
-# (nice 19: they take only the CPU the suite leaves; they assert no time). Their output comes
+# (nice 19, and their session's autogroup nice 19: they take only the CPU the suite leaves;
+# they assert no time). Their output comes
 # after that suite's; any failure of theirs fails the run as before. The fuzz targets (which
 # need whole cores for their time) and the sanitizer tests run after, on a machine of their own.
 # PYTRACE_TEST_OVERLAP=0 runs everything one after the other. PYTRACE_TEST_BESIDE_FIRST: a
@@ -45,24 +46,33 @@ pytest_on() {
     echo "== pytest on $($py --version): $((SECONDS - start)) s"
 }
 
+# The part run beside the first suite (tests/run_all.sh --beside, started below): in a session
+# of its own, so that with the kernel's autogroups (each session one scheduling group, where
+# a process's nice counts only against its own group) the whole group is made nice 19 too.
+if [ "${1:-}" = --beside ]; then
+    renice -n 19 -p $$ >/dev/null # before any child: they inherit it
+    if [ -w /proc/$$/autogroup ]; then echo 19 >/proc/$$/autogroup; fi
+    start=$SECONDS
+    if [ -n "${PYTRACE_TEST_BESIDE_FIRST:-}" ]; then
+        echo "== $PYTRACE_TEST_BESIDE_FIRST"
+        bash -c "$PYTRACE_TEST_BESIDE_FIRST"
+    fi
+    c_side
+    echo "== beside the first suite: $((SECONDS - start)) s"
+    exit 0
+fi
+
 pythons=$(bash tests/pythons.sh)
 first=$(head -n 1 <<<"$pythons")
 rest=$(tail -n +2 <<<"$pythons")
 
 if [ "$overlap" = 1 ]; then
     c_log=$(mktemp /tmp/pytrace-c-side-XXXXXX)
-    trap 'rm -f "$c_log"' EXIT
-    start=$SECONDS
-    (
-        renice -n 19 -p "$BASHPID" >/dev/null # before any child: they inherit it
-        if [ -n "${PYTRACE_TEST_BESIDE_FIRST:-}" ]; then
-            echo "== $PYTRACE_TEST_BESIDE_FIRST"
-            bash -c "$PYTRACE_TEST_BESIDE_FIRST"
-        fi
-        c_side
-        echo "== beside the first suite: $((SECONDS - start)) s"
-    ) >"$c_log" 2>&1 &
+    setsid bash tests/run_all.sh --beside >"$c_log" 2>&1 </dev/null &
     c_pid=$!
+    # (its own session gets no Ctrl-C from the terminal: an interrupted run ends it here)
+    trap 'kill -- -"$c_pid" 2>/dev/null || true; rm -f "$c_log"' EXIT
+    trap 'exit 130' INT TERM
     status=0
     pytest_on "$first" || status=1
     # (waited for even when the suite failed: nothing is left running)
