@@ -51,7 +51,10 @@ pytest_on() {
 # a process's nice counts only against its own group) the whole group is made nice 19 too.
 if [ "${1:-}" = --beside ]; then
     renice -n 19 -p $$ >/dev/null # before any child: they inherit it
-    if [ -w /proc/$$/autogroup ]; then echo 19 >/proc/$$/autogroup; fi
+    # (only as its session's leader, as setsid starts it: never the caller's own session)
+    if [ -w /proc/$$/autogroup ] && [ "$(ps -o sid= -p $$ | tr -d ' ')" = $$ ]; then
+        echo 19 >/proc/$$/autogroup
+    fi
     start=$SECONDS
     if [ -n "${PYTRACE_TEST_BESIDE_FIRST:-}" ]; then
         echo "== $PYTRACE_TEST_BESIDE_FIRST"
