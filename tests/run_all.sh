@@ -4,31 +4,103 @@
 # on each installed Python (3.11 and 3.12 of this machine, 3.14 and 3.15 inside the Debian
 # unstable root, see tests/pythons.sh and tests/sidroot.sh).
 # The package must be installed first (bash .ci/install.sh).
+#
+# Order: the pytest suite spends most of its time waiting (on its jobs, readers, terminals and
+# browsers: about a quarter of 2 cores), so while the first Python's suite runs, the C builds
+# and ctest, the fuzz build and the sanitizer build run beside it at the lowest priority
+# (nice 19, and their session's autogroup nice 19: they take only the CPU the suite leaves;
+# they assert no time). Their output comes
+# after that suite's; any failure of theirs fails the run as before. The fuzz targets (which
+# need whole cores for their time) and the sanitizer tests run after, on a machine of their own.
+# PYTRACE_TEST_OVERLAP=0 runs everything one after the other. PYTRACE_TEST_BESIDE_FIRST: a
+# command that runs first in that background part (.ci/run installs the other Pythons there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 build=${PYTRACE_TEST_BUILD:-build/tests}
+overlap=${PYTRACE_TEST_OVERLAP:-1}
 
-cmake -S . -B "$build" -DPYTRACE_WERROR=ON -DPYTRACE_BUILD_PYTHON=OFF >/dev/null
-cmake --build "$build" -j2
-ctest --test-dir "$build" --output-on-failure -j2
+# The C side: build, ctest, and the builds of the fuzz targets and the sanitizer venv.
+c_side() {
+    cmake -S . -B "$build" -DPYTRACE_WERROR=ON -DPYTRACE_BUILD_PYTHON=OFF >/dev/null
+    cmake --build "$build" -j2
+    ctest --test-dir "$build" --output-on-failure -j2
+    echo "== fuzz build (tests/fuzz)"
+    bash tests/fuzz/run.sh build
+    echo "== sanitize build (tests/sanitize.sh)"
+    bash tests/sanitize.sh build
+}
 
-# libFuzzer targets (ASan + UBSan) over every reader of untrusted bytes, bounded in time.
-echo "== fuzz (tests/fuzz, ${PYTRACE_FUZZ_SECONDS:-40} s per target)"
-bash tests/fuzz/run.sh
-
-# The Python suite's core tests against an ASan + UBSan build of the extension and pytrace-top.
-bash tests/sanitize.sh
-
-for py in $(bash tests/pythons.sh); do
+pytest_on() {
+    local py=$1
     echo "== pytest on $($py --version) ($py)"
-    start=$SECONDS
+    local start=$SECONDS
     # Run from outside the tree so the installed package is the one under test.
     # That interpreter's scripts (pytrace, pytrace-top) come first on PATH.
+    local scripts artifacts
     scripts=$("$py" -c 'import sysconfig; print(sysconfig.get_path("scripts"))')
     # screenshots of the browser tests stay after the run: build/artifacts/<python>/web
     artifacts="$root/build/artifacts/$("$py" -c 'import sys; print("python%d.%d" % sys.version_info[:2])')"
     (cd /tmp && PATH="$scripts:$PATH" PYTRACE_BUILD_DIR="$root/$build" PYTRACE_ARTIFACTS="$artifacts" \
-        "$py" -m pytest "$root/tests/python" -q -p no:cacheprovider)
+        "$py" -m pytest "$root/tests/python" -q -p no:cacheprovider) || return 1
     echo "== pytest on $($py --version): $((SECONDS - start)) s"
-done
+}
+
+# The part run beside the first suite (tests/run_all.sh --beside, started below): in a session
+# of its own, so that with the kernel's autogroups (each session one scheduling group, where
+# a process's nice counts only against its own group) the whole group is made nice 19 too.
+if [ "${1:-}" = --beside ]; then
+    renice -n 19 -p $$ >/dev/null # before any child: they inherit it
+    # (only as its session's leader, as setsid starts it: never the caller's own session)
+    if [ -w /proc/$$/autogroup ] && [ "$(ps -o sid= -p $$ | tr -d ' ')" = $$ ]; then
+        echo 19 >/proc/$$/autogroup
+    fi
+    start=$SECONDS
+    if [ -n "${PYTRACE_TEST_BESIDE_FIRST:-}" ]; then
+        echo "== $PYTRACE_TEST_BESIDE_FIRST"
+        bash -c "$PYTRACE_TEST_BESIDE_FIRST"
+    fi
+    c_side
+    echo "== beside the first suite: $((SECONDS - start)) s"
+    exit 0
+fi
+
+pythons=$(bash tests/pythons.sh)
+first=$(head -n 1 <<<"$pythons")
+rest=$(tail -n +2 <<<"$pythons")
+
+if [ "$overlap" = 1 ]; then
+    c_log=$(mktemp /tmp/pytrace-c-side-XXXXXX)
+    setsid bash tests/run_all.sh --beside >"$c_log" 2>&1 </dev/null &
+    c_pid=$!
+    # (its own session gets no Ctrl-C from the terminal: an interrupted run ends it here)
+    trap 'kill -- -"$c_pid" 2>/dev/null || true; rm -f "$c_log"' EXIT
+    trap 'exit 130' INT TERM
+    status=0
+    pytest_on "$first" || status=1
+    # (waited for even when the suite failed: nothing is left running)
+    c_status=0
+    wait "$c_pid" || c_status=1
+    echo "== beside the first suite (nice 19): ${PYTRACE_TEST_BESIDE_FIRST:+its command, }the C build, ctest, the fuzz and sanitize builds"
+    cat "$c_log"
+    if [ $c_status != 0 ]; then
+        echo "== beside the first suite: FAILED"
+        exit 1
+    fi
+    [ $status = 0 ] || exit 1
+else
+    c_side
+fi
+
+# libFuzzer targets (ASan + UBSan) over every reader of untrusted bytes, bounded in time.
+echo "== fuzz (tests/fuzz, ${PYTRACE_FUZZ_SECONDS:-40} s per target)"
+bash tests/fuzz/run.sh run
+
+# The Python suite's core tests against an ASan + UBSan build of the extension and pytrace-top.
+bash tests/sanitize.sh test
+
+if [ "$overlap" = 1 ]; then
+    for py in $rest; do pytest_on "$py"; done
+else
+    for py in $pythons; do pytest_on "$py"; done
+fi

@@ -14,7 +14,10 @@
 #   PYTRACE_SANITIZE_BUILD   where the build and venv go (default build/sanitize)
 #   PYTRACE_SANITIZE_TESTS   the test files under tests/python (default: the set below), -k style extras in
 #                            PYTRACE_SANITIZE_PYTEST_ARGS
+#   tests/sanitize.sh [build|test]   build only, or test what was built (default: both)
 set -euo pipefail
+step=${1:-all}
+case "$step" in build | test | all) ;; *) echo "usage: tests/sanitize.sh [build|test]" >&2; exit 2 ;; esac
 cd "$(dirname "$0")/.."
 root=$(pwd)
 build=${PYTRACE_SANITIZE_BUILD:-build/sanitize}
@@ -34,13 +37,15 @@ tests=${PYTRACE_SANITIZE_TESTS:-"tracer/test_corpus.py export/test_export_agreem
     export/test_multiprocess_export.py hub/test_hub.py"}
 
 venv=$build/venv
-if [ ! -x "$venv/bin/python" ]; then
-    "$py" -m venv "$venv"
+if [ "$step" != test ]; then
+    if [ ! -x "$venv/bin/python" ]; then
+        "$py" -m venv "$venv"
+    fi
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check \
+        "scikit-build-core>=0.8" cmake ninja flatbuffers pytest gprof2dot perfetto
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation \
+        -C cmake.define.PYTRACE_SANITIZE=ON -C cmake.build-type=RelWithDebInfo -C build-dir="$build/skbuild" "$root"
 fi
-"$venv/bin/python" -m pip install -q --disable-pip-version-check \
-    "scikit-build-core>=0.8" cmake ninja flatbuffers pytest gprof2dot perfetto
-"$venv/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation \
-    -C cmake.define.PYTRACE_SANITIZE=ON -C cmake.build-type=RelWithDebInfo -C build-dir="$build/skbuild" "$root"
 
 ext=$("$venv/bin/python" -c 'import glob, os, sysconfig
 print(glob.glob(os.path.join(sysconfig.get_path("platlib"), "pytrace", "_pytrace*.so"))[0])')
@@ -52,6 +57,7 @@ if [ -z "$libasan" ] || [[ "$top_libs" != *libasan* ]]; then
     echo "sanitize: the extension or pytrace-top is not linked with ASan ($ext); is the compiler gcc?" >&2
     exit 1
 fi
+[ "$step" != build ] || exit 0
 
 logs=$(mktemp -d /tmp/pytrace-sanitize-XXXXXX)
 trap 'rm -rf "$logs"' EXIT

@@ -1871,10 +1871,14 @@ int pt_agg_timeline(pt_agg_t *a, const pt_agg_query_t *q, uint64_t since_slice, 
     uint32_t *best_sym = malloc(((size_t)nthreads + 1) * sizeof *best_sym);
     if (!busy || !calls || !best || !best_sym || tl_sum_init(&sum, 1024))
         goto out;
+    /* the ring holds no slice below held_lo (slice_get): a cell's slices are read from
+     * there, not from its group's first (a group of 2^32 slices is not 2^32 steps) */
+    const uint64_t held_lo = a->max_slice >= a->slice_cap - 1 ? a->max_slice - (a->slice_cap - 1) : 0;
     for (uint64_t g = first;; g += group) {
         /* slice numbers may reach 2^64 - 3 (hostile ticks, a tick per slice): no sum wraps */
         uint64_t g_end = a->max_slice - g > group - 1 ? g + group - 1 : a->max_slice;
-        for (uint64_t s = g; s <= g_end; s++) {
+        const uint64_t s_lo = g > held_lo ? g : held_lo;
+        for (uint64_t s = s_lo; s <= g_end; s++) {
             const slice_t *sl = &a->slices[s % a->slice_cap];
             if (sl->no != s)
                 continue;
@@ -1894,7 +1898,7 @@ int pt_agg_timeline(pt_agg_t *a, const pt_agg_query_t *q, uint64_t since_slice, 
                     goto out;
             }
         }
-        for (uint64_t s = g; s <= g_end; s++) {
+        for (uint64_t s = s_lo; s <= g_end; s++) {
             const slice_t *sl = &a->slices[s % a->slice_cap];
             if (sl->no != s)
                 continue;

@@ -129,6 +129,10 @@ class Tmux:
         cmd = "env LANG=C.UTF-8 LC_ALL=C.UTF-8 TERM=xterm-256color " + (command or "%s %s" % (TOP, args))
         subprocess.run(["tmux", "new-session", "-d", "-s", self.name, "-x", str(width), "-y", str(height), cmd],
                        check=True)
+        # the pane's process (the shell of `cmd`, or the command it became): close() waits for its end
+        r = subprocess.run(["tmux", "display-message", "-p", "-t", self.name, "#{pane_pid}"],
+                           capture_output=True, text=True)
+        self.pane_pid = int(r.stdout) if r.stdout.strip().isdigit() else None
 
     def screen(self):
         r = subprocess.run(["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True, text=True)
@@ -156,11 +160,32 @@ class Tmux:
     def kill(self):
         subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
 
+    def _pane_gone(self, timeout):
+        """Whether the pane's process has ended (polled up to `timeout` s)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with open("/proc/%d/stat" % self.pane_pid) as f:
+                    if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                        return True
+            except (FileNotFoundError, ProcessLookupError):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
+
     def close(self):
+        """`q`, then the session is killed if the viewer has not ended within 0.5 s; returns
+        once the viewer's process is gone (its consumer lock is released with it)."""
         self.keys("q")
-        time.sleep(0.5)
+        if self.pane_pid is None:  # (the session had ended before its pane was asked for)
+            time.sleep(0.5)
+            self.kill()
+            time.sleep(0.3)
+            return
+        self._pane_gone(0.5)
         self.kill()
-        time.sleep(0.3)  # the consumer lock is released by the exiting viewer
+        self._pane_gone(5.0)
 
 
 _SGR = re.compile(r"\x1b\[([0-9;]*)m")
