@@ -24,7 +24,7 @@ for py in $PYTHONS; do
     # the browser tests (tests/python/web/test_web.py); a Python it has no wheel for skips them
     "$py" -m pip install -q --disable-pip-version-check --root-user-action=ignore playwright ||
         echo "playwright is not available for $py: its browser tests will skip"
-    # the PyTorch tests (tests/python/torch): torch 2.13.0's CPU wheel on 3.11 only (any other
+    # the PyTorch tests (tests/python/pytorch): torch 2.13.0's CPU wheel on 3.11 only (any other
     # version or Python downloads several GB of CUDA wheels); elsewhere they skip
     case "$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')" in
     3.11) "$py" -m pip install -q --disable-pip-version-check --root-user-action=ignore torch==2.13.0 ;;

@@ -4,7 +4,7 @@ ITT collector.
 
     python3.11 bench/torch_step.py [--rounds N] [--steps N] [--ops N]
 
-The job is tests/python/torch/train_job.py's (a small CNN, SGD, a DataLoader over an
+The job is tests/python/pytorch/train_job.py's (a small CNN, SGD, a DataLoader over an
 in-memory dataset, batch 8 of 16x16 images: small, so that Python's share shows). Each
 mode runs in a fresh process, the modes interleaved round after round; the child times
 each training step (perf_counter around train_step, after 5 warm-up steps) and the
@@ -29,7 +29,7 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-JOB_DIR = os.path.join(HERE, "..", "tests", "python", "torch")
+JOB_DIR = os.path.join(HERE, "..", "tests", "python", "pytorch")
 
 CHILD = r'''
 import json, os, sys, time

@@ -1,4 +1,4 @@
-"""A small CPU training job for tests/python/torch and bench/torch_step.py: a CNN, SGD,
+"""A small CPU training job for tests/python/pytorch and bench/torch_step.py: a CNN, SGD,
 a DataLoader over an in-memory dataset, `steps` steps.
 
     python train_job.py plain [STEPS]             train
