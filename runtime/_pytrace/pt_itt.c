@@ -37,6 +37,7 @@
  */
 #include "pt_adapters.h"
 #include "pt_tracer_inline.h"
+#include "shm/symlog.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -353,7 +354,12 @@ int pt_itt_init(void)
     int rc = pthread_key_create(&tasks_key, free);
     if (rc != 0)
         return -rc;
-    /* a fork child must not inherit the lock held by a thread that is gone */
+    /* a fork child must not inherit the lock held by a thread that is gone. label_of
+     * appends to the symbol log holding names_lock: the symbol lock's handlers are
+     * registered first, so fork takes names_lock before the symbol lock (prepare
+     * handlers run in reverse order), as label_of does -- the other order deadlocks
+     * a fork against a thread interning a label (test_itt_fork) */
+    pt_symlog_register_atfork();
     rc = pthread_atfork(names_prepare, names_release, names_release);
     done = rc == 0;
     return -rc;
