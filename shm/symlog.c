@@ -40,6 +40,11 @@ static void symlog_register_atfork(void)
     (void)pthread_atfork(symlog_prefork, symlog_postfork, symlog_postfork);
 }
 
+void pt_symlog_register_atfork(void)
+{
+    pthread_once(&symlog_atfork_once, symlog_register_atfork);
+}
+
 /* Room left for the strings in a record of PT_MAX_SYMBOL_RECORD_BYTES: the
  * fixed part of a Symbol message is at most 80 bytes (vtable of 6 fields) + 3
  * string headers (4 + 1 each) + alignment padding (3 per string, 7 at the end),

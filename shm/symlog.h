@@ -41,6 +41,12 @@ int pt_symlog_append_named(pt_segment_t *seg, uint32_t kind, const char *name, c
  * callback gets one size-prefixed Message (verified) and its length; a non-zero
  * return stops the walk and is returned. -EBADMSG (with the offset in err) if a
  * record is malformed; *cursor then points at it. */
+/* Registers the symbol lock's fork handlers now (once; an append does it too). A
+ * caller that holds a lock of its own around an append registers its own handlers
+ * after this one: prepare handlers run in reverse order of registration, so its
+ * lock is then taken before the symbol lock, in the order its appends take them. */
+void pt_symlog_register_atfork(void);
+
 typedef int (*pt_symlog_visit_fn)(void *ctx, const uint8_t *msg, size_t len);
 int pt_symlog_read(const pt_segment_t *seg, uint64_t *cursor, uint64_t published,
                    pt_symlog_visit_fn fn, void *ctx, char *err, size_t errlen);

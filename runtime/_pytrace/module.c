@@ -11,6 +11,7 @@
 #include "shm/segment.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -445,9 +446,17 @@ static PyMethodDef exit_def;
 static PyObject *py_exit(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     Py_ssize_t given = nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
-    /* only a call that will exit: one int (a wrong call raises, and goes on traced) */
-    if (given == 1 && PyLong_Check(args[0]))
-        pt_tracer_exit_now();
+    /* only a call that will exit: one int that fits a C int, as _exit's own converter
+     * takes it (a wrong call -- os._exit(2**40): OverflowError -- raises, and goes on
+     * traced) */
+    if (given == 1 && PyLong_Check(args[0])) {
+        int overflow = 0;
+        long status = PyLong_AsLongAndOverflow(args[0], &overflow);
+        if (status == -1 && PyErr_Occurred())
+            PyErr_Clear(); /* the real function says what is wrong */
+        else if (!overflow && status >= INT_MIN && status <= INT_MAX)
+            pt_tracer_exit_now();
+    }
     return real_os_exit(self, args, nargs, kwnames);
 }
 

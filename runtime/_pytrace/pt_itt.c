@@ -37,6 +37,7 @@
  */
 #include "pt_adapters.h"
 #include "pt_tracer_inline.h"
+#include "shm/symlog.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -95,6 +96,17 @@ typedef struct pt_itt_tasks {
 
 static __thread pt_itt_tasks_t *tasks_tls;
 static pthread_key_t tasks_key;
+static pthread_once_t tasks_once = PTHREAD_ONCE_INIT;
+static int tasks_key_rc = -1; /* 0 once tasks_key exists */
+
+/* The key is made on first need, not only by pt_itt_init: in a process that loaded
+ * this file through ittnotify alone (a child that inherited INTEL_LIBITTNOTIFY64 and
+ * never imported pytrace) a key never created is key 0 -- another library's, often
+ * the interpreter's own thread-state key (test_itt_uninitialised). */
+static void tasks_key_create(void)
+{
+    tasks_key_rc = pthread_key_create(&tasks_key, free);
+}
 
 /* The thread's task stack with room for level `depth`, or NULL (not recorded). */
 static pt_itt_tasks_t *tasks_room(pt_itt_tasks_t *tk, uint32_t depth)
@@ -103,6 +115,9 @@ static pt_itt_tasks_t *tasks_room(pt_itt_tasks_t *tk, uint32_t depth)
         return tk;
     if (depth >= PT_ITT_DEPTH)
         return NULL;
+    pthread_once(&tasks_once, tasks_key_create);
+    if (tasks_key_rc != 0)
+        return NULL; /* no key to free the stack at the thread's exit: not recorded */
     uint32_t cap = tk ? tk->cap * 2u : 32u;
     pt_itt_tasks_t *n = realloc(tk, sizeof *n + cap * sizeof n->open[0]);
     if (n == NULL)
@@ -350,10 +365,16 @@ int pt_itt_init(void)
     static int done; /* the module's exec slot may run more than once (GIL held) */
     if (done)
         return 0;
-    int rc = pthread_key_create(&tasks_key, free);
+    pthread_once(&tasks_once, tasks_key_create);
+    int rc = tasks_key_rc;
     if (rc != 0)
         return -rc;
-    /* a fork child must not inherit the lock held by a thread that is gone */
+    /* a fork child must not inherit the lock held by a thread that is gone. label_of
+     * appends to the symbol log holding names_lock: the symbol lock's handlers are
+     * registered first, so fork takes names_lock before the symbol lock (prepare
+     * handlers run in reverse order), as label_of does -- the other order deadlocks
+     * a fork against a thread interning a label (test_itt_fork) */
+    pt_symlog_register_atfork();
     rc = pthread_atfork(names_prepare, names_release, names_release);
     done = rc == 0;
     return -rc;
