@@ -395,7 +395,7 @@ PyObject *pt_itt_py_set(PyObject *module, PyObject *on)
  * hook, in C so that no frame of ours is on the stack while torch's module runs (a
  * stack it captures, a warning's, is the one it would capture untraced): the module's
  * loader is its own again, the module runs, then after(module), whose failure is not
- * the import's. */
+ * the import's (after(None) if the module failed). */
 PyObject *pt_itt_py_exec_then(PyObject *module, PyObject *args)
 {
     (void)module;
@@ -412,8 +412,26 @@ PyObject *pt_itt_py_exec_then(PyObject *module, PyObject *args)
     if (rc < 0)
         return NULL;
     PyObject *r = PyObject_CallMethod(loader, "exec_module", "O", mod);
-    if (r == NULL)
+    if (r == NULL) {
+        /* the import failed: after(None) still runs (it puts the environment back), and
+         * the import's exception is the one that propagates */
+#if PY_VERSION_HEX >= 0x030C0000
+        PyObject *exc = PyErr_GetRaisedException();
+#else
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+#endif
+        PyObject *a = PyObject_CallOneArg(after, Py_None);
+        if (a == NULL)
+            PyErr_Clear();
+        Py_XDECREF(a);
+#if PY_VERSION_HEX >= 0x030C0000
+        PyErr_SetRaisedException(exc);
+#else
+        PyErr_Restore(type, value, tb);
+#endif
         return NULL;
+    }
     Py_DECREF(r);
     r = PyObject_CallOneArg(after, mod);
     if (r == NULL)

@@ -38,6 +38,7 @@ GROUPS_VAR = "INTEL_ITTNOTIFY_GROUPS"
 GROUPS = "structure"      # domains, string handles, tasks (ittnotify_static.h)
 
 _state = {"ext": None, "thread": None, "enabled": False, "gave_way": False, "hook": None,
+          "env": None, "env_saved": None,
           "patched": [], "said": set()}
 
 
@@ -63,9 +64,15 @@ def _extension_path(ext):
 
 
 def prepare_environment(ext):
-    """Name the collector for torch's ittnotify (before torch is imported), and load the
-    Optimizer.step hook's module (before tracing: its loading is not the program's).
-    -> None, or why ops cannot be recorded (one line)."""
+    """What torch's ittnotify must find in the environment to load the collector (the
+    extension's path, and the "structure" group), kept for _env_set(); and the
+    Optimizer.step hook's module, loaded now (before tracing: its loading is not the
+    program's). -> None, or why ops cannot be recorded (one line).
+
+    The variables are in the environment only while torch's module is imported (the
+    import hook's _env_set() and _after_torch()'s _env_restore()): torch creates its ITT
+    domain at import, which is when ittnotify reads them; before and after, the program
+    and the children it starts see the environment they see untraced."""
     _steps(ext)
     path = _extension_path(ext)
     if path is None:
@@ -74,13 +81,34 @@ def prepare_environment(ext):
     if current and os.path.abspath(current) != path:
         return ("%s names another ITT collector (%s): torch's ops are not recorded; unset it "
                 "to record them with pytrace" % (LIB_VAR, current))
-    os.environ[LIB_VAR] = path
     groups = os.environ.get(GROUPS_VAR)
     if not groups:
-        os.environ[GROUPS_VAR] = GROUPS
+        groups = GROUPS
     elif GROUPS not in groups.replace(";", ",").replace(" ", ",").split(","):
-        os.environ[GROUPS_VAR] = groups + "," + GROUPS
+        groups = groups + "," + GROUPS
+    _state["env"] = {LIB_VAR: path, GROUPS_VAR: groups}
     return None
+
+
+def _env_set():
+    """The collector's variables into the environment, the values they replace kept."""
+    env = _state.get("env")
+    if not env or _state.get("env_saved") is not None:
+        return
+    _state["env_saved"] = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+
+
+def _env_restore():
+    saved = _state.get("env_saved")
+    if saved is None:
+        return
+    _state["env_saved"] = None
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 def enable(ext, why):
@@ -93,7 +121,11 @@ def enable(ext, why):
     torch = sys.modules.get("torch")
     if torch is not None and getattr(getattr(torch, "__spec__", None), "_initializing", False) is False \
             and hasattr(torch, "autograd"):
-        _instrument(torch)
+        _env_set()  # for the probe, should it be what loads the collector
+        try:
+            _instrument(torch)
+        finally:
+            _env_restore()
     elif _state["hook"] is None and not _install_hook():
         _say_once("hook", "torch's ops are not recorded: no PathFinder in sys.meta_path to "
                   "see torch's import through; import torch before pytrace.start(torch=True)")
@@ -109,6 +141,7 @@ def disable():
         if steps is not None:
             steps.uninstall_optimizer_steps()
     _remove_hook()
+    _env_restore()
     _turn_off_here()
     _unpatch()
 
@@ -145,6 +178,7 @@ class _ImportHook:
         if loader is None or not hasattr(loader, "exec_module"):
             return spec
         spec.loader = _Loader(loader)
+        _env_set()  # until torch's module ran (_after_torch)
         return spec
 
     def __getattr__(self, name):
@@ -167,10 +201,16 @@ class _Loader:
 
 
 def _after_torch(module):
+    """After torch's module ran (None: it failed): the environment back, then torch's
+    ITT instrumentation on (its probe loads the collector if nothing did yet, which
+    reads the variables: they are still set then)."""
     try:
-        _instrument(module)
+        if module is not None:
+            _instrument(module)
     except Exception as e:  # noqa: BLE001 - the program's import must not fail for us
         _say_once("instrument", "torch's ops are not recorded: %s" % e)
+    finally:
+        _env_restore()
 
 
 def _install_hook():
