@@ -103,9 +103,17 @@ static int tasks_key_rc = -1; /* 0 once tasks_key exists */
  * this file through ittnotify alone (a child that inherited INTEL_LIBITTNOTIFY64 and
  * never imported pytrace) a key never created is key 0 -- another library's, often
  * the interpreter's own thread-state key (test_itt_uninitialised). */
+/* At the thread's exit: the stack goes, and so does the thread's pointer to it (an ITT
+ * call from a later destructor of the same thread starts a new stack, not a freed one). */
+static void tasks_free(void *p)
+{
+    tasks_tls = NULL;
+    free(p);
+}
+
 static void tasks_key_create(void)
 {
-    tasks_key_rc = pthread_key_create(&tasks_key, free);
+    tasks_key_rc = pthread_key_create(&tasks_key, tasks_free);
 }
 
 /* The thread's task stack with room for level `depth`, or NULL (not recorded). */

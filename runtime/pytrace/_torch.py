@@ -38,7 +38,7 @@ GROUPS_VAR = "INTEL_ITTNOTIFY_GROUPS"
 GROUPS = "structure"      # domains, string handles, tasks (ittnotify_static.h)
 
 _state = {"ext": None, "thread": None, "enabled": False, "gave_way": False, "hook": None,
-          "env": None, "env_saved": None,
+          "env": None, "env_old": None, "env_saved": False,
           "patched": [], "said": set()}
 
 
@@ -87,28 +87,32 @@ def prepare_environment(ext):
     elif GROUPS not in groups.replace(";", ",").replace(" ", ",").split(","):
         groups = groups + "," + GROUPS
     _state["env"] = {LIB_VAR: path, GROUPS_VAR: groups}
+    _state["env_old"] = {LIB_VAR: current, GROUPS_VAR: os.environ.get(GROUPS_VAR)}
     return None
 
 
 def _env_set():
-    """The collector's variables into the environment, the values they replace kept."""
+    """The collector's variables into the process's environment (C's environ, where
+    ittnotify's getenv reads them: os.putenv, a C call; os.environ, the program's
+    mapping, is left as it is, and touching it would run Python code while tracing)."""
     env = _state.get("env")
-    if not env or _state.get("env_saved") is not None:
+    if not env or _state.get("env_saved"):
         return
-    _state["env_saved"] = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
+    _state["env_saved"] = True
+    for k, v in env.items():
+        os.putenv(k, v)
 
 
 def _env_restore():
-    saved = _state.get("env_saved")
-    if saved is None:
+    """The values prepare_environment() found, back into C's environ."""
+    if not _state.get("env_saved"):
         return
-    _state["env_saved"] = None
-    for k, v in saved.items():
+    _state["env_saved"] = False
+    for k, v in _state["env_old"].items():
         if v is None:
-            os.environ.pop(k, None)
+            os.unsetenv(k)
         else:
-            os.environ[k] = v
+            os.putenv(k, v)
 
 
 def enable(ext, why):
