@@ -27,7 +27,14 @@ BIN = os.path.dirname(PY)
 TOP = os.path.join(BIN, "pytrace-top")
 MIB = 1 << 20
 BUDGET_MIB = 8
-MARGIN_MIB = 72   # the program without its tree: pytrace-top ~10 MiB, the export's Python ~50 MiB
+MARGIN_MIB = 72   # the program without its tree: pytrace-top ~10 MiB
+# The HTML export without its tree, measured (this recording, 27 M events, 39 MB):
+# 18 MiB of Python with pytrace imported, 44 MiB with the recording aggregated
+# (Profile.from_recording, --tree-budget 1), 74 MiB with the report written (budget 1);
+# 80.4 MiB at budget 8 and 84.6 at 16, the same before issue 22 (5cb9d7b: 80.4 at 8).
+# The old margin (72) left 0.4 MiB: CI failed at 81.2 MiB. 80 keeps the check a bound
+# on what does not grow with the run.
+HTML_MARGIN_MIB = 80
 
 JOB = r'''
 import random, sys, time
@@ -170,7 +177,7 @@ def test_html_export_never_repeating_paths_within_budget(paths_recording, tmp_pa
     rc, peak = _wait_peak(exp, peak_file, 300)
     t.join()
     assert rc == 0, err
-    assert peak < (BUDGET_MIB + MARGIN_MIB) * MIB, "the export peaked at %.1f MiB" % (peak / MIB)
+    assert peak < (BUDGET_MIB + HTML_MARGIN_MIB) * MIB, "the export peaked at %.1f MiB" % (peak / MIB)
     folded = [ln for ln in err[0].splitlines() if "folded into [other]" in ln]
     assert len(folded) == 1, err[0]
     with open(out, encoding="utf-8") as f:
