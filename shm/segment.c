@@ -1266,6 +1266,8 @@ static void inspect(const char *dname, const struct stat *st, pt_segment_info_t 
     info->state = atomic_load_explicit(&h->state, memory_order_acquire);
     if (!info->alive && info->state != PT_STATE_EXITED)
         info->state = PT_STATE_DEAD;
+    /* relaxed: published by the release store of the state (acquired above) */
+    info->end_signal = atomic_load_explicit(&h->end_signal, memory_order_relaxed);
     /* acquire: pairs with a claimer's release add (after it reset the slot) */
     info->events_written = atomic_load_explicit(&h->events_written_reused, memory_order_acquire);
     info->events_dropped = atomic_load_explicit(&h->events_dropped_reused, memory_order_acquire);

@@ -154,6 +154,8 @@ typedef struct pt_segment_info {
     uint64_t ppid;            /* the producer's parent (0 if the header is invalid) */
     uint32_t uid;
     uint32_t state;           /* enum pt_producer_state; PT_STATE_DEAD when the pid is gone */
+    uint32_t end_signal;      /* an EXITED producer that a signal ended (its parent's SIGTERM): its
+                                 counters were never published, events_written says nothing */
     int alive;                /* producer process alive */
     int valid;                /* header validated */
     uint32_t threads_active;  /* ACTIVE ring slots */

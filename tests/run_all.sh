@@ -5,20 +5,19 @@
 # unstable root, see tests/pythons.sh and tests/sidroot.sh).
 # The package must be installed first (bash .ci/install.sh).
 #
-# Order: the pytest suite spends most of its time waiting (on its jobs, readers, terminals and
-# browsers: about a quarter of 2 cores), so while the first Python's suite runs, the C builds
-# and ctest, the fuzz build and the sanitizer build run beside it at the lowest priority
-# (nice 19, and their session's autogroup nice 19: they take only the CPU the suite leaves;
-# they assert no time). Their output comes
-# after that suite's; any failure of theirs fails the run as before. The fuzz targets (which
-# need whole cores for their time) and the sanitizer tests run after, on a machine of their own.
-# PYTRACE_TEST_OVERLAP=0 runs everything one after the other. PYTRACE_TEST_BESIDE_FIRST: a
-# command that runs first in that background part (.ci/run installs the other Pythons there).
+# Order: one after the other by default. PYTRACE_TEST_OVERLAP=1 runs the C builds and ctest,
+# the fuzz build and the sanitizer build beside the first Python's suite at the lowest
+# priority (nice 19, and their session's autogroup nice 19), their output after that suite's,
+# any failure of theirs failing the run. It is not the default: in a clean CI run the CPU-time
+# tests (tracer/test_cpu_time.py, web/test_web_cputime.py), which need a core for their
+# spinning thread, failed beside it (a spinner got 0.49 of its wall time as CPU).
+# PYTRACE_TEST_BESIDE_FIRST: a command that runs first in the C part (.ci/run installs the
+# other Pythons there: beside the first suite, or before the C build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 build=${PYTRACE_TEST_BUILD:-build/tests}
-overlap=${PYTRACE_TEST_OVERLAP:-1}
+overlap=${PYTRACE_TEST_OVERLAP:-0}
 
 # The C side: build, ctest, and the builds of the fuzz targets and the sanitizer venv.
 c_side() {
@@ -89,6 +88,10 @@ if [ "$overlap" = 1 ]; then
     fi
     [ $status = 0 ] || exit 1
 else
+    if [ -n "${PYTRACE_TEST_BESIDE_FIRST:-}" ]; then
+        echo "== $PYTRACE_TEST_BESIDE_FIRST"
+        bash -c "$PYTRACE_TEST_BESIDE_FIRST"
+    fi
     c_side
 fi
 

@@ -395,8 +395,13 @@ int scan_children(hub_t *h)
             not_the_jobs(h, si->name);
             continue;
         }
-        if (si->state == PT_STATE_EXITED && si->consumer_pid == 0 && si->events_written == 0) {
-            not_the_jobs(h, si->name); /* ended having written nothing: nothing to read, ever */
+        /* ended having written nothing: nothing to read, ever. Not one that its parent's
+         * SIGTERM ended (Pool.terminate()): its handler marks it exited without the counters
+         * an exit publishes, and its rings may hold what it wrote (such spawn workers went
+         * missing from a recorded Pool, uncounted) */
+        if (si->state == PT_STATE_EXITED && si->end_signal == 0 && si->consumer_pid == 0 &&
+            si->events_written == 0) {
+            not_the_jobs(h, si->name);
             continue;
         }
         if (attach_seg(h, si->name, si->pid) == 0)
