@@ -132,8 +132,11 @@ def test_live_page_switch_to_cpu(recs, browser, tmp_path):
     try:
         page.goto(srv.url)
         page.select_option("#window", "0")   # the whole run
-        _wait(page, "window.pytrace && pytrace.width('spin') > 0 && pytrace.width('wait') > 0 && "
-                    "pytrace.state.status.state === 'exited'")
+        # state.version is -1 from the change of view until the first answer for the whole
+        # run is applied: before it the page still holds the 10 s window's answer (whose CPU
+        # parts are the timeline's, in units of 1/32767 of a slice: wait read 30.2 ms there)
+        _wait(page, "window.pytrace && pytrace.state.version > 0 && pytrace.width('spin') > 0 && "
+                    "pytrace.width('wait') > 0 && pytrace.state.status.state === 'exited'")
         _check_cpu_switch(page)
         assert errors == []
     finally:
