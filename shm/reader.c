@@ -855,8 +855,18 @@ static long poll_once(pt_reader_t *r, pt_reader_msg_fn fn, void *ctx, uint64_t m
     if (!r->dead && state != PT_STATE_EXITED && r->last_poll_events == 0 &&
         now_ns - r->alive_checked_ns >= PT_READER_ALIVE_CHECK_NS) {
         r->alive_checked_ns = now_ns;
-        if (!pt_segment_producer_alive(r->seg))
-            r->dead = 1;
+        if (!pt_segment_producer_alive(r->seg)) {
+            /* it may have ended between the load of its state above and this look: a
+             * producer stores EXITED before it goes, so a second load after it is seen
+             * gone tells an exit from a death (a Pool worker's parent's SIGTERM, whose
+             * handler marks the segment and re-raises, read as "died" otherwise).
+             * acquire: as above */
+            state = atomic_load_explicit(&r->h->state, memory_order_acquire);
+            if (state > PT_STATE_EXITED)
+                state = PT_STATE_RUNNING; /* said above if it was so then; corrupt */
+            if (state != PT_STATE_EXITED)
+                r->dead = 1;
+        }
     }
     const uint32_t eff_state = r->dead ? PT_STATE_DEAD : state;
 
