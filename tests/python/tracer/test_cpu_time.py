@@ -11,6 +11,9 @@ import time
 import pytrace
 from pytrace.reader import EventChunk, EventKind, ProcessInfo, ThreadStart
 
+# needs a quiet core for its spinning thread (tests/run_all.sh runs it alone)
+pytestmark = pytest.mark.solo
+
 _CPU = int(EventKind.CpuTime)
 _MASK = (1 << 48) - 1
 
