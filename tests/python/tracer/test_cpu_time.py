@@ -8,6 +8,8 @@ none, and a thread that was blocked gets a sample with its first record after it
 import threading
 import time
 
+import pytest
+
 import pytrace
 from pytrace.reader import EventChunk, EventKind, ProcessInfo, ThreadStart
 
