@@ -20,7 +20,7 @@ case "$PYTHONS" in
 esac
 for py in $PYTHONS; do
     "$py" -m pip install -q --disable-pip-version-check --root-user-action=ignore \
-        "scikit-build-core>=0.8" cmake ninja flatbuffers pytest gprof2dot coverage perfetto
+        "scikit-build-core>=0.8" cmake ninja flatbuffers pytest pytest-xdist gprof2dot coverage perfetto
     # the browser tests (tests/python/web/test_web.py); a Python it has no wheel for skips them
     "$py" -m pip install -q --disable-pip-version-check --root-user-action=ignore playwright ||
         echo "playwright is not available for $py: its browser tests will skip"

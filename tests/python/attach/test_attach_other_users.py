@@ -264,6 +264,9 @@ def test_root_attach_runs_no_interpreter_or_source_of_another_user(other_uid, ow
 
 @NEEDS_314
 @NEEDS_ROOT
+# solo: it squats the machine-wide lock directories (/tmp/pytrace-locks-0, -UID), which an
+# attach in a test beside it would meet (tests/run_all.sh runs it alone)
+@pytest.mark.solo
 def test_other_user_cannot_take_the_attach_lock(other_uid, tmp_path):  # noqa: F811
     """The other user binds the abstract socket name that was the lock (root's attach failed
     at once, record PID waited its whole timeout) and makes the lock directories of the

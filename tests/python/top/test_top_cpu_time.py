@@ -26,7 +26,9 @@ from topkit import SPIN_AND_SLEEP, TOP, rows_by_name
 
 PY = sys.executable
 
-pytestmark = pytest.mark.skipif(TOP is None, reason="pytrace-top not built/installed (pip install /work/main)")
+# solo: needs a quiet core for its spinning thread (tests/run_all.sh runs it alone)
+pytestmark = [pytest.mark.skipif(TOP is None, reason="pytrace-top not built/installed (pip install /work/main)"),
+              pytest.mark.solo]
 
 BUSY = r'''
 import sys, time

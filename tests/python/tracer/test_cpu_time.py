@@ -8,8 +8,13 @@ none, and a thread that was blocked gets a sample with its first record after it
 import threading
 import time
 
+import pytest
+
 import pytrace
 from pytrace.reader import EventChunk, EventKind, ProcessInfo, ThreadStart
+
+# needs a quiet core for its spinning thread (tests/run_all.sh runs it alone)
+pytestmark = pytest.mark.solo
 
 _CPU = int(EventKind.CpuTime)
 _MASK = (1 << 48) - 1

@@ -16,6 +16,9 @@ from helpers import PY
 from topkit import SPIN_AND_SLEEP
 from webkit import WebServer, _page, _wait, browser, needs_browser  # noqa: F401 (browser: a fixture)
 
+# needs a quiet core for its spinning thread (tests/run_all.sh runs it alone)
+pytestmark = pytest.mark.solo
+
 
 @pytest.fixture(scope="module")
 def recs(tmp_path_factory):
