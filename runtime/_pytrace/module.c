@@ -683,7 +683,10 @@ static PyModuleDef_Slot pt_slots[] = {
     /* the tracer is process-wide (hooks, TLS, one segment): one interpreter */
     {Py_mod_multiple_interpreters, Py_MOD_MULTIPLE_INTERPRETERS_NOT_SUPPORTED},
 #endif
-#if PY_VERSION_HEX >= 0x030D0000
+#ifdef Py_GIL_DISABLED
+    /* free-threaded: nothing here needs the GIL (README, "Free-threaded Python") */
+    {Py_mod_gil, Py_MOD_GIL_NOT_USED},
+#elif PY_VERSION_HEX >= 0x030D0000
     {Py_mod_gil, Py_MOD_GIL_USED},
 #endif
     {0, NULL},

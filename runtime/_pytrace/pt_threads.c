@@ -681,6 +681,16 @@ void pt_threads_add_counters_locked(uint32_t epoch, uint64_t *written, uint64_t 
     for (pt_thread_t *t = threads; t; t = t->next) {
         if (epoch == 0 || pt_ok_epoch(t) != epoch)
             continue;
+#ifdef Py_GIL_DISABLED
+        if (t != pt_tls_thread) {
+            /* Free-threaded: the owner may be in a hook now, writing its ring; read what it
+             * published at its last chunk change (a snapshot, as a reader sees it), never
+             * its private cursor. stop() counts exactly, once every hook is out. */
+            *written += atomic_load_explicit(&t->ring.slot->events_written, memory_order_relaxed);
+            *dropped += atomic_load_explicit(&t->ring.slot->events_dropped, memory_order_relaxed);
+            continue;
+        }
+#endif
         writer_exclude(t); /* GIL held: the owner is not in a hook, nor in a foreign write now */
         pt_ring_flush_counters(&t->ring);
         *written += pt_ring_written(&t->ring);
