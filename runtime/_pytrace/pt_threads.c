@@ -176,10 +176,19 @@ static void thread_name_of_threading(char *out, size_t len)
     PyObject *active = PyObject_GetAttrString(threading, "_active");
     if (active != NULL && PyDict_Check(active)) {
         PyObject *ident = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
+#if PY_VERSION_HEX >= 0x030D0000
+        /* a strong reference: free-threaded, another thread may change _active meanwhile */
+        PyObject *thr = NULL;
+        if (ident != NULL && PyDict_GetItemRef(active, ident, &thr) < 0)
+            thr = NULL;
+#else
         PyObject *thr = ident ? PyDict_GetItem(active, ident) : NULL; /* borrowed */
+        Py_XINCREF(thr);
+#endif
         Py_XDECREF(ident);
         if (thr)
             thread_object_name(threading, thr, out, len);
+        Py_XDECREF(thr);
     }
     Py_XDECREF(active);
     PyErr_Clear();
