@@ -327,7 +327,10 @@ static pt_thread_t *thread_attach(PyCodeObject *opening)
     thread_name(name, sizeof name);
     /* A launcher's thread starts its picture empty: what runs below the
      * launcher (site, a sitecustomize) is not the program's. */
-    int skip_stack = pt_core.opts.stack_skip_thread != 0 && pt_core.opts.stack_skip_thread == PyThread_get_thread_ident();
+    /* relaxed atomics: free-threaded, other threads attach at the same time (the one that
+     * matches clears it below) */
+    unsigned long skip_ident = __atomic_load_n(&pt_core.opts.stack_skip_thread, __ATOMIC_RELAXED);
+    int skip_stack = skip_ident != 0 && skip_ident == PyThread_get_thread_ident();
     PyFrameObject *f = skip_stack ? NULL : PyEval_GetFrame();
     Py_XINCREF(f);
     int first = 1;
@@ -369,7 +372,7 @@ static pt_thread_t *thread_attach(PyCodeObject *opening)
         return NULL;
     }
     if (skip_stack)
-        pt_core.opts.stack_skip_thread = 0; /* once: the ident may be reused by a later thread */
+        __atomic_store_n(&pt_core.opts.stack_skip_thread, 0UL, __ATOMIC_RELAXED); /* once: the ident may be reused by a later thread */
     ring_setup(t, tid, name);
     /* release: publishes the ring handle to the heartbeat thread; pairs with
      * its acquire load in pt_threads_serve_stack_requests */

@@ -247,3 +247,11 @@ def test_gil_build_reader_reads_a_free_threaded_recording(tmp_path):
     assert r.returncode == 0, r.stderr
     lines = folded.read_text().splitlines()
     assert any(l.rsplit(" ", 1)[0].endswith(";f") for l in lines), lines[:10]
+
+
+def test_import_keeps_the_gil_off():
+    env = {k: v for k, v in os.environ.items() if k != "PYTHON_GIL"}
+    r = subprocess.run([PY, "-c", "import sys, pytrace, pytrace._pytrace; print(sys._is_gil_enabled())"],
+                       capture_output=True, text=True, timeout=60, cwd="/", env=env)
+    assert r.returncode == 0 and r.stdout == "False\n", r.stdout + r.stderr
+    assert "GIL" not in r.stderr, r.stderr     # no "enabling the GIL" RuntimeWarning
