@@ -2,7 +2,8 @@
 # Installs everything pytrace needs on a fresh Debian machine (run as root), then
 # builds and installs the package into each Python of tests/pythons.sh: 3.11 and 3.12
 # of this machine, 3.14 and 3.15 inside the Debian unstable root (tests/sidroot.sh,
-# made on the first run, about a minute, and reused after).
+# made on the first run, about a minute, and reused after), and the free-threaded 3.14t
+# (tests/freethreaded.sh, built once per machine into /opt/python3.14t).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,6 +15,11 @@ apt-get install -y -qq build-essential liburcu-dev libncurses-dev flatbuffers-co
 # chromium: the browser tests of pytrace web and the HTML report (tests/python/web/test_web.py) drive
 # Debian's chromium with Playwright (its own browser download is not used)
 
+# the free-threaded 3.14t (in the default list): built from ../shared/cpython once per machine
+# (about 7 minutes on 2 cores), reused after
+case " ${PYTRACE_PYTHONS:-3.11 3.12 3.14 3.15 3.14t} " in
+*" 3.14t "*) bash tests/freethreaded.sh ensure ;;
+esac
 PYTHONS=$(bash tests/pythons.sh)
 case "$PYTHONS" in
 */tests/sid/python*) bash tests/sidroot.sh ensure >/dev/null ;;

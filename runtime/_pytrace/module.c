@@ -12,13 +12,15 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 typedef struct pt_module_state {
     PyObject *reader_type;
-    PyObject *labels;       /* str -> int, under the GIL; cleared per session */
+    PyObject *labels;       /* str -> int; the GIL, or free-threaded a critical section on it
+                             * (py_label) guards it and labels_segment; cleared per session */
     char labels_segment[96];
 } pt_module_state_t;
 
@@ -139,7 +141,7 @@ static void free_vector(char **v)
 
 static void patch_os_exit(void); /* below, with os._exit's wrapper */
 
-static PyObject *py_start(PyObject *module, PyObject *args, PyObject *kwargs)
+static PyObject *start_impl(PyObject *module, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"c_calls", "include", "exclude", "policy", "ring_count", "chunk_bytes",
                              "chunks_per_ring", "symlog_bytes", "wait_timeout", "clock", "cmdline",
@@ -277,7 +279,7 @@ static PyObject *counters_dict(const pt_counters_t *c, const char *hook)
                          (unsigned long long)c->events_untraced, "first_error", first, "hook", hook);
 }
 
-static PyObject *py_stop(PyObject *module, PyObject *unused)
+static PyObject *stop_impl(PyObject *module, PyObject *unused)
 {
     (void)module;
     (void)unused;
@@ -295,7 +297,7 @@ static PyObject *py_stop(PyObject *module, PyObject *unused)
 
 /* pytrace detach: once stopped, nothing of the session should stay behind;
  * the segment would otherwise wait for the next start() or the exit. */
-static PyObject *py_release(PyObject *module, PyObject *unused)
+static PyObject *release_impl(PyObject *module, PyObject *unused)
 {
     (void)module;
     (void)unused;
@@ -305,6 +307,75 @@ static PyObject *py_release(PyObject *module, PyObject *unused)
         return NULL;
     }
     return PyBool_FromLong(rc == 0);
+}
+
+/* ---- one session change at a time ------------------------------------------------ */
+
+/* start(), stop() and release() check the session's state and then change it (hooks, epoch,
+ * heartbeat, segment). With the GIL nothing else ran between the check and the change; on a
+ * free-threaded build two threads would both pass the check (two stops: the heartbeat joined
+ * twice, the segment closed twice). session_lock serialises them. It is re-entrant on its own
+ * thread, as the GIL was: a change may run Python (a GC run on a cold path, a hook install),
+ * which may call start() or stop() again, and finds the state it then sees. A PyMutex parks
+ * detached, so a thread waiting here never holds up a stop-the-world. Reset in a fork child:
+ * its holder, if another thread, did not come along. */
+#ifdef Py_GIL_DISABLED
+static PyMutex session_mutex;
+static _Atomic unsigned long session_owner; /* PyThread_get_thread_ident of the holder, or 0 */
+static unsigned session_depth;              /* under session_mutex */
+
+static void session_lock(void)
+{
+    unsigned long me = PyThread_get_thread_ident();
+    if (atomic_load_explicit(&session_owner, memory_order_relaxed) != me) {
+        PyMutex_Lock(&session_mutex);
+        atomic_store_explicit(&session_owner, me, memory_order_relaxed);
+    }
+    session_depth++;
+}
+
+static void session_unlock(void)
+{
+    if (--session_depth == 0) {
+        atomic_store_explicit(&session_owner, 0, memory_order_relaxed);
+        PyMutex_Unlock(&session_mutex);
+    }
+}
+
+static void session_lock_after_fork_child(void)
+{
+    memset(&session_mutex, 0, sizeof session_mutex);
+    atomic_store_explicit(&session_owner, 0, memory_order_relaxed);
+    session_depth = 0;
+}
+#else
+static void session_lock(void) {}
+static void session_unlock(void) {}
+static void session_lock_after_fork_child(void) {}
+#endif
+
+static PyObject *py_start(PyObject *module, PyObject *args, PyObject *kwargs)
+{
+    session_lock();
+    PyObject *r = start_impl(module, args, kwargs);
+    session_unlock();
+    return r;
+}
+
+static PyObject *py_stop(PyObject *module, PyObject *unused)
+{
+    session_lock();
+    PyObject *r = stop_impl(module, unused);
+    session_unlock();
+    return r;
+}
+
+static PyObject *py_release(PyObject *module, PyObject *unused)
+{
+    session_lock();
+    PyObject *r = release_impl(module, unused);
+    session_unlock();
+    return r;
 }
 
 static PyObject *py_counters(PyObject *module, PyObject *unused)
@@ -335,6 +406,13 @@ static PyObject *py_segment_name(PyObject *module, PyObject *unused)
 
 /* ---- labels and user records -------------------------------------------------- */
 
+/* The label cache is a dict and a segment name, shared by every thread. With the GIL the body
+ * ran alone; free-threaded (3.14t), a critical section on the dict keeps the segment check, the
+ * lookup, the interning and the insert together, so two threads asking for one new name at once
+ * intern it once (one id, one symbol) and no thread reads a value another thread's clear just
+ * dropped (PyDict_GetItemWithError's result is borrowed). The UTF-8 form is taken before it; a
+ * str key runs no Python inside (a str subclass with its own __hash__/__eq__ could, and would
+ * suspend the section there, as any critical section is). */
 static PyObject *py_label(PyObject *module, PyObject *name)
 {
     if (!PyUnicode_Check(name)) {
@@ -342,33 +420,42 @@ static PyObject *py_label(PyObject *module, PyObject *name)
         return NULL;
     }
     pt_module_state_t *st = get_state(module);
-    const char *seg = pt_tracer_segment_name();
-    if (seg == NULL)
-        return PyLong_FromLong(0); /* not tracing: span/mark with 0 are no-ops anyway */
-    if (strcmp(seg, st->labels_segment) != 0) {
-        PyDict_Clear(st->labels);
-        snprintf(st->labels_segment, sizeof st->labels_segment, "%s", seg);
-    }
-    PyObject *cached = PyDict_GetItemWithError(st->labels, name); /* borrowed */
-    if (cached)
-        return Py_NewRef(cached);
-    if (PyErr_Occurred())
-        return NULL;
     const char *utf8 = PyUnicode_AsUTF8(name);
     if (utf8 == NULL)
         return NULL;
-    uint32_t id = 0;
-    int rc = pt_tracer_intern_label(utf8, &id);
-    if (rc < 0 && rc != -ENOSPC) {
-        pt_tracer_fail("label interning failed");
-        id = 0;
+    PyObject *result = NULL;
+#ifdef Py_GIL_DISABLED
+    Py_BEGIN_CRITICAL_SECTION(st->labels);
+#endif
+    /* read inside: waiting for the section detaches this thread, and a stop() on another
+     * thread may close the segment (and free its name) meanwhile */
+    const char *seg = pt_tracer_segment_name();
+    if (seg == NULL) {
+        result = PyLong_FromLong(0); /* not tracing: span/mark with 0 are no-ops anyway */
+    } else {
+        if (strcmp(seg, st->labels_segment) != 0) {
+            PyDict_Clear(st->labels);
+            snprintf(st->labels_segment, sizeof st->labels_segment, "%s", seg);
+        }
+        PyObject *cached = PyDict_GetItemWithError(st->labels, name); /* borrowed: dict held */
+        if (cached) {
+            result = Py_NewRef(cached);
+        } else if (!PyErr_Occurred()) {
+            uint32_t id = 0;
+            int rc = pt_tracer_intern_label(utf8, &id);
+            if (rc < 0 && rc != -ENOSPC) {
+                pt_tracer_fail("label interning failed");
+                id = 0;
+            }
+            result = PyLong_FromUnsignedLong(id);
+            if (result != NULL && PyDict_SetItem(st->labels, name, result) < 0)
+                Py_CLEAR(result);
+        }
     }
-    PyObject *idobj = PyLong_FromUnsignedLong(id);
-    if (idobj == NULL || PyDict_SetItem(st->labels, name, idobj) < 0) {
-        Py_XDECREF(idobj);
-        return NULL;
-    }
-    return idobj;
+#ifdef Py_GIL_DISABLED
+    Py_END_CRITICAL_SECTION();
+#endif
+    return result;
 }
 
 static PyObject *user_event_flags(PyObject *arg, uint8_t kind, uint8_t flags)
@@ -490,6 +577,7 @@ static PyObject *py_after_fork_child(PyObject *module, PyObject *unused)
 {
     (void)module;
     (void)unused;
+    session_lock_after_fork_child();
     int was = pt_tracer_fork_pending();
     pt_tracer_after_fork_child();
     if (was && !pt_tracer_is_tracing()) {
@@ -683,7 +771,10 @@ static PyModuleDef_Slot pt_slots[] = {
     /* the tracer is process-wide (hooks, TLS, one segment): one interpreter */
     {Py_mod_multiple_interpreters, Py_MOD_MULTIPLE_INTERPRETERS_NOT_SUPPORTED},
 #endif
-#if PY_VERSION_HEX >= 0x030D0000
+#ifdef Py_GIL_DISABLED
+    /* free-threaded: nothing here needs the GIL (README, "Free-threaded Python") */
+    {Py_mod_gil, Py_MOD_GIL_NOT_USED},
+#elif PY_VERSION_HEX >= 0x030D0000
     {Py_mod_gil, Py_MOD_GIL_USED},
 #endif
     {0, NULL},

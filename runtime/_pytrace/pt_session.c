@@ -24,14 +24,17 @@
  *   fork handler; that is what makes the hot path lock-free and lets stop()
  *   write closing records into other threads' rings (their owners cannot be
  *   inside a hook while we hold the GIL, and with the epoch reset they never
- *   touch those rings again). Code that runs without the GIL -- the thread
+ *   touch those rings again). Free-threaded (3.14t) there is no GIL to hold: stop()
+ *   resets the epoch first and stops the world (stop_the_world), which waits for every
+ *   hook that read the old epoch to finish its write; interning on first sight takes
+ *   pt_intern_mutex (pt_tracer_internal.h); co_extra is read with acquire loads as
+ *   CPython's own GetExtra does. Code that runs without the GIL -- the thread
  *   destructor, the Py_AtExit handler, the heartbeat thread -- takes
  *   pt_core.lock, as do the GIL holders when they touch the thread list or the
  *   segment's lifetime. A record source outside the hooks (pt_foreign_enter, the
  *   ITT collector) may write without the GIL, from threads that never ran Python:
  *   it holds its thread's writer flag while it writes, and stop() / counters() take
- *   that flag before they touch the thread's ring (pt_threads.c). Not supported:
- *   free-threaded builds (3.13t).
+ *   that flag before they touch the thread's ring (pt_threads.c).
  *
  *   The cold paths (first sight of a code object or thread) call the Python
  *   C API, and a GC run there may execute arbitrary Python, even stop(). So
@@ -420,6 +423,7 @@ static void free_opts(pt_options_t *o)
 
 static void stop_locked(void)
 {
+    /* free-threaded: pt_tracer_stop reset it already and waited for the hooks */
     atomic_store_explicit(&pt_hot.epoch, 0, memory_order_relaxed);
     pt_threads_finish_locked(g.last_epoch);
 }
@@ -668,11 +672,69 @@ static void copy_counters(pt_counters_t *out)
         snprintf(out->first_error, sizeof out->first_error, "%s", g.first_error);
 }
 
+#ifdef Py_GIL_DISABLED
+/* Free-threaded: wait until no other thread is inside a hook's ring write. Called with the
+ * epoch already reset (seq_cst). A stop-the-world returns only once every other thread is
+ * detached, i.e. outside the stretch of a hook between its last epoch check and the end of its
+ * ring write (that stretch calls no Python: no detach point inside); a hook that runs after it
+ * sees the reset epoch (stop/start of the world synchronise). CPython has no public call for it;
+ * sys.monitoring.set_events stops the world before it checks its tool (3.14's
+ * Python/instrumentation.c, monitoring_set_events_impl), so it is called on a tool no one uses,
+ * which then fails harmlessly with "not in use"; the tool this session used was freed by the
+ * hook adapter's uninstall before pt_tracer_stop. Without a free tool, a collection (the
+ * free-threaded GC stops the world) stands in. 0, or -1 if neither could run. */
+static int stop_the_world(void)
+{
+    int done = 0;
+    PT_EXC_SAVE;
+    PyObject *mon = PyImport_ImportModule("sys.monitoring");
+    if (mon == NULL)
+        PyErr_Clear();
+    for (int tool = 5; mon != NULL && tool >= 0 && !done; tool--) {
+        PyObject *name = PyObject_CallMethod(mon, "get_tool", "i", tool);
+        if (name == NULL) {
+            PyErr_Clear();
+            continue;
+        }
+        int free_tool = name == Py_None;
+        Py_DECREF(name);
+        if (!free_tool)
+            continue;
+        PyObject *r = PyObject_CallMethod(mon, "set_events", "ii", tool, 0);
+        /* ValueError "tool N is not in use" after the world was stopped and started */
+        if (r == NULL && PyErr_ExceptionMatches(PyExc_ValueError))
+            done = 1;
+        Py_XDECREF(r);
+        PyErr_Clear();
+    }
+    Py_XDECREF(mon);
+    if (!done) {
+        PyObject *gc = PyImport_ImportModule("gc");
+        PyObject *r = gc ? PyObject_CallMethod(gc, "collect", NULL) : NULL;
+        done = r != NULL;
+        Py_XDECREF(r);
+        Py_XDECREF(gc);
+        PyErr_Clear();
+    }
+    PT_EXC_RESTORE;
+    return done ? 0 : -1;
+}
+#endif
+
 int pt_tracer_stop(pt_counters_t *out)
 {
     if (pt_epoch_now() == 0)
         return -ENOENT;
     heartbeat_stop();
+#ifdef Py_GIL_DISABLED
+    /* Hooks run at once on other threads: reset the epoch, then wait for any hook that read
+     * it before the reset to finish its write; from then on none touches its ring, and
+     * stop_locked may write the closing records into every ring. */
+    atomic_store_explicit(&pt_hot.epoch, 0, memory_order_seq_cst);
+    if (stop_the_world() < 0)
+        pt_tracer_set_first_error("stop: could not stop the world; the last events of other "
+                                  "threads may be cut");
+#endif
     pthread_mutex_lock(&pt_core.lock);
     stop_locked();
     pt_segment_set_state(pt_core.seg, PT_STATE_STOPPED);
@@ -743,6 +805,9 @@ void pt_tracer_after_fork_child(void)
      * parent): unmap it without changing a byte. */
     memset(&pt_core.lock, 0, sizeof pt_core.lock);
     pthread_mutex_init(&pt_core.lock, NULL);
+#ifdef Py_GIL_DISABLED
+    memset(&pt_intern_mutex, 0, sizeof pt_intern_mutex); /* its holder did not come along */
+#endif
     heartbeat_sync_init();
     g.hb_running = 0;
     pt_threads_after_fork_child();

@@ -46,6 +46,10 @@ static struct cds_lfht *cfuncs;
 
 Py_ssize_t pt_code_extra_index = -1;
 
+#ifdef Py_GIL_DISABLED
+PyMutex pt_intern_mutex;
+#endif
+
 /* ---- filters and code interning ----------------------------------------- */
 
 static int prefix_match(const char *s, const char *pat, int module)
@@ -112,15 +116,27 @@ static uint64_t code_intern(PyCodeObject *code, uint32_t epoch)
             filtered = 1;
     }
     uint32_t id = 0;
-    if (!filtered) {
-        /* cProfile keys code by (co_filename, co_firstlineno, co_name) */
-        const char *profile_name = pt_utf8_or(code->co_name, "?");
+    /* cProfile keys code by (co_filename, co_firstlineno, co_name) */
+    const char *profile_name = filtered ? NULL : pt_utf8_or(code->co_name, "?");
 #if PY_VERSION_HEX >= 0x030B0000
-        const char *name = pt_utf8_or(code->co_qualname, "?");
+    const char *name = filtered ? NULL : pt_utf8_or(code->co_qualname, "?");
 #else
-        const char *name = profile_name;
+    const char *name = profile_name;
 #endif
+    /* No Python call from here to the unlock. */
+    PT_INTERN_LOCK();
+#ifdef Py_GIL_DISABLED
+    /* another thread interned it meanwhile (it held the lock): take its id */
+    uint64_t again = pt_code_extra(code);
+    if ((again >> 33) == epoch) {
+        PT_INTERN_UNLOCK();
+        PT_EXC_RESTORE;
+        return (again & PT_XTRA_FILTERED) ? PT_CODE_FILTERED : (uint32_t)again;
+    }
+#endif
+    if (!filtered) {
         if (pt_epoch_now() != epoch || pt_core.seg == NULL) {
+            PT_INTERN_UNLOCK();
             PT_EXC_RESTORE;
             return PT_CODE_FILTERED;
         }
@@ -141,6 +157,7 @@ static uint64_t code_intern(PyCodeObject *code, uint32_t epoch)
         PyErr_Clear();
         pt_tracer_fail("cannot cache a symbol id on a code object");
     }
+    PT_INTERN_UNLOCK();
     PT_EXC_RESTORE;
     return filtered ? PT_CODE_FILTERED : id;
 }
@@ -359,10 +376,30 @@ static uint32_t cfunc_intern(PyObject *callable, PyObject *self_arg, const PyMet
     cprofile_label(callable, self_arg, def, label, sizeof label);
 
     uint32_t id = 0;
+    /* No Python call from here to the unlock. */
+    PT_INTERN_LOCK();
     if (pt_epoch_now() != epoch || pt_core.seg == NULL) {
+        PT_INTERN_UNLOCK();
         PT_EXC_RESTORE;
         return 0;
     }
+#ifdef Py_GIL_DISABLED
+    /* another thread interned it meanwhile (it held the lock): take its id */
+    {
+        struct cds_lfht_iter iter;
+        urcu_bp_read_lock();
+        cds_lfht_lookup(cfuncs, hash, cnode_match, def, &iter);
+        struct cds_lfht_node *n = cds_lfht_iter_get_node(&iter);
+        uint64_t v = n ? atomic_load_explicit(&caa_container_of(n, pt_cnode_t, node)->value,
+                                              memory_order_acquire) : 0;
+        urcu_bp_read_unlock();
+        if (n && (v >> 32) == epoch) {
+            PT_INTERN_UNLOCK();
+            PT_EXC_RESTORE;
+            return (uint32_t)v;
+        }
+    }
+#endif
     int rc = pt_symlog_append_named(pt_core.seg, PT_SYM_C_FUNCTION, name, module, 0, label, &id);
     if (rc < 0) {
         id = 0;
@@ -393,6 +430,7 @@ static uint32_t cfunc_intern(PyObject *callable, PyObject *self_arg, const PyMet
             }
         }
     }
+    PT_INTERN_UNLOCK();
     PT_EXC_RESTORE;
     return id;
 }

@@ -176,10 +176,19 @@ static void thread_name_of_threading(char *out, size_t len)
     PyObject *active = PyObject_GetAttrString(threading, "_active");
     if (active != NULL && PyDict_Check(active)) {
         PyObject *ident = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
+#if PY_VERSION_HEX >= 0x030D0000
+        /* a strong reference: free-threaded, another thread may change _active meanwhile */
+        PyObject *thr = NULL;
+        if (ident != NULL && PyDict_GetItemRef(active, ident, &thr) < 0)
+            thr = NULL;
+#else
         PyObject *thr = ident ? PyDict_GetItem(active, ident) : NULL; /* borrowed */
+        Py_XINCREF(thr);
+#endif
         Py_XDECREF(ident);
         if (thr)
             thread_object_name(threading, thr, out, len);
+        Py_XDECREF(thr);
     }
     Py_XDECREF(active);
     PyErr_Clear();
@@ -318,7 +327,10 @@ static pt_thread_t *thread_attach(PyCodeObject *opening)
     thread_name(name, sizeof name);
     /* A launcher's thread starts its picture empty: what runs below the
      * launcher (site, a sitecustomize) is not the program's. */
-    int skip_stack = pt_core.opts.stack_skip_thread != 0 && pt_core.opts.stack_skip_thread == PyThread_get_thread_ident();
+    /* relaxed atomics: free-threaded, other threads attach at the same time (the one that
+     * matches clears it below) */
+    unsigned long skip_ident = __atomic_load_n(&pt_core.opts.stack_skip_thread, __ATOMIC_RELAXED);
+    int skip_stack = skip_ident != 0 && skip_ident == PyThread_get_thread_ident();
     PyFrameObject *f = skip_stack ? NULL : PyEval_GetFrame();
     Py_XINCREF(f);
     int first = 1;
@@ -360,7 +372,7 @@ static pt_thread_t *thread_attach(PyCodeObject *opening)
         return NULL;
     }
     if (skip_stack)
-        pt_core.opts.stack_skip_thread = 0; /* once: the ident may be reused by a later thread */
+        __atomic_store_n(&pt_core.opts.stack_skip_thread, 0UL, __ATOMIC_RELAXED); /* once: the ident may be reused by a later thread */
     ring_setup(t, tid, name);
     /* release: publishes the ring handle to the heartbeat thread; pairs with
      * its acquire load in pt_threads_serve_stack_requests */
@@ -681,6 +693,16 @@ void pt_threads_add_counters_locked(uint32_t epoch, uint64_t *written, uint64_t 
     for (pt_thread_t *t = threads; t; t = t->next) {
         if (epoch == 0 || pt_ok_epoch(t) != epoch)
             continue;
+#ifdef Py_GIL_DISABLED
+        if (t != pt_tls_thread) {
+            /* Free-threaded: the owner may be in a hook now, writing its ring; read what it
+             * published at its last chunk change (a snapshot, as a reader sees it), never
+             * its private cursor. stop() counts exactly, once every hook is out. */
+            *written += atomic_load_explicit(&t->ring.slot->events_written, memory_order_relaxed);
+            *dropped += atomic_load_explicit(&t->ring.slot->events_dropped, memory_order_relaxed);
+            continue;
+        }
+#endif
         writer_exclude(t); /* GIL held: the owner is not in a hook, nor in a foreign write now */
         pt_ring_flush_counters(&t->ring);
         *written += pt_ring_written(&t->ring);

@@ -31,12 +31,8 @@
 
 #define PT_HAVE_MONITORING (PY_VERSION_HEX >= 0x030C0000)
 
-/* The hot path, thread contexts, interning and stop() rely on the GIL (pt_session.c); the
- * README's "Free-threaded Python" says what a free-threaded tracer needs. runtime/CMakeLists.txt
- * refuses such a build first, with the same words. */
-#ifdef Py_GIL_DISABLED
-#error "pytrace does not support free-threaded Python yet (Py_GIL_DISABLED): install it into the default build (python3.X, not python3.Xt); see the README, \"Free-threaded Python\""
-#endif
+/* Free-threaded builds (Py_GIL_DISABLED, 3.14t) are supported: pt_session.c's design summary
+ * and the README's "Free-threaded Python" say what protects each shared structure there. */
 
 /* Options of start(); strings are owned by the tracer after pt_tracer_start. */
 typedef struct pt_options {

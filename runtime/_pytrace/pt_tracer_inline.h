@@ -103,7 +103,8 @@ static inline uint32_t pt_epoch_now(void)
 {
     /* relaxed: the epoch changes only with the GIL held (or with one thread
      * left, in a fork child or at exit), and hooks run with the GIL; the GIL
-     * orders them */
+     * orders them. Free-threaded: stop() resets it and then stops the world
+     * (pt_session.c), which orders every hook after it against the reset */
     return atomic_load_explicit(&pt_hot.epoch, memory_order_relaxed);
 }
 
@@ -134,10 +135,21 @@ typedef struct pt_code_extra { /* CPython's _PyCodeObjectExtra (Objects/codeobje
  * _PyCode_GetExtra without the call: the layout has been stable since 3.6. */
 static inline uint64_t pt_code_extra(PyCodeObject *code)
 {
+#ifdef Py_GIL_DISABLED
+    /* Free-threaded: as PyUnstable_Code_GetExtra of 3.14t (acquire loads, pairing with the
+     * release stores of PyUnstable_Code_SetExtra, which grows the array by swapping in a new
+     * one and frees the old through QSBR, so a hook, attached, never reads freed memory).
+     * Plain moves on x86-64 and aarch64 loads-acquire: nothing shared is written. */
+    const pt_code_extra_t *ex = __atomic_load_n((pt_code_extra_t *const *)&code->co_extra, __ATOMIC_ACQUIRE);
+    if (ex == NULL || pt_code_extra_index >= ex->ce_size)
+        return 0;
+    return (uint64_t)(uintptr_t)__atomic_load_n(&ex->ce_extras[pt_code_extra_index], __ATOMIC_ACQUIRE);
+#else
     const pt_code_extra_t *ex = (const pt_code_extra_t *)code->co_extra;
     if (ex == NULL || pt_code_extra_index >= ex->ce_size)
         return 0;
     return (uint64_t)(uintptr_t)ex->ce_extras[pt_code_extra_index];
+#endif
 }
 
 /* The thread context, if it holds a ring in session `epoch` and `extra` (a

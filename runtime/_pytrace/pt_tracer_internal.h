@@ -46,6 +46,19 @@ typedef struct pt_core {
 
 PT_HIDDEN extern pt_core_t pt_core;
 
+/* Interning on first sight (pt_symbols.c): with the GIL, the GIL serialises it; free-threaded,
+ * pt_intern_mutex does, so two threads seeing a code object or C function first at once append
+ * one symbol, not two. A PyMutex parks detached (a stop-the-world never waits on a thread
+ * blocked here); held only around C work (no Python call inside); reset in a fork child. */
+#ifdef Py_GIL_DISABLED
+PT_HIDDEN extern PyMutex pt_intern_mutex;
+#define PT_INTERN_LOCK() PyMutex_Lock(&pt_intern_mutex)
+#define PT_INTERN_UNLOCK() PyMutex_Unlock(&pt_intern_mutex)
+#else
+#define PT_INTERN_LOCK() ((void)0)
+#define PT_INTERN_UNLOCK() ((void)0)
+#endif
+
 /* ---- pt_session.c ---- */
 
 /* Keep the first error of the session (sticky; the first text wins). Any thread. */

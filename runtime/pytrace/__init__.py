@@ -25,15 +25,6 @@ import threading
 import warnings
 from dataclasses import dataclass, fields
 
-if "t" in sys.abiflags:
-    # A free-threaded build (3.13t, 3.14t). The build refuses too (runtime/CMakeLists.txt,
-    # pt_tracer.h); this is for a copy of the package that reaches such an interpreter some
-    # other way (PYTHONPATH, a source tree).
-    raise ImportError("pytrace does not support free-threaded Python yet: Python %d.%dt runs "
-                      "without the GIL, which pytrace's tracer relies on; use the default build "
-                      "(python%d.%d, not python%d.%dt); see the README, \"Free-threaded Python\""
-                      % (sys.version_info[:2] * 3))
-
 from ._launch import HIDDEN_FILES as _HIDDEN_FILES  # noqa: E402
 from .losses import describe as _describe_losses
 from .reader import Reader, decode  # noqa: F401  (public)

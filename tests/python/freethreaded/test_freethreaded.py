@@ -1,0 +1,257 @@
+"""Free-threaded Python (3.14t, built with --disable-gil; tests/freethreaded.sh): the tracer
+runs with threads really at once and never turns the GIL back on.
+
+- `pytrace record` of two threads each calling f() 200,000 times at once (a barrier starts
+  them together) records exactly 400,000 calls of f, with nothing dropped, and the traced
+  program itself sees sys._is_gil_enabled() False;
+- N threads at once under --policy wait with small rings (the writers must wait for the
+  recorder): exact counts, 0 dropped;
+- start()/stop() over and over while threads start, run and end: every session stops
+  cleanly (no error, no hook error), its segment's stream is balanced, and the GIL stays off;
+- attach/detach (PEP 768) to a 3.14t job whose threads are running: the recording is
+  balanced and the job goes on untraced with the GIL still off;
+- a reader on a GIL build (pyenv's python3.11 with pytrace installed) reads the 3.14t
+  recording: the same exact counts, and `pytrace export` writes it.
+
+Every test is skipped, with the reason, on an interpreter that has the GIL."""
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import textwrap
+
+import pytest
+
+from helpers import PY
+
+FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+
+pytestmark = pytest.mark.skipif(
+    not FREE_THREADED,
+    reason="free-threaded Python only (Py_GIL_DISABLED; tests/freethreaded.sh builds 3.14t); "
+           "this is %s" % sys.version.split()[0])
+
+
+def pytrace(*args, timeout=300, **kw):
+    return subprocess.run([PY, "-m", "pytrace", *args], capture_output=True, text=True,
+                          timeout=timeout, **kw)
+
+
+def calls_of(path, name):
+    """(calls of the function named `name`, the recording's counters) by the C aggregation."""
+    from pytrace import Profile
+    prof = Profile.from_recording(str(path))
+    rows = [f for f in prof.functions() if f.name == name]
+    return sum(f.calls for f in rows), prof.counters()
+
+
+THREADS_AT_ONCE = r'''
+import sys, threading
+N, CALLS = int(sys.argv[1]), int(sys.argv[2])
+def f():
+    return 1
+def worker(barrier, out, i):
+    barrier.wait()                  # every thread starts calling at once
+    n = 0
+    for _ in range(CALLS):
+        n += f()
+    out[i] = n
+barrier = threading.Barrier(N)
+out = [0] * N
+threads = [threading.Thread(target=worker, args=(barrier, out, i)) for i in range(N)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+assert out == [CALLS] * N, out
+with open(sys.argv[3], "w") as fh:
+    fh.write("gil %s\n" % sys._is_gil_enabled())
+'''
+
+
+def record_threads(tmp_path, n, calls, *opts):
+    script = tmp_path / "at_once.py"
+    script.write_text(THREADS_AT_ONCE)
+    out = tmp_path / "at_once.pytrace"
+    gil = tmp_path / "gil.txt"
+    r = pytrace("record", *opts, "-o", str(out), "--", PY, str(script), str(n), str(calls), str(gil))
+    assert r.returncode == 0, r.stderr
+    assert gil.read_text() == "gil False\n", "the traced program ran with the GIL back on"
+    return out, r
+
+
+def test_two_threads_200k_calls_each_recorded_exactly(tmp_path):
+    out, r = record_threads(tmp_path, 2, 200_000)
+    calls, c = calls_of(out, "f")
+    assert calls == 400_000, (calls, c, r.stderr)
+    assert c["dropped"] == 0 and c["unmatched"] == 0, c
+    assert c["threads_seen"] >= 3, c           # the main thread and both workers
+
+
+def test_four_threads_policy_wait_small_rings_exact_zero_dropped(tmp_path):
+    # 4 x 100,000 calls = 800,000 records through 0.25 MiB rings: the writers fill them
+    # and must wait for the recorder, never drop
+    out, r = record_threads(tmp_path, 4, 100_000, "--policy", "wait", "--ring-size", "0.25")
+    calls, c = calls_of(out, "f")
+    assert calls == 400_000, (calls, c, r.stderr)
+    assert c["dropped"] == 0 and c["unmatched"] == 0, c
+
+
+START_STOP_CHURN = r'''
+import sys, threading, time
+import pytrace
+from pytrace import Profile, Reader
+def f(x):
+    return x + 1
+def worker(ev):
+    n = 0
+    while not ev.is_set():
+        for _ in range(100):
+            n = f(n)
+        time.sleep(0.0005)
+def short():
+    for i in range(2000):
+        f(i)
+live = []            # (thread, its stop event)
+def spawn():
+    ev = threading.Event()
+    t = threading.Thread(target=worker, args=(ev,))
+    t.start()
+    live.append((t, ev))
+problems = []
+for session in range(12):
+    spawn()                              # starts while tracing is off
+    pytrace.start()
+    reader = Reader(pytrace.segment_name())
+    prof = Profile()
+    spawn()                              # starts during the session
+    for _ in range(3):                   # start and end during the session
+        t = threading.Thread(target=short)
+        t.start()
+        prof.feed_many(reader.poll())
+        t.join()
+    prof.feed_many(reader.poll())
+    ending = live.pop(0)
+    ending[1].set()                      # ends while we stop
+    c = pytrace.stop()
+    ending[0].join()
+    prof.feed_many(reader.poll())
+    reader.close()
+    pc = prof.counters()
+    if c.first_error or c.hook_errors:
+        problems.append((session, "stop", c))
+    if pc["unmatched"] or pc["dropped"] != c.events_dropped:
+        problems.append((session, "stream", pc, c.events_dropped))
+    calls = sum(fn.calls for fn in prof.functions() if fn.name == "f")
+    if calls < 3 * 2000:
+        problems.append((session, "f", calls))
+for t, ev in live:
+    ev.set()
+    t.join()
+print("problems", problems)
+print("gil", sys._is_gil_enabled())
+'''
+
+
+def test_threads_start_and_end_during_start_stop(tmp_path):
+    script = tmp_path / "churn.py"
+    script.write_text(START_STOP_CHURN)
+    r = subprocess.run([PY, str(script)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-2:] == ["problems []", "gil False"], r.stdout + r.stderr
+
+
+ATTACH_JOB = r'''
+import select, sys, threading
+def inner(x):
+    return x + 1
+def outer(x):
+    return inner(x) + inner(x) + inner(x)
+def worker(stop):
+    n = 0
+    while not stop.is_set():
+        n += outer(n) & 1
+stop = threading.Event()
+threads = [threading.Thread(target=worker, args=(stop,)) for _ in range(2)]
+for t in threads:
+    t.start()
+print("ready", flush=True)
+while not select.select([sys.stdin], [], [], 0.05)[0]:
+    pass
+stop.set()
+for t in threads:
+    t.join()
+print("tools", [sys.monitoring.get_tool(i) for i in range(6)], "gil", sys._is_gil_enabled())
+'''
+
+
+def test_attach_detach_to_a_job_with_running_threads(tmp_path):
+    script = tmp_path / "busy.py"
+    script.write_text(ATTACH_JOB)
+    proc = subprocess.Popen([PY, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        out = tmp_path / "busy.pytrace"
+        r = pytrace("record", "-o", str(out), "--duration", "1", str(proc.pid))
+        assert r.returncode == 0, r.stderr
+        assert "detached from pid %d" % proc.pid in r.stderr, r.stderr
+        from pytrace import Profile
+        prof = Profile.from_recording(str(out))
+        c = prof.counters()
+        calls = {fn.name: fn.calls for fn in prof.functions()}
+        assert c["unmatched"] == 0, c
+        assert calls.get("outer", 0) > 0 and calls.get("inner", 0) >= 3 * (calls["outer"] - 2), calls
+    finally:
+        rest, _ = proc.communicate("go\n", timeout=120)
+    assert proc.returncode == 0
+    assert rest == "tools [None, None, None, None, None, None] gil False\n", rest
+
+
+def gil_python_with_pytrace():
+    """A GIL build of Python with pytrace installed (pyenv's 3.11), or None."""
+    root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
+    for path in sorted(glob.glob(os.path.join(root, "versions", "3.1[1-3].*", "bin", "python3.1[1-3]"))) + \
+            [shutil.which("python3.11") or ""]:
+        if path and os.access(path, os.X_OK):
+            r = subprocess.run([path, "-c", "import sys, sysconfig, pytrace._pytrace; "
+                                "sys.exit(1 if sysconfig.get_config_var('Py_GIL_DISABLED') else 0)"],
+                               capture_output=True)
+            if r.returncode == 0:
+                return path
+    return None
+
+
+def test_gil_build_reader_reads_a_free_threaded_recording(tmp_path):
+    other = gil_python_with_pytrace()
+    if other is None:
+        pytest.skip("no GIL build of Python with pytrace installed (pyenv's python3.11)")
+    out, _ = record_threads(tmp_path, 2, 50_000)
+    here, _ = calls_of(out, "f")
+    assert here == 100_000
+    r = subprocess.run([other, "-c", textwrap.dedent('''
+        import sys
+        from pytrace import Profile
+        p = Profile.from_recording(sys.argv[1])
+        c = p.counters()
+        print(sum(f.calls for f in p.functions() if f.name == "f"), c["dropped"], c["unmatched"])
+    '''), str(out)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["100000", "0", "0"], r.stdout
+    folded = tmp_path / "out.collapsed"
+    r = subprocess.run([other, "-m", "pytrace", "export", str(out), "-f", "collapsed", "-o", str(folded)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    lines = folded.read_text().splitlines()
+    assert any(l.rsplit(" ", 1)[0].endswith(";f") for l in lines), lines[:10]
+
+
+def test_import_keeps_the_gil_off():
+    env = {k: v for k, v in os.environ.items() if k != "PYTHON_GIL"}
+    r = subprocess.run([PY, "-c", "import sys, pytrace, pytrace._pytrace; print(sys._is_gil_enabled())"],
+                       capture_output=True, text=True, timeout=60, cwd="/", env=env)
+    assert r.returncode == 0 and r.stdout == "False\n", r.stdout + r.stderr
+    assert "GIL" not in r.stderr, r.stderr     # no "enabling the GIL" RuntimeWarning
