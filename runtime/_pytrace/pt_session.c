@@ -690,7 +690,9 @@ static int stop_the_world(void)
     PT_EXC_SAVE;
     if (private_code == NULL)
         private_code = Py_CompileString("pass", "<pytrace stop>", Py_file_input);
-    PyObject *mon = private_code ? PyImport_ImportModule("sys.monitoring") : NULL;
+    PyObject *sys_mod = private_code ? PyImport_ImportModule("sys") : NULL;
+    PyObject *mon = sys_mod ? PyObject_GetAttrString(sys_mod, "monitoring") : NULL;
+    Py_XDECREF(sys_mod);
     PyObject *r = mon ? PyObject_CallMethod(mon, "set_local_events", "iOi", 0, private_code, 0) : NULL;
     done = r != NULL || PyErr_ExceptionMatches(PyExc_ValueError);
     Py_XDECREF(r);
