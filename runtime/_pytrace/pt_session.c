@@ -677,45 +677,27 @@ static void copy_counters(pt_counters_t *out)
  * epoch already reset (seq_cst). A stop-the-world returns only once every other thread is
  * detached, i.e. outside the stretch of a hook between its last epoch check and the end of its
  * ring write (that stretch calls no Python: no detach point inside); a hook that runs after it
- * sees the reset epoch (stop/start of the world synchronise). CPython has no public call for it;
- * sys.monitoring.set_events stops the world before it checks its tool (3.14's
- * Python/instrumentation.c, monitoring_set_events_impl), so it is called on a tool no one uses,
- * which then fails harmlessly with "not in use"; the tool this session used was freed by the
- * hook adapter's uninstall before pt_tracer_stop. Without a free tool, a collection (the
- * free-threaded GC stops the world) stands in. 0, or -1 if neither could run. */
+ * sees the reset epoch (stopping and starting the world synchronise). CPython has no public
+ * call for it; sys.monitoring.set_local_events stops the world before it looks at the tool
+ * (3.14's Python/instrumentation.c, monitoring_set_local_events_impl), so it is called with no
+ * events on a code object of our own that nothing runs: harmless whether tool 0 is in use (it
+ * sets nothing anyone sees) or not (ValueError "tool 0 is not in use", after the world was
+ * stopped and started). 0, or -1 if it could not run. */
 static int stop_the_world(void)
 {
+    static PyObject *private_code; /* compiled once, never run */
     int done = 0;
     PT_EXC_SAVE;
-    PyObject *mon = PyImport_ImportModule("sys.monitoring");
-    if (mon == NULL)
-        PyErr_Clear();
-    for (int tool = 5; mon != NULL && tool >= 0 && !done; tool--) {
-        PyObject *name = PyObject_CallMethod(mon, "get_tool", "i", tool);
-        if (name == NULL) {
-            PyErr_Clear();
-            continue;
-        }
-        int free_tool = name == Py_None;
-        Py_DECREF(name);
-        if (!free_tool)
-            continue;
-        PyObject *r = PyObject_CallMethod(mon, "set_events", "ii", tool, 0);
-        /* ValueError "tool N is not in use" after the world was stopped and started */
-        if (r == NULL && PyErr_ExceptionMatches(PyExc_ValueError))
-            done = 1;
-        Py_XDECREF(r);
-        PyErr_Clear();
-    }
+    if (private_code == NULL)
+        private_code = Py_CompileString("pass", "<pytrace stop>", Py_file_input);
+    PyObject *sys_mod = private_code ? PyImport_ImportModule("sys") : NULL;
+    PyObject *mon = sys_mod ? PyObject_GetAttrString(sys_mod, "monitoring") : NULL;
+    Py_XDECREF(sys_mod);
+    PyObject *r = mon ? PyObject_CallMethod(mon, "set_local_events", "iOi", 0, private_code, 0) : NULL;
+    done = r != NULL || PyErr_ExceptionMatches(PyExc_ValueError);
+    Py_XDECREF(r);
     Py_XDECREF(mon);
-    if (!done) {
-        PyObject *gc = PyImport_ImportModule("gc");
-        PyObject *r = gc ? PyObject_CallMethod(gc, "collect", NULL) : NULL;
-        done = r != NULL;
-        Py_XDECREF(r);
-        Py_XDECREF(gc);
-        PyErr_Clear();
-    }
+    PyErr_Clear();
     PT_EXC_RESTORE;
     return done ? 0 : -1;
 }

@@ -25,7 +25,7 @@ from . import _launch
 HUB_CHILD_EXIT_WAIT = 2.0
 
 
-PYTHON_NAME = r"python[0-9.]*"     # an interpreter by its name (split_command too)
+PYTHON_NAME = r"python[0-9.]*t?"   # an interpreter by its name (split_command too); t: free-threaded
 
 
 def split_command(command):
