@@ -29,12 +29,15 @@
 #include <errno.h>
 #include <string.h>
 
+#if PT_HAVE_MONITORING
+
 const PyMethodDef *pt_tasks_ctx_run_def;
 
 static PyObject *g_task_types[2]; /* asyncio.tasks.Task, asyncio.tasks._PyTask (strong) */
 static PyObject *g_syms;          /* {address: (weakref, id)} in session g_epoch */
 static PyObject *g_labels;        /* {label: id} in session g_epoch */
 static PyObject *g_suspend;       /* pytrace._tasks.suspend */
+static PyTypeObject *g_step_wrapper; /* _asyncio.TaskStepMethWrapper, once seen */
 static uint32_t g_epoch;
 static uint32_t g_serial;
 static uint64_t g_unnamed;        /* task records not written: no symbol (symbol log full) */
@@ -96,7 +99,9 @@ static PyObject *cb_task(PyObject *cb)
         self = PyCFunction_GET_SELF(cb);
     else if (tp == &PyMethod_Type)
         self = PyMethod_GET_SELF(cb);
-    else if (strcmp(tp->tp_name, "TaskStepMethWrapper") == 0) {
+    else if (tp == g_step_wrapper ||
+             (g_step_wrapper == NULL && strcmp(tp->tp_name, "_asyncio.TaskStepMethWrapper") == 0)) {
+        g_step_wrapper = tp; /* _asyncio's heap type lives as long as the interpreter */
         PyObject *s = PyObject_GetAttrString(cb, "__self__");
         if (s == NULL) {
             PyErr_Clear();
@@ -147,9 +152,14 @@ static uint32_t task_symbol(PyObject *task, uint32_t epoch)
     PyObject *hit = PyDict_GetItemWithError(g_syms, key); /* borrowed */
     if (hit) {
         PyObject *ref = PyTuple_GET_ITEM(hit, 0);
+#if PY_VERSION_HEX >= 0x030D0000
         PyObject *obj = NULL;
-        if (PyWeakref_GetRef(ref, &obj) == 1) {
-            Py_DECREF(obj);
+        if (PyWeakref_GetRef(ref, &obj) == 1)
+            Py_DECREF(obj); /* compared only */
+#else
+        PyObject *obj = PyWeakref_GET_OBJECT(ref);
+#endif
+        {
             if (obj == task) {
                 id = (uint32_t)PyLong_AsUnsignedLong(PyTuple_GET_ITEM(hit, 1));
                 Py_DECREF(key);
@@ -278,3 +288,5 @@ void pt_tasks_return(PyObject *cb)
 out:
     PyErr_SetRaisedException(exc);
 }
+
+#endif /* PT_HAVE_MONITORING */
