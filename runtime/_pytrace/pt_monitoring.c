@@ -237,7 +237,7 @@ static int monitoring_install(PyObject *module, int c_calls)
     PyObject *mon = monitoring();
     if (mon == NULL)
         return -1;
-    if (pt_tasks_ctx_run_def == NULL && pt_tasks_init() < 0)
+    if (pt_tasks_init() < 0)
         return -1;
     if (g_disable == NULL) {
         g_disable = PyObject_GetAttrString(mon, "DISABLE");

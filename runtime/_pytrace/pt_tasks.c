@@ -42,21 +42,44 @@ static uint32_t g_epoch;
 static uint32_t g_serial;
 static uint64_t g_unnamed;        /* task records not written: no symbol (symbol log full) */
 
+static const PyMethodDef *g_ctx_run_def; /* Context.run's, found once */
+static int g_off;                        /* _tasks_set(False): no task records */
+
 int pt_tasks_init(void)
 {
+    if (g_ctx_run_def) {
+        pt_tasks_ctx_run_def = g_off ? NULL : g_ctx_run_def;
+        return 0;
+    }
     PyObject *run = PyObject_GetAttrString((PyObject *)&PyContext_Type, "run");
     if (run == NULL)
         return -1;
     if (Py_TYPE(run) == &PyMethodDescr_Type)
-        pt_tasks_ctx_run_def = ((PyMethodDescrObject *)run)->d_method;
+        g_ctx_run_def = ((PyMethodDescrObject *)run)->d_method;
     Py_DECREF(run);
+    pt_tasks_ctx_run_def = g_off ? NULL : g_ctx_run_def;
     return 0;
 }
 
-uint64_t pt_tasks_unnamed(void)
+PyObject *pt_tasks_py_set(PyObject *module, PyObject *on)
 {
-    return g_unnamed;
+    (void)module;
+    int v = PyObject_IsTrue(on);
+    if (v < 0)
+        return NULL;
+    g_off = !v;
+    pt_tasks_ctx_run_def = g_off ? NULL : g_ctx_run_def;
+    Py_RETURN_NONE;
 }
+
+PyObject *pt_tasks_py_stats(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return Py_BuildValue("{s:O,s:K,s:I}", "on", g_off ? Py_False : Py_True, "unnamed",
+                         (unsigned long long)g_unnamed, "tasks", (unsigned)g_serial);
+}
+
 
 /* The asyncio task types, once asyncio.tasks is imported (0: not yet). */
 static int task_types(void)
@@ -290,3 +313,20 @@ out:
 }
 
 #endif /* PT_HAVE_MONITORING */
+
+#if !PT_HAVE_MONITORING
+PyObject *pt_tasks_py_set(PyObject *module, PyObject *on)
+{
+    (void)module;
+    if (PyObject_IsTrue(on) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+PyObject *pt_tasks_py_stats(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return Py_BuildValue("{s:O,s:i,s:i}", "on", Py_False, "unnamed", 0, "tasks", 0);
+}
+#endif

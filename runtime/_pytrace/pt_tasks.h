@@ -17,7 +17,11 @@ PT_HIDDEN int pt_tasks_init(void);
 PT_HIDDEN void pt_tasks_call(PyObject *cb);
 /* Before its CReturn / CUnwind: TaskSuspend (+ TaskAwait records when pending). */
 PT_HIDDEN void pt_tasks_return(PyObject *cb);
-/* Task records not written for want of a symbol (symbol log full). */
-PT_HIDDEN uint64_t pt_tasks_unnamed(void);
+/* _tasks_set(on): task records on (the default) or off, for this process (on older
+ * Pythons: accepted, nothing to switch). _tasks_stats() -> {"on", "unnamed": task
+ * records not written for want of a symbol (symbol log full), "tasks": Task symbols
+ * written in the current or last session}. */
+PT_HIDDEN PyObject *pt_tasks_py_set(PyObject *module, PyObject *on);
+PT_HIDDEN PyObject *pt_tasks_py_stats(PyObject *module, PyObject *unused);
 
 #endif /* PT_RUNTIME_TASKS_H */
