@@ -66,8 +66,25 @@ enum pt_event_kind {
     PT_EV_LOST = 12,
     PT_EV_FRAME = 13,
     PT_EV_CPU_TIME = 14,
-    PT_EV_KIND_COUNT = 15 /* one past the last kind */
+    PT_EV_TASK_STEP = 15,    /* an asyncio task's step begins (id = Task symbol) */
+    PT_EV_TASK_SUSPEND = 16, /* the step ends (aux = enum pt_task_state) */
+    PT_EV_TASK_AWAIT = 17,   /* after a Pending suspend: what it waits on (aux = enum pt_await_kind) */
+    PT_EV_KIND_COUNT = 18 /* one past the last kind */
 };
+
+/* TaskSuspend.aux: the task's state after the step */
+enum pt_task_state { PT_TASK_PENDING = 0, PT_TASK_DONE = 1, PT_TASK_CANCELLED = 2, PT_TASK_FAILED = 3 };
+#define PT_TASK_STATE_COUNT 4
+/* TaskAwait.aux: what the task waits on (id: the awaited Task symbol, else a Label) */
+enum pt_await_kind {
+    PT_AWAIT_FUTURE = 0,
+    PT_AWAIT_TASK = 1,
+    PT_AWAIT_SLEEP = 2,
+    PT_AWAIT_IO = 3,
+    PT_AWAIT_THREAD = 4,
+    PT_AWAIT_SYNC = 5
+};
+#define PT_AWAIT_KIND_COUNT 6
 
 /* enum EventFlags (bit_flags): bits of Event.flags */
 #define PT_EVF_C_FUNCTION 0x01u /* CFunction: Frame record of a C function */
@@ -98,7 +115,7 @@ enum pt_producer_state {
     PT_STATE_EXITED = 3,  /* process exited cleanly; everything is published */
     PT_STATE_DEAD = 4     /* reader-side verdict only: pid gone without EXITED */
 };
-enum pt_symbol_kind { PT_SYM_PY_FUNCTION = 0, PT_SYM_C_FUNCTION = 1, PT_SYM_LABEL = 2 };
+enum pt_symbol_kind { PT_SYM_PY_FUNCTION = 0, PT_SYM_C_FUNCTION = 1, PT_SYM_LABEL = 2, PT_SYM_TASK = 3 };
 enum pt_drop_policy { PT_POLICY_DROP = 0, PT_POLICY_WAIT = 1 };
 
 /* union MessageBody: the type of a Message (frozen, order of the union) */

@@ -49,11 +49,13 @@
 
 #define PT_SEG_MAGIC 0x0045434152545950ull /* "PYTRACE\0" little-endian */
 #define PT_ABI_MAJOR 1                     /* a reader refuses another major */
-#define PT_ABI_MINOR 5                     /* a reader accepts any minor (1: stack_request; 2: tracing_displaced,
+#define PT_ABI_MINOR 6                     /* a reader accepts any minor (1: stack_request; 2: tracing_displaced,
                                               events_untraced, rings reserved on claim; 3: *_reused;
                                               4: consumer_reads_children, CpuTime records
                                               in the rings; 5: end_signal, end_signal_pid,
-                                              the role line) */
+                                              the role line; 6: asyncio task records in the
+                                              rings (TaskStep, TaskSuspend, TaskAwait) and
+                                              Task symbols in the symbol log) */
 #define PT_ENDIAN_MARK 0x01020304u         /* reads 0x04030201 on a wrong-endian reader */
 #define PT_SHM_PREFIX "pytrace-"           /* /dev/shm/pytrace-<pid>-<seq>-<16 hex random> */
 

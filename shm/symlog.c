@@ -109,7 +109,7 @@ int pt_symlog_append_named(pt_segment_t *seg, uint32_t kind, const char *name, c
 {
     if (id_out)
         *id_out = 0;
-    if (!seg || !id_out || kind > PT_SYM_LABEL)
+    if (!seg || !id_out || kind > PT_SYM_TASK)
         return -EINVAL;
     pt_seg_header_t *h = pt_segment_header(seg);
     uint8_t *log = pt_segment_symlog(seg);

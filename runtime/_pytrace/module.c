@@ -4,6 +4,7 @@
  * span_begin, span_end, mark, list_segments, collect_stale, Reader.
  */
 #include "pt_adapters.h"
+#include "pt_tasks.h"
 #include "pt_tracer.h"
 #include "hubclient_type.h"
 #include "recfile_type.h"
@@ -664,6 +665,8 @@ static PyMethodDef pt_methods[] = {
      "Export a recording to fd in format collapsed|pstats|speedscope|chrome (viewer/core/export.c); "
      "returns the counts, the damage (offset, reason) if any and the last ProducerStatus."},
     {"_itt_set", pt_itt_py_set, METH_O, "_itt_set(on): record PyTorch's ITT tasks as spans (pytrace._torch)."},
+    {"_tasks_set", pt_tasks_py_set, METH_O, "_tasks_set(on): asyncio task records on (default) or off."},
+    {"_tasks_stats", pt_tasks_py_stats, METH_NOARGS, "_tasks_stats() -> dict: asyncio task record counts."},
     {"_itt_stats", pt_itt_py_stats, METH_NOARGS, "_itt_stats() -> dict: the ITT collector's counts."},
     {"_exec_then", pt_itt_py_exec_then, METH_VARARGS,
      "_exec_then(loader, after, module): loader.exec_module(module), then after(module) (pytrace._torch)."},

@@ -14,6 +14,7 @@
  * older Pythons it registers nothing.
  */
 #include "pt_adapters.h"
+#include "pt_tasks.h"
 #include "pt_tracer_inline.h"
 
 #include <errno.h>
@@ -112,9 +113,16 @@ static PyObject *mon_call(PT_VC_ARGS)
     if (code == NULL || PyVectorcall_NARGS(nargsf) < 3)
         Py_RETURN_NONE;
     const PyMethodDef *def = pt_cfunc_def(args[2]);
-    if (def != NULL)
-        return ret_disable(pt_c_event(code, args[2], PyVectorcall_NARGS(nargsf) > 3 ? args[3] : NULL, def,
-                                      PT_EV_CCALL));
+    if (def != NULL) {
+        int filtered = pt_c_event(code, args[2], PyVectorcall_NARGS(nargsf) > 3 ? args[3] : NULL, def,
+                                  PT_EV_CCALL);
+        if (PT_UNLIKELY(def == pt_tasks_ctx_run_def) && PyVectorcall_NARGS(nargsf) > 3) {
+            /* an asyncio task's step? (never DISABLEd: its C_RETURN ends the step) */
+            pt_tasks_call(args[3]);
+            return ret_disable(0);
+        }
+        return ret_disable(filtered);
+    }
     /* Not a C function. A call site in filtered code is silenced for good:
      * DISABLE turns off CALL there, and with it C_RETURN and C_RAISE, none of
      * which we would record from that code. Elsewhere CALL must stay on: the
@@ -132,8 +140,11 @@ static inline void c_close(PyObject *const *args, size_t nargsf, uint8_t kind)
     if (code == NULL || PyVectorcall_NARGS(nargsf) < 3)
         return;
     const PyMethodDef *def = pt_cfunc_def(args[2]);
-    if (def != NULL)
-        (void)pt_c_event(code, args[2], PyVectorcall_NARGS(nargsf) > 3 ? args[3] : NULL, def, kind);
+    if (def == NULL)
+        return;
+    if (PT_UNLIKELY(def == pt_tasks_ctx_run_def) && PyVectorcall_NARGS(nargsf) > 3)
+        pt_tasks_return(args[3]); /* TaskSuspend before the CReturn of Context.run */
+    (void)pt_c_event(code, args[2], PyVectorcall_NARGS(nargsf) > 3 ? args[3] : NULL, def, kind);
 }
 
 static PyObject *mon_c_return(PT_VC_ARGS)
@@ -225,6 +236,8 @@ static int monitoring_install(PyObject *module, int c_calls)
     (void)module;
     PyObject *mon = monitoring();
     if (mon == NULL)
+        return -1;
+    if (pt_tasks_init() < 0)
         return -1;
     if (g_disable == NULL) {
         g_disable = PyObject_GetAttrString(mon, "DISABLE");

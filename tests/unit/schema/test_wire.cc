@@ -37,6 +37,9 @@ SAME(PT_EV_MARK, fb::EventKind_Mark, "EventKind Mark");
 SAME(PT_EV_LOST, fb::EventKind_Lost, "EventKind Lost");
 SAME(PT_EV_FRAME, fb::EventKind_Frame, "EventKind Frame");
 SAME(PT_EV_CPU_TIME, fb::EventKind_CpuTime, "EventKind CpuTime");
+SAME(PT_EV_TASK_STEP, fb::EventKind_TaskStep, "EventKind TaskStep");
+SAME(PT_EV_TASK_SUSPEND, fb::EventKind_TaskSuspend, "EventKind TaskSuspend");
+SAME(PT_EV_TASK_AWAIT, fb::EventKind_TaskAwait, "EventKind TaskAwait");
 SAME(PT_EV_KIND_COUNT, fb::EventKind_MAX + 1, "EventKind: every kind of the .fbs is in pt_wire.h");
 
 // ---- enum EventFlags (bit_flags) -------------------------------------------
@@ -64,7 +67,8 @@ SAME(PT_STATE_DEAD, fb::ProducerState_MAX, "ProducerState: every value is in pt_
 SAME(PT_SYM_PY_FUNCTION, fb::SymbolKind_PyFunction, "SymbolKind PyFunction");
 SAME(PT_SYM_C_FUNCTION, fb::SymbolKind_CFunction, "SymbolKind CFunction");
 SAME(PT_SYM_LABEL, fb::SymbolKind_Label, "SymbolKind Label");
-SAME(PT_SYM_LABEL, fb::SymbolKind_MAX, "SymbolKind: every value is in pt_wire.h");
+SAME(PT_SYM_TASK, fb::SymbolKind_Task, "SymbolKind Task");
+SAME(PT_SYM_TASK, fb::SymbolKind_MAX, "SymbolKind: every value is in pt_wire.h");
 
 SAME(PT_POLICY_DROP, fb::DropPolicy_Drop, "DropPolicy Drop");
 SAME(PT_POLICY_WAIT, fb::DropPolicy_Wait, "DropPolicy Wait");

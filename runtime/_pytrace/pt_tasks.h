@@ -1,0 +1,27 @@
+/*
+ * pt_tasks: asyncio task records (TaskStep, TaskSuspend, TaskAwait; issue 23),
+ * written by the sys.monitoring adapter at the C call of Context.run that runs
+ * a task's step (pt_tasks.c says how). Callers hold the GIL.
+ */
+#ifndef PT_RUNTIME_TASKS_H
+#define PT_RUNTIME_TASKS_H
+
+#include "pt_tracer.h"
+
+/* Context.run's PyMethodDef (NULL before pt_tasks_init): the adapter's one
+ * pointer compare on the C-call path it already takes. */
+PT_HIDDEN extern const PyMethodDef *pt_tasks_ctx_run_def;
+/* Once, with the GIL: finds Context.run. 0 or -1 (exception set). */
+PT_HIDDEN int pt_tasks_init(void);
+/* After the CCall record of Context.run(cb, ...): TaskStep if cb runs a task's step. */
+PT_HIDDEN void pt_tasks_call(PyObject *cb);
+/* Before its CReturn / CUnwind: TaskSuspend (+ TaskAwait records when pending). */
+PT_HIDDEN void pt_tasks_return(PyObject *cb);
+/* _tasks_set(on): task records on (the default) or off, for this process (on older
+ * Pythons: accepted, nothing to switch). _tasks_stats() -> {"on", "unnamed": task
+ * records not written for want of a symbol (symbol log full), "tasks": Task symbols
+ * written in the current or last session}. */
+PT_HIDDEN PyObject *pt_tasks_py_set(PyObject *module, PyObject *on);
+PT_HIDDEN PyObject *pt_tasks_py_stats(PyObject *module, PyObject *unused);
+
+#endif /* PT_RUNTIME_TASKS_H */
