@@ -30,6 +30,7 @@
 #include "cct.h"
 #include "grow_internal.h"
 #include "u64map_internal.h"
+#include "tasks.h"
 #include "walk.h"
 
 #include <errno.h>
@@ -224,6 +225,7 @@ struct pt_agg {
     uint32_t thread_count, thread_cap;
     pt_u64map_t thread_map;      /* number -> index */
     pt_walk_t *walk;       /* the stream rules (walk.h) */
+    pt_tasks_t *tasks;     /* asyncio tasks (tasks.h) */
     uint32_t last_thread;  /* lookup cache */
 
     uint64_t events_seen, unmatched, bad_events;
@@ -268,7 +270,7 @@ int pt_agg_create(const pt_agg_config_t *cfg, pt_agg_t **out)
     pt_cct_config_t cc = {.budget = cfg ? cfg->tree_budget : 0, .fold_flushed = fold_flushed, .ctx = a};
     if (pt_cct_create(&cc, &a->cct) || pt_u64map_init(&a->thread_map, 16))
         goto err;
-    if (pt_walk_create(&agg_walk_ops, a, &a->walk))
+    if (pt_walk_create(&agg_walk_ops, a, &a->walk) || pt_tasks_create(0, &a->tasks))
         goto err;
     pt_walk_check_symbols(a->walk); /* events naming ids never announced are damage (walk.h) */
     *out = a;
@@ -305,6 +307,7 @@ void pt_agg_destroy(pt_agg_t *a)
     free(a->threads);
     pt_u64map_free(&a->thread_map);
     pt_walk_destroy(a->walk);
+    pt_tasks_destroy(a->tasks);
     free((void *)a->pinfo.command_line.ptr);
     free((void *)a->pinfo.python_version.ptr);
     free((void *)a->pinfo.segment.ptr);
@@ -667,6 +670,8 @@ static int agg_enter(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t now,
     pt_cct_entered_t in;
     if (pt_cct_enter(a->cct, &th->cur, 0, id, counted, a->walk, wt, &in))
         return -ENOMEM;
+    if (pt_tasks_on_enter(a->tasks, wt, id, now, flags))
+        return -ENOMEM;
     if (counted) {
         uint64_t no = thread_slice(a, th, now);
         slice_add(a, th, in.node, no, th->slice_slot, 1, 0);
@@ -680,13 +685,11 @@ static int agg_enter(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t now,
 
 static int agg_exit(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t now, unsigned flags)
 {
-    (void)id;
-    (void)flags;
     pt_agg_t *a = ctx;
     thread_t *th = walk_thread(a, wt);
     account(a, th, now);
     pt_cct_exit(a->cct, &th->cur); /* an outermost folded one that ends is flushed */
-    return 0;
+    return pt_tasks_on_exit(a->tasks, wt, id, now, flags);
 }
 
 /* The first step of th: its whole tree so far (STEPS). */
@@ -762,6 +765,7 @@ static int agg_instant(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t no
     pt_agg_t *a = ctx;
     thread_t *th = walk_thread(a, wt);
     account(a, th, now);
+    pt_tasks_on_tick(a->tasks, wt, now);
     if (flags & PT_EVF_STEP)
         return step_end(a, th, id, now);
     return 0;
@@ -809,7 +813,23 @@ static int agg_cpu(void *ctx, pt_walk_thread_t *wt, uint64_t now, uint64_t cpu_n
     double r;
     pt_cct_cpu(a->cct, &th->cur, now, cpu_ns, a->tps, &r);
     settle_cpu(a, th, r);
+    pt_tasks_on_tick(a->tasks, wt, now);
     return 0;
+}
+
+/* Task records (walk.h, TASKS): the time moves on as for any event; the ids
+ * that must name a Task symbol are checked against the symbol table here. */
+static int agg_task(void *ctx, pt_walk_thread_t *wt, uint8_t kind, uint32_t id, uint16_t aux, uint64_t now,
+                    unsigned flags)
+{
+    pt_agg_t *a = ctx;
+    account(a, walk_thread(a, wt), now);
+    int is_task = 1;
+    if (kind != PT_EV_TASK_AWAIT || aux == PT_AWAIT_TASK) {
+        pt_agg_symbol_t s = pt_agg_symbol(a, id);
+        is_task = s.known && s.kind == PT_SYM_TASK;
+    }
+    return pt_tasks_on_task(a->tasks, wt, kind, id, aux, now, flags, is_task);
 }
 
 static const pt_walk_ops_t agg_walk_ops = {
@@ -819,6 +839,7 @@ static const pt_walk_ops_t agg_walk_ops = {
     .instant = agg_instant,
     .gap = agg_gap,
     .cpu = agg_cpu,
+    .task = agg_task,
 };
 
 int pt_agg_feed_events(pt_agg_t *a, uint64_t thread, const pt_event_t *events, size_t count)
@@ -2014,4 +2035,79 @@ size_t pt_process_label(const char *role, const char *command_line, char *out, s
     else
         w = snprintf(out, cap, "%.*s%s", (int)base_len, base, rest);
     return w < 0 ? 0 : (size_t)w < cap ? (size_t)w : cap - 1;
+}
+
+/* ---- tasks (tasks.h) ---------------------------------------------------------- */
+
+int pt_agg_tasks(pt_agg_t *a, pt_agg_tasks_t *out)
+{
+    memset(out, 0, sizeof *out);
+    pt_tasks_counters_t c;
+    pt_tasks_counters(a->tasks, &c);
+    pt_walk_counters_t wc;
+    pt_walk_counters(a->walk, &wc);
+    out->seen = c.tasks;
+    out->folded = c.folded_tasks;
+    out->folded_steps = c.folded_steps;
+    out->folded_run_ns = ticks_ns(a, c.folded_run_ticks);
+    out->folded_wait_ns = ticks_ns(a, c.folded_wait_ticks);
+    out->malformed = wc.task_malformed + c.not_task_symbols;
+    size_t n = pt_tasks_count(a->tasks), fns = 0, aws = 0;
+    uint64_t now = 0;
+    for (size_t i = 0; i < pt_walk_thread_count(a->walk); i++) {
+        const pt_walk_thread_t *wt = pt_walk_thread_at(a->walk, i);
+        if (wt->have_ticks && wt->last_ticks > now)
+            now = wt->last_ticks;
+    }
+    pt_tasks_task_t k;
+    for (size_t i = 0; i < n; i++)
+        if (!pt_tasks_at(a->tasks, i, now, &k)) {
+            fns += k.fn_count;
+            aws += k.await_count;
+        }
+    out->tasks = n ? calloc(n, sizeof *out->tasks) : NULL;
+    out->fns = fns ? calloc(fns, sizeof *out->fns) : NULL;
+    out->awaits = aws ? calloc(aws, sizeof *out->awaits) : NULL;
+    if ((n && !out->tasks) || (fns && !out->fns) || (aws && !out->awaits)) {
+        pt_agg_tasks_free(out);
+        return -ENOMEM;
+    }
+    size_t fat = 0, aat = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (pt_tasks_at(a->tasks, i, now, &k))
+            continue;
+        pt_agg_task_t *o = &out->tasks[out->count++];
+        pt_agg_symbol_t s = pt_agg_symbol(a, k.symbol);
+        *o = (pt_agg_task_t){.symbol = k.symbol, .name = s.name, .coro = s.file, .serial = s.line, .state = k.state,
+                             .steps = k.steps, .run_ns = ticks_ns(a, k.run_ticks)};
+        for (unsigned w = 0; w <= PT_TASKS_WAIT_OTHER; w++) {
+            o->wait_by_ns[w] = ticks_ns(a, k.wait_ticks[w]);
+            o->wait_ns += o->wait_by_ns[w];
+        }
+        o->awaits = out->awaits + aat;
+        o->await_count = k.await_count;
+        for (uint32_t j = 0; j < k.await_count; j++) {
+            pt_agg_symbol_t as = pt_agg_symbol(a, k.awaits[j].symbol);
+            out->awaits[aat++] = (pt_agg_task_await_t){.symbol = k.awaits[j].symbol, .kind = k.awaits[j].kind,
+                                                      .name = as.name};
+        }
+        o->fns = out->fns + fat;
+        o->fn_count = k.fn_count;
+        for (uint32_t j = 0; j < k.fn_count; j++) {
+            pt_agg_symbol_t fs = pt_agg_symbol(a, k.fns[j].symbol);
+            out->fns[fat++] = (pt_agg_task_fn_t){.symbol = k.fns[j].symbol, .name = fs.name, .file = fs.file,
+                                                 .line = fs.line, .calls = k.fns[j].calls,
+                                                 .incl_ns = ticks_ns(a, k.fns[j].incl_ticks),
+                                                 .excl_ns = ticks_ns(a, k.fns[j].excl_ticks)};
+        }
+    }
+    return 0;
+}
+
+void pt_agg_tasks_free(pt_agg_tasks_t *t)
+{
+    free(t->tasks);
+    free(t->fns);
+    free(t->awaits);
+    memset(t, 0, sizeof *t);
 }

@@ -53,6 +53,7 @@
 
 #include "schema/pt_fb.h"
 #include "schema/pt_wire.h"
+#include "tasks.h"
 #include "walk.h" /* enum pt_walk_frame_kind */
 
 #ifdef __cplusplus
@@ -365,6 +366,54 @@ pt_agg_symbol_t pt_agg_symbol_at(const pt_agg_t *agg, size_t index);
 
 /* Ticks per second in use (ProcessInfo's, else 1e9). */
 uint64_t pt_agg_ticks_per_second(const pt_agg_t *agg);
+
+/* ---- asyncio tasks (tasks.h holds the rules) ---------------------------------- */
+
+typedef struct pt_agg_task_fn {
+    uint32_t symbol;
+    const char *name, *file; /* raw bytes: escape before display */
+    uint32_t line;
+    uint64_t calls;          /* logical calls: one per coroutine call, however many resumptions */
+    uint64_t incl_ns;        /* its running pieces (not its suspended time), outermost activations */
+    uint64_t excl_ns;
+} pt_agg_task_fn_t;
+
+typedef struct pt_agg_task_await {
+    uint32_t symbol;   /* the awaited task's Task symbol (kind PT_AWAIT_TASK), else a Label */
+    uint8_t kind;      /* enum pt_await_kind (pt_tasks_await_name) */
+    const char *name;  /* the awaited task's name, or the label ("asyncio.sleep") */
+} pt_agg_task_await_t;
+
+typedef struct pt_agg_task {
+    uint32_t symbol;
+    const char *name;  /* the task's name */
+    const char *coro;  /* its coroutine's __qualname__ (the Task symbol's file) */
+    uint32_t serial;   /* its serial number in the process (the Task symbol's line) */
+    uint8_t state;     /* enum pt_task_state or PT_TASKS_STATE_RUNNING (pt_tasks_state_name) */
+    uint64_t steps, run_ns, wait_ns;
+    uint64_t wait_by_ns[PT_AWAIT_KIND_COUNT + 1]; /* by enum pt_await_kind; last: none named */
+    const pt_agg_task_await_t *awaits; /* what it awaits now (pending tasks) */
+    uint32_t await_count;
+    const pt_agg_task_fn_t *fns;       /* its logical-call table, unordered */
+    uint32_t fn_count;
+} pt_agg_task_t;
+
+typedef struct pt_agg_tasks {
+    pt_agg_task_t *tasks; /* kept tasks, in order of first sight */
+    size_t count;
+    uint64_t seen;        /* tasks seen: count + folded */
+    uint64_t folded;      /* done tasks folded into the totals below (memory budget) */
+    uint64_t folded_steps, folded_run_ns, folded_wait_ns;
+    uint64_t malformed;   /* task records ignored as damage (walk.h TASKS; ids not Task symbols) */
+    pt_agg_task_fn_t *fns;
+    pt_agg_task_await_t *awaits;
+} pt_agg_tasks_t;
+
+/* The tasks seen so far, whole run (pending waits count up to the latest
+ * tick). Strings stay valid until pt_agg_destroy. 0 or -ENOMEM; free with
+ * pt_agg_tasks_free. */
+int pt_agg_tasks(pt_agg_t *agg, pt_agg_tasks_t *out);
+void pt_agg_tasks_free(pt_agg_tasks_t *t);
 
 #ifdef __cplusplus
 }

@@ -295,18 +295,27 @@ static inline uint32_t open_count(pt_walk_t *w, wthread_t *t, uint32_t span, uin
     return v == PT_U64MAP_EMPTY ? 0 : v;
 }
 
-static int close_frame(pt_walk_t *w, wthread_t *t, uint32_t id, uint64_t ticks)
+static int close_frame(pt_walk_t *w, wthread_t *t, uint32_t id, uint64_t ticks, unsigned flags)
 {
     uint32_t d = t->pub.depth;
     if (d && t->stack[d - 1].id == id && !t->stack[d - 1].span)
-        return do_exit(w, t, ticks, 0);
+        return do_exit(w, t, ticks, flags);
     if (!open_count(w, t, 0, id)) {
         w->c.unmatched++;
         return 0;
     }
     for (uint32_t i = d; i-- > 0;)
-        if (t->stack[i].id == id && !t->stack[i].span)
-            return truncate_to(w, t, i, ticks, 1);
+        if (t->stack[i].id == id && !t->stack[i].span) {
+            /* the entries above it missed their returns; it keeps the close's flag
+             * (a Yield) unless spans above it must be lifted over it */
+            int spans = 0;
+            for (uint32_t j = i + 1; j < d; j++)
+                spans |= t->stack[j].span;
+            if (spans)
+                return truncate_to(w, t, i, ticks, 1);
+            int rc = truncate_to(w, t, i + 1, ticks, 0);
+            return rc ? rc : do_exit(w, t, ticks, flags);
+        }
     w->c.unmatched++; /* not reached while the counts are right */
     return 0;
 }
@@ -404,6 +413,57 @@ static int on_frame(pt_walk_t *w, wthread_t *t, const pt_event_t *ev)
     return do_enter(w, t, e, ev->ticks, PT_WALK_REPORTED);
 }
 
+/* The thread's step ends without its TaskSuspend (TASKS). */
+static int task_end_implicit(pt_walk_t *w, wthread_t *t, uint64_t ticks)
+{
+    t->pub.task_awaits = 0;
+    if (!t->pub.task)
+        return 0;
+    uint32_t id = t->pub.task;
+    int rc = w->ops.task ? w->ops.task(w->ctx, &t->pub, PT_EV_TASK_SUSPEND, id, PT_TASK_PENDING, ticks,
+                                       PT_EVF_SYNTHETIC)
+                         : 0;
+    t->pub.task = 0;
+    return rc;
+}
+
+static int on_task(pt_walk_t *w, wthread_t *t, const pt_event_t *ev)
+{
+    int rc;
+    switch (ev->kind) {
+    case PT_EV_TASK_STEP:
+        t->pub.task_awaits = 0;
+        if (ev->id == 0) {
+            w->c.task_malformed++;
+            return 0;
+        }
+        if (t->pub.task) { /* nested: the running step ends first */
+            w->c.task_malformed++;
+            if ((rc = task_end_implicit(w, t, ev->ticks)) != 0)
+                return rc;
+        }
+        t->pub.task = ev->id;
+        t->pub.task_depth = t->pub.depth;
+        return w->ops.task ? w->ops.task(w->ctx, &t->pub, ev->kind, ev->id, ev->aux, ev->ticks, ev->flags) : 0;
+    case PT_EV_TASK_SUSPEND:
+        t->pub.task_awaits = 0;
+        if (!t->pub.task || t->pub.task != ev->id || ev->aux >= PT_TASK_STATE_COUNT) {
+            w->c.task_malformed++;
+            return 0;
+        }
+        rc = w->ops.task ? w->ops.task(w->ctx, &t->pub, ev->kind, ev->id, ev->aux, ev->ticks, ev->flags) : 0;
+        t->pub.task = 0;
+        t->pub.task_awaits = ev->aux == PT_TASK_PENDING;
+        return rc;
+    default: /* PT_EV_TASK_AWAIT */
+        if (!t->pub.task_awaits || ev->aux >= PT_AWAIT_KIND_COUNT) {
+            w->c.task_malformed++;
+            return 0;
+        }
+        return w->ops.task ? w->ops.task(w->ctx, &t->pub, ev->kind, ev->id, ev->aux, ev->ticks, ev->flags) : 0;
+    }
+}
+
 static int feed_event(pt_walk_t *w, wthread_t *t, const pt_event_t *ev)
 {
     int rc;
@@ -443,6 +503,8 @@ static int feed_event(pt_walk_t *w, wthread_t *t, const pt_event_t *ev)
             else if (ev->flags & PT_EVF_LOST_NO_ROOM)
                 w->c.lost_no_room += lost;
         }
+        if ((rc = task_end_implicit(w, t, now)) != 0)
+            return rc;
         begin_recovery(t);
         t->have_close_ticks = 1;
         t->close_ticks = now;
@@ -451,20 +513,27 @@ static int feed_event(pt_walk_t *w, wthread_t *t, const pt_event_t *ev)
     }
     if (t->recovering && (rc = end_recovery(w, t, now)) != 0)
         return rc;
+    if (ev->kind >= PT_EV_TASK_STEP && ev->kind <= PT_EV_TASK_AWAIT)
+        return on_task(w, t, ev);
+    if (ev->kind != PT_EV_CPU_TIME)
+        t->pub.task_awaits = 0; /* TaskAwait records follow their TaskSuspend at once */
     switch (ev->kind) {
     case PT_EV_CALL:
-    case PT_EV_RESUME:
         return do_enter(w, t, (entry_t){.id = ev->id, .kind = PT_WALK_FRAME_PYTHON, .start = now}, now, 0);
+    case PT_EV_RESUME:
+        return do_enter(w, t, (entry_t){.id = ev->id, .kind = PT_WALK_FRAME_PYTHON, .start = now}, now,
+                        PT_WALK_RESUME);
     case PT_EV_CCALL:
         return do_enter(w, t, (entry_t){.id = ev->id, .kind = PT_WALK_FRAME_C, .start = now}, now, 0);
     case PT_EV_SPAN_BEGIN:
         return do_enter(w, t, (entry_t){.id = ev->id, .span = 1, .kind = PT_WALK_FRAME_SPAN, .start = now}, now, 0);
-    case PT_EV_RETURN:
     case PT_EV_YIELD:
+        return close_frame(w, t, ev->id, now, PT_WALK_YIELD);
+    case PT_EV_RETURN:
     case PT_EV_UNWIND:
     case PT_EV_CRETURN:
     case PT_EV_CUNWIND:
-        return close_frame(w, t, ev->id, now);
+        return close_frame(w, t, ev->id, now, 0);
     case PT_EV_SPAN_END:
         return close_span(w, t, ev->id, now);
     case PT_EV_MARK:
@@ -514,6 +583,8 @@ int pt_walk_proc_thread_end(pt_walk_t *w, uint32_t process, uint64_t thread, uin
     }
     uint64_t at = ticks ? ticks : t->pub.last_ticks;
     t->recovering = 0;
+    if ((rc = task_end_implicit(w, t, at)) != 0)
+        return rc;
     t->pub.stack_known = 1; /* nothing is open */
     return truncate_to(w, t, 0, at, 0);
 }
@@ -523,6 +594,9 @@ int pt_walk_finish(pt_walk_t *w)
     for (uint32_t i = 0; i < w->thread_count; i++) {
         wthread_t *t = w->threads[i];
         t->recovering = 0;
+        int trc = task_end_implicit(w, t, t->pub.last_ticks);
+        if (trc)
+            return trc;
         if (t->pub.depth) {
             int rc = truncate_to(w, t, 0, t->pub.last_ticks, 0);
             if (rc)

@@ -70,6 +70,18 @@
  * continued entry is the same activation in a new context (pstats counts its
  * calls once, cumulative time per outermost piece).
  *
+ * TASKS (asyncio, issue 23; the rules for a task's own tree are in tasks.h).
+ * TaskStep, TaskSuspend and TaskAwait change no stack. The walk keeps, per
+ * thread, the task whose step runs (pub.task, 0: none) and checks the order:
+ * TaskStep with a step running ends that step first (an implicit suspend,
+ * state Pending, counted in task_malformed); TaskSuspend of another task or
+ * with no step running, TaskAwait not right after a Pending TaskSuspend (or
+ * its TaskAwait records), and unknown TaskState / AwaitKind values are
+ * ignored and counted (task_malformed). A Lost record ends the thread's step
+ * (its suspend was maybe lost: the producer writes a Synthetic TaskStep after
+ * the gap if the step goes on), as does ThreadEnd. task() gets only records
+ * that passed these checks: kind, id, aux and flags as in the record.
+ *
  * Ticks are passed as the events carry them (raw). A consumer that needs
  * non-decreasing time per thread (durations, slices) clamps to the largest
  * tick it has seen on the thread; self time is "the ticks between two
@@ -137,6 +149,8 @@ extern "C" {
 #define PT_WALK_REPORTED 0x2u  /* enter: opened by a Frame record (the call was not seen) */
 #define PT_WALK_CONTINUED 0x4u /* enter: the same activation moved under a new parent (no call);
                                   exit: the entry will re-enter at once */
+#define PT_WALK_RESUME 0x8u    /* enter: a Resume record (a generator or coroutine goes on) */
+#define PT_WALK_YIELD 0x10u    /* exit: its own Yield record closed it (suspended, not returned) */
 
 typedef struct pt_walk_thread {
     uint64_t number;       /* segment-unique thread number */
@@ -159,6 +173,9 @@ typedef struct pt_walk_thread {
      * the Frame records that follow), ThreadEnd sets it (nothing is open). */
     int stack_known;
     uint64_t unannounced;  /* its events that named a symbol never announced (pt_walk_check_symbols) */
+    uint32_t task;         /* Task symbol of the step running on the thread (TASKS), 0: none */
+    uint32_t task_depth;   /* open entries when that step began (the loop's frames below it) */
+    uint8_t task_awaits;   /* 1: right after a Pending TaskSuspend (TaskAwait records may follow) */
     void *user;            /* the consumer's per-thread state */
 } pt_walk_thread_t;
 
@@ -172,6 +189,13 @@ typedef struct pt_walk_ops {
     int (*gap)(void *ctx, pt_walk_thread_t *th, uint64_t ticks, uint64_t lost);  /* Lost */
     /* CpuTime: the thread's CPU ns (modulo 2^48, PT_CPU_MASK) at ticks; the stack unchanged */
     int (*cpu)(void *ctx, pt_walk_thread_t *th, uint64_t ticks, uint64_t cpu_ns);
+    /* TaskStep, TaskSuspend, TaskAwait that passed the checks (TASKS): kind is
+     * PT_EV_TASK_*; a TaskStep's th->task is set before the call, a
+     * TaskSuspend's cleared after it. An implicit end of a step (a nested
+     * TaskStep, a Lost record, ThreadEnd) comes as a TaskSuspend with aux
+     * Pending and flags PT_EVF_SYNTHETIC. */
+    int (*task)(void *ctx, pt_walk_thread_t *th, uint8_t kind, uint32_t id, uint16_t aux, uint64_t ticks,
+                unsigned flags);
 } pt_walk_ops_t;
 
 typedef struct pt_walk pt_walk_t;
@@ -185,6 +209,7 @@ typedef struct pt_walk_counters {
     uint64_t unmatched;        /* closes with no open frame of their id */
     uint64_t unmatched_spans;  /* SpanEnd with no open span of its id */
     uint64_t bad_events;       /* unknown kinds */
+    uint64_t task_malformed;   /* task records out of order or with unknown values (TASKS) */
     uint64_t unannounced;      /* events that named a symbol never announced (pt_walk_check_symbols) */
     uint32_t threads;
 } pt_walk_counters_t;

@@ -1,0 +1,117 @@
+/*
+ * pt_tasks: asyncio tasks as the stream shows them (issue 23): per task its
+ * state, steps, running and waiting time, what it awaits now, and its own
+ * table of LOGICAL calls. Fed from the walk's callbacks (walk.h, TASKS: the
+ * walk checks the records' order; this module keeps the totals). agg.c owns
+ * one; every view reads it through pt_agg_tasks. No Python.
+ *
+ * The rules:
+ *   - A step runs from TaskStep to its TaskSuspend on one thread: its wall
+ *     time is the task's run time. The frames entered during the step above
+ *     the depth the step began at (the loop's run_forever -> ... -> Context.run
+ *     stay below) are the task's: its own tree is rooted at its coroutine.
+ *     The thread's whole-program tree is unchanged (task frames stay under
+ *     the loop's frames there, as cProfile and pstats show them).
+ *   - Waiting: from a Pending TaskSuspend to the task's next TaskStep, charged
+ *     to the kind of its first TaskAwait record (PT_AWAIT_*), or to "other"
+ *     when it named none. The TaskAwait records of the last suspend are the
+ *     task's current awaits (the await graph's edges), cleared by its next step.
+ *   - Logical calls: a coroutine (or generator) resumed where the task's last
+ *     Yield left it is the same call: at a step's end the task keeps the chain
+ *     of frames its Yields suspended (outermost first); a Resume at task depth
+ *     k of the id the chain holds at k (all outer positions matched) continues
+ *     that call and counts none; any other entry counts one call. Inclusive
+ *     time of a function is the sum of its running pieces (not the time it
+ *     was suspended), counted for its outermost activation in the task's
+ *     stack only; exclusive time is the ticks between two callbacks of the
+ *     thread that go to the task's top frame.
+ *   - A Synthetic TaskStep (tracing began inside a step, or after a gap) starts
+ *     a step whose frames are reported by Frame records: it counts as a step
+ *     and its time as running, but its frames are not entered into the task's
+ *     table (where its coroutine starts among them is unknown); the chain is
+ *     reset, so its next Resume counts one call.
+ *   - Memory: tasks that are done (Done, Cancelled, Failed) are kept whole up
+ *     to done_kept of them; past it the oldest done task is folded: its
+ *     steps, run and wait time and its count go to pt_tasks_counters (folded_*)
+ *     and its table is freed. Live tasks are all kept.
+ * Threading: one thread at a time. Errors: 0 or -ENOMEM.
+ */
+#ifndef PT_VIEWER_TASKS_H
+#define PT_VIEWER_TASKS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "walk.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PT_TASKS_DEFAULT_DONE_KEPT 4096u
+#define PT_TASKS_WAIT_OTHER PT_AWAIT_KIND_COUNT /* wait_ticks index: no TaskAwait record named it */
+#define PT_TASKS_STATE_RUNNING 4u               /* pt_tasks_task_t.state while a step runs */
+
+typedef struct pt_tasks pt_tasks_t;
+
+typedef struct pt_tasks_counters {
+    uint64_t tasks;            /* tasks seen (kept and folded) */
+    uint64_t folded_tasks;     /* done tasks folded (memory budget) */
+    uint64_t folded_steps;
+    uint64_t folded_run_ticks;
+    uint64_t folded_wait_ticks;
+    uint64_t not_task_symbols; /* task records whose id is not a Task symbol: ignored */
+} pt_tasks_counters_t;
+
+typedef struct pt_tasks_fn {
+    uint32_t symbol;
+    uint64_t calls;      /* logical calls */
+    uint64_t incl_ticks; /* its running pieces, outermost activations only */
+    uint64_t excl_ticks;
+} pt_tasks_fn_t;
+
+typedef struct pt_tasks_await {
+    uint32_t symbol; /* the awaited task's Task symbol (PT_AWAIT_TASK), else a Label */
+    uint8_t kind;    /* enum pt_await_kind */
+} pt_tasks_await_t;
+
+typedef struct pt_tasks_task {
+    uint32_t symbol;       /* its Task symbol: name, coroutine (file), serial (line) */
+    uint8_t state;         /* enum pt_task_state, or PT_TASKS_STATE_RUNNING */
+    uint64_t steps;
+    uint64_t run_ticks;
+    uint64_t wait_ticks[PT_AWAIT_KIND_COUNT + 1]; /* by kind; [PT_TASKS_WAIT_OTHER]: none named */
+    uint64_t first_ticks;  /* its first step began */
+    const pt_tasks_await_t *awaits; /* current (valid until the next feed) */
+    uint32_t await_count;
+    const pt_tasks_fn_t *fns; /* its logical-call table, unordered (valid until the next feed) */
+    uint32_t fn_count;
+} pt_tasks_task_t;
+
+int pt_tasks_create(uint32_t done_kept, pt_tasks_t **out); /* done_kept 0: the default */
+void pt_tasks_destroy(pt_tasks_t *t);
+
+/* The walk's callbacks, after the walk's own checks. is_task_symbol: the
+ * caller's symbol table says id (of a TaskStep / TaskSuspend, or of a TaskAwait
+ * of kind Task) is a Task symbol (else the record is counted and ignored). */
+int pt_tasks_on_task(pt_tasks_t *t, const pt_walk_thread_t *th, uint8_t kind, uint32_t id, uint16_t aux,
+                     uint64_t ticks, unsigned flags, int is_task_symbol);
+int pt_tasks_on_enter(pt_tasks_t *t, const pt_walk_thread_t *th, uint32_t id, uint64_t ticks, unsigned flags);
+int pt_tasks_on_exit(pt_tasks_t *t, const pt_walk_thread_t *th, uint32_t id, uint64_t ticks, unsigned flags);
+/* any other callback of the thread (instant, cpu): time moves on */
+void pt_tasks_on_tick(pt_tasks_t *t, const pt_walk_thread_t *th, uint64_t ticks);
+
+/* Kept tasks in order of first sight; a pending task's wait so far counts up to now_ticks. */
+size_t pt_tasks_count(const pt_tasks_t *t);
+int pt_tasks_at(const pt_tasks_t *t, size_t index, uint64_t now_ticks, pt_tasks_task_t *out);
+void pt_tasks_counters(const pt_tasks_t *t, pt_tasks_counters_t *out);
+
+/* Names for JSON and tables: "pending", "running", ...; "future", "task", ... "other". */
+const char *pt_tasks_state_name(unsigned state);
+const char *pt_tasks_await_name(unsigned kind);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PT_VIEWER_TASKS_H */
