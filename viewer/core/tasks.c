@@ -147,7 +147,7 @@ static int fold_done(pt_tasks_t *t)
     }
     t->count = kept;
     pt_u64map_t m;
-    if (pt_u64map_init(&m, (size_t)kept * 2 + 64))
+    if (pt_u64map_init(&m, (size_t)kept * 2 + 64)) /* rounded up to a power of two */
         return -ENOMEM;
     for (uint32_t i = 0; i < kept; i++)
         if (pt_u64map_put(&m, t->tasks[i]->pub.symbol, i)) {

@@ -27,9 +27,9 @@
  *     thread that go to the task's top frame.
  *   - A Synthetic TaskStep (tracing began inside a step, or after a gap) starts
  *     a step whose frames are reported by Frame records: it counts as a step
- *     and its time as running, but its frames are not entered into the task's
- *     table (where its coroutine starts among them is unknown); the chain is
- *     reset, so its next Resume counts one call.
+ *     and its time as running, but nothing of that step enters the task's
+ *     table (where its coroutine starts among the reported frames is
+ *     unknown); the chain is reset, so its next step's Resume counts one call.
  *   - Memory: tasks that are done (Done, Cancelled, Failed) are kept whole up
  *     to done_kept of them; past it the oldest done task is folded: its
  *     steps, run and wait time and its count go to pt_tasks_counters (folded_*)

@@ -30,8 +30,13 @@ static inline uint64_t pt_u64map_mix(uint64_t x)
     return x;
 }
 
+/* cap is rounded up to a power of two (at least 16): the probes wrap with cap - 1,
+ * and with any other cap they would cycle over a part of the table for good */
 static inline int pt_u64map_init(pt_u64map_t *m, size_t cap)
 {
+    size_t want = cap;
+    for (cap = 16; cap < want; cap <<= 1)
+        ;
     m->keys = malloc(cap * sizeof *m->keys);
     m->vals = malloc(cap * sizeof *m->vals);
     if (!m->keys || !m->vals) {

@@ -511,10 +511,15 @@ static int feed_event(pt_walk_t *w, wthread_t *t, const pt_event_t *ev)
         t->pub.stack_known = 0; /* until the Frame records that follow */
         return w->ops.gap ? w->ops.gap(w->ctx, &t->pub, now, lost) : 0;
     }
+    if (ev->kind >= PT_EV_TASK_STEP && ev->kind <= PT_EV_TASK_AWAIT) {
+        /* as CpuTime: right after a Lost record (the producer writes a Synthetic
+         * TaskStep before the stack) it waits for the Frame run */
+        if (t->recovering && t->recover_pos > 0 && (rc = end_recovery(w, t, now)) != 0)
+            return rc;
+        return on_task(w, t, ev);
+    }
     if (t->recovering && (rc = end_recovery(w, t, now)) != 0)
         return rc;
-    if (ev->kind >= PT_EV_TASK_STEP && ev->kind <= PT_EV_TASK_AWAIT)
-        return on_task(w, t, ev);
     if (ev->kind != PT_EV_CPU_TIME)
         t->pub.task_awaits = 0; /* TaskAwait records follow their TaskSuspend at once */
     switch (ev->kind) {

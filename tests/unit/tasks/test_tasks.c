@@ -1,0 +1,341 @@
+/*
+ * asyncio tasks in the reading core (viewer/core/tasks.h, walk.h TASKS), fed
+ * through pt_agg as every view is: hand-built streams with one tick = one ns
+ * and exact expectations (logical calls, run and wait time, states, awaits,
+ * malformed records, the done tasks' budget).
+ */
+#include "../check.h"
+#include "viewer/core/agg.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct stream {
+    pt_agg_t *agg;
+    uint64_t now;
+    pt_event_t ev[4096];
+    size_t n;
+} stream_t;
+
+static void flush(stream_t *s)
+{
+    if (s->n)
+        CHECK_EQ(pt_agg_feed_events(s->agg, 1, s->ev, s->n), 0);
+    s->n = 0;
+}
+
+static void evx(stream_t *s, uint8_t kind, uint32_t id, uint16_t aux, uint8_t flags, uint64_t advance)
+{
+    s->now += advance;
+    if (s->n == sizeof s->ev / sizeof s->ev[0])
+        flush(s);
+    s->ev[s->n++] = (pt_event_t){.ticks = s->now, .id = id, .aux = aux, .kind = kind, .flags = flags};
+}
+
+static void ev(stream_t *s, uint8_t kind, uint32_t id, uint64_t advance) { evx(s, kind, id, 0, 0, advance); }
+
+static void symbol(pt_agg_t *agg, uint32_t id, uint8_t kind, const char *name, const char *file, uint32_t line)
+{
+    pt_fb_msg_t m = {.type = PT_MSG_SYMBOL};
+    m.u.symbol = (pt_fb_symbol_t){.id = id, .kind = kind, .name = {name, (uint32_t)strlen(name)},
+                                  .file = {file, (uint32_t)strlen(file)}, .line = line};
+    CHECK_EQ(pt_agg_feed_msg(agg, &m), 0);
+}
+
+enum { RUN_FOREVER = 1, RUN_ONCE = 2, HANDLE_RUN = 3, WORKER = 10, FETCH = 11, SLEEP = 12, MAIN = 13,
+       T1 = 100, T2 = 101, T3 = 102, L_SLEEP = 200 };
+
+static stream_t *new_stream(void)
+{
+    static stream_t s;
+    memset(&s, 0, sizeof s);
+    CHECK_EQ(pt_agg_create(NULL, &s.agg), 0);
+    pt_fb_msg_t m = {.type = PT_MSG_PROCESS_INFO};
+    m.u.process_info.ticks_per_second = 1000000000ull;
+    CHECK_EQ(pt_agg_feed_msg(s.agg, &m), 0);
+    symbol(s.agg, RUN_FOREVER, PT_SYM_PY_FUNCTION, "BaseEventLoop.run_forever", "base_events.py", 1);
+    symbol(s.agg, RUN_ONCE, PT_SYM_PY_FUNCTION, "BaseEventLoop._run_once", "base_events.py", 2);
+    symbol(s.agg, HANDLE_RUN, PT_SYM_PY_FUNCTION, "Handle._run", "events.py", 3);
+    symbol(s.agg, WORKER, PT_SYM_PY_FUNCTION, "worker", "t.py", 10);
+    symbol(s.agg, FETCH, PT_SYM_PY_FUNCTION, "fetch", "t.py", 20);
+    symbol(s.agg, SLEEP, PT_SYM_PY_FUNCTION, "sleep", "tasks.py", 30);
+    symbol(s.agg, MAIN, PT_SYM_PY_FUNCTION, "main", "t.py", 40);
+    symbol(s.agg, T1, PT_SYM_TASK, "worker-1", "worker", 1);
+    symbol(s.agg, T2, PT_SYM_TASK, "worker-2", "worker", 2);
+    symbol(s.agg, T3, PT_SYM_TASK, "main-task", "main", 3);
+    symbol(s.agg, L_SLEEP, PT_SYM_LABEL, "asyncio.sleep", "", 0);
+    ev(&s, PT_EV_CALL, RUN_FOREVER, 0);
+    ev(&s, PT_EV_CALL, RUN_ONCE, 1);
+    return &s;
+}
+
+static const pt_agg_task_t *task_named(const pt_agg_tasks_t *t, const char *name)
+{
+    for (size_t i = 0; i < t->count; i++)
+        if (!strcmp(t->tasks[i].name, name))
+            return &t->tasks[i];
+    fprintf(stderr, "task %s missing\n", name);
+    failures++;
+    return NULL;
+}
+
+static const pt_agg_task_fn_t *fn_named(const pt_agg_task_t *k, const char *name)
+{
+    for (uint32_t i = 0; k && i < k->fn_count; i++)
+        if (!strcmp(k->fns[i].name, name))
+            return &k->fns[i];
+    fprintf(stderr, "function %s missing\n", name);
+    failures++;
+    static const pt_agg_task_fn_t none;
+    return &none;
+}
+
+/* One step of a task under the loop's Handle._run: body() writes its frames. */
+static void step_begin(stream_t *s, uint32_t task)
+{
+    ev(s, PT_EV_CALL, HANDLE_RUN, 5);
+    ev(s, PT_EV_TASK_STEP, task, 1);
+}
+
+static void step_end(stream_t *s, uint32_t task, uint16_t state)
+{
+    evx(s, PT_EV_TASK_SUSPEND, task, state, 0, 1);
+}
+
+static void after_step(stream_t *s) { ev(s, PT_EV_RETURN, HANDLE_RUN, 1); }
+
+/* worker: three steps, fetch called twice (each suspends once in sleep). The
+ * whole-program table keeps cProfile's count (a resumption is a call); the
+ * task's table counts logical calls. */
+static void test_logical_calls_and_times(void)
+{
+    stream_t *s = new_stream();
+    /* step 1: 10 + 10 + 10 + 3 ticks inside the step */
+    step_begin(s, T1);
+    uint64_t st1 = s->now;
+    ev(s, PT_EV_CALL, WORKER, 10);
+    ev(s, PT_EV_CALL, FETCH, 10);
+    ev(s, PT_EV_CALL, SLEEP, 10);
+    ev(s, PT_EV_YIELD, SLEEP, 1);
+    ev(s, PT_EV_YIELD, FETCH, 1);
+    ev(s, PT_EV_YIELD, WORKER, 1);
+    step_end(s, T1, PT_TASK_PENDING);
+    uint64_t run = s->now - st1, wait_from = s->now;
+    evx(s, PT_EV_TASK_AWAIT, L_SLEEP, PT_AWAIT_SLEEP, 0, 0);
+    after_step(s);
+    ev(s, PT_EV_CALL, HANDLE_RUN, 1000); /* another handle runs meanwhile */
+    ev(s, PT_EV_RETURN, HANDLE_RUN, 100);
+    /* step 2: the sleep ends, fetch returns, a second fetch starts and sleeps */
+    step_begin(s, T1);
+    uint64_t st2 = s->now, wait = s->now - wait_from;
+    ev(s, PT_EV_RESUME, WORKER, 2);
+    ev(s, PT_EV_RESUME, FETCH, 2);
+    ev(s, PT_EV_RESUME, SLEEP, 2);
+    ev(s, PT_EV_RETURN, SLEEP, 2);
+    ev(s, PT_EV_RETURN, FETCH, 2);
+    ev(s, PT_EV_CALL, FETCH, 2);
+    ev(s, PT_EV_CALL, SLEEP, 2);
+    ev(s, PT_EV_YIELD, SLEEP, 2);
+    ev(s, PT_EV_YIELD, FETCH, 2);
+    ev(s, PT_EV_YIELD, WORKER, 2);
+    step_end(s, T1, PT_TASK_PENDING);
+    run += s->now - st2;
+    wait_from = s->now;
+    evx(s, PT_EV_TASK_AWAIT, L_SLEEP, PT_AWAIT_SLEEP, 0, 0);
+    after_step(s);
+    /* step 3: everything returns */
+    ev(s, PT_EV_MARK, L_SLEEP, 500); /* time moves; a mark changes no stack */
+    step_begin(s, T1);
+    uint64_t st3 = s->now;
+    wait += s->now - wait_from;
+    ev(s, PT_EV_RESUME, WORKER, 3);
+    ev(s, PT_EV_RESUME, FETCH, 3);
+    ev(s, PT_EV_RESUME, SLEEP, 3);
+    ev(s, PT_EV_RETURN, SLEEP, 3);
+    ev(s, PT_EV_RETURN, FETCH, 3);
+    ev(s, PT_EV_RETURN, WORKER, 3);
+    step_end(s, T1, PT_TASK_DONE);
+    run += s->now - st3;
+    after_step(s);
+    flush(s);
+
+    pt_agg_tasks_t t;
+    CHECK_EQ(pt_agg_tasks(s->agg, &t), 0);
+    CHECK_EQ(t.count, 1);
+    CHECK_EQ(t.malformed, 0);
+    const pt_agg_task_t *k = task_named(&t, "worker-1");
+    if (k) {
+        CHECK_EQ(k->serial, 1);
+        CHECK(!strcmp(k->coro, "worker"));
+        CHECK_EQ(k->state, PT_TASK_DONE);
+        CHECK_EQ(k->steps, 3);
+        CHECK_EQ(k->run_ns, run);
+        CHECK_EQ(k->wait_ns, wait);
+        CHECK_EQ(k->wait_by_ns[PT_AWAIT_SLEEP], wait);
+        CHECK_EQ(k->await_count, 0); /* done: it waits on nothing */
+        CHECK_EQ(fn_named(k, "worker")->calls, 1);
+        CHECK_EQ(fn_named(k, "fetch")->calls, 2);
+        CHECK_EQ(fn_named(k, "sleep")->calls, 2);
+        CHECK_EQ(k->fn_count, 3); /* the loop's frames below the step are not the task's */
+        /* worker's inclusive time: its running pieces in all 3 steps, not its waits */
+        uint64_t worker_incl = 23 + 18 + 15;
+        CHECKF(fn_named(k, "worker")->incl_ns == worker_incl, "worker incl %llu want %llu",
+               (unsigned long long)fn_named(k, "worker")->incl_ns, (unsigned long long)worker_incl);
+        uint64_t excl = 0;
+        for (uint32_t i = 0; i < k->fn_count; i++)
+            excl += k->fns[i].excl_ns;
+        CHECK_EQ(excl, worker_incl); /* every tick inside worker goes to one of its frames */
+    }
+    pt_agg_tasks_free(&t);
+
+    /* the whole-program table keeps cProfile's counts: every Resume is a call */
+    pt_agg_table_t tab = {0};
+    pt_agg_query_t q = {0};
+    CHECK_EQ(pt_agg_table(s->agg, &q, PT_AGG_SORT_NAME, 0, "fetch", &tab), 0);
+    CHECK_EQ(tab.count, 1);
+    if (tab.count)
+        CHECK_EQ(tab.rows[0].calls, 4);
+    pt_agg_table_free(&tab);
+    pt_agg_destroy(s->agg);
+}
+
+/* A gather: main-task waits on two tasks; its current awaits are the edges of
+ * the await graph, its wait is charged to Task; a later step clears them. */
+static void test_gather_awaits(void)
+{
+    stream_t *s = new_stream();
+    step_begin(s, T3);
+    ev(s, PT_EV_CALL, MAIN, 1);
+    ev(s, PT_EV_YIELD, MAIN, 1);
+    step_end(s, T3, PT_TASK_PENDING);
+    evx(s, PT_EV_TASK_AWAIT, T1, PT_AWAIT_TASK, 0, 0);
+    evx(s, PT_EV_TASK_AWAIT, T2, PT_AWAIT_TASK, 0, 0);
+    uint64_t from = s->now;
+    after_step(s);
+    step_begin(s, T1);
+    step_end(s, T1, PT_TASK_DONE);
+    after_step(s);
+    step_begin(s, T2);
+    step_end(s, T2, PT_TASK_FAILED);
+    after_step(s);
+    flush(s);
+    pt_agg_tasks_t t;
+    CHECK_EQ(pt_agg_tasks(s->agg, &t), 0);
+    CHECK_EQ(t.count, 3);
+    const pt_agg_task_t *m = task_named(&t, "main-task");
+    if (m) {
+        CHECK_EQ(m->state, PT_TASK_PENDING);
+        CHECK_EQ(m->await_count, 2);
+        if (m->await_count == 2) {
+            CHECK_EQ(m->awaits[0].kind, PT_AWAIT_TASK);
+            CHECK(!strcmp(m->awaits[0].name, "worker-1"));
+            CHECK(!strcmp(m->awaits[1].name, "worker-2"));
+        }
+        CHECK_EQ(m->wait_by_ns[PT_AWAIT_TASK], s->now - from); /* still waiting: up to the latest tick */
+    }
+    const pt_agg_task_t *w2 = task_named(&t, "worker-2");
+    if (w2)
+        CHECK_EQ(w2->state, PT_TASK_FAILED);
+    pt_agg_tasks_free(&t);
+    /* its next step: no awaits any more */
+    step_begin(s, T3);
+    ev(s, PT_EV_RESUME, MAIN, 1);
+    ev(s, PT_EV_RETURN, MAIN, 1);
+    step_end(s, T3, PT_TASK_DONE);
+    after_step(s);
+    flush(s);
+    CHECK_EQ(pt_agg_tasks(s->agg, &t), 0);
+    m = task_named(&t, "main-task");
+    if (m) {
+        CHECK_EQ(m->await_count, 0);
+        CHECK_EQ(m->state, PT_TASK_DONE);
+        CHECK_EQ(fn_named(m, "main")->calls, 1);
+    }
+    pt_agg_tasks_free(&t);
+    pt_agg_destroy(s->agg);
+}
+
+/* Damaged streams: every bad task record is counted and ignored, none crashes. */
+static void test_malformed(void)
+{
+    stream_t *s = new_stream();
+    step_end(s, T1, PT_TASK_PENDING);                    /* 1: a suspend with no step */
+    evx(s, PT_EV_TASK_AWAIT, L_SLEEP, PT_AWAIT_SLEEP, 0, 1); /* 2: an await with no suspend */
+    step_begin(s, T1);
+    ev(s, PT_EV_CALL, WORKER, 1);
+    ev(s, PT_EV_TASK_STEP, T2, 1);                       /* 3: nested: T1's step ends first */
+    step_end(s, T1, PT_TASK_PENDING);                    /* 4: T2 runs, not T1 */
+    step_end(s, T2, 9);                                  /* 5: unknown state */
+    step_end(s, T2, PT_TASK_PENDING);
+    evx(s, PT_EV_TASK_AWAIT, L_SLEEP, 77, 0, 0);         /* 6: unknown await kind */
+    evx(s, PT_EV_TASK_AWAIT, L_SLEEP, PT_AWAIT_TASK, 0, 0); /* 7: a Task await naming a label */
+    ev(s, PT_EV_TASK_STEP, WORKER, 1);                   /* 8: a step of a function symbol */
+    step_end(s, WORKER, PT_TASK_DONE);                   /* ignored: its step was */
+    ev(s, PT_EV_TASK_STEP, 0, 1);                        /* 9: id 0 */
+    ev(s, PT_EV_TASK_STEP, 5000, 1);                     /* 10: never announced */
+    evx(s, PT_EV_LOST, 3, 0, 0, 1);                      /* ends that step */
+    evx(s, PT_EV_TASK_STEP, T1, 0, PT_EVF_SYNTHETIC, 1);   /* a synthetic step: time counts */
+    evx(s, PT_EV_FRAME, RUN_FOREVER, 0, 0, 0);
+    evx(s, PT_EV_FRAME, RUN_ONCE, 1, 0, 0);
+    evx(s, PT_EV_FRAME, WORKER, 2, 0, 0);
+    ev(s, PT_EV_RESUME, FETCH, 1);
+    ev(s, PT_EV_YIELD, FETCH, 1);
+    step_end(s, T1, PT_TASK_CANCELLED);
+    flush(s);
+    pt_agg_tasks_t t;
+    CHECK_EQ(pt_agg_tasks(s->agg, &t), 0);
+    CHECKF(t.malformed == 10, "malformed %llu", (unsigned long long)t.malformed);
+    const pt_agg_task_t *k = task_named(&t, "worker-1");
+    if (k) {
+        CHECK_EQ(k->state, PT_TASK_CANCELLED);
+        CHECK_EQ(k->steps, 2);
+        CHECK_EQ(fn_named(k, "worker")->calls, 1);
+        CHECK_EQ(k->fn_count, 1); /* a synthetic step's frames are not the task's table */
+    }
+    pt_agg_tasks_free(&t);
+    pt_agg_destroy(s->agg);
+}
+
+/* Many short tasks: the done ones past the budget fold into counted totals. */
+static void test_done_tasks_fold(void)
+{
+    stream_t *s = new_stream();
+    const uint32_t n = 3 * PT_TASKS_DEFAULT_DONE_KEPT + 17;
+    for (uint32_t i = 0; i < n; i++) {
+        symbol(s->agg, 1000 + i, PT_SYM_TASK, "short", "worker", i + 10);
+        step_begin(s, 1000 + i);
+        ev(s, PT_EV_CALL, WORKER, 1);
+        ev(s, PT_EV_RETURN, WORKER, 1);
+        step_end(s, 1000 + i, PT_TASK_DONE);
+        after_step(s);
+        flush(s);
+    }
+    pt_agg_tasks_t t;
+    CHECK_EQ(pt_agg_tasks(s->agg, &t), 0);
+    CHECK_EQ(t.seen, n);
+    CHECK(t.count < 2 * PT_TASKS_DEFAULT_DONE_KEPT);
+    CHECK(t.count >= PT_TASKS_DEFAULT_DONE_KEPT);
+    CHECK_EQ(t.folded + t.count, n);
+    uint64_t steps = t.folded_steps, run = t.folded_run_ns;
+    for (size_t i = 0; i < t.count; i++) {
+        steps += t.tasks[i].steps;
+        run += t.tasks[i].run_ns;
+    }
+    CHECK_EQ(steps, n);
+    CHECK_EQ(run, 3ull * n); /* each step: call +1, return +1, suspend +1 */
+    /* the newest are kept */
+    CHECK_EQ(t.tasks[t.count - 1].serial, n - 1 + 10);
+    pt_agg_tasks_free(&t);
+    pt_agg_destroy(s->agg);
+}
+
+int main(void)
+{
+    test_logical_calls_and_times();
+    test_gather_awaits();
+    test_malformed();
+    test_done_tasks_fold();
+    if (failures)
+        fprintf(stderr, "%d failure(s)\n", failures);
+    return failures != 0;
+}
