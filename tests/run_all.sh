@@ -40,12 +40,17 @@ pytest_on() {
     scripts=$("$py" -c 'import sysconfig; print(sysconfig.get_path("scripts"))')
     # screenshots of the browser tests stay after the run: build/artifacts/<python>/web
     artifacts="$root/build/artifacts/$("$py" -c 'import sys; print("python%d.%d" % sys.version_info[:2])')"
-    # Two parts: the suite on two workers (pytest-xdist, -n 2) but for the tests marked solo,
-    # then those alone (a spinning thread's CPU time against its wall time needs a quiet
-    # core; a machine-wide name one squats; see tests/python/conftest.py). Without xdist (an
-    # interpreter it is not installed for) the whole suite runs in one.
-    local parallel="-n 2"
-    "$py" -c 'import xdist' 2>/dev/null || parallel=""
+    # Two parts: the suite but for the tests marked solo, then those alone (a spinning
+    # thread's CPU time against its wall time needs a quiet core; a machine-wide name one
+    # squats; see tests/python/conftest.py).
+    # PYTRACE_TEST_JOBS=2 runs the first part on two workers; serial by default: beside
+    # another test's load, tests that wait a bounded time for processes to meet or read a
+    # timeline's last slice failed now and then on 3.14 and 3.15, and no run of the whole
+    # CI with two workers has been made yet
+    local parallel=""
+    if [ "${PYTRACE_TEST_JOBS:-1}" -gt 1 ] && "$py" -c 'import xdist' 2>/dev/null; then
+        parallel="-n $PYTRACE_TEST_JOBS"
+    fi
     (cd /tmp && PATH="$scripts:$PATH" PYTRACE_BUILD_DIR="$root/$build" PYTRACE_ARTIFACTS="$artifacts" \
         "$py" -m pytest "$root/tests/python" -q -p no:cacheprovider $parallel -m "not solo") || return 1
     echo "== pytest on $($py --version), solo tests alone: after $((SECONDS - start)) s"

@@ -30,6 +30,7 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 def pytest_configure(config):
     # tests/run_all.sh runs the suite in two parts: `-n 2 -m "not solo"` (pytest-xdist, two
     # workers) and then `-m solo` alone. A solo test needs a quiet core (its spinning thread's
-    # CPU time is asserted against its wall time) or takes a machine-wide name that a test
-    # beside it would see.
+    # CPU time is asserted against its wall time), orders functions by their own time, waits
+    # a bounded time for processes to meet (the hub's pools), or takes a machine-wide name
+    # that a test beside it would see.
     config.addinivalue_line("markers", "solo: run alone after the parallel part (tests/run_all.sh)")

@@ -32,6 +32,9 @@ pytestmark = [
     pytest.mark.skipif(TOP is None, reason="pytrace-top not built/installed (pip install /work/main)"),
     pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed"),
     pytest.mark.skipif(not _pytrace_runnable(), reason="the pytrace package is not installed"),
+    # solo: the workload's 3:1 own time orders the table; beside another test's load (-n 2,
+    # on 3.14t) work1 came above work3 once
+    pytest.mark.solo,
 ]
 
 
