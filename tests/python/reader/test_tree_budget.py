@@ -28,7 +28,7 @@ TOP = os.path.join(BIN, "pytrace-top")
 MIB = 1 << 20
 BUDGET_MIB = 8
 MARGIN_MIB = 72   # the program without its tree: pytrace-top ~10 MiB
-# The HTML export without its tree, measured (this recording, 27 M events, 39 MB):
+# The HTML export without its tree, measured (a recording of 4 s, 27 M events, 39 MB):
 # 18 MiB of Python with pytrace imported, 44 MiB with the recording aggregated
 # (Profile.from_recording, --tree-budget 1), 74 MiB with the report written (budget 1);
 # 80.4 MiB at budget 8 and 84.6 at 16, the same before issue 22 (5cb9d7b: 80.4 at 8).
@@ -45,7 +45,8 @@ F = [globals()["f%d" % i] for i in range(N)]
 r = random.Random(7)
 calls = 0
 end = time.monotonic() + float(sys.argv[1])
-while time.monotonic() < end:
+limit = int(sys.argv[3]) if len(sys.argv) > 3 else 1 << 62
+while calls < limit and time.monotonic() < end:
     for _ in range(500):
         p = [r.randrange(N) for _ in range(r.randint(1, 12))]
         calls += len(p)
@@ -150,12 +151,22 @@ def test_top_once_json_never_repeating_paths_within_budget(tmp_path):
     assert _generated_calls(doc["functions"]) == made
 
 
+# The recording's job stops after this many calls of the generated functions (the same
+# recording on every machine: its paths come from a seeded Random). It ran for 4 s before,
+# so a fast machine made more paths: 3 M calls on 3.15 gave an 803 MB whole-tree collapsed
+# export here and more than the exporter's 1 GiB limit in CI. With 500,000 calls the whole
+# tree is still far past the budgets below (the HTML export without a budget peaked at
+# 500 MiB with 1 M calls), and the collapsed export is ~135 MB.
+RECORDED_CALLS = 500_000
+
+
 @pytest.fixture(scope="module")
 def paths_recording(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("paths")
     rec = str(tmp / "paths.pytrace")
     count_file = str(tmp / "calls")
-    r = subprocess.run([PY, "-m", "pytrace", "record", "-o", rec, "--", PY, _job_file(tmp), "4", count_file],
+    r = subprocess.run([PY, "-m", "pytrace", "record", "-o", rec, "--", PY, _job_file(tmp), "60", count_file,
+                        str(RECORDED_CALLS)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     with open(count_file) as f:
