@@ -8,6 +8,8 @@ What must hold (viewer/core/tasks.h has the rules):
     waiting at least 50 x 2 ms = 0.1 s, all of it on a sleep, and running time above zero;
   - its logical calls are exact: `worker` 1 call (however many resumptions), `nap` 50 calls,
     `tally` 50 calls; a task's functions are sorted by total time;
+  - tasks still suspended when the job ends are pending, and say what they await now
+    (getter: sync Queue.get; gatherer: the tasks child-a and child-b; they: asyncio.sleep);
   - a job without tasks has an empty `tasks` list and a summary of zeros.
 Task records come from the sys.monitoring adapter: Python 3.12 and newer."""
 
@@ -101,6 +103,30 @@ def test_json_task_functions_are_its_logical_calls(tasks_rec):
     assert rows["nap"]["prim_calls"] == 1000 or rows["nap"]["calls"] >= 1000
 
 
+@pytest.fixture(scope="module")
+def pending_rec(tmp_path_factory):
+    return _record(tmp_path_factory.mktemp("pending") / "pending.pytrace", JOB, "pending")
+
+
+@needs_tasks
+def test_json_pending_tasks_say_what_they_await(pending_rec):
+    tasks = {t["name"]: t for t in _top_json(pending_rec)["tasks"]}
+    assert {"getter", "gatherer", "child-a", "child-b"} <= set(tasks), sorted(tasks)
+    g = tasks["getter"]
+    assert g["state"] == "pending" and g["steps"] == 1
+    assert g["awaits"] == [{"kind": "sync", "name": "Queue.get"}]
+    assert g["wait_by"]["sync"] == g["wait_ns"] > 0  # its wait so far, on the queue
+    assert tasks["gatherer"]["awaits"] == [{"kind": "task", "name": "child-a"}, {"kind": "task", "name": "child-b"}]
+    assert tasks["gatherer"]["wait_by"]["task"] == tasks["gatherer"]["wait_ns"] > 0
+    for name in ("child-a", "child-b"):
+        assert tasks[name]["state"] == "pending"
+        assert tasks[name]["awaits"] == [{"kind": "sleep", "name": "asyncio.sleep"}]
+        by = {f["name"]: f for f in tasks[name]["functions"]}
+        assert by["child"]["calls"] == 1
+    for t in tasks.values():
+        assert sum(t["wait_by"].values()) == t["wait_ns"]
+
+
 def test_json_without_tasks_has_an_empty_list(tmp_path):
     job = tmp_path / "plain.py"
     job.write_text("def f():\n    return 1\n\nfor _ in range(10):\n    f()\n")
@@ -136,8 +162,26 @@ def test_task_mode_under_tmux(tasks_rec):
         assert re.search(r"^\s*50\s.*\bnap\b", s, re.M), s
         assert re.search(r"^\s*50\s.*\btally\b", s, re.M), s
         t.keys("Escape")
-        t.wait_for(lambda s: "TASKS (A)" in s, what="back to the task table")
+        t.wait_for(lambda s: "TASKS (A)" in s and "worker-7" in s, what="back to the task table")
         t.keys("A")
         t.wait_for(lambda s: "TASKS (A)" not in s and "FUNCTION" in s, what="out of task mode")
+    finally:
+        t.close()
+
+
+@needs_tasks
+@pytest.mark.skipif(not shutil.which("tmux"), reason="tmux is not installed")
+def test_task_mode_shows_what_pending_tasks_wait_on(pending_rec):
+    t = Tmux("--file %s" % pending_rec, name="ptpending")
+    try:
+        t.wait_for(lambda s: "ENDED" in s, what="the recording read to its end")
+        t.keys("A")
+
+        def row(s, name):
+            return [l for l in s.splitlines() if re.search(r"\s%s\s" % name, l)]
+        s = t.wait_for(lambda s: "WAITING ON" in s and row(s, "getter") and row(s, "child-b"), what="the task table")
+        assert re.search(r"^\s*\d+\s+pending\s+1\s.*\bgetter\b.*sync Queue\.get$", row(s, "getter")[0].rstrip()), s
+        assert "task child-a, task child-b" in row(s, "gatherer")[0], s
+        assert "sleep asyncio.sleep" in row(s, "child-a")[0], s
     finally:
         t.close()
