@@ -436,12 +436,16 @@ def _read_segment(pid, wait=0.5):
     prof = Profile(window=1.0, slice_seconds=1.0)
     deadline = time.monotonic() + wait
     got = False
+    late = hub is not None       # a hub serves a late reader the stacks, not the task records
     try:
         while True:
             batch = reader.poll(1 << 20)
             if batch:
                 got = True
                 prof.feed_many(batch)     # messages the verifier refuses are skipped
+                # a thread met mid-stream (a previous reader took its start): its tasks'
+                # earlier records are gone too
+                late = late or any(not t.complete for t in prof.stacks() if not t.ended)
             elif got and all(t.complete for t in prof.stacks() if not t.ended):
                 break                     # (a hub's first answer may take a moment)
             if reader.finished or time.monotonic() >= deadline:
@@ -452,9 +456,7 @@ def _read_segment(pid, wait=0.5):
         segment = getattr(reader, "segment", "") or ""     # a hub's: from the ProcessInfo it sent
         reader.close(unlink_if_finished=False)
     out = []
-    late = hub is not None
     for t in prof.stacks():
-        late = late or any(f.reported for f in t.frames)
         if t.ended:
             continue
         out.append({"tid": t.os_tid, "name": _printable(t.name), "state": "",
@@ -474,6 +476,9 @@ def await_graph(tasks, summary, late=False):
     it awaits (a sleep, a lock, I/O ...) is a leaf. A task awaited by several shows under each,
     its own awaits under one of them only; one that awaits a task of its own chain (a cycle)
     says so."""
+    joined_late = "(the stream was joined late: a task that has not run since is not known)"
+    if not summary["seen"] and late:
+        return ["No asyncio task records in what dump read " + joined_late]
     if not summary["seen"]:
         return ["No asyncio task records in the stream (they are written on Python 3.12+ with C calls "
                 "traced, while task records are on; or no task has run)."]
@@ -483,7 +488,7 @@ def await_graph(tasks, summary, late=False):
     lines = ["Await graph: %d asyncio task%s not done, who awaits whom (%d done, cancelled or failed "
              "not shown)" % (len(live), "" if len(live) == 1 else "s", summary["seen"] - len(live))]
     if late:
-        lines.append("    (the stream was joined late: a task that has not run since is not known)")
+        lines.append("    " + joined_late)
     if summary["malformed"]:
         lines.append("    (%d task records ignored as damage)" % summary["malformed"])
     shown = set()
@@ -632,7 +637,8 @@ def main(argv=None):
             return 0
         _say(str(e))
         return 1
-    _print(target, "stacks read from its memory (nothing runs in it)", threads)
+    # what the segment read first tells of the tasks (joined late: says so)
+    _print(target, "stacks read from its memory (nothing runs in it)", threads, partial[2] if partial else None)
     return 0
 
 

@@ -30,6 +30,10 @@ records after a gap replaces what the gap hid); `complete` is False for a thread
 mid-stream (its older frames were read by an earlier reader) until a Frame run reports it.
 `pytrace dump` prints these.
 
+`tasks()` is the per-task picture of an asyncio program (Python 3.12+: viewer/core/tasks.h's
+rules through pt_agg_tasks): each task's state, steps, running and waiting time by what it
+awaited, what it awaits now (dump's await graph) and its own table of logical calls.
+
 A stream may hold several processes: a recording of a job that forked or spawned children
 (`pytrace record` follows them by default), a hub that follows a job's children, a
 `pytrace merge`. Each process keeps its own threads, functions and clock (the rule of
