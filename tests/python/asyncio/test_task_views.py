@@ -181,3 +181,42 @@ def test_dump_after_a_reader_took_the_tasks_records_says_so(tmp_path):
     dump = dump_gather_job(tmp_path, recorder_first=True)
     assert "No asyncio task records in the stream" not in dump, dump
     assert "the stream was joined late: a task that has not run since is not known" in dump, dump
+
+
+def test_await_graph_of_shared_waits_and_a_cycle():
+    """dump's await graph from Profile.tasks()-shaped input: a task awaited by two shows under
+    each with its own awaits expanded once; a cycle of awaits ends with a line saying so, and its
+    tasks (awaited by each other, so no root) are still shown; a chain longer than Python's
+    recursion limit prints whole; done tasks are counted, not shown."""
+    from pytrace.dump import await_graph
+    from pytrace.profile import Task, TaskAwait
+
+    def task(i, name, awaits=(), state="pending"):
+        return Task(i, name, "coro", i, state, 1, 1, 1, {}, tuple(awaits), ())
+
+    def on(t):
+        return TaskAwait("task", t.name, t.id)
+
+    shared = task(3, "shared", [TaskAwait("sleep", "asyncio.sleep", None)])
+    left, right = task(1, "left", [on(shared)]), task(2, "right", [on(shared)])
+    x = task(4, "x")
+    y = task(5, "y", [on(x)])
+    x = x._replace(awaits=(on(y),))
+    gone = task(6, "gone", state="done")
+    summary = {"seen": 6, "malformed": 0}
+    assert await_graph([left, right, shared, x, y, gone], summary) == [
+        "Await graph: 5 asyncio tasks not done, who awaits whom (1 done, cancelled or failed not shown)",
+        "left [coro] pending",
+        "`-- shared [coro] pending",
+        "    `-- sleep: asyncio.sleep",
+        "right [coro] pending",
+        "`-- shared [coro] pending (awaited elsewhere too: its awaits are shown there)",
+        "x [coro] pending",
+        "`-- y [coro] pending",
+        "    `-- x [coro] pending (awaits its own awaiter: a cycle)",
+    ]
+    chain = [task(i, "t%d" % i, [TaskAwait("task", "t%d" % (i + 1), i + 1)] if i < 1500 else [])
+             for i in range(1, 1501)]
+    lines = await_graph(chain, {"seen": 1500, "malformed": 0})
+    assert len(lines) == 1 + 1500 and lines[-1] == " " * 4 * 1498 + "`-- t1500 [coro] pending", lines[-1][-40:]
+    assert await_graph([], {"seen": 0, "malformed": 0})[0].startswith("No asyncio task records in the stream")
