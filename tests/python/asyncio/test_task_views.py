@@ -85,7 +85,7 @@ def test_profile_tasks_of_20_named_sleepers(tmp_path):
 
 
 GATHER_JOB = r'''
-import asyncio, sys
+import asyncio, sys, threading
 
 async def child(ev):
     await ev.wait()
@@ -96,13 +96,16 @@ async def parent(ev):
     c = asyncio.create_task(child(ev), name="c")
     await asyncio.gather(a, b, c)
 
+def release(loop, ev):
+    sys.stdin.readline()            # the test's "go": the Event is set from the loop
+    loop.call_soon_threadsafe(ev.set)
+
 async def main():
     ev = asyncio.Event()
     t = asyncio.create_task(parent(ev), name="parent")
     await asyncio.sleep(0.05)
+    threading.Thread(target=release, args=(asyncio.get_running_loop(), ev), name="release").start()
     print("ready", flush=True)
-    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
-    ev.set()
     await t
     print("finished", flush=True)
 
@@ -147,21 +150,20 @@ def graph_of(dump):
 @NEEDS_TASKS
 def test_dump_shows_the_await_graph_of_a_gather(tmp_path):
     """A traced job whose task 'parent' is inside `await asyncio.gather(a, b, c)` and whose
-    children wait on an asyncio.Event, while the main task waits on a thread: dump prints, after
+    children wait on an asyncio.Event, while the main task awaits 'parent': dump prints, after
     the thread stacks, the tasks not done as a tree of who awaits whom, exact at that moment."""
     dump = dump_gather_job(tmp_path)
     assert dump.index('Thread ') < dump.index("Await graph: "), dump
     assert graph_of(dump) == [
         "Await graph: 5 asyncio tasks not done, who awaits whom (0 done, cancelled or failed not shown)",
         "Task-1 [main] pending",
-        "`-- thread: run_in_executor",
-        "parent [parent] pending",
-        "|-- a [child] pending",
-        "|   `-- sync: Event.wait",
-        "|-- b [child] pending",
-        "|   `-- sync: Event.wait",
-        "`-- c [child] pending",
-        "    `-- sync: Event.wait",
+        "`-- parent [parent] pending",
+        "    |-- a [child] pending",
+        "    |   `-- sync: Event.wait",
+        "    |-- b [child] pending",
+        "    |   `-- sync: Event.wait",
+        "    `-- c [child] pending",
+        "        `-- sync: Event.wait",
     ], dump
 
 
