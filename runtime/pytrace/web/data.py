@@ -86,6 +86,9 @@ class ProcessView:
     def timeline(self, thread=0, window=0.0, since=0, group=1):
         return self.agg.timeline(thread, window, since, group, process=self.index)
 
+    def tasks(self):
+        return self.agg.tasks(process=self.index)
+
 
 def symbol_list(agg):
     return [(s[0], s[3], s[4], s[5], s[1]) for s in agg.symbols()]
@@ -156,6 +159,37 @@ def steps_of(agg, bars):
     return st
 
 
+# The asyncio tasks a page is sent for its task chooser: those with the most running plus
+# waiting time (the summary counts them all, folded ones included).
+TASKS_LIVE = 200
+TASKS_REPORT = 5000
+
+
+def tasks_of(agg, limit):
+    """The asyncio tasks of the process (Aggregator.tasks: viewer/core/tasks.h's rules, Python
+    3.12+), None when the stream has none: {"seen", "kept", "folded", "malformed", "shown",
+    "list": [task]}, task = [serial, name, coroutine, state, steps, run_ns, wait_ns,
+    {await kind: ns}, [[kind, name], ...] (what it awaits now), [[symbol id, logical calls,
+    self_ns, total_ns], ...] (its functions, by total)], the `limit` tasks with the most
+    running plus waiting time, in order of first sight."""
+    d = agg.tasks()
+    tasks = d.pop("tasks")
+    if not tasks and not d["seen"]:
+        return None
+    d["kept"] = len(tasks)
+    order = sorted(range(len(tasks)), key=lambda i: (-(tasks[i][6] + tasks[i][7]), i))[:limit]
+    out = []
+    for i in sorted(order):
+        _sym, name, coro, serial, state, steps, run_ns, wait_ns, wait_by, awaits, fns = tasks[i]
+        out.append([serial, name, coro, state, steps, run_ns, wait_ns,
+                    {k: v for k, v in wait_by.items() if v},
+                    [[kind, what] for kind, what, _task in awaits],
+                    [[f[0], f[4], f[5], f[6]] for f in sorted(fns, key=lambda f: (-f[6], f[0]))]])
+    d["shown"] = len(out)
+    d["list"] = out
+    return d
+
+
 # ---- the HTML report ------------------------------------------------------------
 
 # Call paths under this fraction of the view's time are left out of the flame graph: at
@@ -195,6 +229,7 @@ def _process_report(agg, title, timeline_cells, min_fraction, processes, thread_
     st = status(agg, processes=processes)
     st["threads_without_view"] = len(threads) - len(with_view)
     return {"title": title, "status": st, "threads": threads, "steps": steps,
+            "tasks": tasks_of(agg, TASKS_REPORT),
             "symbols": symbol_list(agg), "views": views,
             "timeline": {"slice_ns": tl["slice_ns"], "group": tl["group"], "first": tl["first_slice"],
                          "last": tl["last_slice"], "cells": tl["cells"]}}
@@ -243,6 +278,7 @@ class Session:
         self.threads = None
         self.timeline_from = 0
         self.symbol_text = 0        # bytes of the names and files of the symbols it holds
+        self.tasks = None           # the task chooser's list it was last sent (tasks_of)
         self.used = time.monotonic()
 
 
@@ -253,10 +289,16 @@ SESSION_BYTES = 2048
 NODE_BYTES = 260
 ROW_BYTES = 210
 SYMBOL_BYTES = 230
+# a task of tasks_of (not measured: its list of ten fields with two strings and a dict, and
+# each function row a list of four ints)
+TASK_BYTES = 900
+TASK_FN_BYTES = 150
 
 
 def session_bytes(s):
     syms = SYMBOL_BYTES * len(s.symbols)
+    tasks = s.tasks["list"] if s.tasks else ()
+    syms += TASK_BYTES * len(tasks) + TASK_FN_BYTES * sum(len(t[9]) for t in tasks)
     return SESSION_BYTES + NODE_BYTES * len(s.nodes) + ROW_BYTES * len(s.rows) + syms + s.symbol_text
 
 
@@ -347,6 +389,10 @@ class Live:
         span, raw, table_rows, unobserved = view_of(agg, thread, window, self.min_fraction, filt or None,
                                                     last_step=step)
         out["steps"] = steps_of(agg, STEP_BARS_LIVE)
+        tasks = tasks_of(agg, TASKS_LIVE)
+        if full or tasks != s.tasks:
+            out["tasks"] = tasks
+            s.tasks = tasks
         nodes = {n[0]: n for n in self.keys.nodes(raw)}
         out["nodes"] = [n for k, n in nodes.items() if s.nodes.get(k) != n]
         out["removed"] = [k for k in s.nodes if k not in nodes]

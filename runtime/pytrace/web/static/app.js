@@ -26,6 +26,7 @@
     updates: 0,
     view: { process: 0, thread: 0, window: 10, filter: "", step: false },  // step: the last step alone
     steps: null,         // the stepping thread's step summary and its last steps as bars (agg.h STEPS)
+    tasks: null,         // the asyncio tasks for the chooser (web/data.py tasks_of), null: none
     processes: [],       // [key, pid, title] (one page, several processes; a report: its processes)
     zoom: 0,
     search: "",
@@ -111,6 +112,7 @@
     if (u.job) state.job = u.job;
     if (u.processes) state.processes = u.processes;
     state.steps = u.steps || null;
+    if ("tasks" in u) state.tasks = u.tasks;   // sent when it changed
     state.version = u.version;
     state.updates++;
   }
@@ -126,6 +128,7 @@
     state.threads = P.threads;
     state.status = P.status;
     state.steps = P.steps || null;
+    state.tasks = P.tasks || null;
     const F = DATA.procs ? (DATA.procs[String(DATA.first_process)] || P) : P;  // the job
     state.job = { pid: (F.status || {}).pid, command: (F.status || {}).command };
     state.cells.clear();
@@ -490,8 +493,59 @@
       ctx.fillRect(i * w, height - h, Math.max(1, w - (w > 3 ? 1 : 0)), h);
     }
   }
+  // ---- asyncio tasks: the chooser and the chosen task's logical calls (viewer/core/tasks.h) --
+  // task = [serial, name, coroutine, state, steps, run_ns, wait_ns, {kind: ns}, [[kind, name]],
+  //         [[symbol id, logical calls, self_ns, total_ns]]] (web/data.py tasks_of)
+  let tasksShown = null;   // the list the chooser's options were made from
+  function renderTasks() {
+    const T = state.tasks;
+    $("tasks-section").hidden = !T;
+    if (!T) return;
+    const parts = [T.seen + " tasks seen"];
+    if (T.shown < T.kept) parts.push("the " + T.shown + " with the most running plus waiting time in the chooser");
+    if (T.folded) parts.push(T.folded + " done tasks folded into the totals (memory budget)");
+    if (T.malformed) parts.push(T.malformed + " task records ignored as damaged");
+    $("tasks-summary").textContent = parts.join(" \u00b7 ");
+    const sel = $("task-choice");
+    const byTime = T.list.slice().sort((a, b) => (b[5] + b[6]) - (a[5] + a[6]) || a[0] - b[0]);
+    if (tasksShown !== T.list) {   // remade only when a new list came (an open chooser stays open)
+      const cur = sel.value;
+      const frag = document.createDocumentFragment();
+      for (const t of byTime) {
+        const o = document.createElement("option");
+        o.value = String(t[0]);
+        o.textContent = t[1] + "  #" + t[0] + "  " + t[3] + "  run " + fmtNs(t[5]) + "  wait " + fmtNs(t[6]);
+        frag.appendChild(o);
+      }
+      sel.replaceChildren(frag);
+      sel.value = byTime.some((t) => String(t[0]) === cur) ? cur : (byTime.length ? String(byTime[0][0]) : "");
+      tasksShown = T.list;
+    }
+    const t = T.list.find((x) => String(x[0]) === sel.value);
+    const body = document.querySelector("#task-fns tbody");
+    if (!t) { $("task-detail").textContent = ""; body.replaceChildren(); return; }
+    const waits = Object.entries(t[7]).sort((a, b) => b[1] - a[1]).map(([k, ns]) => k + " " + fmtNs(ns));
+    const detail = [t[1] + " (" + t[2] + ")", t[3], t[4] + " steps", "running " + fmtNs(t[5]),
+                    "waiting " + fmtNs(t[6]) + (waits.length ? " (" + waits.join(", ") + ")" : "")];
+    if (t[8].length) detail.push("waits on: " + t[8].map(([k, n]) => k + " " + n).join(", "));
+    $("task-detail").textContent = detail.join(" \u00b7 ");
+    const frag = document.createDocumentFragment();
+    for (const [id, calls, self, total] of t[9]) {
+      const s = sym(id);
+      const tr = document.createElement("tr");
+      [String(calls), fmtNs(self), fmtNs(total), s.name, where(s)].forEach((text, i) => {
+        const td = document.createElement("td");
+        td.textContent = text;
+        if (i < 3) td.className = "num";
+        tr.appendChild(td);
+      });
+      frag.appendChild(tr);
+    }
+    body.replaceChildren(frag);
+  }
   function render() {
     renderSteps();
+    renderTasks();
     renderProcesses();
     renderThreads();
     drawFlame();
@@ -541,6 +595,7 @@
     if (!LIVE) applyReportProcess();
     viewChanged();
   });
+  $("task-choice").addEventListener("change", renderTasks);
   $("thread").addEventListener("change", (e) => { state.view.thread = Number(e.target.value); viewChanged(); });
   $("filter").addEventListener("input", (e) => {
     state.view.filter = e.target.value;

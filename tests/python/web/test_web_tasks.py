@@ -1,0 +1,109 @@
+"""asyncio tasks in the browser (issue 23): the HTML report and the live page of `pytrace
+web --file` have a task chooser; the chosen task shows its state, steps, running and
+waiting time (by what it awaited) and its logical calls. A real recording of
+tests/python/top/tasks_job.py (20 named tasks, each awaiting a 2 ms sleep 50 times through
+nap() and calling tally() after each); the figures on the page are compared with
+pytrace-top --json's (the same C aggregation, viewer/core/tasks.h)."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from helpers import PY
+from topkit import TOP
+from webkit import WebServer, _page, _wait, browser, needs_browser  # noqa: F401 (browser: a fixture)
+
+needs_tasks = pytest.mark.skipif(sys.version_info < (3, 12),
+                                reason="task records come from the sys.monitoring adapter (3.12+)")
+
+JOB = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "top", "tasks_job.py")
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    d = tmp_path_factory.mktemp("webtasks")
+    rec, html = d / "tasks.pytrace", d / "tasks.html"
+    for args in (["record", "-o", str(rec), "--", PY, JOB],
+                 ["export", "-f", "html", "-o", str(html), str(rec)]):
+        r = subprocess.run([PY, "-m", "pytrace", *args], capture_output=True, text=True, timeout=180)
+        assert r.returncode == 0, r.stderr
+    return d, rec, html
+
+
+def _top_tasks(rec):
+    r = subprocess.run([TOP, "--file", str(rec), "--once", "--json"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return {t["name"]: t for t in json.loads(r.stdout)["tasks"]}
+
+
+@needs_tasks
+@pytest.mark.skipif(TOP is None, reason="pytrace-top not built/installed")
+def test_report_embeds_the_tasks(recorded):
+    """The report's data holds every task with pytrace-top's figures and its logical calls."""
+    _d, rec, html = recorded
+    text = html.read_text()
+    data = json.loads(re.search(r'<script type="application/json" id="pytrace-data">(.*?)</script>', text,
+                                re.S).group(1))
+    top = _top_tasks(rec)
+    tasks = {t[1]: t for t in data["tasks"]["list"]}
+    workers = ["worker-%d" % i for i in range(20)]
+    assert set(workers) <= set(tasks)
+    assert data["tasks"]["seen"] == len(top) and data["tasks"]["folded"] == 0
+    names = {s[0]: s[1] for s in data["symbols"]}
+    for w in workers:
+        serial, name, coro, state, steps, run_ns, wait_ns, wait_by, awaits, fns = tasks[w]
+        t = top[w]
+        assert (serial, coro, state, steps, run_ns, wait_ns) == (t["id"], t["coroutine"], t["state"], t["steps"],
+                                                                 t["run_ns"], t["wait_ns"]), w
+        assert state == "done" and steps == 51 and run_ns > 0 and wait_ns >= 100_000_000
+        assert wait_by == {"sleep": wait_ns}
+        calls = {names[f[0]]: f[1] for f in fns}
+        assert (calls["worker"], calls["nap"], calls["tally"]) == (1, 50, 50), (w, calls)
+        assert fns[0][3] == max(f[3] for f in fns)   # by total time
+
+
+@needs_tasks
+@needs_browser
+@pytest.mark.skipif(TOP is None, reason="pytrace-top not built/installed")
+def test_report_and_live_page_choose_a_task(recorded, browser):  # noqa: F811
+    d, rec, html = recorded
+    top = _top_tasks(rec)
+    srv = WebServer(d, ["--file", str(rec)])
+    try:
+        for name, url in (("report", "file://" + str(html)), ("live", srv.url)):
+            errors = []
+            context, page = _page(browser, errors)
+            page.goto(url)
+            _wait(page, "document.querySelector('#tasks-summary').textContent.includes('%d tasks seen')" % len(top))
+            assert page.evaluate("!document.querySelector('#tasks-section').hidden")
+            options = page.evaluate("[...document.querySelectorAll('#task-choice option')].map(o => o.textContent)")
+            assert sum(o.startswith("worker-") for o in options) == 20, (name, options)
+            page.select_option("#task-choice", str(top["worker-7"]["id"]))
+            _wait(page, "document.querySelector('#task-detail').textContent.startsWith('worker-7 ')")
+            detail = page.evaluate("document.querySelector('#task-detail').textContent")
+            assert "done" in detail and "51 steps" in detail and "sleep" in detail, (name, detail)
+            rows = page.evaluate("[...document.querySelectorAll('#task-fns tbody tr')]"
+                                 ".map(tr => [...tr.children].map(td => td.textContent))")
+            calls = {r[3]: int(r[0]) for r in rows}
+            assert (calls["worker"], calls["nap"], calls["tally"]) == (1, 50, 50), (name, rows)
+            assert errors == [], errors
+            context.close()
+    finally:
+        srv.stop()
+
+
+def test_no_task_section_without_tasks(tmp_path):
+    """A job without asyncio: no tasks in the report's data, the section stays hidden."""
+    job = tmp_path / "plain.py"
+    job.write_text("def f():\n    return 1\n\nfor _ in range(10):\n    f()\n")
+    rec, html = tmp_path / "p.pytrace", tmp_path / "p.html"
+    for args in (["record", "-o", str(rec), "--", PY, str(job)], ["export", "-f", "html", "-o", str(html), str(rec)]):
+        r = subprocess.run([PY, "-m", "pytrace", *args], capture_output=True, text=True, timeout=180)
+        assert r.returncode == 0, r.stderr
+    data = json.loads(re.search(r'<script type="application/json" id="pytrace-data">(.*?)</script>',
+                                html.read_text(), re.S).group(1))
+    assert data["tasks"] is None
