@@ -730,7 +730,8 @@ static void pf_destroy(ex_t *e)
         deflateEnd(&pf->pf_z);
     free(pf->pf_batch);
     free(pf->pf_zout);
-    for (pf_thr_t *t = pf->thr; t < pf->thr + pf->cap_thr; t++) {
+    for (uint32_t i = 0; i < pf->cap_thr; i++) { /* (pf->thr is NULL when no thread came) */
+        pf_thr_t *t = &pf->thr[i];
         free(t->pf_interned);
         free(t->pf_wait);
         free(t->wait_flows);
