@@ -254,10 +254,10 @@ static int on_task(void *ctx, pt_walk_thread_t *wt, uint8_t kind, uint32_t id, u
                    unsigned flags)
 {
     ex_t *e = ctx;
+    if (!e->tasks) /* the other writers: as before task records existed */
+        return 0;
     thr_t *t = thr_of(e, wt);
     (void)ex_now(e, t, ticks);
-    if (!e->tasks)
-        return 0;
     int is_task = 1;
     if (kind != PT_EV_TASK_AWAIT || aux == PT_AWAIT_TASK) {
         uint32_t s = pt_cct_sym(e->cct, t->proc, id);
