@@ -783,6 +783,108 @@ err:
     return NULL;
 }
 
+PyDoc_STRVAR(tasks_doc,
+             "tasks(process=0) -> dict: pt_agg_tasks of that process (viewer/core/tasks.h holds the rules): seen, "
+             "folded, folded_steps, folded_run_ns, folded_wait_ns, malformed, and 'tasks': the kept tasks in order "
+             "of first sight, each (symbol, name, coroutine, serial, state, steps, run_ns, wait_ns, wait_by, awaits, "
+             "functions): state a name (pending, running, done, cancelled, failed); wait_by {kind name: ns} over "
+             "every await kind and 'other'; awaits ((kind name, name, awaited task's symbol or None), ...) of a "
+             "pending task; functions ((symbol, name, file, line, logical calls, self_ns, total_ns), ...) "
+             "unordered.");
+
+/* One task of pt_agg_tasks as the tuple tasks_doc describes; NULL with an exception set. */
+static PyObject *task_tuple(const pt_agg_task_t *k)
+{
+    PyObject *wait_by = PyDict_New(), *awaits = PyTuple_New((Py_ssize_t)k->await_count);
+    PyObject *fns = PyTuple_New((Py_ssize_t)k->fn_count);
+    if (!wait_by || !awaits || !fns)
+        goto err;
+    for (unsigned w = 0; w <= PT_TASKS_WAIT_OTHER; w++)
+        SET(wait_by, pt_tasks_await_name(w), U64(k->wait_by_ns[w]));
+    for (uint32_t j = 0; j < k->await_count; j++) {
+        const pt_agg_task_await_t *a = &k->awaits[j];
+        PyObject *task = a->kind == PT_AWAIT_TASK ? PyLong_FromUnsignedLong(a->symbol) : Py_NewRef(Py_None);
+        PyObject *name = str_of(a->name);
+        if (!task || !name) {
+            Py_XDECREF(task);
+            Py_XDECREF(name);
+            goto err;
+        }
+        PyObject *t = Py_BuildValue("(sNN)", pt_tasks_await_name(a->kind), name, task); /* N: taken even on failure */
+        if (!t)
+            goto err;
+        PyTuple_SET_ITEM(awaits, (Py_ssize_t)j, t);
+    }
+    for (uint32_t j = 0; j < k->fn_count; j++) {
+        const pt_agg_task_fn_t *f = &k->fns[j];
+        PyObject *name = str_of(f->name), *file = str_of(f->file);
+        if (!name || !file) {
+            Py_XDECREF(name);
+            Py_XDECREF(file);
+            goto err;
+        }
+        PyObject *t = Py_BuildValue("(INNIKKK)", f->symbol, name, file, f->line, (unsigned long long)f->calls,
+                                    (unsigned long long)f->excl_ns, (unsigned long long)f->incl_ns);
+        if (!t)
+            goto err;
+        PyTuple_SET_ITEM(fns, (Py_ssize_t)j, t);
+    }
+    PyObject *name = str_of(k->name), *coro = name ? str_of(k->coro) : NULL;
+    if (!name || !coro) {
+        Py_XDECREF(name);
+        goto err;
+    }
+    return Py_BuildValue("(INNIsKKKNNN)", k->symbol, name, coro, k->serial, pt_tasks_state_name(k->state),
+                         (unsigned long long)k->steps, (unsigned long long)k->run_ns,
+                         (unsigned long long)k->wait_ns, wait_by, awaits, fns);
+err:
+    Py_XDECREF(wait_by);
+    Py_XDECREF(awaits);
+    Py_XDECREF(fns);
+    return NULL;
+}
+
+static PyObject *agg_tasks(agg_obj_t *self, PyObject *args, PyObject *kw)
+{
+    pt_agg_t *agg = agg_lock_process_arg(self, args, kw, "|n:tasks");
+    if (!agg)
+        return NULL;
+    pt_agg_tasks_t ts;
+    int rc = pt_agg_tasks(agg, &ts);
+    if (rc) {
+        agg_unlock(self);
+        return raise_rc(rc);
+    }
+    /* the tuples are built under the lock: the names are the aggregation's */
+    PyObject *list = PyList_New((Py_ssize_t)ts.count), *d = NULL;
+    for (size_t i = 0; list && i < ts.count; i++) {
+        PyObject *t = task_tuple(&ts.tasks[i]);
+        if (!t) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, t);
+    }
+    agg_unlock(self);
+    if (!list || !(d = PyDict_New()))
+        goto err;
+    SET(d, "seen", U64(ts.seen));
+    SET(d, "folded", U64(ts.folded));
+    SET(d, "folded_steps", U64(ts.folded_steps));
+    SET(d, "folded_run_ns", U64(ts.folded_run_ns));
+    SET(d, "folded_wait_ns", U64(ts.folded_wait_ns));
+    SET(d, "malformed", U64(ts.malformed));
+    SET(d, "tasks", Py_NewRef(list));
+    Py_DECREF(list);
+    pt_agg_tasks_free(&ts);
+    return d;
+err:
+    Py_XDECREF(list);
+    Py_XDECREF(d);
+    pt_agg_tasks_free(&ts);
+    return NULL;
+}
+
 PyDoc_STRVAR(timeline_doc,
              "timeline(thread=0, window=0.0, since=0, group=1, process=0) -> dict(slice_ns, group, first_slice, last_slice, "
              "origin_ns, cells): per cell of `group` slices and thread, (first slice, thread, top symbol id or "
@@ -887,6 +989,7 @@ static PyMethodDef agg_methods[] = {
     {"tree", (PyCFunction)(void (*)(void))agg_tree, METH_VARARGS | METH_KEYWORDS, tree_doc},
     {"timeline", (PyCFunction)(void (*)(void))agg_timeline, METH_VARARGS | METH_KEYWORDS, timeline_doc},
     {"steps", (PyCFunction)(void (*)(void))agg_steps, METH_VARARGS | METH_KEYWORDS, steps_doc},
+    {"tasks", (PyCFunction)(void (*)(void))agg_tasks, METH_VARARGS | METH_KEYWORDS, tasks_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -421,6 +421,11 @@ def stacks_from_segment(pid, wait=0.5):
     hub: it serves a reader that joins late every thread's open frames as Frame records
     (the walk's own stacks), so those are complete. Raises OSError (no segment, or a
     reader that is not a hub holds it)."""
+    return _read_segment(pid, wait)[:3]
+
+
+def _read_segment(pid, wait=0.5):
+    """stacks_from_segment's (segment, hub, threads), and the lines of the await graph."""
     from .profile import Profile
     from .reader import is_hub_client, open_reader
 
@@ -431,12 +436,16 @@ def stacks_from_segment(pid, wait=0.5):
     prof = Profile(window=1.0, slice_seconds=1.0)
     deadline = time.monotonic() + wait
     got = False
+    late = hub is not None       # a hub serves a late reader the stacks, not the task records
     try:
         while True:
             batch = reader.poll(1 << 20)
             if batch:
                 got = True
                 prof.feed_many(batch)     # messages the verifier refuses are skipped
+                # a thread met mid-stream (a previous reader took its start): its tasks'
+                # earlier records are gone too
+                late = late or any(not t.complete for t in prof.stacks() if not t.ended)
             elif got and all(t.complete for t in prof.stacks() if not t.ended):
                 break                     # (a hub's first answer may take a moment)
             if reader.finished or time.monotonic() >= deadline:
@@ -453,7 +462,77 @@ def stacks_from_segment(pid, wait=0.5):
         out.append({"tid": t.os_tid, "name": _printable(t.name), "state": "",
                     "frames": [_frame_line(f) for f in reversed(t.frames)], "complete": bool(t.complete)})
     out.sort(key=lambda t: (t["tid"] != pid, t["tid"]))
-    return segment, hub, out
+    return segment, hub, out, await_graph(prof.tasks(), prof.tasks_summary(), late)
+
+
+def _task_label(task):
+    return "%s [%s] %s" % (_printable(task.name), _printable(task.coroutine), task.state)
+
+
+def await_graph(tasks, summary, late=False):
+    """The lines of dump's await graph: the tasks not yet done (pytrace.Profile.tasks(), the C
+    core's picture of the stream at its end, i.e. at the dump) as a tree of who awaits whom,
+    like `python -m asyncio pstree`: a task's children are the tasks it awaits, and what else
+    it awaits (a sleep, a lock, I/O ...) is a leaf. A task awaited by several shows under each,
+    its own awaits under one of them only; one that awaits a task of its own chain (a cycle)
+    says so."""
+    joined_late = "(the stream was joined late: a task that has not run since is not known)"
+    if not summary["seen"] and late:
+        return ["No asyncio task records in what dump read " + joined_late]
+    if not summary["seen"]:
+        return ["No asyncio task records in the stream (they are written on Python 3.12+ with C calls "
+                "traced, while task records are on; or no task has run)."]
+    by_id = {t.id: t for t in tasks}
+    live = [t for t in tasks if t.state in ("pending", "running")]
+    awaited = {a.task_id for t in live for a in t.awaits if a.task_id is not None}
+    lines = ["Await graph: %d asyncio task%s not done, who awaits whom (%d done, cancelled or failed "
+             "not shown)" % (len(live), "" if len(live) == 1 else "s", summary["seen"] - len(live))]
+    if late:
+        lines.append("    " + joined_late)
+    if summary["malformed"]:
+        lines.append("    (%d task records ignored as damage)" % summary["malformed"])
+    shown = set()
+
+    def kids_of(task, chain):
+        """[((text, task to expand or None), last)] of what task awaits."""
+        kids = []
+        for a in task.awaits:
+            child = by_id.get(a.task_id) if a.task_id is not None else None
+            if a.task_id is None:
+                kids.append(("%s: %s" % (a.kind, _printable(a.name)), None))
+            elif child is None:
+                kids.append(("task %s (not known)" % _printable(a.name), None))
+            elif child.id in chain:
+                kids.append(("%s (awaits its own awaiter: a cycle)" % _task_label(child), None))
+            elif child.id in shown:
+                kids.append(("%s (awaited elsewhere too: its awaits are shown there)" % _task_label(child), None))
+            else:
+                shown.add(child.id)     # each task's awaits are expanded once
+                kids.append((_task_label(child), child))
+        return [(k, i == len(kids) - 1) for i, k in enumerate(kids)]
+
+    def tree(root):
+        # depth-first without recursion: a chain of awaits may be longer than Python's stack
+        lines.append(_task_label(root))
+        shown.add(root.id)
+        stack = [(iter(kids_of(root, {root.id})), "", {root.id})]
+        while stack:
+            kids, prefix, chain = stack[-1]
+            item = next(kids, None)
+            if item is None:
+                stack.pop()
+                continue
+            (text, child), last = item
+            lines.append(prefix + ("`-- " if last else "|-- ") + text)
+            if child is not None:
+                inner = chain | {child.id}
+                stack.append((iter(kids_of(child, inner)), prefix + ("    " if last else "|   "), inner))
+
+    # the tasks no live task awaits, then any not reached from them (awaited in a cycle only)
+    for t in [t for t in live if t.id not in awaited] + [t for t in live if t.id in awaited]:
+        if t.id not in shown:
+            tree(t)
+    return lines
 
 
 def _segment_holder(pid):
@@ -470,7 +549,7 @@ def _segment_holder(pid):
 
 # ---- command line ---------------------------------------------------------------------
 
-def _print(target, source, threads):
+def _print(target, source, threads, tasks=None):
     head = "Process %d: %s" % (target.pid, _printable(target.cmdline or target.exe or "?"))
     print(head)
     print("Python %s; %s; innermost frame first" % (
@@ -487,6 +566,10 @@ def _print(target, source, threads):
                   "blocked, or its ring is full)")
         elif not t["frames"]:
             print("    (no Python frame)")
+    if tasks:
+        print()
+        for line in tasks:
+            print(line)
 
 
 def main(argv=None):
@@ -516,14 +599,14 @@ def main(argv=None):
         segment = None
     if segment:
         try:
-            name, hub, threads = stacks_from_segment(pid)
+            name, hub, threads, tasks = _read_segment(pid)
             source = "stacks from its pytrace segment %s" % _printable(name)
             if hub is not None:
                 source += " through the hub that holds it%s" % (" (pid %d)" % hub if hub is not True else "")
             if all(t["complete"] for t in threads) or denied is not None:
-                _print(target, source, threads)
+                _print(target, source, threads, tasks)
                 return 0
-            partial = (source, threads)
+            partial = (source, threads, tasks)
         except OSError as e:
             busy = e                        # another reader holds it, or it just ended
     if denied is not None:
@@ -554,7 +637,8 @@ def main(argv=None):
             return 0
         _say(str(e))
         return 1
-    _print(target, "stacks read from its memory (nothing runs in it)", threads)
+    # what the segment read first tells of the tasks (joined late: says so)
+    _print(target, "stacks read from its memory (nothing runs in it)", threads, partial[2] if partial else None)
     return 0
 
 

@@ -30,6 +30,10 @@ records after a gap replaces what the gap hid); `complete` is False for a thread
 mid-stream (its older frames were read by an earlier reader) until a Frame run reports it.
 `pytrace dump` prints these.
 
+`tasks()` is the per-task picture of an asyncio program (Python 3.12+: viewer/core/tasks.h's
+rules through pt_agg_tasks): each task's state, steps, running and waiting time by what it
+awaited, what it awaits now (dump's await graph) and its own table of logical calls.
+
 A stream may hold several processes: a recording of a job that forked or spawned children
 (`pytrace record` follows them by default), a hub that follows a job's children, a
 `pytrace merge`. Each process keeps its own threads, functions and clock (the rule of
@@ -47,7 +51,7 @@ import os
 from collections import namedtuple
 
 __all__ = ["Profile", "Function", "Node", "ThreadInfo", "SymbolInfo", "Timeline", "TimelineCell",
-           "ThreadStack", "StackFrame", "ProcessEntry"]
+           "ThreadStack", "StackFrame", "ProcessEntry", "Task", "TaskFunction", "TaskAwait"]
 
 Function = namedtuple("Function", "id kind name file line calls prim_calls self_ns total_ns self_pct total_pct")
 Function.__doc__ = ("A row of the function table (pytrace-top's columns): calls and primitive calls, self "
@@ -83,6 +87,24 @@ StackFrame.__doc__ = ("An open entry of a thread's stack: kind 'python', 'c' or 
                       "name is the span's); symbol_kind the Symbol's kind (pytrace.reader.SymbolKind, -1 if "
                       "never announced); start_ns: when it began, in ns since the first event of the stream, "
                       "or None when only a Frame record reported it (reported True: its call was not seen).")
+
+Task = namedtuple("Task", "id name coroutine serial state steps run_ns wait_ns wait_by awaits functions")
+Task.__doc__ = ("An asyncio task of the stream (viewer/core/tasks.h holds the rules): id, its Task symbol; "
+                "name, the task's name at its first step; coroutine, its coroutine's __qualname__; serial, "
+                "its number in the process (1, 2, ...); state: pending, running, done, cancelled or "
+                "failed; steps it ran; run_ns, the wall time of its steps; wait_ns, the time between "
+                "its steps, and wait_by {kind: ns} what it was charged to (future, task, sleep, io, "
+                "thread, sync; other: the suspend named nothing); awaits: (TaskAwait, ...) what a "
+                "pending task awaits now; functions: (TaskFunction, ...) of its own call tree, most "
+                "total time first.")
+TaskAwait = namedtuple("TaskAwait", "kind name task_id")
+TaskAwait.__doc__ = ("What a pending task awaits: kind (future, task, sleep, io, thread, sync), name (the "
+                     "awaited task's name, else a label: asyncio.sleep, Event.wait, ...) and task_id, the "
+                     "awaited task's Task.id (None when kind is not task).")
+TaskFunction = namedtuple("TaskFunction", "id name file line calls self_ns total_ns")
+TaskFunction.__doc__ = ("A function of a task's own table: LOGICAL calls (one per coroutine call, however many "
+                        "times it was resumed), self time and total time of its running pieces (not the "
+                        "time it was suspended; outermost activations only), in ns.")
 
 _FRAME_KINDS = ("python", "c", "span")   # enum pt_walk_frame_kind (viewer/core/walk.h)
 
@@ -224,6 +246,27 @@ class Profile:
             symbols = self.symbols(process)
             s = symbols.get(sym_id)
         return s
+
+    def tasks(self, process=0):
+        """[Task]: the asyncio tasks of that process in order of first sight (Python 3.12+ with task
+        records on; an empty list otherwise). Done tasks past the core's budget are folded:
+        tasks_summary() counts them."""
+        out = []
+        for sym, name, coro, serial, state, steps, run_ns, wait_ns, wait_by, awaits, fns in \
+                self._agg.tasks(process=process)["tasks"]:
+            functions = sorted((TaskFunction(*f) for f in fns), key=lambda f: (-f.total_ns, f.name, f.id))
+            out.append(Task(sym, name, coro, serial, state, steps, run_ns, wait_ns, wait_by,
+                            tuple(TaskAwait(*a) for a in awaits), tuple(functions)))
+        return out
+
+    def tasks_summary(self, process=0):
+        """dict: seen (tasks seen), kept (those tasks() lists), folded (done tasks folded past the
+        core's budget) with their folded_steps, folded_run_ns and folded_wait_ns, and malformed
+        (task records ignored as damage); seen == kept + folded."""
+        d = self._agg.tasks(process=process)
+        tasks = d.pop("tasks")
+        d["kept"] = len(tasks)
+        return d
 
     # ---- views ----------------------------------------------------------
     @staticmethod

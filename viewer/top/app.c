@@ -290,6 +290,9 @@ void App_refresh(App *app)
     }
     if (app->panel == &FlamePanel_class)
         pt_agg_tree(app->agg, &fq, &app->tree);
+    pt_agg_tasks_free(&app->tasks);
+    if (app->panel == &TasksPanel_class && pt_agg_tasks(app->agg, &app->tasks))
+        snprintf(app->error, sizeof app->error, "out of memory while listing the tasks; the task table is empty");
     if (pt_agg_steps(app->agg, app->thread, &app->steps))
         memset(&app->steps, 0, sizeof app->steps);
     pt_agg_counters(app->agg, &app->counters);
@@ -406,6 +409,7 @@ void App_done(App *app)
 {
     pt_agg_table_free(&app->table);
     pt_agg_tree_free(&app->tree);
+    pt_agg_tasks_free(&app->tasks);
     Source_close(app->source);
     for (size_t i = 0; i < pt_aggset_count(app->set); i++)
         if (i != app->proc)

@@ -36,6 +36,7 @@ typedef struct PanelClass {
 extern const PanelClass TablePanel_class;
 extern const PanelClass FlamePanel_class;
 extern const PanelClass ThreadsPanel_class; /* the thread list (threads.c), opened by T */
+extern const PanelClass TasksPanel_class;   /* asyncio tasks (taskview.c), opened by A */
 
 #define APP_PATH_MAX 256
 #define APP_FILTER_MAX 128
@@ -91,6 +92,17 @@ typedef struct App {
     const PanelClass *threads_back;
     uint64_t threads_cursor;
     int threads_scroll;
+
+    /* task mode (taskview.c, A): the shown process's asyncio tasks (viewer/core/tasks.h),
+     * refreshed while the panel is shown; the panel it returns to; the task under the
+     * cursor (its Task symbol, so it stays on its task while the order changes); the
+     * task whose logical calls are shown (tasks_open), or the table of tasks */
+    pt_agg_tasks_t tasks;
+    const PanelClass *tasks_back;
+    int tasks_by_wait;       /* sort: 0 by running time, 1 by waiting time */
+    int tasks_have_cursor, tasks_open;
+    uint32_t tasks_cursor;
+    int tasks_scroll, tasks_fn_scroll;
 
     int help;                /* the help screen is shown over the panel (?); any key closes it */
 
@@ -167,6 +179,8 @@ void App_threadName(const pt_agg_thread_info_t *ti, char *out, size_t cap);
 /* A CPU meter as text: "98.7%", "n/a" (a recording, or nothing the kernel would
  * tell), "-" (no full period yet). */
 void App_cpuText(const App *app, const CpuMeter *m, char *out, size_t cap);
+/* Open the task mode over the current panel (A). */
+void TasksPanel_open(App *app);
 /* Open the thread list over the current panel (T). */
 void ThreadsPanel_open(App *app);
 /* The time a row or tree node shows in the current time mode (app->time_cpu):

@@ -6,6 +6,7 @@
  */
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -14,6 +15,7 @@
 #include "shm/clock.h"
 #include "text.h"
 #include "top.h"
+#include "viewer/core/tasks.h"
 
 /* A live stream: what is there now, then --duration seconds more (or until
  * the job ends), sampling the job's CPU meanwhile. */
@@ -116,6 +118,89 @@ static void Headless_jsonSteps(App *app)
            (unsigned long long)st->slowest, (unsigned long long)st->max_ns, (unsigned long long)st->total_ns,
            (unsigned long long)st->running_ns, (unsigned long long)st->kept, (unsigned long long)st->folded,
            (unsigned long long)st->tree_missed, app->step_mode ? "true" : "false");
+}
+
+static int Headless_fnByTotal(const void *x, const void *y)
+{
+    const pt_agg_task_fn_t *a = x, *b = y;
+    if (a->incl_ns != b->incl_ns)
+        return a->incl_ns < b->incl_ns ? 1 : -1;
+    if (a->excl_ns != b->excl_ns)
+        return a->excl_ns < b->excl_ns ? 1 : -1;
+    return a->symbol < b->symbol ? -1 : a->symbol > b->symbol;
+}
+
+/* "tasks": the asyncio tasks (viewer/core/tasks.h) of the shown process, of every
+ * process when the functions add them all up ("process" says whose), in order of
+ * first sight; each one's logical calls by total time (agg.h: ns, as every figure
+ * here). [] for a job without tasks, as "steps" has count 0. "tasks_summary": seen
+ * = kept + folded (done tasks past the core's budget: their rows are gone, their
+ * totals in folded_*), malformed: task records ignored as damage. */
+static void Headless_jsonTasks(App *app)
+{
+    char a[2048], b[2048], c[2048];
+    uint64_t seen = 0, kept = 0, folded = 0, malformed = 0, f_steps = 0, f_run = 0, f_wait = 0;
+    int first = 1, failed = 0;
+    printf("  \"tasks\": [");
+    for (size_t p = 0; p < pt_aggset_count(app->set); p++) {
+        if (p != app->proc && !(app->merged && pt_aggset_count(app->set) > 1))
+            continue;
+        pt_agg_tasks_t ts;
+        if (pt_agg_tasks(pt_aggset_agg(app->set, p), &ts)) {
+            failed = 1;
+            continue;
+        }
+        seen += ts.seen;
+        kept += ts.count;
+        folded += ts.folded;
+        malformed += ts.malformed;
+        f_steps += ts.folded_steps;
+        f_run += ts.folded_run_ns;
+        f_wait += ts.folded_wait_ns;
+        for (size_t i = 0; i < ts.count; i++) {
+            const pt_agg_task_t *t = &ts.tasks[i];
+            Text_json(t->name ? t->name : "", a, sizeof a);
+            Text_json(t->coro ? t->coro : "", b, sizeof b);
+            printf("%s\n    {\"name\": \"%s\", \"id\": %u, \"coroutine\": \"%s\", \"process\": %u, \"state\": \"%s\", "
+                   "\"steps\": %llu, \"run_ns\": %llu, \"wait_ns\": %llu, \"wait_by\": {",
+                   first ? "" : ",", a, t->serial, b, pt_aggset_tag(app->set, p), pt_tasks_state_name(t->state),
+                   (unsigned long long)t->steps, (unsigned long long)t->run_ns, (unsigned long long)t->wait_ns);
+            first = 0;
+            for (unsigned k = 0; k <= PT_TASKS_WAIT_OTHER; k++) /* every kind: they add up to wait_ns */
+                printf("%s\"%s\": %llu", k ? ", " : "", pt_tasks_await_name(k), (unsigned long long)t->wait_by_ns[k]);
+            printf("}, \"awaits\": [");
+            for (uint32_t j = 0; j < t->await_count; j++) {
+                Text_json(t->awaits[j].name ? t->awaits[j].name : "", a, sizeof a);
+                printf("%s{\"kind\": \"%s\", \"name\": \"%s\"}", j ? ", " : "", pt_tasks_await_name(t->awaits[j].kind),
+                       a);
+            }
+            printf("], \"functions\": [");
+            pt_agg_task_fn_t *fns = malloc((t->fn_count ? t->fn_count : 1) * sizeof *fns);
+            if (!fns) {
+                failed = 1;
+            } else {
+                memcpy(fns, t->fns, t->fn_count * sizeof *fns);
+                qsort(fns, t->fn_count, sizeof *fns, Headless_fnByTotal);
+                for (uint32_t j = 0; j < t->fn_count; j++) {
+                    Text_json(fns[j].name ? fns[j].name : "", a, sizeof a);
+                    Text_json(fns[j].file ? fns[j].file : "", c, sizeof c);
+                    printf("%s\n      {\"name\": \"%s\", \"file\": \"%s\", \"line\": %u, \"calls\": %llu, "
+                           "\"self_ns\": %llu, \"total_ns\": %llu}",
+                           j ? "," : "", a, c, fns[j].line, (unsigned long long)fns[j].calls,
+                           (unsigned long long)fns[j].excl_ns, (unsigned long long)fns[j].incl_ns);
+                }
+                free(fns);
+            }
+            printf("%s]}", t->fn_count ? "\n    " : "");
+        }
+        pt_agg_tasks_free(&ts);
+    }
+    printf("%s],\n", first ? "" : "\n  ");
+    printf("  \"tasks_summary\": {\"seen\": %llu, \"kept\": %llu, \"folded\": %llu, \"malformed\": %llu, "
+           "\"folded_steps\": %llu, \"folded_run_ns\": %llu, \"folded_wait_ns\": %llu, \"complete\": %s},\n",
+           (unsigned long long)seen, (unsigned long long)kept, (unsigned long long)folded,
+           (unsigned long long)malformed, (unsigned long long)f_steps, (unsigned long long)f_run,
+           (unsigned long long)f_wait, failed ? "false" : "true");
 }
 
 static void Headless_json(App *app, const Options *o)
@@ -231,6 +316,7 @@ static void Headless_json(App *app, const Options *o)
     }
     printf("\n  ],\n");
     Headless_jsonSteps(app);
+    Headless_jsonTasks(app);
     printf("  \"functions\": [");
     for (size_t i = 0; i < app->table.count && (o->limit <= 0 || (int)i < o->limit); i++) {
         const pt_agg_row_t *r = &app->table.rows[i];

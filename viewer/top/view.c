@@ -152,7 +152,9 @@ static void App_draw(App *app)
              source, (unsigned long long)(pt_aggset_count(app->set) > 1 ? pi->pid : app->stats.pid), state, app->paused ? " PAUSED" : "",
              cpu, App_timeName(app), speed,
              (unsigned long long)dropped, other_losses ? "  " : "", losses, threads, app->window_seconds, win, app->panel->name,
-             app->step_mode ? "last step" : app->panel == &TablePanel_class ? (app->table_window ? "window" : "whole run") : "window", cmd);
+             app->step_mode && app->panel != &TasksPanel_class ? "last step"
+             : app->panel == &TablePanel_class ? (app->table_window ? "window" : "whole run")
+             : app->panel == &TasksPanel_class ? "whole run" : "window", cmd);
     App_drawLine(0, CRT_attr(app->status.ended || app->status.died ? CRT_C_ENDED : CRT_C_HEADER) | A_BOLD, line);
     int top = 1;
     if (dropped) {
@@ -234,7 +236,7 @@ static void App_draw(App *app)
         app->panel->draw(app, top, rows, COLS);
     if (rows > 0 && app->help)
         Help_draw(top, rows, COLS);
-    snprintf(line, sizeof line, " ?:help q:quit space:pause Tab:%s c:%s s:%s T:threads%s /:filter +/-:window  %s  [sort %s %s]",
+    snprintf(line, sizeof line, " ?:help q:quit space:pause Tab:%s c:%s s:%s T:threads A:tasks%s /:filter +/-:window  %s  [sort %s %s]",
              app->panel == &TablePanel_class ? "flame" : "table", app->time_cpu ? "wall" : "CPU",
              app->step_mode ? "all" : "last step",
              pt_aggset_count(app->set) > 1 ? " P:process" : "",
@@ -283,6 +285,9 @@ static PanelResult App_onKey(App *app, int ch)
         return PANEL_REFRESH;
     case '\t': case 'v':
         app->panel = app->panel == &TablePanel_class ? &FlamePanel_class : &TablePanel_class;
+        return PANEL_REFRESH;
+    case 'A': /* task mode (taskview.c): the asyncio tasks; Enter there shows one's logical calls */
+        TasksPanel_open(app);
         return PANEL_REFRESH;
     case 'T': /* the thread list (threads.c); Enter there picks one */
         ThreadsPanel_open(app);
