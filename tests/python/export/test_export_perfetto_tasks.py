@@ -40,6 +40,8 @@ async def main():
 asyncio.run(main())
 '''
 
+RECORDINGS = {}  # the job's recording, for the tests that read it another way
+
 
 @pytest.fixture(scope="module")
 def job_trace(tmp_path_factory):
@@ -54,6 +56,7 @@ def job_trace(tmp_path_factory):
     flows = {}
     tracks, processes, slices, instants, _n, _b = read_trace(out, flows=flows)
     task_tracks = {u: name for u, (pid, tid, name) in tracks.items() if pid is None and name != "Steps"}
+    RECORDINGS["job"] = rec
     return out, tracks, processes, slices, instants, flows, task_tracks
 
 
@@ -96,6 +99,24 @@ def test_one_slice_per_logical_call_across_resumptions(job_trace):
         assert len(waits) == 50                                   # one per suspend, inside its sleep
         for s in sleeps:                                          # each sleep waited once, inside it
             assert [track[c][0] for c in s[6]].count("await asyncio.sleep") == 1
+
+
+@recorded
+def test_task_slices_equal_the_task_tables_logical_calls(job_trace):
+    """The counts agree across views: on every task's track, the slices per function (not its
+    waits) are the logical calls of that task's table in Profile.tasks() (pytrace-top's)."""
+    import pytrace
+    _o, _t, _p, slices, _i, _f, task_tracks = job_trace
+    named = by_name(task_tracks)
+    tasks = pytrace.Profile.from_recording(str(RECORDINGS["job"])).tasks()
+    assert {t.name for t in tasks} == set(named)
+    for t in tasks:
+        table = collections.Counter()
+        for f in t.functions:
+            table[f.name] += f.calls
+        drawn = collections.Counter(s[0] for s in slices[named[t.name]]
+                                    if not s[7] and not s[0].startswith("await ") and s[0] != "waiting")
+        assert drawn == table, t.name
 
 
 @recorded
