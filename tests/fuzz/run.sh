@@ -28,7 +28,7 @@ fi
 [ "$step" != build ] || exit 0
 work=$(mktemp -d /tmp/pytrace-fuzz-XXXXXX)
 trap 'rm -rf "$work"' EXIT
-targets="fuzz_fb fuzz_agg fuzz_recfile fuzz_segment"
+targets="fuzz_fb fuzz_agg fuzz_recfile fuzz_segment fuzz_export"
 # Each target runs for its full time on one core; PYTRACE_FUZZ_JOBS of them at once (default:
 # the CPU count), so on 2 cores the four take two target-times of wall time, not four.
 jobs=${PYTRACE_FUZZ_JOBS:-$(nproc)}

@@ -175,7 +175,8 @@ static int on_enter(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t ticks
             return rc;
         t = thr_of(e, wt);
     }
-    return ex_push(t, s, now);
+    int rc = ex_push(t, s, now);
+    return rc || !e->tasks ? rc : pt_tasks_on_enter(e->tasks, wt, id, ticks, flags);
 }
 
 /* Filtering speedscope/perfetto: the call at stack level d (just popped)
@@ -215,7 +216,8 @@ static int on_leave(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t ticks
     t->depth--;
     if (e->filter && e->w->defers)
         return leave_filtered(e, wt, t->depth, now);
-    return e->w->close(e, wt, STACK_SYM(t->stack[t->depth]), t->starts[t->depth], now);
+    int rc = e->w->close(e, wt, STACK_SYM(t->stack[t->depth]), t->starts[t->depth], now);
+    return rc || !e->tasks ? rc : pt_tasks_on_exit(e->tasks, wt, id, ticks, flags);
 }
 
 /* A mark (id) or a gap (of `lost` events): written when it falls in [from_ns, to_ns]. */
@@ -240,12 +242,38 @@ static int mark_or_gap(ex_t *e, pt_walk_thread_t *wt, uint32_t id, uint64_t tick
 
 static int on_instant(void *ctx, pt_walk_thread_t *wt, uint32_t id, uint64_t ticks, unsigned flags)
 {
+    ex_t *e = ctx;
+    if (e->tasks)
+        pt_tasks_on_tick(e->tasks, wt, ticks);
     return mark_or_gap(ctx, wt, id, ticks, 0, 0, flags);
+}
+
+/* Task records (walk.h, TASKS), for a writer that shows tasks: the ids that
+ * must name a Task symbol are checked against the symbol table (as agg.c does). */
+static int on_task(void *ctx, pt_walk_thread_t *wt, uint8_t kind, uint32_t id, uint16_t aux, uint64_t ticks,
+                   unsigned flags)
+{
+    ex_t *e = ctx;
+    if (!e->tasks) /* the other writers: as before task records existed */
+        return 0;
+    thr_t *t = thr_of(e, wt);
+    (void)ex_now(e, t, ticks);
+    int is_task = 1;
+    if (kind != PT_EV_TASK_AWAIT || aux == PT_AWAIT_TASK) {
+        uint32_t s = pt_cct_sym(e->cct, t->proc, id);
+        if (s == NONE)
+            return -ENOMEM;
+        is_task = ex_sym(e, s)->known && ex_sym(e, s)->kind == PT_SYM_TASK;
+    }
+    int rc = pt_tasks_on_task(e->tasks, wt, kind, id, aux, ticks, flags, is_task);
+    return rc ? rc : e->out.err;
 }
 
 static int on_gap(void *ctx, pt_walk_thread_t *wt, uint64_t ticks, uint64_t lost)
 {
     ex_t *e = ctx;
+    if (e->tasks)
+        pt_tasks_on_tick(e->tasks, wt, ticks);
     if (e->w->tree) /* its clock: the gap's time is nobody's (cct.h, pt_cct_gap), not the top frame's */
         return e->w->gap ? e->w->gap(e, wt, ticks, lost) : 0;
     return mark_or_gap(ctx, wt, NONE, ticks, lost, 1, 0);
@@ -265,6 +293,8 @@ static int on_cpu(void *ctx, pt_walk_thread_t *wt, uint64_t ticks, uint64_t cpu_
 {
     ex_t *e = ctx;
     e->cpu_records++;
+    if (e->tasks)
+        pt_tasks_on_tick(e->tasks, wt, ticks);
     thr_t *t = thr_of(e, wt);
     uint64_t now = ex_now(e, t, ticks); /* the tree: accounted up to the record first */
     if (e->w->cpu)
@@ -288,7 +318,8 @@ static const pt_walk_ops_t ex_ops = {.thread_new = on_thread_new,
                                      .exit = on_leave,
                                      .instant = on_instant,
                                      .gap = on_gap,
-                                     .cpu = on_cpu};
+                                     .cpu = on_cpu,
+                                     .task = on_task};
 
 /* ---- messages --------------------------------------------------------------- */
 
@@ -490,6 +521,7 @@ static double mono_now(void)
 static void ex_free(ex_t *e)
 {
     pt_walk_destroy(e->walk);
+    pt_tasks_destroy(e->tasks);
     if (e->ws && e->w->destroy)
         e->w->destroy(e);
     free(e->ws);
@@ -530,6 +562,11 @@ int pt_export_file(const char *recording, int out_fd, const pt_export_opts_t *op
         pt_walk_create(&ex_ops, e, &e->walk))
         goto out;
     pt_walk_check_symbols(e->walk); /* events naming ids never announced are damage (walk.h) */
+    if (e->w->tasks && !e->filter) {
+        if (pt_tasks_create(0, &e->tasks))
+            goto out;
+        pt_tasks_set_observer(e->tasks, e->w->tasks, e);
+    }
     if (e->w->init && (rc = e->w->init(e)) != 0)
         goto out;
     rc = -ENOMEM;

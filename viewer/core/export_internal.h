@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "cct.h"
+#include "tasks.h"
 #include "export.h"
 #include "walk.h"
 #include "grow_internal.h"
@@ -167,6 +168,7 @@ typedef struct ex {
     void *ws;             /* the writer's state */
     obuf_t out;
     pt_walk_t *walk;
+    pt_tasks_t *tasks;    /* asyncio tasks (tasks.h), when the writer shows them (w->tasks) */
     int started;
     int start_rc;         /* the writer's begin() */
     uint32_t first;       /* the process whose message started the output */
@@ -230,6 +232,9 @@ struct ex_writer {
     /* tree: the key a call's node is merged by (pt_cct_config_t.key_of); NULL: its id */
     uint32_t (*tree_key)(void *e, uint32_t proc, uint32_t id);
     int defers; /* filtering: opens are deferred (speedscope, perfetto) */
+    /* the writer's view of asyncio tasks (tasks.h, Timelines; ctx: the ex_t), fed
+     * without a time filter only; NULL: none */
+    const pt_tasks_observer_t *tasks;
     int (*init)(ex_t *e);
     void (*destroy)(ex_t *e);
     int (*proc_new)(ex_t *e, uint32_t proc);

@@ -102,7 +102,26 @@ typedef struct pf_thr {
     int step_open;         /* its Steps track's sequence and track are written */
     uint64_t step_last_ns; /* that sequence's clock */
     uint64_t cpu_first_ns, cpu_last_ns;
+    /* tasks: a Pending suspend whose wait slice is not written yet (its TaskAwait
+     * records, which name it, follow it); written before the sequence's next packet */
+    uint32_t wait_task;      /* index in pf_t.tasks + 1; 0: none pending */
+    uint64_t wait_ticks;
+    uint32_t wait_what;      /* symbol index of the first thing it awaits, NONE: none named */
+    uint32_t wait_count;     /* TaskAwait records */
+    uint64_t *wait_flows;    /* flows that start at the wait (awaits of tasks) */
+    uint32_t wait_nflows, wait_cap_flows;
 } pf_thr_t;
+
+/* An asyncio task's track (tasks.h, Timelines). */
+typedef struct pf_task {
+    uint32_t sym;       /* its Task symbol's index */
+    uint32_t thread;    /* the thread index whose sequence wrote its last packet */
+    int described;      /* its TrackDescriptor is written */
+    int waiting;        /* its innermost open slice is a wait */
+    uint32_t open;      /* slices open on its track (calls, and a wait) */
+    uint64_t *flows;    /* flows from its awaiters, terminated at its end */
+    uint32_t nflows, cap_flows;
+} pf_task_t;
 
 typedef struct pf {
     pf_thr_t *thr; /* per thread index */
@@ -111,6 +130,10 @@ typedef struct pf {
     size_t pf_blen, pf_zcap;
     z_stream pf_z;
     int pf_z_init;
+    pf_task_t *tasks;
+    uint32_t ntasks, cap_tasks;
+    pt_u64map_t task_map; /* task symbol index -> tasks index */
+    uint64_t flows;       /* flow ids given */
 } pf_t;
 
 /* A growable protobuf buffer (for the rare packets that are not fixed-size). */
@@ -446,6 +469,30 @@ static int pf_intern(ex_t *e, pf_thr_t *pt, uint32_t s, pb_t *pkt)
     return pb_done_all((pb_t *const[]){&en, &sl, &idata}, 3);
 }
 
+static int pf_wait_flush(ex_t *e, uint32_t index);
+static int pf_tasks_end(ex_t *e);
+
+/* The thread's sequence, ready for a packet at `ticks`: opened and named, the
+ * wait slice that waited for it written; *ns: the time on its clock, which
+ * only goes forward (a reused thread number). */
+static int pf_seq_ready(ex_t *e, uint32_t index, uint64_t ticks, uint64_t *ns)
+{
+    const thr_t *t = &e->thr[index];
+    pf_thr_t *pt = &((pf_t *)e->ws)->thr[index];
+    int64_t sns = chrome_ns(&e->procs[t->proc], ticks);
+    *ns = sns > 0 ? (uint64_t)sns : 0;
+    int rc = 0;
+    if (!pt->pf_open)
+        rc = pf_open_sequence(e, index, *ns);
+    else if (!pt->pf_named && t->name)
+        rc = pf_thread_descriptor(e, index);
+    if (!rc && pt->wait_task)
+        rc = pf_wait_flush(e, index);
+    if (*ns < pt->pf_last_ns)
+        *ns = pt->pf_last_ns;
+    return rc;
+}
+
 /* A TrackEvent on the thread's track at `now` (clamped ticks). type: its
  * TrackEvent.Type, with PF_CONTINUED for a BEGIN that continues an activation;
  * sym: a symbol index for BEGIN and INSTANT of a mark, NONE otherwise (an
@@ -454,21 +501,11 @@ static int pf_event(ex_t *e, pt_walk_thread_t *wt, unsigned type, uint32_t sym, 
 {
     const int continued = (type & PF_CONTINUED) != 0, gap = type == PF_INSTANT && sym == NONE;
     type &= ~PF_CONTINUED;
-    thr_t *t = thr_of(e, wt);
     pf_thr_t *pt = &((pf_t *)e->ws)->thr[wt->index];
-    int64_t sns = chrome_ns(&e->procs[t->proc], now);
-    uint64_t ns = sns > 0 ? (uint64_t)sns : 0;
-    if (!pt->pf_open) {
-        int rc = pf_open_sequence(e, wt->index, ns);
-        if (rc)
-            return rc;
-    } else if (!pt->pf_named && t->name) {
-        int rc = pf_thread_descriptor(e, wt->index);
-        if (rc)
-            return rc;
-    }
-    if (ns < pt->pf_last_ns) /* a reused thread number: its sequence's clock only goes forward */
-        ns = pt->pf_last_ns;
+    uint64_t ns;
+    int rc = pf_seq_ready(e, wt->index, now, &ns);
+    if (rc)
+        return rc;
     uint64_t delta = ns - pt->pf_last_ns;
     pt->pf_last_ns = ns;
     int interned_needed = sym != NONE && !((size_t)sym / 8 < pt->pf_icap && (pt->pf_interned[sym / 8] >> (sym % 8) & 1));
@@ -611,6 +648,9 @@ static int pf_end(ex_t *e, const pt_walk_counters_t *wc)
 {
     (void)wc;
     pf_t *pf = e->ws;
+    int trc = pf_tasks_end(e);
+    if (trc)
+        return trc;
     for (uint32_t i = 0; i < e->nthr; i++) { /* a name that came after the thread's last event */
         int rc = 0;
         if (pf->thr[i].pf_open && !pf->thr[i].pf_named)
@@ -690,11 +730,17 @@ static void pf_destroy(ex_t *e)
         deflateEnd(&pf->pf_z);
     free(pf->pf_batch);
     free(pf->pf_zout);
-    for (pf_thr_t *t = pf->thr; t < pf->thr + pf->cap_thr; t++) {
+    for (uint32_t i = 0; i < pf->cap_thr; i++) { /* (pf->thr is NULL when no thread came) */
+        pf_thr_t *t = &pf->thr[i];
         free(t->pf_interned);
         free(t->pf_wait);
+        free(t->wait_flows);
     }
     free(pf->thr);
+    for (uint32_t i = 0; i < pf->ntasks; i++)
+        free(pf->tasks[i].flows);
+    free(pf->tasks);
+    pt_u64map_free(&pf->task_map);
 }
 
 /* A slice opens (the instants that waited until `at` go first). */
@@ -799,7 +845,290 @@ static int pf_gap(ex_t *e, pt_walk_thread_t *wt, uint64_t now, uint64_t lost)
     return pf_instant(e, wt, NONE, now, lost);
 }
 
+/* ---- asyncio tasks: a track per task ------------------------------------------
+ * tasks.c reports, in stream order, what each task does (tasks.h, Timelines):
+ * its logical calls (one per call of a coroutine, however many resumptions),
+ * its steps and suspends, what it awaits. Each task has a track named after it
+ * (a child of its process's track, as thread tracks are) whose slices are its
+ * logical calls, and, between two steps, a slice "await X" named after the
+ * first thing it awaits ("await asyncio.sleep", "await worker-2", "+N more"
+ * when it awaits several). Its end is an instant named after its state (done,
+ * cancelled, failed). An await of a task starts a flow at the awaiter's wait
+ * slice that ends at the awaited task's end. The thread's own track is
+ * unchanged (the loop's frames and the task's, one slice per resumption).
+ * Task packets go on the sequence of the thread that runs the task (its clock
+ * goes forward with the thread's events, and a task's events are in time
+ * order), with TrackEvent.track_uuid set to the task's track. */
+
+static uint64_t pf_task_uuid(const ex_t *e, uint32_t sym)
+{
+    return ((pf_uuid(e, 0) & ~0xffffffffull) ^ 0x7461736b00000000ull) | ((uint64_t)sym + 1);
+}
+
+/* The writer's task for Task symbol `id` of the thread's process (created). */
+static pf_task_t *pf_task_of(ex_t *e, const pt_walk_thread_t *wt, uint32_t id)
+{
+    pf_t *pf = e->ws;
+    uint32_t s = pt_cct_sym(e->cct, e->thr[wt->index].proc, id);
+    if (s == NONE)
+        return NULL;
+    if (!pf->task_map.cap && pt_u64map_init(&pf->task_map, 64))
+        return NULL;
+    uint32_t i = pt_u64map_get(&pf->task_map, s);
+    if (i != PT_U64MAP_EMPTY)
+        return &pf->tasks[i];
+    if (pt_grow((void **)&pf->tasks, &pf->cap_tasks, sizeof *pf->tasks, pf->ntasks + 1) ||
+        pt_u64map_put(&pf->task_map, s, pf->ntasks))
+        return NULL;
+    pf->tasks[pf->ntasks] = (pf_task_t){.sym = s, .thread = wt->index};
+    return &pf->tasks[pf->ntasks++];
+}
+
+static void pb_fixed64s(pb_t *b, uint32_t field, const uint64_t *v, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        pb_varint(b, (uint64_t)field << 3 | 1u);
+        if (!pb_room(b, 8))
+            for (int k = 0; k < 8; k++)
+                b->p[b->len++] = (uint8_t)(v[i] >> (8 * k));
+    }
+}
+
+/* A TrackEvent on task k's track, on the sequence of thread `index` at `ticks`:
+ * type; a name (sym: a symbol index, interned; else `name`); flows it starts
+ * (out) or ends (in). */
+static int pf_task_event(ex_t *e, uint32_t index, pf_task_t *k, unsigned type, uint32_t sym, const char *name,
+                         int continued, const uint64_t *out, uint32_t nout, const uint64_t *in, uint32_t nin,
+                         uint64_t ticks)
+{
+    pf_thr_t *pt = &((pf_t *)e->ws)->thr[index];
+    uint64_t ns;
+    int rc = pf_seq_ready(e, index, ticks, &ns);
+    if (rc)
+        return rc;
+    k->thread = index;
+    if (!k->described) { /* its TrackDescriptor: named after the task, under its process */
+        const pt_cct_symbol_t *ts = ex_sym(e, k->sym);
+        char serial[40];
+        snprintf(serial, sizeof serial, "task %u", ts->line);
+        pb_t td = {0}, pkt = {0};
+        pb_uint(&td, 1, pf_task_uuid(e, k->sym));
+        pb_str(&td, 2, ts->name && ts->name[0] ? ts->name : serial);
+        pb_uint(&td, 5, pf_proc_uuid(e, e->thr[index].proc));
+        pb_uint(&pkt, 10, pt->pf_seq);
+        pb_msg(&pkt, 60, &td);
+        if ((rc = pf_pb_send(e, &pkt, pb_done_all((pb_t *const[]){&td}, 1))) != 0)
+            return rc;
+        k->described = 1;
+    }
+    pb_t te = {0}, pkt = {0}, da = {0};
+    pb_uint(&te, 9, type);
+    pb_uint(&te, 11, pf_task_uuid(e, k->sym));
+    if (sym != NONE) {
+        pb_uint(&te, 10, (uint64_t)sym + 1);
+        if (ex_sym(e, sym)->kind == PT_SYM_PY_FUNCTION && type == PF_SLICE_BEGIN)
+            pb_uint(&te, 34, (uint64_t)sym + 1);
+    } else if (name) {
+        pb_str(&te, 23, name);
+    }
+    if (continued) { /* a span moved under a new parent: not a new call (walk.h) */
+        pb_str(&da, 10, "continued");
+        pb_uint(&da, 2, 1);
+        pb_msg(&te, 4, &da);
+    }
+    pb_fixed64s(&te, 47, out, nout); /* flow_ids */
+    pb_fixed64s(&te, 48, in, nin);   /* terminating_flow_ids */
+    pb_uint(&pkt, 8, ns - pt->pf_last_ns);
+    pt->pf_last_ns = ns;
+    pb_uint(&pkt, 10, pt->pf_seq);
+    pb_uint(&pkt, 13, PF_SEQ_NEEDS);
+    pb_msg(&pkt, 11, &te);
+    int err = te.err ? te.err : da.err;
+    if (!err && sym != NONE)
+        err = pf_intern(e, pt, sym, &pkt);
+    pb_done(&te);
+    pb_done(&da);
+    return pf_pb_send(e, &pkt, err);
+}
+
+/* The wait that thread `index` holds back: its slice opens, at its suspend. */
+static int pf_wait_flush(ex_t *e, uint32_t index)
+{
+    pf_t *pf = e->ws;
+    pf_thr_t *pt = &pf->thr[index];
+    pf_task_t *k = &pf->tasks[pt->wait_task - 1];
+    pt->wait_task = 0; /* before writing: pf_seq_ready flushes what waits */
+    char name[300];
+    if (pt->wait_what == NONE) {
+        snprintf(name, sizeof name, "waiting");
+    } else {
+        const char *what = ex_sym(e, pt->wait_what)->name;
+        if (pt->wait_count > 1)
+            snprintf(name, sizeof name, "await %.200s +%u more", what, pt->wait_count - 1);
+        else
+            snprintf(name, sizeof name, "await %.200s", what);
+    }
+    int rc = pf_task_event(e, index, k, PF_SLICE_BEGIN, NONE, name, 0, pt->wait_flows, pt->wait_nflows, NULL, 0,
+                           pt->wait_ticks);
+    pt->wait_nflows = 0;
+    if (!rc) {
+        k->waiting = 1;
+        k->open++;
+    }
+    return rc;
+}
+
+/* The task's wait slice closes (it steps again, or a call of it ends). */
+static int pf_wait_end(ex_t *e, uint32_t index, pf_task_t *k, uint64_t ticks)
+{
+    pf_t *pf = e->ws;
+    uint32_t ki = (uint32_t)(k - pf->tasks) + 1;
+    for (uint32_t j = 0; j < e->nthr && j < pf->cap_thr; j++) /* its wait held back on another thread goes first */
+        if (pf->thr[j].wait_task == ki) {
+            int rc = pf_wait_flush(e, j);
+            if (rc)
+                return rc;
+        }
+    if (!k->waiting)
+        return 0;
+    k->waiting = 0;
+    k->open--;
+    return pf_task_event(e, index, k, PF_SLICE_END, NONE, NULL, 0, NULL, 0, NULL, 0, ticks);
+}
+
+static int pf_call_begin(void *ctx, const pt_walk_thread_t *wt, uint32_t task, uint32_t depth, uint32_t id,
+                         uint64_t ticks, unsigned flags)
+{
+    (void)depth;
+    ex_t *e = ctx;
+    pf_task_t *k = pf_task_of(e, wt, task);
+    uint32_t s = pt_cct_sym(e->cct, e->thr[wt->index].proc, id);
+    if (!k || s == NONE)
+        return -ENOMEM;
+    int rc = pf_wait_end(e, wt->index, k, ticks);
+    if (rc)
+        return rc;
+    k->open++;
+    return pf_task_event(e, wt->index, k, PF_SLICE_BEGIN, s, NULL, (flags & PT_WALK_CONTINUED) != 0, NULL, 0, NULL,
+                         0, ticks);
+}
+
+static int pf_call_end(void *ctx, const pt_walk_thread_t *wt, uint32_t task, uint32_t depth, uint64_t ticks)
+{
+    (void)depth;
+    ex_t *e = ctx;
+    pf_task_t *k = pf_task_of(e, wt, task);
+    if (!k)
+        return -ENOMEM;
+    int rc = pf_wait_end(e, wt->index, k, ticks);
+    if (rc || !k->open)
+        return rc;
+    k->open--;
+    return pf_task_event(e, wt->index, k, PF_SLICE_END, NONE, NULL, 0, NULL, 0, NULL, 0, ticks);
+}
+
+static int pf_task_step(void *ctx, const pt_walk_thread_t *wt, uint32_t task, uint64_t ticks, unsigned flags)
+{
+    (void)flags;
+    ex_t *e = ctx;
+    pf_task_t *k = pf_task_of(e, wt, task);
+    return k ? pf_wait_end(e, wt->index, k, ticks) : -ENOMEM;
+}
+
+static int pf_task_suspend(void *ctx, const pt_walk_thread_t *wt, uint32_t task, uint8_t state, uint64_t ticks,
+                           unsigned flags)
+{
+    ex_t *e = ctx;
+    pf_t *pf = e->ws;
+    pf_task_t *k = pf_task_of(e, wt, task);
+    if (!k)
+        return -ENOMEM;
+    pf_thr_t *pt = &pf->thr[wt->index];
+    if (pt->wait_task) { /* another task's wait, held back with no packet since */
+        int rc = pf_wait_flush(e, wt->index);
+        if (rc)
+            return rc;
+    }
+    if (state == PT_TASK_PENDING) {
+        if (!(flags & PT_EVF_SYNTHETIC)) { /* its wait: written once its TaskAwait records named it */
+            pt->wait_task = (uint32_t)(k - pf->tasks) + 1;
+            pt->wait_ticks = ticks;
+            pt->wait_what = NONE;
+            pt->wait_count = 0;
+            pt->wait_nflows = 0;
+        }
+        return 0;
+    }
+    /* its end: an instant named after its state, where the flows of its awaiters end */
+    int rc = pf_task_event(e, wt->index, k, PF_INSTANT, NONE, pt_tasks_state_name(state), 0, NULL, 0, k->flows,
+                           k->nflows, ticks);
+    k->nflows = 0;
+    return rc;
+}
+
+static int pf_task_await(void *ctx, const pt_walk_thread_t *wt, uint32_t task, uint8_t kind, uint32_t id,
+                         uint64_t ticks)
+{
+    (void)ticks;
+    ex_t *e = ctx;
+    pf_t *pf = e->ws;
+    pf_task_t *k = pf_task_of(e, wt, task);
+    if (!k)
+        return -ENOMEM;
+    pf_thr_t *pt = &pf->thr[wt->index];
+    if (pt->wait_task != (uint32_t)(k - pf->tasks) + 1)
+        return 0; /* its suspend drew no wait (tasks.c passes an await only after a Pending one) */
+    if (!pt->wait_count++) {
+        pt->wait_what = pt_cct_sym(e->cct, e->thr[wt->index].proc, id);
+        if (pt->wait_what == NONE)
+            return -ENOMEM;
+    }
+    if (kind != PT_AWAIT_TASK)
+        return 0;
+    pf_task_t *awaited = pf_task_of(e, wt, id); /* may move pf->tasks: k is not used after */
+    if (!awaited)
+        return -ENOMEM;
+    uint64_t flow = (pf_uuid(e, 0) & ~0xffffffffull) ^ 0x666c6f7700000000ull ^ ++pf->flows;
+    if (pt_grow((void **)&awaited->flows, &awaited->cap_flows, sizeof *awaited->flows, awaited->nflows + 1) ||
+        pt_grow((void **)&pt->wait_flows, &pt->wait_cap_flows, sizeof *pt->wait_flows, pt->wait_nflows + 1))
+        return -ENOMEM;
+    awaited->flows[awaited->nflows++] = flow;
+    pt->wait_flows[pt->wait_nflows++] = flow;
+    return 0;
+}
+
+/* The end of the stream: held-back waits open, then what tasks left open
+ * closes at the last time of the sequence that wrote their last packet. */
+static int pf_tasks_end(ex_t *e)
+{
+    pf_t *pf = e->ws;
+    for (uint32_t j = 0; j < e->nthr && j < pf->cap_thr; j++)
+        if (pf->thr[j].wait_task) {
+            int rc = pf_wait_flush(e, j);
+            if (rc)
+                return rc;
+        }
+    for (uint32_t i = 0; i < pf->ntasks; i++) {
+        pf_task_t *k = &pf->tasks[i];
+        k->waiting = 0;
+        while (k->open) {
+            k->open--;
+            /* ticks 0: pf_seq_ready clamps to the sequence's last time (its clock never goes back) */
+            int rc = pf_task_event(e, k->thread, k, PF_SLICE_END, NONE, NULL, 0, NULL, 0, NULL, 0, 0);
+            if (rc)
+                return rc;
+        }
+    }
+    return 0;
+}
+
+static const pt_tasks_observer_t pf_tasks_observer = {.call_begin = pf_call_begin,
+                                                      .call_end = pf_call_end,
+                                                      .step = pf_task_step,
+                                                      .suspend = pf_task_suspend,
+                                                      .await = pf_task_await};
+
 const ex_writer_t pt_ex_perfetto = {
     .defers = 1, .init = pf_init, .destroy = pf_destroy, .thread = pf_thread, .begin = pf_begin,
     .process = pf_process, .named = pf_named, .open = pf_open, .close = pf_close, .resume = pf_resume,
-    .instant = pf_mark, .gap = pf_gap, .cpu_rate = pf_cpu_rate, .end = pf_end};
+    .instant = pf_mark, .gap = pf_gap, .cpu_rate = pf_cpu_rate, .end = pf_end, .tasks = &pf_tasks_observer};

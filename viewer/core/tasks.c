@@ -35,6 +35,7 @@ typedef struct task {
     pt_u64map_t fn_map; /* symbol -> fns index */
     pt_tasks_await_t *awaits;
     uint32_t await_count, await_cap;
+    uint32_t open_calls; /* logical calls open (the observer's stack): never below chain_len */
 } task_t;
 
 typedef struct tframe {
@@ -66,6 +67,8 @@ struct pt_tasks {
     tthread_t *threads;
     uint32_t thread_cap;
     pt_tasks_counters_t c;
+    const pt_tasks_observer_t *obs;
+    void *obs_ctx;
 };
 
 int pt_tasks_create(uint32_t done_kept, pt_tasks_t **out)
@@ -77,6 +80,26 @@ int pt_tasks_create(uint32_t done_kept, pt_tasks_t **out)
     }
     t->done_kept = done_kept ? done_kept : PT_TASKS_DEFAULT_DONE_KEPT;
     *out = t;
+    return 0;
+}
+
+void pt_tasks_set_observer(pt_tasks_t *t, const pt_tasks_observer_t *ops, void *ctx)
+{
+    t->obs = ops;
+    t->obs_ctx = ctx;
+}
+
+/* The task's logical calls at depth >= depth end at ticks, innermost first. */
+static int calls_end(pt_tasks_t *t, const pt_walk_thread_t *th, task_t *k, uint32_t depth, uint64_t ticks)
+{
+    while (k->open_calls > depth) {
+        k->open_calls--;
+        if (t->obs && t->obs->call_end) {
+            int rc = t->obs->call_end(t->obs_ctx, th, k->pub.symbol, k->open_calls, ticks);
+            if (rc)
+                return rc;
+        }
+    }
     return 0;
 }
 
@@ -233,10 +256,18 @@ int pt_tasks_on_enter(pt_tasks_t *t, const pt_walk_thread_t *th, uint32_t id, ui
     if (fn == PT_U64MAP_EMPTY)
         return -ENOMEM;
     int cont = (flags & PT_WALK_RESUME) && d < k->chain_len && k->chain[d] == id && (d == 0 || tt->stack[d - 1].cont);
-    if (!cont && !(flags & PT_WALK_CONTINUED)) {
+    if (!cont && !(flags & PT_WALK_CONTINUED))
         k->fns[fn].calls++;
-        if (k->chain_len > d)
-            k->chain_len = d; /* the suspended chain below here is gone */
+    if (!cont && k->chain_len > d)
+        k->chain_len = d; /* the suspended chain below here is gone */
+    if (!cont) { /* a new call (or a span moved here): what was open at d and past is gone */
+        int rc = calls_end(t, th, k, d, ticks);
+        if (rc)
+            return rc;
+        k->open_calls = d + 1;
+        if (t->obs && t->obs->call_begin &&
+            (rc = t->obs->call_begin(t->obs_ctx, th, k->pub.symbol, d, id, ticks, flags & PT_WALK_CONTINUED)) != 0)
+            return rc;
     }
     int outer = 1;
     for (uint32_t i = 0; i < d; i++)
@@ -283,10 +314,11 @@ int pt_tasks_on_exit(pt_tasks_t *t, const pt_walk_thread_t *th, uint32_t id, uin
         if (!was_yielding || k->chain_len <= d)
             k->chain_len = d + 1; /* the innermost of the yields that end the step */
         tt->yielding = 1;
-    } else if (!(flags & PT_WALK_CONTINUED) && k->chain_len > d) {
-        k->chain_len = d; /* it returned: nothing at or past d is suspended */
+        return calls_end(t, th, k, k->chain_len, ticks); /* suspended calls past the chain are gone */
     }
-    return 0;
+    if (!(flags & PT_WALK_CONTINUED) && k->chain_len > d)
+        k->chain_len = d; /* it returned: nothing at or past d is suspended */
+    return calls_end(t, th, k, d, ticks); /* it returned (or a span moves: it re-enters at once) */
 }
 
 static int step_begin(pt_tasks_t *t, tthread_t *tt, const pt_walk_thread_t *th, uint32_t id, uint64_t now,
@@ -312,8 +344,15 @@ static int step_begin(pt_tasks_t *t, tthread_t *tt, const pt_walk_thread_t *th, 
     tt->untracked = 0;
     tt->yielding = 0;
     tt->tracking = !(flags & PT_EVF_SYNTHETIC);
-    if (!tt->tracking)
+    if (t->obs && t->obs->step) {
+        int rc = t->obs->step(t->obs_ctx, th, id, now, flags);
+        if (rc)
+            return rc;
+    }
+    if (!tt->tracking) {
         k->chain_len = 0;
+        return calls_end(t, th, k, 0, now);
+    }
     return 0;
 }
 
@@ -343,6 +382,12 @@ int pt_tasks_on_task(pt_tasks_t *t, const pt_walk_thread_t *th, uint8_t kind, ui
         tt->depth = 0;
         k->pub.run_ticks += since(ticks, k->step_start);
         k->pub.state = (uint8_t)(aux < PT_TASK_STATE_COUNT ? aux : PT_TASK_PENDING);
+        /* calls past the chain its Yields left ended with the step; a done task's all did */
+        int rc = calls_end(t, th, k, k->pub.state == PT_TASK_PENDING ? k->chain_len : 0, ticks);
+        if (!rc && t->obs && t->obs->suspend)
+            rc = t->obs->suspend(t->obs_ctx, th, id, k->pub.state, ticks, flags);
+        if (rc)
+            return rc;
         if (k->pub.state == PT_TASK_PENDING) {
             k->waiting = 1;
             k->wait_since = ticks;
@@ -367,6 +412,8 @@ int pt_tasks_on_task(pt_tasks_t *t, const pt_walk_thread_t *th, uint8_t kind, ui
     if (pt_grow((void **)&k->awaits, &k->await_cap, sizeof *k->awaits, k->await_count + 1))
         return -ENOMEM;
     k->awaits[k->await_count++] = (pt_tasks_await_t){.symbol = id, .kind = (uint8_t)aux};
+    if (t->obs && t->obs->await)
+        return t->obs->await(t->obs_ctx, th, k->pub.symbol, (uint8_t)aux, id, ticks);
     return 0;
 }
 

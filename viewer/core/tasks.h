@@ -34,6 +34,17 @@
  *     to done_kept of them; past it the oldest done task is folded: its
  *     steps, run and wait time and its count go to pt_tasks_counters (folded_*)
  *     and its table is freed. Live tasks are all kept.
+ *   - Timelines (pt_tasks_set_observer): the same rules, as they happen. A
+ *     task's logical calls form a stack (depth 0: its coroutine): call_begin
+ *     when an entry at task depth d counts a call (or continues a span under
+ *     a new parent: PT_WALK_CONTINUED), call_end (innermost first, one per
+ *     call) when a call at depth d returned, when an entry at d does not
+ *     continue the chain (the suspended calls at d and deeper are gone), when
+ *     a step ends with calls open past the chain its Yields left (or the task
+ *     is done: all of them), and when a Synthetic step resets the chain. A
+ *     Resume that continues the chain reports nothing: one call spans all
+ *     its resumptions. step, suspend and await report the task records this
+ *     module accepted (not those it ignores and counts), in stream order.
  * Threading: one thread at a time. Errors: 0 or -ENOMEM.
  */
 #ifndef PT_VIEWER_TASKS_H
@@ -88,7 +99,29 @@ typedef struct pt_tasks_task {
     uint32_t fn_count;
 } pt_tasks_task_t;
 
+/* What happens to tasks, for a timeline (the rules above). `task` is the
+ * Task symbol; ticks are raw, as fed. Any op may be NULL; a non-zero return
+ * is returned by the feeding call. */
+typedef struct pt_tasks_observer {
+    int (*call_begin)(void *ctx, const pt_walk_thread_t *th, uint32_t task, uint32_t depth, uint32_t id,
+                      uint64_t ticks, unsigned flags);
+    int (*call_end)(void *ctx, const pt_walk_thread_t *th, uint32_t task, uint32_t depth, uint64_t ticks);
+    /* flags: the TaskStep's (PT_EVF_SYNTHETIC: tracing began inside it, or after a gap) */
+    int (*step)(void *ctx, const pt_walk_thread_t *th, uint32_t task, uint64_t ticks, unsigned flags);
+    /* state: enum pt_task_state (Pending: it waits; the others: it is done); flags: the
+     * record's (PT_EVF_SYNTHETIC: an implicit end of the step, walk.h) */
+    int (*suspend)(void *ctx, const pt_walk_thread_t *th, uint32_t task, uint8_t state, uint64_t ticks,
+                   unsigned flags);
+    /* after a Pending suspend: what it awaits (kind: enum pt_await_kind; id: the awaited
+     * task's Task symbol for PT_AWAIT_TASK, else a Label symbol) */
+    int (*await)(void *ctx, const pt_walk_thread_t *th, uint32_t task, uint8_t kind, uint32_t id,
+                 uint64_t ticks);
+} pt_tasks_observer_t;
+
 int pt_tasks_create(uint32_t done_kept, pt_tasks_t **out); /* done_kept 0: the default */
+/* Report to `ops` from now on (NULL: stop). ops must outlive t. */
+void pt_tasks_set_observer(pt_tasks_t *t, const pt_tasks_observer_t *ops, void *ctx);
+
 void pt_tasks_destroy(pt_tasks_t *t);
 
 /* The walk's callbacks, after the walk's own checks. is_task_symbol: the

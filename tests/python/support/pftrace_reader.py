@@ -44,12 +44,14 @@ class Seq:
         self.locations = {}
 
 
-def read_trace(path, counters=None):
+def read_trace(path, counters=None, flows=None):
     """Rebuild what the trace processor sees: tracks, slices per track (nested),
     instants. Asserts each rule a TrackEvent reader relies on. counters (a dict): gets
     {counter track uuid: (name, parent uuid, [(ts, value), ...])}, the TYPE_COUNTER
     events of each track with a CounterDescriptor (descriptors are read first, as the
-    trace processor reserves them while tokenizing, before the sorted events)."""
+    trace processor reserves them while tokenizing, before the sorted events).
+    flows (a dict): gets {flow id: {"out": [(track, name, ts)], "in": [...]}}, the events
+    that start (flow_ids) and end (terminating_flow_ids) each flow."""
     pkts, batches = packets(path)
     counter_tracks = {}
     for p in pkts:
@@ -136,6 +138,11 @@ def read_trace(path, counters=None):
             name = s.names[ev.name_iid]
         else:
             name = ev.name
+        if flows is not None:
+            for fid in ev.flow_ids:
+                flows.setdefault(fid, {"out": [], "in": []})["out"].append((track, name, ts))
+            for fid in ev.terminating_flow_ids:
+                flows.setdefault(fid, {"out": [], "in": []})["in"].append((track, name, ts))
         if ev.type == BEGIN:
             assert name
             loc = None

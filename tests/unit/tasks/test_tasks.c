@@ -6,6 +6,8 @@
  */
 #include "../check.h"
 #include "viewer/core/agg.h"
+#include "viewer/core/tasks.h"
+#include "viewer/core/walk.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -329,12 +331,146 @@ static void test_done_tasks_fold(void)
     pt_agg_destroy(s->agg);
 }
 
+/* ---- the observer (tasks.h, Timelines): fed by a walk, as export.c feeds it ---- */
+
+typedef struct obs_log {
+    pt_tasks_t *tasks;
+    char text[2048];
+} obs_log_t;
+
+static void logf_(obs_log_t *l, const char *s)
+{
+    size_t n = strlen(l->text);
+    snprintf(l->text + n, sizeof l->text - n, "%s%s", n ? " " : "", s);
+}
+
+static int o_begin(void *ctx, const pt_walk_thread_t *th, uint32_t task, uint32_t depth, uint32_t id, uint64_t ticks,
+                   unsigned flags)
+{
+    (void)th;
+    (void)flags;
+    char b[64];
+    snprintf(b, sizeof b, "B%u:%u@%u=%u", task, depth, id, (unsigned)ticks);
+    logf_(ctx, b);
+    return 0;
+}
+
+static int o_end(void *ctx, const pt_walk_thread_t *th, uint32_t task, uint32_t depth, uint64_t ticks)
+{
+    (void)th;
+    char b[64];
+    snprintf(b, sizeof b, "E%u:%u=%u", task, depth, (unsigned)ticks);
+    logf_(ctx, b);
+    return 0;
+}
+
+static int o_step(void *ctx, const pt_walk_thread_t *th, uint32_t task, uint64_t ticks, unsigned flags)
+{
+    (void)th;
+    char b[64];
+    snprintf(b, sizeof b, "S%u%s=%u", task, flags & PT_EVF_SYNTHETIC ? "s" : "", (unsigned)ticks);
+    logf_(ctx, b);
+    return 0;
+}
+
+static int o_suspend(void *ctx, const pt_walk_thread_t *th, uint32_t task, uint8_t state, uint64_t ticks,
+                     unsigned flags)
+{
+    (void)th;
+    char b[64];
+    snprintf(b, sizeof b, "P%u/%u%s=%u", task, state, flags & PT_EVF_SYNTHETIC ? "s" : "", (unsigned)ticks);
+    logf_(ctx, b);
+    return 0;
+}
+
+static int o_await(void *ctx, const pt_walk_thread_t *th, uint32_t task, uint8_t kind, uint32_t id, uint64_t ticks)
+{
+    (void)th;
+    char b[64];
+    snprintf(b, sizeof b, "A%u/%u:%u=%u", task, kind, id, (unsigned)ticks);
+    logf_(ctx, b);
+    return 0;
+}
+
+static const pt_tasks_observer_t obs_ops = {.call_begin = o_begin, .call_end = o_end, .step = o_step,
+                                            .suspend = o_suspend, .await = o_await};
+
+static int w_enter(void *c, pt_walk_thread_t *th, uint32_t id, uint64_t t, unsigned f)
+{
+    return pt_tasks_on_enter(((obs_log_t *)c)->tasks, th, id, t, f);
+}
+static int w_exit(void *c, pt_walk_thread_t *th, uint32_t id, uint64_t t, unsigned f)
+{
+    return pt_tasks_on_exit(((obs_log_t *)c)->tasks, th, id, t, f);
+}
+static int w_task(void *c, pt_walk_thread_t *th, uint8_t kind, uint32_t id, uint16_t aux, uint64_t t, unsigned f)
+{
+    /* ids >= 100 are Task symbols here */
+    int is_task = (kind == PT_EV_TASK_AWAIT && aux != PT_AWAIT_TASK) || id >= 100;
+    return pt_tasks_on_task(((obs_log_t *)c)->tasks, th, kind, id, aux, t, f, is_task);
+}
+
+static void test_observer_logical_calls(void)
+{
+    static obs_log_t l;
+    memset(&l, 0, sizeof l);
+    CHECK_EQ(pt_tasks_create(0, &l.tasks), 0);
+    pt_tasks_set_observer(l.tasks, &obs_ops, &l);
+    pt_walk_t *w;
+    const pt_walk_ops_t ops = {.enter = w_enter, .exit = w_exit, .task = w_task};
+    CHECK_EQ(pt_walk_create(&ops, &l, &w), 0);
+    const pt_event_t e[] = {
+        {.ticks = 1, .id = RUN_ONCE, .kind = PT_EV_CALL},
+        /* step 1: worker -> sleep, both yield; it waits on a sleep */
+        {.ticks = 2, .id = T1, .kind = PT_EV_TASK_STEP},
+        {.ticks = 3, .id = WORKER, .kind = PT_EV_CALL},
+        {.ticks = 4, .id = SLEEP, .kind = PT_EV_CALL},
+        {.ticks = 5, .id = SLEEP, .kind = PT_EV_YIELD},
+        {.ticks = 6, .id = WORKER, .kind = PT_EV_YIELD},
+        {.ticks = 7, .id = T1, .aux = PT_TASK_PENDING, .kind = PT_EV_TASK_SUSPEND},
+        {.ticks = 7, .id = L_SLEEP, .aux = PT_AWAIT_SLEEP, .kind = PT_EV_TASK_AWAIT},
+        {.ticks = 7, .id = FETCH, .aux = PT_AWAIT_TASK, .kind = PT_EV_TASK_AWAIT}, /* not a task: ignored */
+        /* step 2: resumed where it left (no call), sleep returns, worker calls fetch and yields */
+        {.ticks = 10, .id = T1, .kind = PT_EV_TASK_STEP},
+        {.ticks = 11, .id = WORKER, .kind = PT_EV_RESUME},
+        {.ticks = 12, .id = SLEEP, .kind = PT_EV_RESUME},
+        {.ticks = 13, .id = SLEEP, .kind = PT_EV_RETURN},
+        {.ticks = 14, .id = FETCH, .kind = PT_EV_CALL},
+        {.ticks = 15, .id = FETCH, .kind = PT_EV_YIELD},
+        {.ticks = 16, .id = WORKER, .kind = PT_EV_YIELD},
+        {.ticks = 17, .id = T1, .aux = PT_TASK_PENDING, .kind = PT_EV_TASK_SUSPEND},
+        {.ticks = 17, .id = T2, .aux = PT_AWAIT_TASK, .kind = PT_EV_TASK_AWAIT},
+        /* step 3: worker resumed, but not fetch: fetch's call is gone; worker returns: done */
+        {.ticks = 20, .id = T1, .kind = PT_EV_TASK_STEP},
+        {.ticks = 21, .id = WORKER, .kind = PT_EV_RESUME},
+        {.ticks = 22, .id = SLEEP, .kind = PT_EV_CALL},
+        {.ticks = 23, .id = SLEEP, .kind = PT_EV_RETURN},
+        {.ticks = 24, .id = WORKER, .kind = PT_EV_RETURN},
+        {.ticks = 25, .id = T1, .aux = PT_TASK_DONE, .kind = PT_EV_TASK_SUSPEND},
+        /* damage: a suspend with no step, a step of a function id (not a task) */
+        {.ticks = 26, .id = T2, .aux = PT_TASK_PENDING, .kind = PT_EV_TASK_SUSPEND},
+        {.ticks = 27, .id = FETCH, .kind = PT_EV_TASK_STEP},
+        {.ticks = 28, .id = FETCH, .aux = PT_TASK_DONE, .kind = PT_EV_TASK_SUSPEND},
+    };
+    CHECK_EQ(pt_walk_events(w, 1, e, sizeof e / sizeof e[0]), 0);
+    const char *want = "S100=2 B100:0@10=3 B100:1@12=4 P100/0=7 A100/2:200=7"
+                       " S100=10 E100:1=13 B100:1@11=14 P100/0=17 A100/1:101=17"
+                       " S100=20 E100:1=22 B100:1@12=22 E100:1=23 E100:0=24 P100/1=25";
+    if (strcmp(l.text, want)) {
+        fprintf(stderr, "observer:\n got  %s\n want %s\n", l.text, want);
+        failures++;
+    }
+    pt_walk_destroy(w);
+    pt_tasks_destroy(l.tasks);
+}
+
 int main(void)
 {
     test_logical_calls_and_times();
     test_gather_awaits();
     test_malformed();
     test_done_tasks_fold();
+    test_observer_logical_calls();
     if (failures)
         fprintf(stderr, "%d failure(s)\n", failures);
     return failures != 0;
