@@ -58,12 +58,12 @@ static __thread struct {
 
 /* Interned names: the attributes read and the labels written. */
 enum {
-    S_STATE, S_EXCEPTION, S_CORO, S_FUT_WAITER, S_CR_CODE, S_CR_AWAIT, S_GI_CODE, S_GI_YIELDFROM,
+    S_STATE, S_EXCEPTION, S_CORO, S_FUT_WAITER, S_CR_CODE, S_CR_AWAIT, S_GI_YIELDFROM,
     S_CR_FRAME, S_SELF, S_TASKS, S_CHILDREN, S_CALLBACKS, S_QUALNAME, S_DUNDER_SELF, S_PENDING,
     S_CANCELLED, S_ASYNCIO, S_L_SLEEP, S_L_YIELD, S_L_TASKGROUP, S_L_EXECUTOR, S_COUNT
 };
 static const char *const g_str_text[S_COUNT] = {
-    "_state", "_exception", "_coro", "_fut_waiter", "cr_code", "cr_await", "gi_code", "gi_yieldfrom",
+    "_state", "_exception", "_coro", "_fut_waiter", "cr_code", "cr_await", "gi_yieldfrom",
     "cr_frame", "self", "_tasks", "_children", "_callbacks", "__qualname__", "__self__", "PENDING",
     "CANCELLED", "asyncio", "asyncio.sleep", "yield", "TaskGroup", "run_in_executor",
 };
@@ -123,7 +123,6 @@ static int init_strings(void)
     fast_attr_init(&PyCoro_Type, S_CR_CODE);
     fast_attr_init(&PyCoro_Type, S_CR_AWAIT);
     fast_attr_init(&PyCoro_Type, S_CR_FRAME);
-    fast_attr_init(&PyGen_Type, S_GI_CODE);
     fast_attr_init(&PyGen_Type, S_GI_YIELDFROM);
     return 0;
 }
@@ -546,6 +545,23 @@ static int task_state(PyObject *task)
     return state;
 }
 
+/* The code object of a coroutine or generator (new reference). Not through cr_code /
+ * gi_code: their getters raise the "object.__getattr__" audit event, which builds its
+ * arguments and runs every audit hook (pytrace's own included), about 1,000
+ * instructions a read on 3.12. PyGen_GetCode reads the same field of the generator
+ * layout that coroutines share (CPython's cr_code getter does the same); only a debug
+ * build's assert insists on a generator, so there the getter is used. */
+static PyObject *gen_code(PyObject *aw, int coro)
+{
+#ifdef Py_DEBUG
+    if (coro)
+        return attr(aw, S_CR_CODE);
+#else
+    (void)coro;
+#endif
+    return (PyObject *)PyGen_GetCode((PyGenObject *)aw);
+}
+
 /* TaskSuspend, then for a pending task the TaskAwait records of what it waits on: the
  * coroutine chain (cr_await / gi_yieldfrom) from the task's coroutine inwards, where the
  * first of asyncio's own coroutines names the wait; else the task's _fut_waiter; else
@@ -561,7 +577,7 @@ static void suspend_records(pt_thread_t *t, uint32_t epoch, PyObject *task, uint
         int coro = Py_IS_TYPE(aw, &PyCoro_Type);
         if (!coro && !Py_IS_TYPE(aw, &PyGen_Type))
             break;
-        PyObject *code = attr(aw, coro ? S_CR_CODE : S_GI_CODE);
+        PyObject *code = gen_code(aw, coro);
         if (code == NULL || !PyCode_Check(code)) {
             Py_XDECREF(code);
             Py_CLEAR(aw);
