@@ -48,13 +48,16 @@ static uint64_t g_unnamed;        /* task records not written: no symbol (symbol
 static const PyMethodDef *g_ctx_run_def; /* Context.run's, found once */
 static int g_off;                        /* _tasks_set(False): no task records */
 
-/* The task looked up by this thread's last pt_tasks_call, for its pt_tasks_return:
- * between the two the task is alive (the step's callable holds it), so its address
- * names it; cleared at every return and tied to the session. */
+/* The step callable, task and Task symbol found by this thread's last pt_tasks_call,
+ * for its pt_tasks_return: between the two the callable is alive (the C call holds it)
+ * and holds the task, so its address names both. Cleared at every call and return of
+ * Context.run seen, and tied to the session and to g_switches (bumped when task records
+ * are switched, so a step whose start was not seen never takes an older step's entry). */
 static __thread struct {
-    PyObject *task;
-    uint32_t id, epoch;
+    PyObject *cb, *task;
+    uint32_t id, epoch, switches;
 } tl_step __attribute__((tls_model("initial-exec")));
+static uint32_t g_switches;
 
 /* Interned names: the attributes read and the labels written. */
 enum {
@@ -153,6 +156,7 @@ PyObject *pt_tasks_py_set(PyObject *module, PyObject *on)
         return NULL;
     g_off = !v;
     pt_tasks_ctx_run_def = g_off ? NULL : g_ctx_run_def;
+    __atomic_add_fetch(&g_switches, 1, __ATOMIC_RELAXED);
     Py_RETURN_NONE;
 }
 
@@ -218,8 +222,11 @@ static PyObject *cb_task(PyObject *cb)
         self = PyMethod_GET_SELF(cb);
     else if (tp == g_step_wrapper ||
              (g_step_wrapper == NULL && strcmp(tp->tp_name, "_asyncio.TaskStepMethWrapper") == 0)) {
-        g_step_wrapper = tp; /* _asyncio's heap type lives as long as the interpreter */
-        PyObject *s = PyObject_GetAttr(cb, g_str[S_DUNDER_SELF]);
+        if (g_step_wrapper == NULL) {
+            g_step_wrapper = tp; /* _asyncio's heap type lives as long as the interpreter */
+            fast_attr_init(tp, S_DUNDER_SELF);
+        }
+        PyObject *s = attr(cb, S_DUNDER_SELF);
         if (s == NULL) {
             PyErr_Clear();
             return NULL;
@@ -344,6 +351,7 @@ static pt_thread_t *ring_thread(uint32_t *epoch)
 
 void pt_tasks_call(PyObject *cb)
 {
+    tl_step.cb = NULL;
     uint32_t epoch;
     pt_thread_t *t = ring_thread(&epoch);
     if (t == NULL)
@@ -354,9 +362,11 @@ void pt_tasks_call(PyObject *cb)
     PyObject *exc = PyErr_GetRaisedException();
     uint32_t id = task_symbol(task, epoch);
     PyErr_SetRaisedException(exc);
-    tl_step.task = id != 0 ? task : NULL;
+    tl_step.cb = id != 0 ? cb : NULL;
+    tl_step.task = task;
     tl_step.id = id;
     tl_step.epoch = epoch;
+    tl_step.switches = __atomic_load_n(&g_switches, __ATOMIC_RELAXED);
     if (id != 0)
         (void)pt_ring_push(&t->ring, pt_now(), id, PT_EV_TASK_STEP, 0, 0);
 }
@@ -615,16 +625,27 @@ static void suspend_records(pt_thread_t *t, uint32_t epoch, PyObject *task, uint
 
 void pt_tasks_return(PyObject *cb)
 {
+    PyObject *started = tl_step.cb;
+    tl_step.cb = NULL;
     uint32_t epoch;
     pt_thread_t *t = ring_thread(&epoch);
     if (t == NULL)
         return;
-    PyObject *task = cb_task(cb);
-    if (task == NULL)
-        return;
-    PyObject *exc = PyErr_GetRaisedException();
-    uint32_t id = task == tl_step.task && epoch == tl_step.epoch ? tl_step.id : task_symbol(task, epoch);
-    tl_step.task = NULL;
+    PyObject *task;
+    uint32_t id;
+    PyObject *exc;
+    if (cb == started && epoch == tl_step.epoch &&
+        tl_step.switches == __atomic_load_n(&g_switches, __ATOMIC_RELAXED)) {
+        task = tl_step.task; /* this step's start found them */
+        id = tl_step.id;
+        exc = PyErr_GetRaisedException();
+    } else {
+        task = cb_task(cb);
+        if (task == NULL)
+            return;
+        exc = PyErr_GetRaisedException();
+        id = task_symbol(task, epoch);
+    }
     if (id != 0)
         suspend_records(t, epoch, task, id);
     PyErr_SetRaisedException(exc);
