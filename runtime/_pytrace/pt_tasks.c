@@ -11,8 +11,9 @@
  * the task's state and, when pending, the TaskAwait records that name what it
  * waits on (suspend_records below: attribute reads with interned names, the
  * coroutine chain's classification cached on each code object in a co_extra
- * slot of our own; no Python function is called, nothing is allocated on the
- * common path of a Sleep await).
+ * slot of our own; no Python function is called and nothing is allocated at
+ * the end of a step that awaits a sleep; the step's start still makes the
+ * PyLong key of the symbol dict look-up, and the end reuses what it found).
  *
  * Task symbols: one per task object, interned on the task's first step (its
  * name then: get_name(); file: its coroutine's __qualname__; line: a serial
