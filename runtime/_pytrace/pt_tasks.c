@@ -8,9 +8,12 @@
  * asyncio.tasks._PyTask (__step / __wakeup). cb.__self__ is the task.
  * pt_monitoring.c calls pt_tasks_call after the CCall record of Context.run and
  * pt_tasks_return before its CReturn / CUnwind: TaskStep, then TaskSuspend with
- * the task's state and, when pending, the TaskAwait records that
- * pytrace._tasks.suspend() names (Python, run only at a pending suspend;
- * sys.monitoring fires no events inside a callback, so it is not recorded).
+ * the task's state and, when pending, the TaskAwait records that name what it
+ * waits on (suspend_records below: attribute reads with interned names, the
+ * coroutine chain's classification cached on each code object in a co_extra
+ * slot of our own; no Python function is called and nothing is allocated at
+ * the end of a step that awaits a sleep; the step's start still makes the
+ * PyLong key of the symbol dict look-up, and the end reuses what it found).
  *
  * Task symbols: one per task object, interned on the task's first step (its
  * name then: get_name(); file: its coroutine's __qualname__; line: a serial
@@ -27,6 +30,7 @@
 #include "shm/symlog.h"
 
 #include <errno.h>
+#include <frameobject.h>
 #include <string.h>
 
 #if PT_HAVE_MONITORING
@@ -36,7 +40,7 @@ const PyMethodDef *pt_tasks_ctx_run_def;
 static PyObject *g_task_types[2]; /* asyncio.tasks.Task, asyncio.tasks._PyTask (strong) */
 static PyObject *g_syms;          /* {address: (weakref, id)} in session g_epoch */
 static PyObject *g_labels;        /* {label: id} in session g_epoch */
-static PyObject *g_suspend;       /* pytrace._tasks.suspend */
+static PyObject *g_gathering;     /* asyncio.tasks._GatheringFuture (strong; may stay NULL) */
 static PyTypeObject *g_step_wrapper; /* _asyncio.TaskStepMethWrapper, once seen */
 static uint32_t g_epoch;
 static uint32_t g_serial;
@@ -45,8 +49,92 @@ static uint64_t g_unnamed;        /* task records not written: no symbol (symbol
 static const PyMethodDef *g_ctx_run_def; /* Context.run's, found once */
 static int g_off;                        /* _tasks_set(False): no task records */
 
+/* The step callable, task and Task symbol found by this thread's last pt_tasks_call,
+ * for its pt_tasks_return: between the two the callable is alive (the C call holds it)
+ * and holds the task, so its address names both. Cleared at every call and return of
+ * Context.run seen, and tied to the session and to g_switches (bumped when task records
+ * are switched, so a step whose start was not seen never takes an older step's entry). */
+static __thread struct {
+    PyObject *cb, *task;
+    uint32_t id, epoch, switches;
+} tl_step __attribute__((tls_model("initial-exec")));
+static uint32_t g_switches;
+
+/* Interned names: the attributes read and the labels written. */
+enum {
+    S_STATE, S_EXCEPTION, S_CORO, S_FUT_WAITER, S_CR_CODE, S_CR_AWAIT, S_GI_YIELDFROM,
+    S_CR_FRAME, S_SELF, S_TASKS, S_CHILDREN, S_CALLBACKS, S_QUALNAME, S_DUNDER_SELF, S_PENDING,
+    S_CANCELLED, S_ASYNCIO, S_L_SLEEP, S_L_YIELD, S_L_TASKGROUP, S_L_EXECUTOR, S_COUNT
+};
+static const char *const g_str_text[S_COUNT] = {
+    "_state", "_exception", "_coro", "_fut_waiter", "cr_code", "cr_await", "gi_yieldfrom",
+    "cr_frame", "self", "_tasks", "_children", "_callbacks", "__qualname__", "__self__", "PENDING",
+    "CANCELLED", "asyncio", "asyncio.sleep", "yield", "TaskGroup", "run_in_executor",
+};
+static PyObject *g_str[S_COUNT];
+
+/* What an asyncio coroutine's code stands for, cached in its co_extra slot
+ * g_code_index (0: not classified yet). */
+enum { CLS_UNKNOWN = 0, CLS_NONE, CLS_SLEEP, CLS_THREAD, CLS_SYNC, CLS_IO, CLS_TASKGROUP };
+static Py_ssize_t g_code_index = -1; /* -1: no slot (classified at every suspend) */
+
+/* The getter of a getset attribute of an immutable type (the coroutine and generator
+ * types, the C Task): what PyObject_GetAttr calls after finding that data descriptor in
+ * the type, without the look-up. One type per attribute name; other types (the
+ * pure-Python Task) go through PyObject_GetAttr. */
+typedef struct {
+    PyTypeObject *type;
+    getter get;
+    void *closure;
+} fast_attr_t;
+static fast_attr_t g_fast[S_COUNT];
+
+static void fast_attr_init(PyTypeObject *tp, int name)
+{
+    if (g_fast[name].type != NULL || !(tp->tp_flags & Py_TPFLAGS_IMMUTABLETYPE))
+        return;
+    PyObject *d = PyObject_GetAttr((PyObject *)tp, g_str[name]); /* the descriptor itself */
+    if (d != NULL && Py_IS_TYPE(d, &PyGetSetDescr_Type) && ((PyGetSetDescrObject *)d)->d_getset->get) {
+        PyGetSetDef *def = ((PyGetSetDescrObject *)d)->d_getset; /* lives as long as the type */
+        g_fast[name].get = def->get;
+        g_fast[name].closure = def->closure;
+        __atomic_store_n(&g_fast[name].type, tp, __ATOMIC_RELEASE); /* published last */
+    }
+    Py_XDECREF(d);
+    PyErr_Clear();
+}
+
+/* o.<name>: a new reference, or NULL with an exception set. */
+static inline PyObject *attr(PyObject *o, int name)
+{
+    const fast_attr_t *f = &g_fast[name];
+    if (__atomic_load_n(&f->type, __ATOMIC_ACQUIRE) == Py_TYPE(o))
+        return f->get(o, f->closure);
+    return PyObject_GetAttr(o, g_str[name]);
+}
+
+static int init_strings(void)
+{
+    if (g_str[S_COUNT - 1])
+        return 0;
+    for (int i = 0; i < S_COUNT; i++) {
+        if (g_str[i] == NULL && (g_str[i] = PyUnicode_InternFromString(g_str_text[i])) == NULL)
+            return -1;
+    }
+    g_code_index = PyUnstable_Eval_RequestCodeExtraIndex(NULL);
+    if (g_code_index < 0)
+        PyErr_Clear();
+    fast_attr_init(&PyCoro_Type, S_CR_CODE);
+    fast_attr_init(&PyCoro_Type, S_CR_AWAIT);
+    fast_attr_init(&PyCoro_Type, S_CR_FRAME);
+    fast_attr_init(&PyGen_Type, S_GI_YIELDFROM);
+    return 0;
+}
+
 int pt_tasks_init(void)
 {
+    if (init_strings() < 0)
+        return -1;
     if (g_ctx_run_def) {
         pt_tasks_ctx_run_def = g_off ? NULL : g_ctx_run_def;
         return 0;
@@ -69,6 +157,7 @@ PyObject *pt_tasks_py_set(PyObject *module, PyObject *on)
         return NULL;
     g_off = !v;
     pt_tasks_ctx_run_def = g_off ? NULL : g_ctx_run_def;
+    __atomic_add_fetch(&g_switches, 1, __ATOMIC_RELAXED);
     Py_RETURN_NONE;
 }
 
@@ -93,11 +182,21 @@ static int task_types(void)
     PyObject *t = PyObject_GetAttrString(tasks, "Task");
     PyObject *pt = PyObject_GetAttrString(tasks, "_PyTask");
     PyErr_Clear();
+    PyObject *gf = PyObject_GetAttrString(tasks, "_GatheringFuture");
+    PyErr_Clear();
+    if (gf != NULL && !PyType_Check(gf))
+        Py_CLEAR(gf);
     if (t == NULL || !PyType_Check(t)) {
         Py_XDECREF(t);
         Py_XDECREF(pt);
+        Py_XDECREF(gf);
         return 0;
     }
+    g_gathering = gf;
+    /* the C Task's own attributes (an immutable type; the pure-Python Task is not) */
+    static const int task_attrs[] = {S_STATE, S_EXCEPTION, S_CORO, S_FUT_WAITER};
+    for (size_t i = 0; i < sizeof task_attrs / sizeof task_attrs[0]; i++)
+        fast_attr_init((PyTypeObject *)t, task_attrs[i]);
     if (pt != NULL && !PyType_Check(pt))
         Py_CLEAR(pt);
     g_task_types[1] = pt;
@@ -124,8 +223,11 @@ static PyObject *cb_task(PyObject *cb)
         self = PyMethod_GET_SELF(cb);
     else if (tp == g_step_wrapper ||
              (g_step_wrapper == NULL && strcmp(tp->tp_name, "_asyncio.TaskStepMethWrapper") == 0)) {
-        g_step_wrapper = tp; /* _asyncio's heap type lives as long as the interpreter */
-        PyObject *s = PyObject_GetAttrString(cb, "__self__");
+        if (g_step_wrapper == NULL) {
+            g_step_wrapper = tp; /* _asyncio's heap type lives as long as the interpreter */
+            fast_attr_init(tp, S_DUNDER_SELF);
+        }
+        PyObject *s = attr(cb, S_DUNDER_SELF);
         if (s == NULL) {
             PyErr_Clear();
             return NULL;
@@ -221,6 +323,8 @@ fail:
 
 static uint32_t label_symbol(PyObject *label)
 {
+    if (g_labels == NULL)
+        return 0;
     PyObject *hit = PyDict_GetItemWithError(g_labels, label);
     if (hit)
         return (uint32_t)PyLong_AsUnsignedLong(hit);
@@ -248,6 +352,7 @@ static pt_thread_t *ring_thread(uint32_t *epoch)
 
 void pt_tasks_call(PyObject *cb)
 {
+    tl_step.cb = NULL;
     uint32_t epoch;
     pt_thread_t *t = ring_thread(&epoch);
     if (t == NULL)
@@ -258,57 +363,292 @@ void pt_tasks_call(PyObject *cb)
     PyObject *exc = PyErr_GetRaisedException();
     uint32_t id = task_symbol(task, epoch);
     PyErr_SetRaisedException(exc);
+    tl_step.cb = id != 0 ? cb : NULL;
+    tl_step.task = task;
+    tl_step.id = id;
+    tl_step.epoch = epoch;
+    tl_step.switches = __atomic_load_n(&g_switches, __ATOMIC_RELAXED);
     if (id != 0)
         (void)pt_ring_push(&t->ring, pt_now(), id, PT_EV_TASK_STEP, 0, 0);
 }
 
+/* One TaskAwait record: `what` is a task (its Task symbol) or a label (str); anything
+ * else writes nothing. No exception left. */
+static void push_await(pt_thread_t *t, uint32_t epoch, int kind, PyObject *what)
+{
+    uint32_t wid = PyUnicode_Check(what) ? label_symbol(what) : is_task(what) ? task_symbol(what, epoch) : 0;
+    if (wid != 0)
+        (void)pt_ring_push(&t->ring, pt_now(), wid, PT_EV_TASK_AWAIT, 0, (uint16_t)kind);
+}
+
+/* A TaskAwait record labelled with the type name of `o` (type(o).__name__). */
+static void push_type_name(pt_thread_t *t, uint32_t epoch, int kind, PyObject *o)
+{
+    PyObject *name = PyType_GetName(Py_TYPE(o));
+    if (name != NULL) {
+        push_await(t, epoch, kind, name);
+        Py_DECREF(name);
+    }
+    PyErr_Clear();
+}
+
+static int str_starts(const char *s, const char *const *prefixes)
+{
+    for (; *prefixes; prefixes++) {
+        if (strncmp(s, *prefixes, strlen(*prefixes)) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* What awaiting a coroutine of this code stands for: asyncio's own coroutines (by
+ * __qualname__, in a file whose path names asyncio) name the wait. */
+static int classify_now(PyCodeObject *code)
+{
+    static const char *const sync_prefixes[] = {"Lock.", "Event.", "Condition.", "Semaphore.", "BoundedSemaphore.",
+                                                "Queue.", "PriorityQueue.", "LifoQueue.", "Barrier.", NULL};
+    static const char *const io_prefixes[] = {"StreamReader.", "StreamWriter.", "BaseSelectorEventLoop.sock_",
+                                              "_SelectorSocketTransport.", "BaseEventLoop.sock_",
+                                              "BaseEventLoop.create_connection", "BaseEventLoop.getaddrinfo", NULL};
+    PyObject *file = code->co_filename, *qual = code->co_qualname;
+    if (!PyUnicode_Check(file) || !PyUnicode_Check(qual))
+        return CLS_NONE;
+    Py_ssize_t at = PyUnicode_Find(file, g_str[S_ASYNCIO], 0, PY_SSIZE_T_MAX, 1);
+    const char *q = at >= 0 ? PyUnicode_AsUTF8(qual) : NULL;
+    if (q == NULL) {
+        PyErr_Clear();
+        return CLS_NONE;
+    }
+    if (strcmp(q, "sleep") == 0 || strcmp(q, "__sleep0") == 0)
+        return CLS_SLEEP;
+    if (strcmp(q, "to_thread") == 0)
+        return CLS_THREAD;
+    if (str_starts(q, sync_prefixes))
+        return CLS_SYNC;
+    if (str_starts(q, io_prefixes))
+        return CLS_IO;
+    if (strcmp(q, "TaskGroup.__aexit__") == 0)
+        return CLS_TASKGROUP;
+    return CLS_NONE;
+}
+
+/* classify_now, cached on the code object (the classification depends on the code
+ * alone, so it outlives sessions). */
+static int classify(PyCodeObject *code)
+{
+    void *v = NULL;
+    if (g_code_index >= 0) {
+        if (PyUnstable_Code_GetExtra((PyObject *)code, g_code_index, &v) < 0)
+            PyErr_Clear();
+        else if (v != NULL)
+            return (int)(uintptr_t)v;
+    }
+    int cls = classify_now(code);
+    if (g_code_index >= 0 && PyUnstable_Code_SetExtra((PyObject *)code, g_code_index, (void *)(uintptr_t)cls) < 0)
+        PyErr_Clear();
+    return cls;
+}
+
+/* Each item of the iterable `o` (borrowed): a task -> Task, else Future with its type
+ * name (gather's children), or, with `any`, push_await(Task, item) as it is. */
+static void push_each(pt_thread_t *t, uint32_t epoch, PyObject *o, int any)
+{
+    PyObject *it = PyObject_GetIter(o);
+    if (it == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    PyObject *c;
+    while ((c = PyIter_Next(it)) != NULL) {
+        if (any || is_task(c))
+            push_await(t, epoch, PT_AWAIT_TASK, c);
+        else
+            push_type_name(t, epoch, PT_AWAIT_FUTURE, c);
+        Py_DECREF(c);
+    }
+    Py_DECREF(it);
+    PyErr_Clear();
+}
+
+/* TaskGroup.__aexit__ waits for the group's tasks: its frame's `self`._tasks. */
+static void push_taskgroup(pt_thread_t *t, uint32_t epoch, PyObject *coro)
+{
+    PyObject *frame = attr(coro, S_CR_FRAME);
+    PyObject *tg = frame && PyFrame_Check(frame) ? PyFrame_GetVar((PyFrameObject *)frame, g_str[S_SELF]) : NULL;
+    PyErr_Clear();
+    PyObject *tasks = tg ? PyObject_GetAttr(tg, g_str[S_TASKS]) : NULL;
+    PyErr_Clear();
+    int any = tasks ? PyObject_IsTrue(tasks) : 0;
+    if (any > 0)
+        push_each(t, epoch, tasks, 1);
+    else
+        push_await(t, epoch, PT_AWAIT_FUTURE, g_str[S_L_TASKGROUP]);
+    PyErr_Clear();
+    Py_XDECREF(tasks);
+    Py_XDECREF(tg);
+    Py_XDECREF(frame);
+}
+
+/* What the future a task waits on stands for: a task, a gather of children, a thread's
+ * result (chained to a concurrent.futures.Future), else a Future of its type name. */
+static void push_future(pt_thread_t *t, uint32_t epoch, PyObject *fut)
+{
+    if (is_task(fut)) {
+        push_await(t, epoch, PT_AWAIT_TASK, fut);
+        return;
+    }
+    if (g_gathering && PyObject_TypeCheck(fut, (PyTypeObject *)g_gathering)) {
+        PyObject *children = PyObject_GetAttr(fut, g_str[S_CHILDREN]);
+        if (children)
+            push_each(t, epoch, children, 0);
+        Py_XDECREF(children);
+        PyErr_Clear();
+        return;
+    }
+    PyObject *cbs = PyObject_GetAttr(fut, g_str[S_CALLBACKS]);
+    PyErr_Clear();
+    PyObject *it = cbs && cbs != Py_None ? PyObject_GetIter(cbs) : NULL;
+    PyErr_Clear();
+    int chained = 0;
+    PyObject *item;
+    while (it && !chained && (item = PyIter_Next(it)) != NULL) {
+        PyObject *cb = PyTuple_Check(item) && PyTuple_GET_SIZE(item) == 2 ? PyTuple_GET_ITEM(item, 0) : NULL;
+        PyObject *q = cb ? PyObject_GetAttr(cb, g_str[S_QUALNAME]) : NULL;
+        PyErr_Clear();
+        if (q && PyUnicode_Check(q)) {
+            const char *s = PyUnicode_AsUTF8(q);
+            chained = s && strncmp(s, "_chain_future.", 14) == 0;
+        }
+        PyErr_Clear();
+        Py_XDECREF(q);
+        Py_DECREF(item);
+    }
+    PyErr_Clear();
+    Py_XDECREF(it);
+    Py_XDECREF(cbs);
+    if (chained)
+        push_await(t, epoch, PT_AWAIT_THREAD, g_str[S_L_EXECUTOR]);
+    else
+        push_type_name(t, epoch, PT_AWAIT_FUTURE, fut);
+}
+
+/* The task's state after a step: _state / _exception (never exception(), which would
+ * mark a failure as retrieved). Unreadable: Pending. */
+static int task_state(PyObject *task)
+{
+    PyObject *s = attr(task, S_STATE);
+    if (s == NULL) {
+        PyErr_Clear();
+        return PT_TASK_PENDING;
+    }
+    int state;
+    if (s == g_str[S_PENDING] || (PyUnicode_Check(s) && PyUnicode_Compare(s, g_str[S_PENDING]) == 0))
+        state = PT_TASK_PENDING;
+    else if (s == g_str[S_CANCELLED] || (PyUnicode_Check(s) && PyUnicode_Compare(s, g_str[S_CANCELLED]) == 0))
+        state = PT_TASK_CANCELLED;
+    else {
+        PyObject *e = attr(task, S_EXCEPTION);
+        state = e == NULL ? PT_TASK_PENDING : e != Py_None ? PT_TASK_FAILED : PT_TASK_DONE;
+        Py_XDECREF(e);
+    }
+    Py_DECREF(s);
+    PyErr_Clear();
+    return state;
+}
+
+/* The code object of a coroutine or generator (new reference). Not through cr_code /
+ * gi_code: their getters raise the "object.__getattr__" audit event, which builds its
+ * arguments and runs every audit hook (pytrace's own included), about 1,000
+ * instructions a read on 3.12. PyGen_GetCode reads the same field of the generator
+ * layout that coroutines share (CPython's cr_code getter does the same); only a debug
+ * build's assert insists on a generator, so there the getter is used. */
+static PyObject *gen_code(PyObject *aw, int coro)
+{
+#ifdef Py_DEBUG
+    if (coro)
+        return attr(aw, S_CR_CODE);
+#else
+    (void)coro;
+#endif
+    return (PyObject *)PyGen_GetCode((PyGenObject *)aw);
+}
+
+/* TaskSuspend, then for a pending task the TaskAwait records of what it waits on: the
+ * coroutine chain (cr_await / gi_yieldfrom) from the task's coroutine inwards, where the
+ * first of asyncio's own coroutines names the wait; else the task's _fut_waiter; else
+ * a Future named after the innermost awaitable (a bare `yield`: "yield"). */
+static void suspend_records(pt_thread_t *t, uint32_t epoch, PyObject *task, uint32_t id)
+{
+    int state = task_state(task);
+    (void)pt_ring_push(&t->ring, pt_now(), id, PT_EV_TASK_SUSPEND, 0, (uint16_t)state);
+    if (state != PT_TASK_PENDING)
+        return;
+    PyObject *aw = attr(task, S_CORO);
+    while (aw != NULL) {
+        int coro = Py_IS_TYPE(aw, &PyCoro_Type);
+        if (!coro && !Py_IS_TYPE(aw, &PyGen_Type))
+            break;
+        PyObject *code = gen_code(aw, coro);
+        if (code == NULL || !PyCode_Check(code)) {
+            Py_XDECREF(code);
+            Py_CLEAR(aw);
+            break;
+        }
+        int cls = classify((PyCodeObject *)code);
+        if (cls != CLS_NONE) {
+            if (cls == CLS_SLEEP)
+                push_await(t, epoch, PT_AWAIT_SLEEP, g_str[S_L_SLEEP]);
+            else if (cls == CLS_TASKGROUP)
+                push_taskgroup(t, epoch, aw);
+            else
+                push_await(t, epoch,
+                           cls == CLS_THREAD ? PT_AWAIT_THREAD : cls == CLS_SYNC ? PT_AWAIT_SYNC : PT_AWAIT_IO,
+                           ((PyCodeObject *)code)->co_qualname);
+            Py_DECREF(code);
+            Py_DECREF(aw);
+            return;
+        }
+        Py_DECREF(code);
+        Py_SETREF(aw, attr(aw, coro ? S_CR_AWAIT : S_GI_YIELDFROM));
+    }
+    PyObject *waiter = aw ? attr(task, S_FUT_WAITER) : NULL;
+    PyErr_Clear();
+    if (waiter != NULL && waiter != Py_None)
+        push_future(t, epoch, waiter);
+    else if (waiter != NULL && aw == Py_None)
+        push_await(t, epoch, PT_AWAIT_FUTURE, g_str[S_L_YIELD]);
+    else if (waiter != NULL)
+        push_type_name(t, epoch, PT_AWAIT_FUTURE, aw);
+    Py_XDECREF(waiter);
+    Py_XDECREF(aw);
+    PyErr_Clear();
+}
+
 void pt_tasks_return(PyObject *cb)
 {
+    PyObject *started = tl_step.cb;
+    tl_step.cb = NULL;
     uint32_t epoch;
     pt_thread_t *t = ring_thread(&epoch);
     if (t == NULL)
         return;
-    PyObject *task = cb_task(cb);
-    if (task == NULL)
-        return;
-    PyObject *exc = PyErr_GetRaisedException();
-    uint32_t id = task_symbol(task, epoch);
-    if (id == 0)
-        goto out;
-    if (g_suspend == NULL) {
-        PyObject *mod = PyImport_ImportModule("pytrace._tasks");
-        g_suspend = mod ? PyObject_GetAttrString(mod, "suspend") : NULL;
-        Py_XDECREF(mod);
+    PyObject *task;
+    uint32_t id;
+    PyObject *exc;
+    if (cb == started && epoch == tl_step.epoch &&
+        tl_step.switches == __atomic_load_n(&g_switches, __ATOMIC_RELAXED)) {
+        task = tl_step.task; /* this step's start found them */
+        id = tl_step.id;
+        exc = PyErr_GetRaisedException();
+    } else {
+        task = cb_task(cb);
+        if (task == NULL)
+            return;
+        exc = PyErr_GetRaisedException();
+        id = task_symbol(task, epoch);
     }
-    /* (state, ((await_kind, task_or_label), ...)) */
-    PyObject *r = g_suspend ? PyObject_CallOneArg(g_suspend, task) : NULL;
-    long state = PT_TASK_PENDING;
-    PyObject *awaits = NULL;
-    if (r && PyTuple_Check(r) && PyTuple_GET_SIZE(r) == 2) {
-        state = PyLong_AsLong(PyTuple_GET_ITEM(r, 0));
-        awaits = PyTuple_GET_ITEM(r, 1);
-        if (!PyTuple_Check(awaits))
-            awaits = NULL;
-    }
-    PyErr_Clear();
-    if (state < 0 || state >= PT_TASK_STATE_COUNT)
-        state = PT_TASK_PENDING;
-    (void)pt_ring_push(&t->ring, pt_now(), id, PT_EV_TASK_SUSPEND, 0, (uint16_t)state);
-    for (Py_ssize_t i = 0; state == PT_TASK_PENDING && awaits && i < PyTuple_GET_SIZE(awaits); i++) {
-        PyObject *a = PyTuple_GET_ITEM(awaits, i);
-        if (!PyTuple_Check(a) || PyTuple_GET_SIZE(a) != 2)
-            continue;
-        long kind = PyLong_AsLong(PyTuple_GET_ITEM(a, 0));
-        PyObject *what = PyTuple_GET_ITEM(a, 1);
-        PyErr_Clear();
-        if (kind < 0 || kind >= PT_AWAIT_KIND_COUNT)
-            continue;
-        uint32_t wid = PyUnicode_Check(what) ? label_symbol(what) : is_task(what) ? task_symbol(what, epoch) : 0;
-        if (wid != 0)
-            (void)pt_ring_push(&t->ring, pt_now(), wid, PT_EV_TASK_AWAIT, 0, (uint16_t)kind);
-    }
-    Py_XDECREF(r);
-out:
+    if (id != 0)
+        suspend_records(t, epoch, task, id);
     PyErr_SetRaisedException(exc);
 }
 
