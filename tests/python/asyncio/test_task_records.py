@@ -102,7 +102,7 @@ def test_sleepers_steps_suspends_and_sleep_awaits(tmp_path, scenario):
         assert [s[0] for s in seq if s[0] != EventKind.TaskAwait] == [EventKind.TaskStep, EventKind.TaskSuspend] * 51
     serials = sorted(s.line for s in rec.symbols.values() if s.kind == SymbolKind.Task)
     assert serials == list(range(1, len(serials) + 1))    # one symbol per task object
-    # pytrace's own naming code (pytrace._tasks) runs inside the hook: never recorded
+    # pytrace's own naming code (pt_tasks.c) runs inside the hook: never recorded
     assert not [s for s in rec.symbols.values() if "pytrace" in (s.file or "") and "_tasks" in s.file]
 
 
