@@ -29,6 +29,8 @@ typedef struct task {
     uint64_t wait_since;
     uint64_t step_start;
     uint32_t *chain;   /* ids its Yields suspended, outermost first */
+    uint64_t *chain_self;   /* the activation each of them is (tframe.serial) */
+    uint64_t *chain_parent; /* the activation it was suspended under (its parent's serial; 0 at depth 0) */
     uint32_t chain_len, chain_cap;
     pt_tasks_fn_t *fns;
     uint32_t fn_count, fn_cap;
@@ -42,6 +44,7 @@ typedef struct tframe {
     uint32_t fn;    /* index in the task's fns */
     uint8_t outer;  /* no other activation of fn below it in the task's stack */
     uint8_t cont;   /* it continues the chain's call at its depth */
+    uint64_t serial; /* its activation: a new number per logical call, kept by a Resume that continues it */
     uint64_t start; /* tick it (re)entered */
 } tframe_t;
 
@@ -69,6 +72,7 @@ struct pt_tasks {
     pt_tasks_counters_t c;
     const pt_tasks_observer_t *obs;
     void *obs_ctx;
+    uint64_t serial; /* the last activation number given (tframe.serial) */
 };
 
 int pt_tasks_create(uint32_t done_kept, pt_tasks_t **out)
@@ -103,9 +107,23 @@ static int calls_end(pt_tasks_t *t, const pt_walk_thread_t *th, task_t *k, uint3
     return 0;
 }
 
+/* The chain's three arrays share chain_cap (pt_grow gives each the same capacity from the same start). */
+static int chain_grow(task_t *k, uint32_t need)
+{
+    uint32_t c1 = k->chain_cap, c2 = c1, c3 = c1;
+    if (pt_grow((void **)&k->chain, &c1, sizeof *k->chain, need) ||
+        pt_grow((void **)&k->chain_self, &c2, sizeof *k->chain_self, need) ||
+        pt_grow((void **)&k->chain_parent, &c3, sizeof *k->chain_parent, need))
+        return -ENOMEM;
+    k->chain_cap = c1 < c2 ? (c1 < c3 ? c1 : c3) : (c2 < c3 ? c2 : c3);
+    return 0;
+}
+
 static void task_free(task_t *k)
 {
     free(k->chain);
+    free(k->chain_self);
+    free(k->chain_parent);
     free(k->fns);
     pt_u64map_free(&k->fn_map);
     free(k->awaits);
@@ -255,7 +273,11 @@ int pt_tasks_on_enter(pt_tasks_t *t, const pt_walk_thread_t *th, uint32_t id, ui
     uint32_t fn = fn_index(k, id);
     if (fn == PT_U64MAP_EMPTY)
         return -ENOMEM;
-    int cont = (flags & PT_WALK_RESUME) && d < k->chain_len && k->chain[d] == id && (d == 0 || tt->stack[d - 1].cont);
+    /* a Resume continues the suspended call at d when the frame under it is the activation
+     * it was suspended under: the same one within a step (a generator its caller resumes),
+     * or one that itself continued (the chain a task's next step resumes) */
+    int cont = (flags & PT_WALK_RESUME) && d < k->chain_len && k->chain[d] == id &&
+               (d == 0 || tt->stack[d - 1].serial == k->chain_parent[d]);
     if (!cont && !(flags & PT_WALK_CONTINUED))
         k->fns[fn].calls++;
     if (!cont && k->chain_len > d)
@@ -275,7 +297,8 @@ int pt_tasks_on_enter(pt_tasks_t *t, const pt_walk_thread_t *th, uint32_t id, ui
             outer = 0;
             break;
         }
-    tt->stack[d] = (tframe_t){.fn = fn, .outer = (uint8_t)outer, .cont = (uint8_t)cont, .start = ticks};
+    tt->stack[d] = (tframe_t){.fn = fn, .outer = (uint8_t)outer, .cont = (uint8_t)cont,
+                              .serial = cont ? k->chain_self[d] : ++t->serial, .start = ticks};
     tt->depth = d + 1;
     return 0;
 }
@@ -308,9 +331,11 @@ int pt_tasks_on_exit(pt_tasks_t *t, const pt_walk_thread_t *th, uint32_t id, uin
     if (f->outer)
         k->fns[f->fn].incl_ticks += since(ticks, f->start);
     if (flags & PT_WALK_YIELD) {
-        if (d >= k->chain_cap && pt_grow((void **)&k->chain, &k->chain_cap, sizeof *k->chain, d + 1))
+        if (d >= k->chain_cap && chain_grow(k, d + 1))
             return -ENOMEM;
         k->chain[d] = id;
+        k->chain_self[d] = f->serial;
+        k->chain_parent[d] = d ? tt->stack[d - 1].serial : 0;
         if (!was_yielding || k->chain_len <= d)
             k->chain_len = d + 1; /* the innermost of the yields that end the step */
         tt->yielding = 1;

@@ -17,10 +17,15 @@
  *     when it named none. The TaskAwait records of the last suspend are the
  *     task's current awaits (the await graph's edges), cleared by its next step.
  *   - Logical calls: a coroutine (or generator) resumed where the task's last
- *     Yield left it is the same call: at a step's end the task keeps the chain
- *     of frames its Yields suspended (outermost first); a Resume at task depth
- *     k of the id the chain holds at k (all outer positions matched) continues
- *     that call and counts none; any other entry counts one call. Inclusive
+ *     Yield left it is the same call: the task keeps the chain of frames its
+ *     Yields suspended (outermost first; at a step's end, the whole suspended
+ *     stack); a Resume at task depth k of the id the chain holds at k, under
+ *     the activation it was suspended under (the same frame within a step, a
+ *     frame that itself continued across steps), continues that call and counts
+ *     none; any other entry counts one call, and cuts the chain at k. So a
+ *     generator its caller resumes within a step is one call, unless the
+ *     caller called something else at its depth in between (then each
+ *     resumption counts: the task's stack stays a stack). Inclusive
  *     time of a function is the sum of its running pieces (not the time it
  *     was suspended), counted for its outermost activation in the task's
  *     stack only; exclusive time is the ticks between two callbacks of the

@@ -464,6 +464,49 @@ static void test_observer_logical_calls(void)
     pt_tasks_destroy(l.tasks);
 }
 
+/* A generator resumed by its caller within one step is one logical call (the
+ * frame under it is the same activation as when it yielded): main, a fresh call
+ * of this step, consumes fetch (yields twice) -> 1 call. A sibling call between
+ * two resumptions cuts the chain (the task's stack is a stack): worker, resumed
+ * after sleep ran at its depth, counts 2. A new fetch after the first returned
+ * is a new call. Without the activation rule (the frame under it had to be one
+ * that continued a call) fetch counted 4: each resumption a call. */
+static void test_generator_within_a_step(void)
+{
+    stream_t *s = new_stream();
+    step_begin(s, T3);
+    ev(s, PT_EV_CALL, MAIN, 1);
+    ev(s, PT_EV_CALL, FETCH, 1);
+    ev(s, PT_EV_YIELD, FETCH, 1);
+    ev(s, PT_EV_RESUME, FETCH, 1);
+    ev(s, PT_EV_YIELD, FETCH, 1);
+    ev(s, PT_EV_RESUME, FETCH, 1);
+    ev(s, PT_EV_RETURN, FETCH, 1);
+    ev(s, PT_EV_CALL, WORKER, 1);
+    ev(s, PT_EV_YIELD, WORKER, 1);
+    ev(s, PT_EV_CALL, SLEEP, 1);
+    ev(s, PT_EV_RETURN, SLEEP, 1);
+    ev(s, PT_EV_RESUME, WORKER, 1);
+    ev(s, PT_EV_RETURN, WORKER, 1);
+    ev(s, PT_EV_CALL, FETCH, 1);
+    ev(s, PT_EV_RETURN, FETCH, 1);
+    ev(s, PT_EV_RETURN, MAIN, 1);
+    step_end(s, T3, PT_TASK_DONE);
+    after_step(s);
+    flush(s);
+    pt_agg_tasks_t t;
+    CHECK_EQ(pt_agg_tasks(s->agg, &t), 0);
+    const pt_agg_task_t *k = task_named(&t, "main-task");
+    if (k) {
+        CHECK_EQ(fn_named(k, "main")->calls, 1);
+        CHECK_EQ(fn_named(k, "fetch")->calls, 2);
+        CHECK_EQ(fn_named(k, "worker")->calls, 2);
+        CHECK_EQ(fn_named(k, "sleep")->calls, 1);
+    }
+    pt_agg_tasks_free(&t);
+    pt_agg_destroy(s->agg);
+}
+
 int main(void)
 {
     test_logical_calls_and_times();
@@ -471,6 +514,7 @@ int main(void)
     test_malformed();
     test_done_tasks_fold();
     test_observer_logical_calls();
+    test_generator_within_a_step();
     if (failures)
         fprintf(stderr, "%d failure(s)\n", failures);
     return failures != 0;
