@@ -790,7 +790,7 @@ PyDoc_STRVAR(tasks_doc,
              "functions): state a name (pending, running, done, cancelled, failed); wait_by {kind name: ns} over "
              "every await kind and 'other'; awaits ((kind name, name, awaited task's symbol or None), ...) of a "
              "pending task; functions ((symbol, name, file, line, logical calls, self_ns, total_ns), ...) "
-             "unordered.");
+             "by total time, then own time, then symbol.");
 
 /* One task of pt_agg_tasks as the tuple tasks_doc describes; NULL with an exception set. */
 static PyObject *task_tuple(const pt_agg_task_t *k)

@@ -254,7 +254,7 @@ class Profile:
         out = []
         for sym, name, coro, serial, state, steps, run_ns, wait_ns, wait_by, awaits, fns in \
                 self._agg.tasks(process=process)["tasks"]:
-            functions = sorted((TaskFunction(*f) for f in fns), key=lambda f: (-f.total_ns, f.name, f.id))
+            functions = tuple(TaskFunction(*f) for f in fns)   # by total time (viewer/core/agg.h)
             out.append(Task(sym, name, coro, serial, state, steps, run_ns, wait_ns, wait_by,
                             tuple(TaskAwait(*a) for a in awaits), tuple(functions)))
         return out

@@ -2039,6 +2039,17 @@ size_t pt_process_label(const char *role, const char *command_line, char *out, s
 
 /* ---- tasks (tasks.h) ---------------------------------------------------------- */
 
+/* A task's functions by total time, then own time, then symbol: every view's order. */
+static int agg_task_fn_order(const void *x, const void *y)
+{
+    const pt_agg_task_fn_t *a = x, *b = y;
+    if (a->incl_ns != b->incl_ns)
+        return a->incl_ns < b->incl_ns ? 1 : -1;
+    if (a->excl_ns != b->excl_ns)
+        return a->excl_ns < b->excl_ns ? 1 : -1;
+    return a->symbol < b->symbol ? -1 : a->symbol > b->symbol;
+}
+
 int pt_agg_tasks(pt_agg_t *a, pt_agg_tasks_t *out)
 {
     memset(out, 0, sizeof *out);
@@ -2100,6 +2111,8 @@ int pt_agg_tasks(pt_agg_t *a, pt_agg_tasks_t *out)
                                                  .incl_ns = ticks_ns(a, k.fns[j].incl_ticks),
                                                  .excl_ns = ticks_ns(a, k.fns[j].excl_ticks)};
         }
+        if (o->fn_count > 1)
+            qsort(out->fns + (fat - o->fn_count), o->fn_count, sizeof *out->fns, agg_task_fn_order);
     }
     return 0;
 }

@@ -394,7 +394,7 @@ typedef struct pt_agg_task {
     uint64_t wait_by_ns[PT_AWAIT_KIND_COUNT + 1]; /* by enum pt_await_kind; last: none named */
     const pt_agg_task_await_t *awaits; /* what it awaits now (pending tasks) */
     uint32_t await_count;
-    const pt_agg_task_fn_t *fns;       /* its logical-call table, unordered */
+    const pt_agg_task_fn_t *fns;       /* its logical-call table, by total time, then own time, then symbol */
     uint32_t fn_count;
 } pt_agg_task_t;
 

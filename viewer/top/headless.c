@@ -120,16 +120,6 @@ static void Headless_jsonSteps(App *app)
            (unsigned long long)st->tree_missed, app->step_mode ? "true" : "false");
 }
 
-static int Headless_fnByTotal(const void *x, const void *y)
-{
-    const pt_agg_task_fn_t *a = x, *b = y;
-    if (a->incl_ns != b->incl_ns)
-        return a->incl_ns < b->incl_ns ? 1 : -1;
-    if (a->excl_ns != b->excl_ns)
-        return a->excl_ns < b->excl_ns ? 1 : -1;
-    return a->symbol < b->symbol ? -1 : a->symbol > b->symbol;
-}
-
 /* "tasks": the asyncio tasks (viewer/core/tasks.h) of the shown process, of every
  * process when the functions add them all up ("process" says whose), in order of
  * first sight; each one's logical calls by total time (agg.h: ns, as every figure
@@ -175,21 +165,14 @@ static void Headless_jsonTasks(App *app)
                        a);
             }
             printf("], \"functions\": [");
-            pt_agg_task_fn_t *fns = malloc((t->fn_count ? t->fn_count : 1) * sizeof *fns);
-            if (!fns) {
-                failed = 1;
-            } else {
-                memcpy(fns, t->fns, t->fn_count * sizeof *fns);
-                qsort(fns, t->fn_count, sizeof *fns, Headless_fnByTotal);
-                for (uint32_t j = 0; j < t->fn_count; j++) {
-                    Text_json(fns[j].name ? fns[j].name : "", a, sizeof a);
-                    Text_json(fns[j].file ? fns[j].file : "", c, sizeof c);
-                    printf("%s\n      {\"name\": \"%s\", \"file\": \"%s\", \"line\": %u, \"calls\": %llu, "
-                           "\"self_ns\": %llu, \"total_ns\": %llu}",
-                           j ? "," : "", a, c, fns[j].line, (unsigned long long)fns[j].calls,
-                           (unsigned long long)fns[j].excl_ns, (unsigned long long)fns[j].incl_ns);
-                }
-                free(fns);
+            const pt_agg_task_fn_t *fns = t->fns; /* by total time (agg.h) */
+            for (uint32_t j = 0; j < t->fn_count; j++) {
+                Text_json(fns[j].name ? fns[j].name : "", a, sizeof a);
+                Text_json(fns[j].file ? fns[j].file : "", c, sizeof c);
+                printf("%s\n      {\"name\": \"%s\", \"file\": \"%s\", \"line\": %u, \"calls\": %llu, "
+                       "\"self_ns\": %llu, \"total_ns\": %llu}",
+                       j ? "," : "", a, c, fns[j].line, (unsigned long long)fns[j].calls,
+                       (unsigned long long)fns[j].excl_ns, (unsigned long long)fns[j].incl_ns);
             }
             printf("%s]}", t->fn_count ? "\n    " : "");
         }

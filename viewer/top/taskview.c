@@ -193,16 +193,6 @@ static void TasksPanel_drawTable(App *app, int top, int rows, int cols)
     free(list);
 }
 
-static int TasksPanel_fnOrder(const void *x, const void *y)
-{
-    const pt_agg_task_fn_t *a = x, *b = y;
-    if (a->incl_ns != b->incl_ns)
-        return a->incl_ns < b->incl_ns ? 1 : -1;
-    if (a->excl_ns != b->excl_ns)
-        return a->excl_ns < b->excl_ns ? 1 : -1;
-    return a->symbol < b->symbol ? -1 : a->symbol > b->symbol;
-}
-
 /* One task: its figures, its waiting by kind, and its logical calls by total time. */
 static void TasksPanel_drawTask(App *app, const pt_agg_task_t *t, int top, int rows, int cols)
 {
@@ -233,11 +223,7 @@ static void TasksPanel_drawTask(App *app, const pt_agg_task_t *t, int top, int r
     TasksPanel_line(top + 1, cols, A_NORMAL, line);
     snprintf(line, sizeof line, " %16s %10s %10s  %s", "CALLS", "OWN", "TOTAL", "FUNCTION  FILE:LINE  (logical calls)");
     TasksPanel_line(top + 2, cols, CRT_attr(CRT_C_HEADER), line);
-    pt_agg_task_fn_t *fns = malloc((t->fn_count ? t->fn_count : 1) * sizeof *fns);
-    if (!fns)
-        return;
-    memcpy(fns, t->fns, t->fn_count * sizeof *fns);
-    qsort(fns, t->fn_count, sizeof *fns, TasksPanel_fnOrder);
+    const pt_agg_task_fn_t *fns = t->fns; /* by total time (agg.h) */
     int body = rows - 3, total = (int)t->fn_count;
     if (app->tasks_fn_scroll > total - body)
         app->tasks_fn_scroll = total - body > 0 ? total - body : 0;
@@ -263,7 +249,6 @@ static void TasksPanel_drawTask(App *app, const pt_agg_task_t *t, int top, int r
         snprintf(line, sizeof line, " ... %d more below (Down, PgDn, End)", total - app->tasks_fn_scroll - body);
         TasksPanel_line(top + rows - 1, cols, A_BOLD, line);
     }
-    free(fns);
 }
 
 static void TasksPanel_draw(App *app, int top, int rows, int cols)

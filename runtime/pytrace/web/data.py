@@ -184,7 +184,7 @@ def tasks_of(agg, limit):
         out.append([serial, name, coro, state, steps, run_ns, wait_ns,
                     {k: v for k, v in wait_by.items() if v},
                     [[kind, what] for kind, what, _task in awaits],
-                    [[f[0], f[4], f[5], f[6]] for f in sorted(fns, key=lambda f: (-f[6], f[0]))]])
+                    [[f[0], f[4], f[5], f[6]] for f in fns]])   # by total time (viewer/core/agg.h)
     d["shown"] = len(out)
     d["list"] = out
     return d
