@@ -784,19 +784,21 @@ err:
 }
 
 PyDoc_STRVAR(tasks_doc,
-             "tasks(process=0) -> dict: pt_agg_tasks of that process (viewer/core/tasks.h holds the rules): seen, "
+             "tasks(process=0, functions=True, functions_of=-1) -> dict: pt_agg_tasks of that process (viewer/core/tasks.h holds the rules): seen, "
              "folded, folded_steps, folded_run_ns, folded_wait_ns, malformed, and 'tasks': the kept tasks in order "
              "of first sight, each (symbol, name, coroutine, serial, state, steps, run_ns, wait_ns, wait_by, awaits, "
              "functions): state a name (pending, running, done, cancelled, failed); wait_by {kind name: ns} over "
              "every await kind and 'other'; awaits ((kind name, name, awaited task's symbol or None), ...) of a "
              "pending task; functions ((symbol, name, file, line, logical calls, self_ns, total_ns), ...) "
-             "by total time, then own time, then symbol.");
+             "by total time, then own time, then symbol; empty unless functions, or the task's serial is "
+             "functions_of.");
 
 /* One task of pt_agg_tasks as the tuple tasks_doc describes; NULL with an exception set. */
-static PyObject *task_tuple(const pt_agg_task_t *k)
+static PyObject *task_tuple(const pt_agg_task_t *k, int with_fns)
 {
+    uint32_t fn_count = with_fns ? k->fn_count : 0;
     PyObject *wait_by = PyDict_New(), *awaits = PyTuple_New((Py_ssize_t)k->await_count);
-    PyObject *fns = PyTuple_New((Py_ssize_t)k->fn_count);
+    PyObject *fns = PyTuple_New((Py_ssize_t)fn_count);
     if (!wait_by || !awaits || !fns)
         goto err;
     for (unsigned w = 0; w <= PT_TASKS_WAIT_OTHER; w++)
@@ -815,7 +817,7 @@ static PyObject *task_tuple(const pt_agg_task_t *k)
             goto err;
         PyTuple_SET_ITEM(awaits, (Py_ssize_t)j, t);
     }
-    for (uint32_t j = 0; j < k->fn_count; j++) {
+    for (uint32_t j = 0; j < fn_count; j++) {
         const pt_agg_task_fn_t *f = &k->fns[j];
         PyObject *name = str_of(f->name), *file = str_of(f->file);
         if (!name || !file) {
@@ -846,7 +848,13 @@ err:
 
 static PyObject *agg_tasks(agg_obj_t *self, PyObject *args, PyObject *kw)
 {
-    pt_agg_t *agg = agg_lock_process_arg(self, args, kw, "|n:tasks");
+    static char *kwlist[] = {"process", "functions", "functions_of", NULL};
+    Py_ssize_t process = 0;
+    int functions = 1;
+    long long functions_of = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|npL:tasks", kwlist, &process, &functions, &functions_of))
+        return NULL;
+    pt_agg_t *agg = agg_lock_process(self, process);
     if (!agg)
         return NULL;
     pt_agg_tasks_t ts;
@@ -858,7 +866,7 @@ static PyObject *agg_tasks(agg_obj_t *self, PyObject *args, PyObject *kw)
     /* the tuples are built under the lock: the names are the aggregation's */
     PyObject *list = PyList_New((Py_ssize_t)ts.count), *d = NULL;
     for (size_t i = 0; list && i < ts.count; i++) {
-        PyObject *t = task_tuple(&ts.tasks[i]);
+        PyObject *t = task_tuple(&ts.tasks[i], functions || (long long)ts.tasks[i].serial == functions_of);
         if (!t) {
             Py_CLEAR(list);
             break;

@@ -86,8 +86,8 @@ class ProcessView:
     def timeline(self, thread=0, window=0.0, since=0, group=1):
         return self.agg.timeline(thread, window, since, group, process=self.index)
 
-    def tasks(self):
-        return self.agg.tasks(process=self.index)
+    def tasks(self, functions=True, functions_of=-1):
+        return self.agg.tasks(process=self.index, functions=functions, functions_of=functions_of)
 
 
 def symbol_list(agg):
@@ -160,31 +160,40 @@ def steps_of(agg, bars):
 
 
 # The asyncio tasks a page is sent for its task chooser: those with the most running plus
-# waiting time (the summary counts them all, folded ones included).
+# waiting time (the summary counts them all, folded ones included), each with its first
+# TASK_FUNCTIONS functions by total time. A live page is sent the chosen task's functions
+# alone (the aiohttp recording of docs/asyncio.md, 865 tasks, on a loaded machine: the 200
+# with all their functions were 695 kB of JSON and 130-170 ms to make; without them, the
+# chosen one's aside, 26 kB and 26 ms; a live page asks four times a second).
 TASKS_LIVE = 200
-TASKS_REPORT = 5000
+TASKS_REPORT = 1000
+TASK_FUNCTIONS = 100
 
 
-def tasks_of(agg, limit):
+def tasks_of(agg, limit, functions=True, chosen=-1):
     """The asyncio tasks of the process (Aggregator.tasks: viewer/core/tasks.h's rules, Python
     3.12+), None when the stream has none: {"seen", "kept", "folded", "malformed", "shown",
     "list": [task]}, task = [serial, name, coroutine, state, steps, run_ns, wait_ns,
     {await kind: ns}, [[kind, name], ...] (what it awaits now), [[symbol id, logical calls,
-    self_ns, total_ns], ...] (its functions, by total)], the `limit` tasks with the most
-    running plus waiting time, in order of first sight."""
-    d = agg.tasks()
+    self_ns, total_ns], ...] (its first TASK_FUNCTIONS functions by total; of every task, or
+    only of the task whose serial is `chosen` when not functions), its number of functions],
+    the `limit` tasks with the most running plus waiting time (and the chosen one), in order
+    of first sight."""
+    d = agg.tasks(functions=functions, functions_of=chosen)
     tasks = d.pop("tasks")
     if not tasks and not d["seen"]:
         return None
     d["kept"] = len(tasks)
-    order = sorted(range(len(tasks)), key=lambda i: (-(tasks[i][6] + tasks[i][7]), i))[:limit]
+    order = set(sorted(range(len(tasks)), key=lambda i: (-(tasks[i][6] + tasks[i][7]), i))[:limit])
     out = []
-    for i in sorted(order):
-        _sym, name, coro, serial, state, steps, run_ns, wait_ns, wait_by, awaits, fns = tasks[i]
+    for i, (_sym, name, coro, serial, state, steps, run_ns, wait_ns, wait_by, awaits, fns) in enumerate(tasks):
+        if i not in order and serial != chosen:
+            continue
         out.append([serial, name, coro, state, steps, run_ns, wait_ns,
                     {k: v for k, v in wait_by.items() if v},
                     [[kind, what] for kind, what, _task in awaits],
-                    [[f[0], f[4], f[5], f[6]] for f in fns]])   # by total time (viewer/core/agg.h)
+                    [[f[0], f[4], f[5], f[6]] for f in fns[:TASK_FUNCTIONS]],   # by total (agg.h)
+                    len(fns) if fns or functions or serial == chosen else None])
     d["shown"] = len(out)
     d["list"] = out
     return d
@@ -360,7 +369,7 @@ class Live:
             s.used = now
             return s
 
-    def update(self, sid, version, thread, window, filt, step=False):
+    def update(self, sid, version, thread, window, filt, step=False, task=-1):
         """The delta that brings a page at `version` of view (thread, window, filter, step:
         the last complete step alone) to now. A page that asks for another view, or whose
         version is not the one it was last sent (a lost answer), gets the whole picture."""
@@ -389,7 +398,7 @@ class Live:
         span, raw, table_rows, unobserved = view_of(agg, thread, window, self.min_fraction, filt or None,
                                                     last_step=step)
         out["steps"] = steps_of(agg, STEP_BARS_LIVE)
-        tasks = tasks_of(agg, TASKS_LIVE)
+        tasks = tasks_of(agg, TASKS_LIVE, functions=False, chosen=task)
         if full or tasks != s.tasks:
             out["tasks"] = tasks
             s.tasks = tasks

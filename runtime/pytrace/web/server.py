@@ -1,8 +1,9 @@
 """The HTTP side of `pytrace web`: one page and one JSON endpoint, behind a token.
 
     GET /?token=T                    the page (everything inline)
-    GET /api/update?token=T&session=S&version=V&thread=N&window=SECONDS&filter=TEXT[&step=1]
-                                     what changed since version V of that view (data.Live)
+    GET /api/update?token=T&session=S&version=V&thread=N&window=SECONDS&filter=TEXT[&step=1][&task=SERIAL]
+                                     what changed since version V of that view (data.Live);
+                                     task: the asyncio task whose functions the page shows
 
 A request without the right token gets 403, whatever its path. The pictures come from
 the C aggregation (`_pytrace.Aggregator`), fed by a background thread (Feeder) from a
@@ -134,6 +135,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 filt = (query.get("filter") or [""])[0][:200]
                 process = int((query.get("process") or ["0"])[0])
                 step = (query.get("step") or ["0"])[0] == "1"    # the last complete step alone
+                task = int((query.get("task") or ["-1"])[0])     # the chosen task's serial: its functions
+                if not -1 <= task < 1 << 32:
+                    raise ValueError
                 if thread < 0 or not (window >= 0) or window > 1e9 or "\0" in filt or "\0" in sid:
                     raise ValueError
             except ValueError:
@@ -141,7 +145,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 return
             t0 = time.perf_counter()
             try:
-                out = app.live_of(process).update(sid, version, thread, window, filt, step)
+                out = app.live_of(process).update(sid, version, thread, window, filt, step, task)
             except ValueError as e:     # a query the aggregation refuses: the page's fault
                 self._send(400, json.dumps({"error": "bad query: %s" % e}).encode(), "application/json")
                 return

@@ -55,7 +55,8 @@ def test_report_embeds_the_tasks(recorded):
     assert data["tasks"]["seen"] == len(top) and data["tasks"]["folded"] == 0
     names = {s[0]: s[1] for s in data["symbols"]}
     for w in workers:
-        serial, name, coro, state, steps, run_ns, wait_ns, wait_by, awaits, fns = tasks[w]
+        serial, name, coro, state, steps, run_ns, wait_ns, wait_by, awaits, fns, fn_count = tasks[w]
+        assert fn_count == len(fns) == len(top[w]["functions"])
         t = top[w]
         assert (serial, coro, state, steps, run_ns, wait_ns) == (t["id"], t["coroutine"], t["state"], t["steps"],
                                                                  t["run_ns"], t["wait_ns"]), w
@@ -86,6 +87,10 @@ def test_report_and_live_page_choose_a_task(recorded, browser):  # noqa: F811
             _wait(page, "document.querySelector('#task-detail').textContent.startsWith('worker-7 ')")
             detail = page.evaluate("document.querySelector('#task-detail').textContent")
             assert "done" in detail and "51 steps" in detail and "sleep" in detail, (name, detail)
+            # a live page is sent the chosen task's functions with its next update
+            _wait(page, "document.querySelectorAll('#task-fns tbody tr').length >= 3")
+            note = page.evaluate("document.querySelector('#task-note').textContent")
+            assert note == "(%d functions)" % len(top["worker-7"]["functions"]), (name, note)
             rows = page.evaluate("[...document.querySelectorAll('#task-fns tbody tr')]"
                                  ".map(tr => [...tr.children].map(td => td.textContent))")
             calls = {r[3]: int(r[0]) for r in rows}

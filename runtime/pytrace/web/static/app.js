@@ -497,6 +497,10 @@
   // task = [serial, name, coroutine, state, steps, run_ns, wait_ns, {kind: ns}, [[kind, name]],
   //         [[symbol id, logical calls, self_ns, total_ns]]] (web/data.py tasks_of)
   let tasksShown = null;   // the list the chooser's options were made from
+  function chosenTask() {   // the chosen task's serial (-1: none): a live page is sent its functions
+    const v = $("task-choice").value;
+    return v === "" ? -1 : Number(v);
+  }
   function renderTasks() {
     const T = state.tasks;
     $("tasks-section").hidden = !T;
@@ -523,12 +527,16 @@
     }
     const t = T.list.find((x) => String(x[0]) === sel.value);
     const body = document.querySelector("#task-fns tbody");
-    if (!t) { $("task-detail").textContent = ""; body.replaceChildren(); return; }
+    if (!t) { $("task-detail").textContent = ""; $("task-note").textContent = ""; body.replaceChildren(); return; }
     const waits = Object.entries(t[7]).sort((a, b) => b[1] - a[1]).map(([k, ns]) => k + " " + fmtNs(ns));
     const detail = [t[1] + " (" + t[2] + ")", t[3], t[4] + " steps", "running " + fmtNs(t[5]),
                     "waiting " + fmtNs(t[6]) + (waits.length ? " (" + waits.join(", ") + ")" : "")];
     if (t[8].length) detail.push("waits on: " + t[8].map(([k, n]) => k + " " + n).join(", "));
     $("task-detail").textContent = detail.join(" \u00b7 ");
+    // t[10]: its number of functions (null: not sent yet; a live page asks for the chosen one's)
+    $("task-note").textContent = t[10] === null ? "(its functions come with the next update)" :
+      t[10] > t[9].length ? "(the first " + t[9].length + " of " + t[10] + " functions, by total time)" :
+      "(" + t[10] + " functions)";
     const frag = document.createDocumentFragment();
     for (const [id, calls, self, total] of t[9]) {
       const s = sym(id);
@@ -565,7 +573,7 @@
       const q = new URLSearchParams({ token: DATA.token, session, version: String(state.version),
                                       process: String(v.process),
                                       thread: String(v.thread), window: String(v.window), filter: v.filter,
-                                      step: v.step ? "1" : "0" });
+                                      step: v.step ? "1" : "0", task: String(chosenTask()) });
       try {
         const r = await fetch("api/update?" + q.toString(), { cache: "no-store" });
         if (!r.ok) throw new Error("server answered " + r.status);
@@ -595,7 +603,7 @@
     if (!LIVE) applyReportProcess();
     viewChanged();
   });
-  $("task-choice").addEventListener("change", renderTasks);
+  $("task-choice").addEventListener("change", renderTasks);   // a live page: the next update brings its functions
   $("thread").addEventListener("change", (e) => { state.view.thread = Number(e.target.value); viewChanged(); });
   $("filter").addEventListener("input", (e) => {
     state.view.filter = e.target.value;
