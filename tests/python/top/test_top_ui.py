@@ -232,16 +232,18 @@ def deep_rec(tmp_path_factory):
 
 
 def test_question_mark_shows_every_key_and_any_key_closes_it(flame_rec):
-    t = Tmux("--file %s" % flame_rec, width=150, height=50)
+    # 60 rows: the help (52 lines since the task mode) in one column, so that each heading
+    # and key starts its line (fewer rows set it in two columns)
+    t = Tmux("--file %s" % flame_rec, width=150, height=60)
     try:
         t.wait_for(lambda s: "hot_match" in s, what="the table")
         t.keys("?")
         s = t.wait_for(lambda s: "pytrace-top keys" in s, what="the help screen")
-        for heading in ("everywhere", "table", "flame", "thread list (T)", "filter (/)"):
+        for heading in ("everywhere", "table", "flame", "task mode (A)", "thread list (T)", "filter (/)"):
             assert re.search(r"^ %s\s*$" % re.escape(heading), s, re.M), (heading, s)
         for key, words in (("T", "thread list"), ("PgUp PgDn Home End", "scroll"), ("i", "idle threads"),
                            ("/", "filter"), ("o t # n f", "sort"), ("Enter", "zoom"), ("P", "process"),
-                           ("c", "wall <-> CPU")):
+                           ("c", "wall <-> CPU"), ("A", "task mode"), ("r w", "running time")):
             assert re.search(r"^   %s\s.*%s" % (re.escape(key), words), s, re.M), (key, s)
         t.keys("x")  # any key closes it, and does nothing else
         s = t.wait_for(lambda s: "pytrace-top keys" not in s, what="the help closed")
