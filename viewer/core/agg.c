@@ -1358,7 +1358,7 @@ static int thread_selected(const pt_agg_t *a, const pt_agg_query_t *q, uint32_t 
     return !q || !q->thread || a->threads[t].number == q->thread;
 }
 
-static int ci_contains(const char *hay, const char *needle)
+int pt_agg_name_matches(const char *hay, const char *needle)
 {
     if (!needle || !*needle)
         return 1;
@@ -1532,7 +1532,7 @@ int pt_agg_table(pt_agg_t *a, const pt_agg_query_t *q, int sort, int descending,
         goto out;
     size_t count = 0;
     for (uint32_t s = 0; s < t->sym_count; s++)
-        count += sums[s].nodes && ci_contains(t->syms[s].name, filter);
+        count += sums[s].nodes && pt_agg_name_matches(t->syms[s].name, filter);
     out->rows = calloc(count ? count : 1, sizeof *out->rows);
     if (!out->rows)
         goto out;
@@ -1561,7 +1561,7 @@ int pt_agg_table(pt_agg_t *a, const pt_agg_query_t *q, int sort, int descending,
     double span_ns = (double)ticks_ns(a, observed);
     for (uint32_t s = 0; s < t->sym_count; s++) {
         const pt_cct_symbol_t *sym = &t->syms[s];
-        if (!sums[s].nodes || !ci_contains(sym->name, filter))
+        if (!sums[s].nodes || !pt_agg_name_matches(sym->name, filter))
             continue;
         pt_agg_row_t *r = &out->rows[out->count++];
         r->symbol = sym->id;

@@ -252,6 +252,9 @@ typedef struct pt_agg_table {
 int pt_agg_table(pt_agg_t *agg, const pt_agg_query_t *q, int sort, int descending, const char *filter,
                  pt_agg_table_t *out);
 void pt_agg_table_free(pt_agg_table_t *t);
+/* The table's filter rule, for every view that filters by name: needle is a part
+ * of hay, ASCII letters in any case; NULL or "" matches everything. */
+int pt_agg_name_matches(const char *hay, const char *needle);
 
 #define PT_AGG_NONE UINT32_MAX
 #define PT_AGG_OTHER (UINT32_MAX - 1u) /* pt_agg_tnode_t.symbol of an [other] node (other = 1 says so) */

@@ -1,5 +1,6 @@
 #include <sys/ioctl.h>
 #include "crt.h"
+#include "text.h"
 
 #include <curses.h>
 #include <langinfo.h>
@@ -150,4 +151,16 @@ int CRT_attr(int color)
     case CRT_C_WAITING: return A_DIM;
     default: return A_REVERSE;
     }
+}
+
+void CRT_line(int y, int cols, int attr, const char *text)
+{
+    char buf[2048];
+    attrset(attr);
+    move(y, 0);
+    for (int i = 0; i < cols; i++)
+        addch(' ');
+    Text_fit(text, cols, 0, buf, sizeof buf);
+    mvaddstr(y, 0, buf);
+    attrset(A_NORMAL);
 }

@@ -34,5 +34,6 @@ void CRT_done(void);
  * after the program started) is never lost. */
 int CRT_syncSize(void);
 int CRT_attr(int color);        /* COLOR_PAIR with fallbacks for monochrome terminals */
+void CRT_line(int y, int cols, int attr, const char *text); /* row y cleared in attr, text fitted to cols */
 
 #endif

@@ -1,5 +1,4 @@
 /* FlamePanel: the rolling window as an icicle graph (root on top), zoomable. */
-#include <ctype.h>
 #include <curses.h>
 #include <limits.h>
 #include <stdio.h>
@@ -60,21 +59,6 @@ static void FlamePanel_label(App *app, const pt_agg_tnode_t *node, int width, ch
             Text_escape(Text_lastComponent(name), esc, sizeof esc);
     }
     Text_fit(esc, width, 0, out, outcap);
-}
-
-/* The filter (/) as the table applies it (pt_agg_table): a part of the
- * name, ASCII letters in any case. */
-static int FlamePanel_matches(const char *name, const char *filter)
-{
-    size_t fl = strlen(filter);
-    for (const char *h = name; *h; h++) {
-        size_t i = 0;
-        while (i < fl && h[i] && tolower((unsigned char)h[i]) == tolower((unsigned char)filter[i]))
-            i++;
-        if (i == fl)
-            return 1;
-    }
-    return 0;
 }
 
 /* Where each node of the zoomed subtree lies: its x and width in columns and
@@ -159,7 +143,7 @@ static void FlamePanel_drawNode(App *app, uint32_t n, int y, int c0, int c1, int
     int attr = !app->time_cpu && !app->step_mode && App_nodeWaits(node) ? CRT_attr(CRT_C_WAITING)
                                                      : CRT_attr(CRT_C_FLAME0 + (int)(node->symbol % CRT_FLAME_COLORS));
     if (app->filter[0]) {
-        int match = node->parent != PT_AGG_NONE && !node->other && FlamePanel_matches(App_symbolName(app, node->symbol), app->filter);
+        int match = node->parent != PT_AGG_NONE && !node->other && pt_agg_name_matches(App_symbolName(app, node->symbol), app->filter);
         *matches += match;
         attr = match ? (int)(CRT_attr(CRT_C_MATCH) | A_BOLD | A_UNDERLINE) : (int)A_DIM;
     }

@@ -13,7 +13,6 @@
  * the order changes under it.
  */
 #include <curses.h>
-#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,34 +22,6 @@
 #include "text.h"
 
 #include "viewer/core/tasks.h"
-
-static void TasksPanel_line(int y, int cols, int attr, const char *text)
-{
-    char buf[2048];
-    attrset(attr);
-    move(y, 0);
-    for (int i = 0; i < cols; i++)
-        addch(' ');
-    Text_fit(text, cols, 0, buf, sizeof buf);
-    mvaddstr(y, 0, buf);
-    attrset(A_NORMAL);
-}
-
-/* The filter's rule (agg.c's for the table): a part of the name, any case. */
-static int TasksPanel_matches(const char *name, const char *filter)
-{
-    if (!filter[0])
-        return 1;
-    size_t fl = strlen(filter);
-    for (const char *p = name; *p; p++) {
-        size_t i = 0;
-        while (i < fl && p[i] && tolower((unsigned char)p[i]) == tolower((unsigned char)filter[i]))
-            i++;
-        if (i == fl)
-            return 1;
-    }
-    return 0;
-}
 
 static int TasksPanel_byWait;
 
@@ -71,7 +42,7 @@ static const pt_agg_task_t **TasksPanel_rows(App *app, size_t *n)
     if (!rows)
         return NULL;
     for (size_t i = 0; i < app->tasks.count; i++)
-        if (TasksPanel_matches(app->tasks.tasks[i].name, app->filter))
+        if (pt_agg_name_matches(app->tasks.tasks[i].name, app->filter))
             rows[(*n)++] = &app->tasks.tasks[i];
     TasksPanel_byWait = app->tasks_by_wait;
     qsort(rows, *n, sizeof *rows, TasksPanel_order);
@@ -145,16 +116,16 @@ static void TasksPanel_drawTable(App *app, int top, int rows, int cols)
     snprintf(line, sizeof line, " TASKS (A): %llu seen, %zu shown%s%s  sorted by %s time (r: running, w: waiting)  "
              "Enter: its logical calls  Esc: back",
              (unsigned long long)ts->seen, n, folded, malformed, app->tasks_by_wait ? "waiting" : "running");
-    TasksPanel_line(top, cols, A_BOLD, line);
+    CRT_line(top, cols, A_BOLD, line);
     if (!ts->count) {
-        TasksPanel_line(top + 1, cols, A_NORMAL,
+        CRT_line(top + 1, cols, A_NORMAL,
                         " no asyncio task in this process so far (task records come from Python 3.12 and newer)");
         free(list);
         return;
     }
     snprintf(line, sizeof line, " %6s %-9s %7s %10s %10s  %-28s %-24s  %s", "ID", "STATE", "STEPS", "RUN", "WAIT",
              "NAME", "COROUTINE", "WAITING ON");
-    TasksPanel_line(top + 1, cols, CRT_attr(CRT_C_HEADER), line);
+    CRT_line(top + 1, cols, CRT_attr(CRT_C_HEADER), line);
     int body = rows - 2, total = (int)n;
     int cursor = TasksPanel_rowOf(app, list, n);
     if (n) {
@@ -183,12 +154,12 @@ static void TasksPanel_drawTable(App *app, int top, int rows, int cols)
         snprintf(corocol, sizeof corocol, "%s%*s", fcoro, 24 - Text_width(fcoro), "");
         snprintf(line, sizeof line, " %6u %-9s %7llu %10s %10s  %s %s  %s", t->serial, pt_tasks_state_name(t->state),
                  (unsigned long long)t->steps, run, wait, namecol, corocol, awaits);
-        TasksPanel_line(top + 2 + i, cols, app->tasks_scroll + i == cursor ? CRT_attr(CRT_C_SELECTED) : (int)A_NORMAL,
+        CRT_line(top + 2 + i, cols, app->tasks_scroll + i == cursor ? CRT_attr(CRT_C_SELECTED) : (int)A_NORMAL,
                         line);
     }
     if (app->tasks_scroll + body < total) {
         snprintf(line, sizeof line, " ... %d more below (Down, PgDn, End)", total - app->tasks_scroll - body);
-        TasksPanel_line(top + rows - 1, cols, A_BOLD, line);
+        CRT_line(top + rows - 1, cols, A_BOLD, line);
     }
     free(list);
 }
@@ -203,7 +174,7 @@ static void TasksPanel_drawTask(App *app, const pt_agg_task_t *t, int top, int r
     Text_duration(t->wait_ns, wait, sizeof wait);
     snprintf(line, sizeof line, " TASK %s (#%u, coroutine %s): %s, %llu steps, running %s, waiting %s  Esc: the task table",
              name, t->serial, coro, pt_tasks_state_name(t->state), (unsigned long long)t->steps, run, wait);
-    TasksPanel_line(top, cols, A_BOLD, line);
+    CRT_line(top, cols, A_BOLD, line);
     size_t used = (size_t)snprintf(line, sizeof line, " waited on:");
     int any = 0;
     for (unsigned k = 0; k <= PT_TASKS_WAIT_OTHER && used < sizeof line; k++) {
@@ -220,15 +191,15 @@ static void TasksPanel_drawTask(App *app, const pt_agg_task_t *t, int top, int r
     TasksPanel_awaits(t, awaits, sizeof awaits);
     if (used < sizeof line)
         snprintf(line + used, sizeof line - used, "%s  now: %s", any ? "" : " nothing", awaits[0] ? awaits : "-");
-    TasksPanel_line(top + 1, cols, A_NORMAL, line);
+    CRT_line(top + 1, cols, A_NORMAL, line);
     snprintf(line, sizeof line, " %16s %10s %10s  %s", "CALLS", "OWN", "TOTAL", "FUNCTION  FILE:LINE  (logical calls)");
-    TasksPanel_line(top + 2, cols, CRT_attr(CRT_C_HEADER), line);
+    CRT_line(top + 2, cols, CRT_attr(CRT_C_HEADER), line);
     const pt_agg_task_fn_t *fns = t->fns; /* by total time (agg.h) */
     int body = rows - 3, total = (int)t->fn_count;
     if (app->tasks_fn_scroll > total - body)
         app->tasks_fn_scroll = total - body > 0 ? total - body : 0;
     if (!total)
-        TasksPanel_line(top + 3, cols, A_NORMAL,
+        CRT_line(top + 3, cols, A_NORMAL,
                         " no logical call of this task was seen (a step that began before tracing is not counted)");
     for (int i = 0; i < body && app->tasks_fn_scroll + i < total; i++) {
         const pt_agg_task_fn_t *f = &fns[app->tasks_fn_scroll + i];
@@ -243,11 +214,11 @@ static void TasksPanel_drawTask(App *app, const pt_agg_task_t *t, int top, int r
         else
             snprintf(line, sizeof line, " %16llu %10s %10s  %s  %s", (unsigned long long)f->calls, self, incl, fname,
                      ffile);
-        TasksPanel_line(top + 3 + i, cols, A_NORMAL, line);
+        CRT_line(top + 3 + i, cols, A_NORMAL, line);
     }
     if (app->tasks_fn_scroll + body < total) {
         snprintf(line, sizeof line, " ... %d more below (Down, PgDn, End)", total - app->tasks_fn_scroll - body);
-        TasksPanel_line(top + rows - 1, cols, A_BOLD, line);
+        CRT_line(top + rows - 1, cols, A_BOLD, line);
     }
 }
 

@@ -77,18 +77,6 @@ static void ThreadsPanel_close(App *app)
     app->panel = app->threads_back ? app->threads_back : &TablePanel_class;
 }
 
-static void ThreadsPanel_line(int y, int cols, int attr, const char *text)
-{
-    char buf[1024];
-    attrset(attr);
-    move(y, 0);
-    for (int i = 0; i < cols; i++)
-        addch(' ');
-    Text_fit(text, cols, 0, buf, sizeof buf);
-    mvaddstr(y, 0, buf);
-    attrset(A_NORMAL);
-}
-
 static void ThreadsPanel_draw(App *app, int top, int rows, int cols)
 {
     ThreadsRows r;
@@ -97,10 +85,10 @@ static void ThreadsPanel_draw(App *app, int top, int rows, int cols)
     char line[1024];
     snprintf(line, sizeof line, " pick a thread: %zu live, %zu ended  (Enter: show it, a: all threads, Esc: back)",
              r.live, r.count - r.live);
-    ThreadsPanel_line(top, cols, A_BOLD, line);
+    CRT_line(top, cols, A_BOLD, line);
     snprintf(line, sizeof line, " %8s %9s %-7s %7s %9s %10s  %s", "THREAD", "OS_TID", "STATE", "CPU%", "CPU TIME",
              "EVENTS", "NAME");
-    ThreadsPanel_line(top + 1, cols, CRT_attr(CRT_C_HEADER), line);
+    CRT_line(top + 1, cols, CRT_attr(CRT_C_HEADER), line);
     int body = rows - 2, total = (int)r.count + 1;
     int cursor = ThreadsPanel_rowOf(app, &r, app->threads_cursor);
     app->threads_cursor = ThreadsPanel_threadAt(app, &r, cursor); /* an unknown thread: the "all" row */
@@ -134,11 +122,11 @@ static void ThreadsPanel_draw(App *app, int top, int rows, int cols)
             if (!ti.ended && row == (int)r.live && r.live < r.count)
                 attr |= A_UNDERLINE; /* the last live thread: the ended ones follow */
         }
-        ThreadsPanel_line(top + 2 + i, cols, attr, line);
+        CRT_line(top + 2 + i, cols, attr, line);
     }
     if (app->threads_scroll + body < total) { /* say that the list goes on */
         snprintf(line, sizeof line, " ... %d more below (Down, PgDn, End)", total - app->threads_scroll - body);
-        ThreadsPanel_line(top + rows - 1, cols, A_BOLD, line);
+        CRT_line(top + rows - 1, cols, A_BOLD, line);
     }
     free(r.index);
 }
