@@ -134,15 +134,31 @@ class Tmux:
                            capture_output=True, text=True)
         self.pane_pid = int(r.stdout) if r.stdout.strip().isdigit() else None
 
-    def screen(self):
-        r = subprocess.run(["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True, text=True)
+    def _capture(self, *flags):
+        r = subprocess.run(["tmux", "capture-pane", "-p", *flags, "-t", self.name], capture_output=True, text=True)
         return r.stdout
+
+    def _settled(self, *flags):
+        """A capture that equals the one taken 30 ms after it (up to 10 tries, then the
+        last): tmux shows what the terminal was sent so far, so one capture can fall between
+        two parts of a frame (a new header above the old table). Between keys the viewer draws
+        every DRAW_NS (333 ms, view.c), so a whole frame stays still far longer than 30 ms."""
+        s = self._capture(*flags)
+        for _ in range(10):
+            time.sleep(0.03)
+            t = self._capture(*flags)
+            if t == s:
+                return t
+            s = t
+        return s
+
+    def screen(self):
+        return self._settled()
 
     def screen_sgr(self):
         """The screen with its attributes: `tmux capture-pane -e` keeps the SGR escape
         sequences (bold, dim, underline, colours) that the terminal was sent."""
-        r = subprocess.run(["tmux", "capture-pane", "-p", "-e", "-t", self.name], capture_output=True, text=True)
-        return r.stdout
+        return self._settled("-e")
 
     def keys(self, *keys):
         subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
