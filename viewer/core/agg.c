@@ -272,6 +272,7 @@ int pt_agg_create(const pt_agg_config_t *cfg, pt_agg_t **out)
         goto err;
     if (pt_walk_create(&agg_walk_ops, a, &a->walk) || pt_tasks_create(0, &a->tasks))
         goto err;
+    pt_tasks_set_node_budget(a->tasks, cfg ? cfg->task_nodes : 0);
     pt_walk_check_symbols(a->walk); /* events naming ids never announced are damage (walk.h) */
     *out = a;
     return 0;
@@ -1622,67 +1623,14 @@ static int tree_thread_shown(const pt_agg_t *a, const pt_agg_query_t *q, const v
     return !q || q->thread || !q->hide_idle || v->sub_calls[a->threads[t].cur.root] > 0;
 }
 
-int pt_agg_tree(pt_agg_t *a, const pt_agg_query_t *q, pt_agg_tree_t *out)
+/* A tree made in ticks (self_ns and self_cpu_ns hold ticks; nodes in index
+ * order, parents first, node 0 the root): inclusive times summed up, every
+ * time in ns, children linked in the tree's order (by name, then symbol). */
+static int tree_finish(pt_agg_t *a, pt_agg_tnode_t *nodes, uint32_t count)
 {
-    memset(out, 0, sizeof *out);
-    pt_agg_query_t local;
-    q = step_query(a, q, &local);
-    view_t v = {0};
-    int rc = view_build(a, q, &v);
-    if (rc)
-        return rc;
-    uint32_t *map_to = NULL, *kids = NULL;
+    int rc = -ENOMEM;
+    uint32_t *kids = NULL;
     uint64_t *self_t = NULL;
-    pt_u64map_t out_map = {0}, out_other = {0};
-    pt_agg_tnode_t *nodes = NULL;
-    uint32_t count = 0, cap = 0;
-    rc = -ENOMEM;
-    const pt_cct_t *t = a->cct;
-    map_to = malloc((t->node_count ? t->node_count : 1) * sizeof *map_to);
-    if (!map_to || pt_u64map_init(&out_map, 1024) || pt_u64map_init(&out_other, 16) ||
-        pt_grow((void **)&nodes, &cap, sizeof *nodes, 1))
-        goto out;
-    nodes[0] = (pt_agg_tnode_t){.symbol = PT_AGG_NONE, .parent = PT_AGG_NONE, .first_child = PT_AGG_NONE,
-                                .next_sibling = PT_AGG_NONE};
-    count = 1;
-    /* nodes come in index order, parents before children */
-    for (uint32_t i = 0; i < t->node_count; i++) {
-        const pt_cct_node_t *n = &t->nodes[i];
-        map_to[i] = PT_AGG_NONE;
-        if (n->parent == PT_AGG_NONE) {
-            if (tree_thread_shown(a, q, &v, n->owner))
-                map_to[i] = 0;
-            continue;
-        }
-        uint32_t op = map_to[n->parent];
-        if (op == PT_AGG_NONE || (!v.incl[i] && !v.sub_calls[i]) || n->sym == PT_CCT_UNOBSERVED)
-            continue; /* <not observed>: nobody's time, in the table's count, not in the tree */
-        int other = n->sym == PT_CCT_OTHER;
-        uint32_t id = other ? PT_AGG_OTHER : t->syms[n->sym].id;
-        pt_u64map_t *m = other ? &out_other : &out_map;
-        uint64_t key = other ? op : ((uint64_t)op << 32) | id;
-        uint32_t o = pt_u64map_get(m, key);
-        if (o == PT_AGG_NONE) {
-            if (pt_grow((void **)&nodes, &cap, sizeof *nodes, count + 1))
-                goto out;
-            o = count++;
-            nodes[o] = (pt_agg_tnode_t){.symbol = id, .parent = op, .first_child = PT_AGG_NONE,
-                                        .next_sibling = PT_AGG_NONE, .depth = nodes[op].depth + 1,
-                                        .other = (uint32_t)other};
-            if (pt_u64map_put(m, key, o))
-                goto out;
-        }
-        nodes[o].calls += v.calls[i];
-        nodes[o].self_ns += v.self[i]; /* ticks for now */
-        nodes[o].self_cpu_ns += v.cpu[i];
-        map_to[i] = o;
-    }
-    /* root self: time with nothing on the stack */
-    for (uint32_t t = 0; t < a->thread_count; t++)
-        if (tree_thread_shown(a, q, &v, t)) {
-            nodes[0].self_ns += v.self[a->threads[t].cur.root];
-            nodes[0].self_cpu_ns += v.cpu[a->threads[t].cur.root];
-        }
     self_t = malloc(count * sizeof *self_t);
     kids = malloc(count * sizeof *kids);
     if (!self_t || !kids)
@@ -1734,6 +1682,75 @@ int pt_agg_tree(pt_agg_t *a, const pt_agg_query_t *q, pt_agg_tree_t *out)
         }
         free(start);
     }
+    rc = 0;
+out:
+    free(kids);
+    free(self_t);
+    return rc;
+}
+
+int pt_agg_tree(pt_agg_t *a, const pt_agg_query_t *q, pt_agg_tree_t *out)
+{
+    memset(out, 0, sizeof *out);
+    pt_agg_query_t local;
+    q = step_query(a, q, &local);
+    view_t v = {0};
+    int rc = view_build(a, q, &v);
+    if (rc)
+        return rc;
+    uint32_t *map_to = NULL;
+    pt_u64map_t out_map = {0}, out_other = {0};
+    pt_agg_tnode_t *nodes = NULL;
+    uint32_t count = 0, cap = 0;
+    rc = -ENOMEM;
+    const pt_cct_t *t = a->cct;
+    map_to = malloc((t->node_count ? t->node_count : 1) * sizeof *map_to);
+    if (!map_to || pt_u64map_init(&out_map, 1024) || pt_u64map_init(&out_other, 16) ||
+        pt_grow((void **)&nodes, &cap, sizeof *nodes, 1))
+        goto out;
+    nodes[0] = (pt_agg_tnode_t){.symbol = PT_AGG_NONE, .parent = PT_AGG_NONE, .first_child = PT_AGG_NONE,
+                                .next_sibling = PT_AGG_NONE};
+    count = 1;
+    /* nodes come in index order, parents before children */
+    for (uint32_t i = 0; i < t->node_count; i++) {
+        const pt_cct_node_t *n = &t->nodes[i];
+        map_to[i] = PT_AGG_NONE;
+        if (n->parent == PT_AGG_NONE) {
+            if (tree_thread_shown(a, q, &v, n->owner))
+                map_to[i] = 0;
+            continue;
+        }
+        uint32_t op = map_to[n->parent];
+        if (op == PT_AGG_NONE || (!v.incl[i] && !v.sub_calls[i]) || n->sym == PT_CCT_UNOBSERVED)
+            continue; /* <not observed>: nobody's time, in the table's count, not in the tree */
+        int other = n->sym == PT_CCT_OTHER;
+        uint32_t id = other ? PT_AGG_OTHER : t->syms[n->sym].id;
+        pt_u64map_t *m = other ? &out_other : &out_map;
+        uint64_t key = other ? op : ((uint64_t)op << 32) | id;
+        uint32_t o = pt_u64map_get(m, key);
+        if (o == PT_AGG_NONE) {
+            if (pt_grow((void **)&nodes, &cap, sizeof *nodes, count + 1))
+                goto out;
+            o = count++;
+            nodes[o] = (pt_agg_tnode_t){.symbol = id, .parent = op, .first_child = PT_AGG_NONE,
+                                        .next_sibling = PT_AGG_NONE, .depth = nodes[op].depth + 1,
+                                        .other = (uint32_t)other};
+            if (pt_u64map_put(m, key, o))
+                goto out;
+        }
+        nodes[o].calls += v.calls[i];
+        nodes[o].self_ns += v.self[i]; /* ticks for now */
+        nodes[o].self_cpu_ns += v.cpu[i];
+        map_to[i] = o;
+    }
+    /* root self: time with nothing on the stack */
+    for (uint32_t t = 0; t < a->thread_count; t++)
+        if (tree_thread_shown(a, q, &v, t)) {
+            nodes[0].self_ns += v.self[a->threads[t].cur.root];
+            nodes[0].self_cpu_ns += v.cpu[a->threads[t].cur.root];
+        }
+    if (tree_finish(a, nodes, count))
+        goto out;
     out->nodes = nodes;
     out->count = count;
     out->span_ns = ticks_ns(a, v.span_ticks);
@@ -1742,8 +1759,6 @@ int pt_agg_tree(pt_agg_t *a, const pt_agg_query_t *q, pt_agg_tree_t *out)
 out:
     free(nodes);
     free(map_to);
-    free(kids);
-    free(self_t);
     pt_u64map_free(&out_map);
     pt_u64map_free(&out_other);
     view_free(&v);
@@ -2063,6 +2078,8 @@ int pt_agg_tasks(pt_agg_t *a, pt_agg_tasks_t *out)
     out->folded_run_ns = ticks_ns(a, c.folded_run_ticks);
     out->folded_wait_ns = ticks_ns(a, c.folded_wait_ticks);
     out->malformed = wc.task_malformed + c.not_task_symbols;
+    out->tree_nodes = c.tree_nodes;
+    out->tree_folded = c.tree_folded;
     size_t n = pt_tasks_count(a->tasks), fns = 0, aws = 0;
     uint64_t now = 0;
     for (size_t i = 0; i < pt_walk_thread_count(a->walk); i++) {
@@ -2114,6 +2131,50 @@ int pt_agg_tasks(pt_agg_t *a, pt_agg_tasks_t *out)
         if (o->fn_count > 1)
             qsort(out->fns + (fat - o->fn_count), o->fn_count, sizeof *out->fns, agg_task_fn_order);
     }
+    return 0;
+}
+
+int pt_agg_task_tree(pt_agg_t *a, uint32_t task, pt_agg_tree_t *out)
+{
+    memset(out, 0, sizeof *out);
+    size_t n = pt_tasks_count(a->tasks);
+    pt_tasks_task_t k;
+    uint64_t count = 1, span = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!pt_tasks_at(a->tasks, i, 0, &k) && (task == PT_AGG_NONE || k.symbol == task))
+            count += 1 + (uint64_t)k.node_count;
+    if (count > UINT32_MAX - 1u)
+        return -ENOMEM;
+    pt_agg_tnode_t *nodes = malloc(count * sizeof *nodes);
+    if (!nodes)
+        return -ENOMEM;
+    nodes[0] = (pt_agg_tnode_t){.symbol = PT_AGG_NONE, .parent = PT_AGG_NONE, .first_child = PT_AGG_NONE,
+                                .next_sibling = PT_AGG_NONE};
+    uint32_t at = 1;
+    for (size_t i = 0; i < n; i++) {
+        if (pt_tasks_at(a->tasks, i, 0, &k) || (task != PT_AGG_NONE && k.symbol != task))
+            continue;
+        uint32_t tn = at++; /* the task's own node: its name, no calls, no time of its own */
+        nodes[tn] = (pt_agg_tnode_t){.symbol = k.symbol, .parent = 0, .first_child = PT_AGG_NONE,
+                                     .next_sibling = PT_AGG_NONE, .depth = 1};
+        span += k.run_ticks;
+        for (uint32_t j = 0; j < k.node_count; j++) { /* parents come first: indexes map one to one */
+            const pt_tasks_node_t *m = &k.nodes[j];
+            uint32_t parent = m->parent == PT_TASKS_NO_NODE || m->parent >= j ? tn : tn + 1 + m->parent;
+            int other = m->fn == PT_TASKS_OTHER_FN || m->fn >= k.fn_count;
+            nodes[at++] = (pt_agg_tnode_t){.symbol = other ? PT_AGG_OTHER : k.fns[m->fn].symbol, .parent = parent,
+                                           .first_child = PT_AGG_NONE, .next_sibling = PT_AGG_NONE,
+                                           .depth = nodes[parent].depth + 1, .other = (uint32_t)other,
+                                           .calls = m->calls, .self_ns = m->self_ticks};
+        }
+    }
+    if (tree_finish(a, nodes, at)) {
+        free(nodes);
+        return -ENOMEM;
+    }
+    out->nodes = nodes;
+    out->count = at;
+    out->span_ns = ticks_ns(a, span);
     return 0;
 }
 

@@ -78,6 +78,7 @@ typedef struct pt_agg_config {
     uint64_t slice_ns;     /* 0 = 100 ms */
     uint32_t slice_count;  /* 0 = 6000 (600 s of 100 ms slices) */
     uint64_t tree_budget;  /* bytes; 0 = PT_AGG_DEFAULT_TREE_BUDGET */
+    uint32_t task_nodes;   /* nodes of the kept asyncio tasks' trees; 0 = PT_TASKS_DEFAULT_NODE_BUDGET */
 } pt_agg_config_t;
 
 int pt_agg_create(const pt_agg_config_t *cfg, pt_agg_t **out);
@@ -408,6 +409,8 @@ typedef struct pt_agg_tasks {
     uint64_t folded;      /* done tasks folded into the totals below (memory budget) */
     uint64_t folded_steps, folded_run_ns, folded_wait_ns;
     uint64_t malformed;   /* task records ignored as damage (walk.h TASKS; ids not Task symbols) */
+    uint64_t tree_nodes;  /* nodes of the kept tasks' trees (pt_agg_task_tree) */
+    uint64_t tree_folded; /* logical calls in their [other] nodes (the node budget) */
     pt_agg_task_fn_t *fns;
     pt_agg_task_await_t *awaits;
 } pt_agg_tasks_t;
@@ -417,6 +420,14 @@ typedef struct pt_agg_tasks {
  * pt_agg_tasks_free. */
 int pt_agg_tasks(pt_agg_t *agg, pt_agg_tasks_t *out);
 void pt_agg_tasks_free(pt_agg_tasks_t *t);
+/* The call tree of one kept task (task: its Task symbol) or of every kept task
+ * side by side (PT_AGG_NONE), as tasks.h builds it: under the root one node
+ * per task (symbol: its Task symbol; no calls, no time of its own), under it
+ * the task's logical calls from its coroutine ([other]: past the node budget).
+ * Times are running time (a task's suspended time is in no node); no CPU parts.
+ * span_ns: the shown tasks' running time. Free with pt_agg_tree_free. 0 or
+ * -ENOMEM (an unknown task: the root alone). */
+int pt_agg_task_tree(pt_agg_t *agg, uint32_t task, pt_agg_tree_t *out);
 
 #ifdef __cplusplus
 }

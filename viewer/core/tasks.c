@@ -38,10 +38,14 @@ typedef struct task {
     pt_tasks_await_t *awaits;
     uint32_t await_count, await_cap;
     uint32_t open_calls; /* logical calls open (the observer's stack): never below chain_len */
+    pt_tasks_node_t *nodes; /* its tree (tasks.h) */
+    uint32_t node_count, node_cap;
+    pt_u64map_t node_map; /* (parent << 32) | fn -> nodes index; [other]: fn PT_TASKS_OTHER_FN */
 } task_t;
 
 typedef struct tframe {
     uint32_t fn;    /* index in the task's fns */
+    uint32_t node;  /* its node in the task's tree */
     uint8_t outer;  /* no other activation of fn below it in the task's stack */
     uint8_t cont;   /* it continues the chain's call at its depth */
     uint64_t serial; /* its activation: a new number per logical call, kept by a Resume that continues it */
@@ -73,6 +77,7 @@ struct pt_tasks {
     const pt_tasks_observer_t *obs;
     void *obs_ctx;
     uint64_t serial; /* the last activation number given (tframe.serial) */
+    uint32_t node_budget;
 };
 
 int pt_tasks_create(uint32_t done_kept, pt_tasks_t **out)
@@ -83,8 +88,14 @@ int pt_tasks_create(uint32_t done_kept, pt_tasks_t **out)
         return -ENOMEM;
     }
     t->done_kept = done_kept ? done_kept : PT_TASKS_DEFAULT_DONE_KEPT;
+    t->node_budget = PT_TASKS_DEFAULT_NODE_BUDGET;
     *out = t;
     return 0;
+}
+
+void pt_tasks_set_node_budget(pt_tasks_t *t, uint32_t nodes)
+{
+    t->node_budget = nodes ? nodes : PT_TASKS_DEFAULT_NODE_BUDGET;
 }
 
 void pt_tasks_set_observer(pt_tasks_t *t, const pt_tasks_observer_t *ops, void *ctx)
@@ -127,6 +138,8 @@ static void task_free(task_t *k)
     free(k->fns);
     pt_u64map_free(&k->fn_map);
     free(k->awaits);
+    free(k->nodes);
+    pt_u64map_free(&k->node_map);
     free(k);
 }
 
@@ -176,6 +189,7 @@ static int fold_done(pt_tasks_t *t)
             t->c.folded_run_ticks += k->pub.run_ticks;
             for (unsigned w = 0; w <= PT_TASKS_WAIT_OTHER; w++)
                 t->c.folded_wait_ticks += k->pub.wait_ticks[w];
+            t->c.tree_nodes -= k->node_count;
             for (uint32_t j = 0; j < t->thread_cap; j++) /* a hostile stream's other step of it */
                 if (t->threads[j].task == k)
                     t->threads[j].task = NULL;
@@ -234,12 +248,48 @@ static uint32_t fn_index(task_t *k, uint32_t symbol)
     return k->fn_count++;
 }
 
+/* The node of fn under parent in k's tree (parent PT_TASKS_NO_NODE: the root
+ * level), made if new; past the budget, the [other] node under parent (a frame
+ * under an [other] node stays in it). *real: 1 for a node of its own, 0 for an
+ * [other]. PT_TASKS_NO_NODE: out of memory. */
+static uint32_t node_of(pt_tasks_t *t, task_t *k, uint32_t parent, uint32_t fn, int *real)
+{
+    *real = 1;
+    if (parent != PT_TASKS_NO_NODE && k->nodes[parent].fn == PT_TASKS_OTHER_FN) {
+        *real = 0;
+        return parent;
+    }
+    if (!k->node_map.cap && pt_u64map_init(&k->node_map, 16))
+        return PT_TASKS_NO_NODE;
+    uint64_t key = ((uint64_t)parent << 32) | fn;
+    uint32_t i = pt_u64map_get(&k->node_map, key);
+    if (i != PT_U64MAP_EMPTY)
+        return i;
+    if (t->c.tree_nodes >= t->node_budget) {
+        *real = 0;
+        key = ((uint64_t)parent << 32) | PT_TASKS_OTHER_FN;
+        fn = PT_TASKS_OTHER_FN;
+        if ((i = pt_u64map_get(&k->node_map, key)) != PT_U64MAP_EMPTY)
+            return i; /* (one [other] per parent: made past the budget, at most one per node) */
+    }
+    if (pt_grow((void **)&k->nodes, &k->node_cap, sizeof *k->nodes, k->node_count + 1) ||
+        pt_u64map_put(&k->node_map, key, k->node_count))
+        return PT_TASKS_NO_NODE;
+    k->nodes[k->node_count] = (pt_tasks_node_t){.fn = fn, .parent = parent};
+    t->c.tree_nodes++;
+    return k->node_count++;
+}
+
 /* Time moves to now: the ticks since the thread's last callback go to the
- * task's top frame. */
+ * task's top frame (its function and its node). */
 static void advance(tthread_t *tt, uint64_t now)
 {
-    if (tt->task && tt->tracking && tt->depth && tt->have_last)
-        tt->task->fns[tt->stack[tt->depth - 1].fn].excl_ticks += since(now, tt->last);
+    if (tt->task && tt->tracking && tt->depth && tt->have_last) {
+        const tframe_t *f = &tt->stack[tt->depth - 1];
+        uint64_t d = since(now, tt->last);
+        tt->task->fns[f->fn].excl_ticks += d;
+        tt->task->nodes[f->node].self_ticks += d;
+    }
     if (!tt->have_last || now > tt->last) {
         tt->last = now;
         tt->have_last = 1;
@@ -278,8 +328,16 @@ int pt_tasks_on_enter(pt_tasks_t *t, const pt_walk_thread_t *th, uint32_t id, ui
      * or one that itself continued (the chain a task's next step resumes) */
     int cont = (flags & PT_WALK_RESUME) && d < k->chain_len && k->chain[d] == id &&
                (d == 0 || tt->stack[d - 1].serial == k->chain_parent[d]);
-    if (!cont && !(flags & PT_WALK_CONTINUED))
+    int real;
+    uint32_t node = node_of(t, k, d ? tt->stack[d - 1].node : PT_TASKS_NO_NODE, fn, &real);
+    if (node == PT_TASKS_NO_NODE)
+        return -ENOMEM;
+    if (!cont && !(flags & PT_WALK_CONTINUED)) {
         k->fns[fn].calls++;
+        k->nodes[node].calls++; /* (an [other] node counts the calls folded into it) */
+        if (!real)
+            t->c.tree_folded++;
+    }
     if (!cont && k->chain_len > d)
         k->chain_len = d; /* the suspended chain below here is gone */
     if (!cont) { /* a new call (or a span moved here): what was open at d and past is gone */
@@ -297,7 +355,7 @@ int pt_tasks_on_enter(pt_tasks_t *t, const pt_walk_thread_t *th, uint32_t id, ui
             outer = 0;
             break;
         }
-    tt->stack[d] = (tframe_t){.fn = fn, .outer = (uint8_t)outer, .cont = (uint8_t)cont,
+    tt->stack[d] = (tframe_t){.fn = fn, .node = node, .outer = (uint8_t)outer, .cont = (uint8_t)cont,
                               .serial = cont ? k->chain_self[d] : ++t->serial, .start = ticks};
     tt->depth = d + 1;
     return 0;
@@ -456,6 +514,8 @@ int pt_tasks_at(const pt_tasks_t *t, size_t index, uint64_t now_ticks, pt_tasks_
     out->await_count = k->await_count;
     out->fns = k->fns;
     out->fn_count = k->fn_count;
+    out->nodes = k->nodes;
+    out->node_count = k->node_count;
     return 0;
 }
 

@@ -39,6 +39,13 @@
  *     to done_kept of them; past it the oldest done task is folded: its
  *     steps, run and wait time and its count go to pt_tasks_counters (folded_*)
  *     and its table is freed. Live tasks are all kept.
+ *   - A task's tree (pt_tasks_node_t): each tracked frame of a step is a node,
+ *     the child of its caller's node by function (a Resume that continues the
+ *     chain is the same node: its parent is the same activation's node). The
+ *     fns table's calls and own ticks go to the node too. Past the node budget
+ *     (all kept tasks' nodes together) a new path goes to an [other] node under
+ *     its parent, and the frames above it with it (tree_folded counts those
+ *     calls); a folded task's nodes go back to the budget.
  *   - Timelines (pt_tasks_set_observer): the same rules, as they happen. A
  *     task's logical calls form a stack (depth 0: its coroutine): call_begin
  *     when an entry at task depth d counts a call (or continues a span under
@@ -77,6 +84,8 @@ typedef struct pt_tasks_counters {
     uint64_t folded_run_ticks;
     uint64_t folded_wait_ticks;
     uint64_t not_task_symbols; /* task records whose id is not a Task symbol: ignored */
+    uint64_t tree_nodes;       /* nodes of the kept tasks' trees now */
+    uint64_t tree_folded;      /* logical calls that went to an [other] node (the node budget) */
 } pt_tasks_counters_t;
 
 typedef struct pt_tasks_fn {
@@ -85,6 +94,25 @@ typedef struct pt_tasks_fn {
     uint64_t incl_ticks; /* its running pieces, outermost activations only */
     uint64_t excl_ticks;
 } pt_tasks_fn_t;
+
+/* One node of a task's own call tree: a path of logical calls from its
+ * coroutine (depth 0: parent PT_TASKS_NO_NODE). Nodes are in creation order, a
+ * parent before its children. fn: index in the task's fns, or PT_TASKS_OTHER_FN
+ * for an [other] node (calls below its parent past the node budget, no
+ * children). calls: logical calls (as the fns table counts them; an [other]
+ * node: the calls folded into it, its frames' and those above them); self_ticks:
+ * the ticks that went to the task's top frame while it was this node (its
+ * inclusive time is its subtree's self: running pieces only). */
+#define PT_TASKS_NO_NODE UINT32_MAX
+#define PT_TASKS_OTHER_FN UINT32_MAX
+#define PT_TASKS_DEFAULT_NODE_BUDGET (1u << 19) /* nodes of all kept tasks' trees together */
+
+typedef struct pt_tasks_node {
+    uint32_t fn;
+    uint32_t parent;
+    uint64_t calls;
+    uint64_t self_ticks;
+} pt_tasks_node_t;
 
 typedef struct pt_tasks_await {
     uint32_t symbol; /* the awaited task's Task symbol (PT_AWAIT_TASK), else a Label */
@@ -102,6 +130,8 @@ typedef struct pt_tasks_task {
     uint32_t await_count;
     const pt_tasks_fn_t *fns; /* its logical-call table, unordered (valid until the next feed) */
     uint32_t fn_count;
+    const pt_tasks_node_t *nodes; /* its call tree (valid until the next feed) */
+    uint32_t node_count;
 } pt_tasks_task_t;
 
 /* What happens to tasks, for a timeline (the rules above). `task` is the
@@ -124,6 +154,8 @@ typedef struct pt_tasks_observer {
 } pt_tasks_observer_t;
 
 int pt_tasks_create(uint32_t done_kept, pt_tasks_t **out); /* done_kept 0: the default */
+/* The node budget of the kept tasks' trees (0: the default); before the first feed. */
+void pt_tasks_set_node_budget(pt_tasks_t *t, uint32_t nodes);
 /* Report to `ops` from now on (NULL: stop). ops must outlive t. */
 void pt_tasks_set_observer(pt_tasks_t *t, const pt_tasks_observer_t *ops, void *ctx);
 

@@ -190,6 +190,43 @@ static void test_logical_calls_and_times(void)
     }
     pt_agg_tasks_free(&t);
 
+    /* the task's own tree: worker-1 -> worker -> fetch -> sleep, one node per path (fetch's
+     * second call and every resumption are the same node), logical calls, running time */
+    pt_agg_tree_t tr;
+    CHECK_EQ(pt_agg_task_tree(s->agg, T1, &tr), 0);
+    CHECK_EQ(tr.count, 5); /* root, the task, worker, fetch, sleep */
+    if (tr.count == 5) {
+        const pt_agg_tnode_t *task = &tr.nodes[tr.nodes[0].first_child];
+        CHECK_EQ(task->symbol, T1);
+        CHECK_EQ(task->next_sibling, PT_AGG_NONE);
+        const pt_agg_tnode_t *w = &tr.nodes[task->first_child], *f = &tr.nodes[w->first_child],
+                             *sl = &tr.nodes[f->first_child];
+        CHECK_EQ(w->symbol, WORKER);
+        CHECK_EQ(f->symbol, FETCH);
+        CHECK_EQ(sl->symbol, SLEEP);
+        CHECK_EQ(w->calls, 1);
+        CHECK_EQ(f->calls, 2);
+        CHECK_EQ(sl->calls, 2);
+        CHECK_EQ(w->incl_ns, 23 + 18 + 15); /* as the table's worker: running pieces only */
+        CHECK_EQ(tr.nodes[0].incl_ns, 23 + 18 + 15);
+        CHECK_EQ(task->self_ns, 0);
+        /* each node's own time is its function's (one path each here) */
+        pt_agg_tasks_t t2;
+        CHECK_EQ(pt_agg_tasks(s->agg, &t2), 0);
+        const pt_agg_task_t *k2 = task_named(&t2, "worker-1");
+        CHECK_EQ(w->self_ns, fn_named(k2, "worker")->excl_ns);
+        CHECK_EQ(f->self_ns, fn_named(k2, "fetch")->excl_ns);
+        CHECK_EQ(sl->self_ns, fn_named(k2, "sleep")->excl_ns);
+        CHECK_EQ(t2.tree_nodes, 3);
+        CHECK_EQ(t2.tree_folded, 0);
+        pt_agg_tasks_free(&t2);
+        CHECK_EQ(tr.span_ns, run);
+    }
+    pt_agg_tree_free(&tr);
+    CHECK_EQ(pt_agg_task_tree(s->agg, 999, &tr), 0); /* not a task: the root alone */
+    CHECK_EQ(tr.count, 1);
+    pt_agg_tree_free(&tr);
+
     /* the whole-program table keeps cProfile's counts: every Resume is a call */
     pt_agg_table_t tab = {0};
     pt_agg_query_t q = {0};
@@ -507,6 +544,88 @@ static void test_generator_within_a_step(void)
     pt_agg_destroy(s->agg);
 }
 
+/* Every task's tree side by side, and the node budget: past it a new path is an
+ * [other] node under its parent that counts the calls folded into it. */
+static void test_task_trees_and_budget(void)
+{
+    static stream_t st;
+    stream_t *s = &st;
+    memset(s, 0, sizeof *s);
+    CHECK_EQ(pt_agg_create(&(pt_agg_config_t){.task_nodes = 4}, &s->agg), 0);
+    pt_fb_msg_t m = {.type = PT_MSG_PROCESS_INFO};
+    m.u.process_info.ticks_per_second = 1000000000ull;
+    CHECK_EQ(pt_agg_feed_msg(s->agg, &m), 0);
+    symbol(s->agg, HANDLE_RUN, PT_SYM_PY_FUNCTION, "Handle._run", "events.py", 3);
+    symbol(s->agg, WORKER, PT_SYM_PY_FUNCTION, "worker", "t.py", 10);
+    symbol(s->agg, FETCH, PT_SYM_PY_FUNCTION, "fetch", "t.py", 20);
+    symbol(s->agg, SLEEP, PT_SYM_PY_FUNCTION, "sleep", "tasks.py", 30);
+    symbol(s->agg, MAIN, PT_SYM_PY_FUNCTION, "main", "t.py", 40);
+    symbol(s->agg, T1, PT_SYM_TASK, "worker-1", "worker", 1);
+    symbol(s->agg, T2, PT_SYM_TASK, "worker-2", "worker", 2);
+    /* worker-1: worker -> fetch -> sleep (3 nodes) */
+    step_begin(s, T1);
+    ev(s, PT_EV_CALL, WORKER, 1);
+    ev(s, PT_EV_CALL, FETCH, 1);
+    ev(s, PT_EV_CALL, SLEEP, 1);
+    ev(s, PT_EV_RETURN, SLEEP, 1);
+    ev(s, PT_EV_RETURN, FETCH, 1);
+    ev(s, PT_EV_RETURN, WORKER, 1);
+    step_end(s, T1, PT_TASK_DONE);
+    after_step(s);
+    /* worker-2: worker (node 4, the last in the budget), then fetch -> sleep twice and
+     * main: past the budget, all in one [other] under worker (5 calls folded) */
+    step_begin(s, T2);
+    ev(s, PT_EV_CALL, WORKER, 1);
+    for (int i = 0; i < 2; i++) {
+        ev(s, PT_EV_CALL, FETCH, 1);
+        ev(s, PT_EV_CALL, SLEEP, 1);
+        ev(s, PT_EV_RETURN, SLEEP, 10);
+        ev(s, PT_EV_RETURN, FETCH, 1);
+    }
+    ev(s, PT_EV_CALL, MAIN, 1);
+    ev(s, PT_EV_RETURN, MAIN, 1);
+    ev(s, PT_EV_RETURN, WORKER, 1);
+    step_end(s, T2, PT_TASK_DONE);
+    after_step(s);
+    flush(s);
+
+    pt_agg_tasks_t t;
+    CHECK_EQ(pt_agg_tasks(s->agg, &t), 0);
+    CHECK_EQ(t.tree_nodes, 5); /* 4 real, one [other] */
+    CHECK_EQ(t.tree_folded, 5);
+    const pt_agg_task_t *k2 = task_named(&t, "worker-2");
+    pt_agg_tree_t tr;
+    CHECK_EQ(pt_agg_task_tree(s->agg, PT_AGG_NONE, &tr), 0);
+    CHECK_EQ(tr.count, 1 + 2 + 5);
+    uint32_t tasks = 0;
+    uint64_t sum = 0;
+    for (uint32_t c = tr.nodes[0].first_child; c != PT_AGG_NONE; c = tr.nodes[c].next_sibling) {
+        tasks++;
+        sum += tr.nodes[c].incl_ns;
+        CHECK(tr.nodes[c].symbol == T1 || tr.nodes[c].symbol == T2);
+        if (tr.nodes[c].symbol != T2)
+            continue;
+        const pt_agg_tnode_t *w = &tr.nodes[tr.nodes[c].first_child];
+        CHECK_EQ(w->symbol, WORKER);
+        const pt_agg_tnode_t *o = &tr.nodes[w->first_child];
+        CHECK(o->other && o->symbol == PT_AGG_OTHER);
+        CHECK_EQ(o->calls, 5);
+        CHECK_EQ(o->first_child, PT_AGG_NONE);
+        CHECK_EQ(o->next_sibling, PT_AGG_NONE);
+        /* the task's running time is all in its tree: the fold loses no time */
+        CHECK_EQ(tr.nodes[c].incl_ns, k2->run_ns - 2); /* less the step's first and last tick */
+        uint64_t calls = 0;
+        for (uint32_t i = 0; k2 && i < k2->fn_count; i++)
+            calls += k2->fns[i].calls;
+        CHECK_EQ(calls, w->calls + o->calls); /* the table's calls, all in the tree */
+    }
+    CHECK_EQ(tasks, 2);
+    CHECK_EQ(tr.nodes[0].incl_ns, sum);
+    pt_agg_tree_free(&tr);
+    pt_agg_tasks_free(&t);
+    pt_agg_destroy(s->agg);
+}
+
 int main(void)
 {
     test_logical_calls_and_times();
@@ -515,6 +634,7 @@ int main(void)
     test_done_tasks_fold();
     test_observer_logical_calls();
     test_generator_within_a_step();
+    test_task_trees_and_budget();
     if (failures)
         fprintf(stderr, "%d failure(s)\n", failures);
     return failures != 0;
