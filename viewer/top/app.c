@@ -288,7 +288,9 @@ void App_refresh(App *app)
         App_sortCpu = 1;
         qsort(app->table.rows, app->table.count, sizeof *app->table.rows, App_rowOrder);
     }
-    if (app->panel == &FlamePanel_class)
+    if (app->panel == &FlamePanel_class && app->task_flame)
+        pt_agg_task_tree(app->agg, app->task_flame_of, &app->tree);
+    else if (app->panel == &FlamePanel_class)
         pt_agg_tree(app->agg, &fq, &app->tree);
     pt_agg_tasks_free(&app->tasks);
     if (app->panel == &TasksPanel_class && pt_agg_tasks(app->agg, &app->tasks))

@@ -86,6 +86,10 @@ typedef struct App {
     int flame_scroll;        /* flame levels scrolled off the top (PgUp/PgDn) */
     int flame_follow;        /* the selection moved: scroll so that it is in view */
     int hide_idle;           /* flame: leave out threads that started no call in the window (i) */
+    /* the flame panel shows asyncio tasks' own trees (f / F in task mode, pt_agg_task_tree):
+     * task_flame_of is the one task's Task symbol, or PT_AGG_NONE for every task side by side */
+    int task_flame;
+    uint32_t task_flame_of;
 
     /* thread list (threads.c): the panel it returns to, the thread under the cursor
      * (0: the "all threads" row), its scroll */

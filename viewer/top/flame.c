@@ -1,4 +1,7 @@
-/* FlamePanel: the rolling window as an icicle graph (root on top), zoomable. */
+/* FlamePanel: the rolling window as an icicle graph (root on top), zoomable;
+ * or, opened from task mode (f, F), asyncio tasks' own trees (app->task_flame):
+ * one frame per task under the root, its logical calls above it, running time
+ * only (no waiting colours: a task's tree has no CPU parts). */
 #include <curses.h>
 #include <limits.h>
 #include <stdio.h>
@@ -48,7 +51,10 @@ static int FlamePanel_pathOf(App *app, uint32_t n, uint32_t *path)
 static void FlamePanel_label(App *app, const pt_agg_tnode_t *node, int width, char *out, size_t outcap)
 {
     char esc[1024];
-    if (node->parent == PT_AGG_NONE) { /* the root (a symbol id may be PT_AGG_NONE too) */
+    if (node->parent == PT_AGG_NONE && app->task_flame) {
+        snprintf(esc, sizeof esc, "%s", app->task_flame_of == PT_AGG_NONE ? "every task: running time"
+                                                                          : "one task: running time");
+    } else if (node->parent == PT_AGG_NONE) { /* the root (a symbol id may be PT_AGG_NONE too) */
         App_threadLabel(app, esc, sizeof esc);
     } else if (node->other) {
         snprintf(esc, sizeof esc, "%s", "[other]");
@@ -140,7 +146,7 @@ static void FlamePanel_drawNode(App *app, uint32_t n, int y, int c0, int c1, int
     const pt_agg_tnode_t *node = FlamePanel_node(app, n);
     int w = c1 - c0;
     /* wall mode: a frame that mostly waits (off a CPU) in its own colour */
-    int attr = !app->time_cpu && !app->step_mode && App_nodeWaits(node) ? CRT_attr(CRT_C_WAITING)
+    int attr = !app->time_cpu && !app->step_mode && !app->task_flame && App_nodeWaits(node) ? CRT_attr(CRT_C_WAITING)
                                                      : CRT_attr(CRT_C_FLAME0 + (int)(node->symbol % CRT_FLAME_COLORS));
     if (app->filter[0]) {
         int match = node->parent != PT_AGG_NONE && !node->other && pt_agg_name_matches(App_symbolName(app, node->symbol), app->filter);
@@ -169,8 +175,9 @@ static void FlamePanel_draw(App *app, int top, int rows, int cols)
     if (rows < 3)
         return;
     if (!app->tree.count || !App_nodeIncl(app, &app->tree.nodes[0])) {
-        mvaddstr(top, 1, app->hide_idle ? "(no busy thread in the window: i shows the idle ones)"
-                                        : "(no time in the window yet)");
+        mvaddstr(top, 1, app->task_flame ? "(no running time in the task's calls yet; Esc: back to the tasks)"
+                         : app->hide_idle ? "(no busy thread in the window: i shows the idle ones)"
+                                          : "(no time in the window yet)");
         return;
     }
     int matched;
@@ -250,13 +257,21 @@ static void FlamePanel_draw(App *app, int top, int rows, int cols)
         snprintf(file, sizeof file, "%s", "calls here past the tree budget (folded)");
     } else {
         pt_agg_symbol_t sym = pt_agg_symbol(app->agg, s->symbol);
-        Text_escape(sym.name, name, sizeof name);
-        char f[400];
-        Text_escape(sym.file, f, sizeof f);
-        if (sym.line)
-            snprintf(file, sizeof file, "%s:%u", f, sym.line);
-        else
-            snprintf(file, sizeof file, "%s", f);
+        if (sym.kind == PT_SYM_TASK) { /* a task's frame: name, coroutine (file), serial (line) */
+            char esc[400];
+            Text_escape(sym.name, esc, sizeof esc);
+            snprintf(name, sizeof name, "task %s", esc);
+            Text_escape(sym.file, esc, sizeof esc);
+            snprintf(file, sizeof file, "coroutine %s, task #%u", esc, sym.line);
+        } else {
+            Text_escape(sym.name, name, sizeof name);
+            char f[400];
+            Text_escape(sym.file, f, sizeof f);
+            if (sym.line)
+                snprintf(file, sizeof file, "%s:%u", f, sym.line);
+            else
+                snprintf(file, sizeof file, "%s", f);
+        }
     }
     Text_duration(App_nodeIncl(app, s), incl, sizeof incl);
     Text_duration(App_nodeSelf(app, s), self, sizeof self);
@@ -268,7 +283,7 @@ static void FlamePanel_draw(App *app, int top, int rows, int cols)
     uint64_t root = App_nodeIncl(app, &app->tree.nodes[0]);
     double pct = root ? 100.0 * (double)App_nodeIncl(app, s) / (double)root : 0;
     char waiting[64] = "";
-    if (!app->time_cpu && !app->step_mode) { /* the frame's off-CPU part (its callees' too) */
+    if (!app->time_cpu && !app->step_mode && !app->task_flame) { /* the frame's off-CPU part (its callees' too) */
         char wd[32];
         Text_duration(s->incl_ns > s->incl_cpu_ns ? s->incl_ns - s->incl_cpu_ns : 0, wd, sizeof wd);
         snprintf(waiting, sizeof waiting, "  waiting %s", wd);
@@ -280,6 +295,13 @@ static void FlamePanel_draw(App *app, int top, int rows, int cols)
     attrset(A_BOLD);
     mvaddstr(top + rows - 1, 0, fitted);
     attrset(A_NORMAL);
+}
+
+static void FlamePanel_backToTasks(App *app)
+{
+    app->task_flame = 0;
+    app->sel_len = app->zoom_len = app->flame_scroll = 0;
+    app->panel = &TasksPanel_class; /* its tasks_back stays what it was */
 }
 
 static PanelResult FlamePanel_onKey(App *app, int ch)
@@ -294,6 +316,11 @@ static PanelResult FlamePanel_onKey(App *app, int ch)
         return PANEL_HANDLED | PANEL_REDRAW;
     case KEY_HOME: app->flame_scroll = 0; return PANEL_HANDLED | PANEL_REDRAW;
     case KEY_END: app->flame_scroll = INT_MAX / 2; return PANEL_HANDLED | PANEL_REDRAW;
+    case 'A': case 'f': case 'F': /* a task's flame graph: back to the tasks */
+        if (!app->task_flame)
+            break;
+        FlamePanel_backToTasks(app);
+        return PANEL_HANDLED | PANEL_REFRESH;
     case 'i':
         app->hide_idle = !app->hide_idle;
         return PANEL_HANDLED | PANEL_REFRESH;
@@ -338,6 +365,10 @@ static PanelResult FlamePanel_onKey(App *app, int ch)
         app->flame_scroll = 0;
         return PANEL_HANDLED | PANEL_REDRAW;
     case KEY_BACKSPACE: case 127: case 8: case 27:
+        if (app->task_flame && app->zoom_len == 0) {
+            FlamePanel_backToTasks(app);
+            return PANEL_HANDLED | PANEL_REFRESH;
+        }
         if (app->zoom_len > 0)
             app->zoom_len--;
         app->flame_follow = 1;

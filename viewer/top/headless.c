@@ -125,11 +125,14 @@ static void Headless_jsonSteps(App *app)
  * first sight; each one's logical calls by total time (agg.h: ns, as every figure
  * here). [] for a job without tasks, as "steps" has count 0. "tasks_summary": seen
  * = kept + folded (done tasks past the core's budget: their rows are gone, their
- * totals in folded_*), malformed: task records ignored as damage. */
+ * totals in folded_*), malformed: task records ignored as damage, tree_nodes: the
+ * nodes of the kept tasks' trees (the f / F flame graphs), tree_folded: logical calls
+ * in their [other] nodes past the core's node budget. */
 static void Headless_jsonTasks(App *app)
 {
     char a[2048], b[2048], c[2048];
-    uint64_t seen = 0, kept = 0, folded = 0, malformed = 0, f_steps = 0, f_run = 0, f_wait = 0;
+    uint64_t seen = 0, kept = 0, folded = 0, malformed = 0, f_steps = 0, f_run = 0, f_wait = 0, nodes = 0,
+             tree_folded = 0;
     int first = 1, failed = 0;
     printf("  \"tasks\": [");
     for (size_t p = 0; p < pt_aggset_count(app->set); p++) {
@@ -144,6 +147,8 @@ static void Headless_jsonTasks(App *app)
         kept += ts.count;
         folded += ts.folded;
         malformed += ts.malformed;
+        nodes += ts.tree_nodes;
+        tree_folded += ts.tree_folded;
         f_steps += ts.folded_steps;
         f_run += ts.folded_run_ns;
         f_wait += ts.folded_wait_ns;
@@ -180,10 +185,12 @@ static void Headless_jsonTasks(App *app)
     }
     printf("%s],\n", first ? "" : "\n  ");
     printf("  \"tasks_summary\": {\"seen\": %llu, \"kept\": %llu, \"folded\": %llu, \"malformed\": %llu, "
-           "\"folded_steps\": %llu, \"folded_run_ns\": %llu, \"folded_wait_ns\": %llu, \"complete\": %s},\n",
+           "\"folded_steps\": %llu, \"folded_run_ns\": %llu, \"folded_wait_ns\": %llu, \"tree_nodes\": %llu, "
+           "\"tree_folded\": %llu, \"complete\": %s},\n",
            (unsigned long long)seen, (unsigned long long)kept, (unsigned long long)folded,
            (unsigned long long)malformed, (unsigned long long)f_steps, (unsigned long long)f_run,
-           (unsigned long long)f_wait, failed ? "false" : "true");
+           (unsigned long long)f_wait, (unsigned long long)nodes, (unsigned long long)tree_folded,
+           failed ? "false" : "true");
 }
 
 static void Headless_json(App *app, const Options *o)

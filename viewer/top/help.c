@@ -48,7 +48,10 @@ static const struct {
     {"r w", "sort by running time, by waiting time (the largest first)"},
     {"arrows PgUp PgDn Home End", "move the cursor"},
     {"Enter", "the task under the cursor: its waiting by kind and its logical calls (one call of a "
-              "coroutine, however many resumptions), by total time; no flame graph per task"},
+              "coroutine, however many resumptions), by total time"},
+    {"f", "the flame graph of the task under the cursor (or shown): its logical calls from its "
+          "coroutine, running time only; Esc or A back to the tasks"},
+    {"F", "every task's flame graph side by side (one frame per task under the root)"},
     {"Esc A", "back (Esc: from a task to the table, A: out of task mode)"},
     {NULL, "thread list (T)"},
     {"arrows PgUp PgDn Home End", "move (live threads first, then ended ones, the latest first)"},

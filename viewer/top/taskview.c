@@ -8,9 +8,10 @@
  * table of logical calls (one call of a coroutine however many resumptions),
  * sorted by total time. Esc goes back one level (A leaves at once).
  *
- * The core keeps a table per task, not a tree: there is no flame graph of a
- * task. The cursor is a Task symbol, not a row, so it stays on its task while
- * the order changes under it.
+ * f opens the flame panel on the task under the cursor (or the one shown),
+ * F on every task side by side (flame.c, app->task_flame: the core's
+ * pt_agg_task_tree); Esc there comes back here. The cursor is a Task symbol,
+ * not a row, so it stays on its task while the order changes under it.
  */
 #include <curses.h>
 #include <stdio.h>
@@ -236,11 +237,31 @@ static void TasksPanel_draw(App *app, int top, int rows, int cols)
         TasksPanel_drawTable(app, top, rows, cols);
 }
 
+/* The flame panel on one task's tree (its Task symbol) or every task's (PT_AGG_NONE);
+ * one task's frame starts selected. */
+static void TasksPanel_flame(App *app, uint32_t task)
+{
+    app->task_flame = 1;
+    app->task_flame_of = task;
+    app->zoom_len = app->flame_scroll = 0;
+    app->sel_len = task != PT_AGG_NONE;
+    app->sel_path[0] = task;
+    app->flame_follow = 1;
+    app->panel = &FlamePanel_class;
+}
+
 static PanelResult TasksPanel_onKey(App *app, int ch)
 {
     int page = LINES - 8 > 1 ? LINES - 8 : 1;
+    if (ch == 'F') {
+        TasksPanel_flame(app, PT_AGG_NONE);
+        return PANEL_HANDLED | PANEL_REFRESH;
+    }
     if (app->tasks_open) {
         switch (ch) {
+        case 'f':
+            TasksPanel_flame(app, app->tasks_cursor);
+            return PANEL_HANDLED | PANEL_REFRESH;
         case KEY_UP: case 'k': app->tasks_fn_scroll -= app->tasks_fn_scroll > 0; break;
         case KEY_DOWN: case 'j': app->tasks_fn_scroll++; break; /* the draw clamps it */
         case KEY_PPAGE: app->tasks_fn_scroll = app->tasks_fn_scroll > page ? app->tasks_fn_scroll - page : 0; break;
@@ -282,6 +303,12 @@ static PanelResult TasksPanel_onKey(App *app, int ch)
             app->tasks_fn_scroll = 0;
         }
         break;
+    case 'f':
+        if (n && cursor >= 0 && cursor < total) {
+            TasksPanel_flame(app, list[cursor]->symbol);
+            res = PANEL_HANDLED | PANEL_REFRESH;
+        }
+        break;
     case 27: case 'A':
         TasksPanel_close(app);
         res = PANEL_HANDLED | PANEL_REFRESH;
@@ -300,7 +327,7 @@ static PanelResult TasksPanel_onKey(App *app, int ch)
 
 const PanelClass TasksPanel_class = {
     .name = "tasks",
-    .help = "arrows/PgUp/PgDn:move r/w:sort by run/wait Enter:its calls Esc:back",
+    .help = "arrows/PgUp/PgDn:move r/w:sort by run/wait Enter:its calls f:its flame F:all tasks' Esc:back",
     .draw = TasksPanel_draw,
     .onKey = TasksPanel_onKey,
 };

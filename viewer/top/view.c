@@ -152,9 +152,9 @@ static void App_draw(App *app)
              source, (unsigned long long)(pt_aggset_count(app->set) > 1 ? pi->pid : app->stats.pid), state, app->paused ? " PAUSED" : "",
              cpu, App_timeName(app), speed,
              (unsigned long long)dropped, other_losses ? "  " : "", losses, threads, app->window_seconds, win, app->panel->name,
-             app->step_mode && app->panel != &TasksPanel_class ? "last step"
+             app->step_mode && app->panel != &TasksPanel_class && !app->task_flame ? "last step"
              : app->panel == &TablePanel_class ? (app->table_window ? "window" : "whole run")
-             : app->panel == &TasksPanel_class ? "whole run" : "window", cmd);
+             : app->panel == &TasksPanel_class || app->task_flame ? "whole run" : "window", cmd);
     App_drawLine(0, CRT_attr(app->status.ended || app->status.died ? CRT_C_ENDED : CRT_C_HEADER) | A_BOLD, line);
     int top = 1;
     if (dropped) {
@@ -285,6 +285,7 @@ static PanelResult App_onKey(App *app, int ch)
         return PANEL_REFRESH;
     case '\t': case 'v':
         app->panel = app->panel == &TablePanel_class ? &FlamePanel_class : &TablePanel_class;
+        app->task_flame = 0;
         return PANEL_REFRESH;
     case 'A': /* task mode (taskview.c): the asyncio tasks; Enter there shows one's logical calls */
         TasksPanel_open(app);

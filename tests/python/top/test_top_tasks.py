@@ -67,6 +67,9 @@ def test_json_lists_each_task_by_name_with_its_times(tasks_rec):
     summary = doc["tasks_summary"]
     assert summary["seen"] == summary["kept"] == len(doc["tasks"]) and summary["folded"] == 0, summary
     assert summary["malformed"] == 0 and summary["complete"] is True, summary
+    # each worker's tree: worker, nap, tally, sleep and sleep's own callees (the loop's
+    # call_later, ...): some nodes per task, none folded into [other] at this size
+    assert summary["tree_nodes"] >= 4 * len(WORKERS) and summary["tree_folded"] == 0, summary
     ids = [t["id"] for t in doc["tasks"]]
     assert ids == list(range(1, len(ids) + 1))  # one serial per task, in order of first sight
     for name in WORKERS:
@@ -178,6 +181,48 @@ def test_task_mode_under_tmux(tasks_rec):
         t.wait_for(lambda s: "TASKS (A)" in s and "worker-7" in s, what="back to the task table")
         t.keys("A")
         t.wait_for(lambda s: "TASKS (A)" not in s and "FUNCTION" in s, what="out of task mode")
+    finally:
+        t.close()
+
+
+@needs_tasks
+@pytest.mark.skipif(not shutil.which("tmux"), reason="tmux is not installed")
+def test_task_flame_graphs_under_tmux(tasks_rec):
+    """f: the flame graph of the task under the cursor, rooted at its coroutine (its logical
+    calls: worker once, nap 50 times), no other task in it; Esc back to the tasks; F: every
+    task side by side, one frame per task under the root."""
+    t = Tmux("--file %s" % tasks_rec, name="pttflame")
+
+    def info(s):  # the flame's last line above the key bar: the selected frame in words
+        lines = [l for l in s.splitlines() if l.strip()]
+        return lines[-2] if len(lines) >= 2 else ""
+    try:
+        t.wait_for(lambda s: "ENDED" in s, what="the recording read to its end")
+        t.keys("A")
+        t.keys("/", "worker-7", "Enter")
+        t.wait_for(lambda s: "filter: worker-7" in s and "1 shown" in s, what="the filtered task table")
+        t.keys("f")
+        s = t.wait_for(lambda s: "one task: running time" in s and info(s).startswith("task worker-7 "),
+                       what="worker-7's flame graph, its frame selected")
+        assert "coroutine worker, task #" in info(s), info(s)
+        assert not re.search(r"\bworker-(?!7\b)\d+", s), s  # no other task's frame
+        t.keys("j")
+        s = t.wait_for(lambda s: re.match(r"worker\s.*tasks_job\.py:\d+\s.*\bcalls 1\b", info(s)),
+                       what="worker selected: one logical call")
+        t.keys("j")
+        s = t.wait_for(lambda s: re.match(r"(nap|tally)\s.*\bcalls 50\b", info(s)),
+                       what="nap or tally selected: 50 logical calls")
+        t.keys("Escape")  # not zoomed: back to the tasks
+        t.wait_for(lambda s: "TASKS (A)" in s and "worker-7" in s, what="back to the task table")
+        t.keys("/", "Escape")  # the filter cleared
+        t.wait_for(lambda s: "filter:" not in s and "worker-19" in s, what="the whole task table")
+        t.keys("F")
+        s = t.wait_for(lambda s: "every task: running time" in s and info(s).startswith("(root)"),
+                       what="every task's flame graph")
+        t.keys("j")  # the biggest task
+        s = t.wait_for(lambda s: re.match(r"task (worker-\d+|Task-\d+) ", info(s)), what="a task's frame")
+        t.keys("A")
+        t.wait_for(lambda s: "TASKS (A)" in s, what="back to the task table")
     finally:
         t.close()
 
