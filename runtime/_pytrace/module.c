@@ -579,6 +579,7 @@ static PyObject *py_after_fork_child(PyObject *module, PyObject *unused)
     (void)module;
     (void)unused;
     session_lock_after_fork_child();
+    pt_tasks_after_fork_child(); /* the task records' lock (free-threaded) */
     int was = pt_tracer_fork_pending();
     pt_tracer_after_fork_child();
     if (was && !pt_tracer_is_tracing()) {

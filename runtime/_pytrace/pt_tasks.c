@@ -238,6 +238,27 @@ static PyObject *cb_task(PyObject *cb)
     return self && is_task(self) ? self : NULL;
 }
 
+/* Free-threaded, loops in several threads step tasks at once: g_tasks_mutex serialises
+ * the symbol dicts, g_epoch, g_serial and g_unnamed (a PyMutex parks detached; held only
+ * around C work: dict look-ups and stores of int and str keys, no Python call inside;
+ * reset in a fork child). With the GIL, the GIL does. */
+#ifdef Py_GIL_DISABLED
+static PyMutex g_tasks_mutex;
+#define TASKS_LOCK() PyMutex_Lock(&g_tasks_mutex)
+#define TASKS_UNLOCK() PyMutex_Unlock(&g_tasks_mutex)
+#else
+#define TASKS_LOCK() ((void)0)
+#define TASKS_UNLOCK() ((void)0)
+#endif
+
+void pt_tasks_after_fork_child(void)
+{
+#ifdef Py_GIL_DISABLED
+    memset(&g_tasks_mutex, 0, sizeof g_tasks_mutex); /* its holder did not come along */
+#endif
+}
+
+/* Under the lock. */
 static void new_session(uint32_t epoch)
 {
     if (g_epoch == epoch && g_syms)
@@ -248,6 +269,7 @@ static void new_session(uint32_t epoch)
     g_serial = 0;
 }
 
+/* Under the lock. */
 static int append_symbol(uint32_t kind, const char *name, const char *file, uint32_t line, uint32_t *id)
 {
     if (pt_core.seg == NULL)
@@ -262,19 +284,12 @@ static int append_symbol(uint32_t kind, const char *name, const char *file, uint
     return rc < 0 ? rc : 0;
 }
 
-/* The Task symbol of `task` in session `epoch` (0: none; no exception left). */
-static uint32_t task_symbol(PyObject *task, uint32_t epoch)
+/* Under the lock: the id g_syms holds for `task` at `key` (0: none, or another task
+ * that had the address; no exception left). */
+static uint32_t known_task(PyObject *task, PyObject *key)
 {
-    new_session(epoch);
-    if (g_syms == NULL) {
-        PyErr_Clear();
-        return 0;
-    }
+    PyObject *hit = g_syms ? PyDict_GetItemWithError(g_syms, key) : NULL; /* borrowed */
     uint32_t id = 0;
-    PyObject *key = PyLong_FromVoidPtr(task);
-    if (key == NULL)
-        goto fail;
-    PyObject *hit = PyDict_GetItemWithError(g_syms, key); /* borrowed */
     if (hit) {
         PyObject *ref = PyTuple_GET_ITEM(hit, 0);
 #if PY_VERSION_HEX >= 0x030D0000
@@ -284,16 +299,31 @@ static uint32_t task_symbol(PyObject *task, uint32_t epoch)
 #else
         PyObject *obj = PyWeakref_GET_OBJECT(ref);
 #endif
-        {
-            if (obj == task) {
-                id = (uint32_t)PyLong_AsUnsignedLong(PyTuple_GET_ITEM(hit, 1));
-                Py_DECREF(key);
-                return id;
-            }
-        }
+        if (obj == task)
+            id = (uint32_t)PyLong_AsUnsignedLong(PyTuple_GET_ITEM(hit, 1));
+    }
+    PyErr_Clear();
+    return id;
+}
+
+/* The Task symbol of `task` in session `epoch` (0: none; no exception left). Its name
+ * and coroutine are read (Python calls: get_name may be a subclass's) outside the
+ * lock; a thread that interned the same task meanwhile wins. */
+static uint32_t task_symbol(PyObject *task, uint32_t epoch)
+{
+    PyObject *key = PyLong_FromVoidPtr(task);
+    if (key == NULL) {
         PyErr_Clear();
-    } else if (PyErr_Occurred())
-        goto fail;
+        return 0;
+    }
+    TASKS_LOCK();
+    new_session(epoch);
+    uint32_t id = known_task(task, key);
+    TASKS_UNLOCK();
+    if (id != 0) {
+        Py_DECREF(key);
+        return id;
+    }
     /* first sight (or a new task at a reused address) */
     PyObject *name = PyObject_CallMethod(task, "get_name", NULL);
     PyObject *coro = name ? PyObject_CallMethod(task, "get_coro", NULL) : NULL;
@@ -302,43 +332,48 @@ static uint32_t task_symbol(PyObject *task, uint32_t epoch)
     const char *n = name && PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
     const char *q = qual && PyUnicode_Check(qual) ? PyUnicode_AsUTF8(qual) : NULL;
     PyErr_Clear();
-    int rc = append_symbol(PT_SYM_TASK, n ? n : "?", q ? q : "", ++g_serial, &id);
+    PyObject *ref = PyWeakref_NewRef(task, NULL);
+    PyErr_Clear();
+    TASKS_LOCK();
+    new_session(epoch); /* (a new session may have begun meanwhile) */
+    if (g_epoch == epoch && (id = known_task(task, key)) == 0) {
+        int rc = append_symbol(PT_SYM_TASK, n ? n : "?", q ? q : "", ++g_serial, &id);
+        if (rc < 0)
+            id = 0;
+        PyObject *val = ref && g_syms ? Py_BuildValue("(OI)", ref, (unsigned)id) : NULL;
+        if (val == NULL || PyDict_SetItem(g_syms, key, val) < 0)
+            PyErr_Clear();
+        Py_XDECREF(val);
+    }
+    TASKS_UNLOCK();
+    Py_XDECREF(ref);
     Py_XDECREF(name);
     Py_XDECREF(coro);
     Py_XDECREF(qual);
-    if (rc < 0)
-        id = 0;
-    PyObject *ref = PyWeakref_NewRef(task, NULL);
-    PyObject *val = ref ? Py_BuildValue("(NI)", ref, (unsigned)id) : NULL;
-    if (val == NULL || PyDict_SetItem(g_syms, key, val) < 0)
-        PyErr_Clear();
-    Py_XDECREF(val);
     Py_DECREF(key);
     return id;
-fail:
-    Py_XDECREF(key);
-    PyErr_Clear();
-    return 0;
 }
 
 static uint32_t label_symbol(PyObject *label)
 {
-    if (g_labels == NULL)
-        return 0;
-    PyObject *hit = PyDict_GetItemWithError(g_labels, label);
-    if (hit)
-        return (uint32_t)PyLong_AsUnsignedLong(hit);
-    PyErr_Clear();
     const char *s = PyUnicode_AsUTF8(label);
-    uint32_t id = 0;
-    if (s == NULL || append_symbol(PT_SYM_LABEL, s, "", 0, &id) < 0) {
+    if (s == NULL) {
         PyErr_Clear();
         return 0;
     }
-    PyObject *v = PyLong_FromUnsignedLong(id);
-    if (v == NULL || PyDict_SetItem(g_labels, label, v) < 0)
-        PyErr_Clear();
-    Py_XDECREF(v);
+    uint32_t id = 0;
+    TASKS_LOCK();
+    PyObject *hit = g_labels ? PyDict_GetItemWithError(g_labels, label) : NULL;
+    if (hit) {
+        id = (uint32_t)PyLong_AsUnsignedLong(hit);
+    } else if (g_labels && !PyErr_Occurred() && append_symbol(PT_SYM_LABEL, s, "", 0, &id) == 0) {
+        PyObject *v = PyLong_FromUnsignedLong(id);
+        if (v == NULL || PyDict_SetItem(g_labels, label, v) < 0)
+            PyErr_Clear();
+        Py_XDECREF(v);
+    }
+    PyErr_Clear();
+    TASKS_UNLOCK();
     return id;
 }
 
@@ -655,6 +690,8 @@ void pt_tasks_return(PyObject *cb)
 #endif /* PT_HAVE_MONITORING */
 
 #if !PT_HAVE_MONITORING
+void pt_tasks_after_fork_child(void) {}
+
 PyObject *pt_tasks_py_set(PyObject *module, PyObject *on)
 {
     (void)module;

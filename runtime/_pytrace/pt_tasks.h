@@ -1,7 +1,8 @@
 /*
  * pt_tasks: asyncio task records (TaskStep, TaskSuspend, TaskAwait; issue 23),
  * written by the sys.monitoring adapter at the C call of Context.run that runs
- * a task's step (pt_tasks.c says how). Callers hold the GIL.
+ * a task's step (pt_tasks.c says how). Callers hold the GIL, or, free-threaded, an
+ * attached thread state (pt_tasks.c's lock serialises what threads share).
  */
 #ifndef PT_RUNTIME_TASKS_H
 #define PT_RUNTIME_TASKS_H
@@ -13,6 +14,8 @@
 PT_HIDDEN extern const PyMethodDef *pt_tasks_ctx_run_def;
 /* Once, with the GIL: finds Context.run. 0 or -1 (exception set). */
 PT_HIDDEN int pt_tasks_init(void);
+/* In a fork child: the task lock's holder did not come along (free-threaded). */
+PT_HIDDEN void pt_tasks_after_fork_child(void);
 /* After the CCall record of Context.run(cb, ...): TaskStep if cb runs a task's step. */
 PT_HIDDEN void pt_tasks_call(PyObject *cb);
 /* Before its CReturn / CUnwind: TaskSuspend (+ TaskAwait records when pending). */

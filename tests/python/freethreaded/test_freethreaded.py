@@ -259,3 +259,52 @@ def test_import_keeps_the_gil_off():
                        capture_output=True, text=True, timeout=60, cwd="/", env=env)
     assert r.returncode == 0 and r.stdout == "False\n", r.stdout + r.stderr
     assert "GIL" not in r.stderr, r.stderr     # no "enabling the GIL" RuntimeWarning
+
+
+LOOPS_AT_ONCE = r'''
+import asyncio, sys, threading
+THREADS, TASKS = int(sys.argv[1]), int(sys.argv[2])
+async def leaf():
+    await asyncio.sleep(0)
+async def main(t, barrier):
+    barrier.wait()                  # every loop starts making tasks at once
+    for r in range(TASKS // 100):
+        await asyncio.gather(*(asyncio.create_task(leaf(), name="t%d-%d" % (t, r * 100 + i))
+                               for i in range(100)))
+barrier = threading.Barrier(THREADS)
+threads = [threading.Thread(target=asyncio.run, args=(main(t, barrier),)) for t in range(THREADS)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print("gil", sys._is_gil_enabled())
+'''
+
+
+def test_asyncio_loops_in_threads_at_once_each_task_one_serial(tmp_path):
+    """Four event loops in four threads make 2,000 tasks each at once: every task is
+    recorded once, by its name, with a serial of its own (1..N, none twice): the task
+    records' symbol dicts and serial counter are shared by the threads (pt_tasks.c's
+    lock). Before the lock, runs gave some tasks the same serial."""
+    threads, tasks = 4, 2000
+    script = tmp_path / "loops.py"
+    script.write_text(LOOPS_AT_ONCE)
+    out = tmp_path / "loops.pytrace"
+    r = pytrace("record", "-o", str(out), "--", PY, str(script), str(threads), str(tasks))
+    assert r.returncode == 0, r.stderr
+    assert "gil False" in r.stdout, r.stdout
+    assert "0 events dropped" in r.stderr, r.stderr
+    from pytrace import Profile
+    prof = Profile.from_recording(str(out))
+    summary = prof.tasks_summary()
+    got = prof.tasks()
+    # 8,000 named tasks, asyncio.run's 4 main tasks and its shutdown tasks; below the
+    # core's done-task budget (2 * 4096), so every one is kept
+    assert summary["folded"] == 0 and summary["malformed"] == 0, summary
+    assert summary["seen"] == summary["kept"] == len(got), summary
+    named = sorted(t.name for t in got if t.name.startswith("t"))
+    assert named == sorted("t%d-%d" % (t, i) for t in range(threads) for i in range(tasks))
+    serials = sorted(t.serial for t in got)
+    assert serials == list(range(1, len(got) + 1)), [s for s in serials if serials.count(s) > 1][:10]
+    assert all(t.state == "done" and t.steps == 2 for t in got if t.name.startswith("t")), \
+        [t for t in got if t.name.startswith("t") and (t.state != "done" or t.steps != 2)][:3]
