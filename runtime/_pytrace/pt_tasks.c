@@ -289,21 +289,22 @@ static int append_symbol(uint32_t kind, const char *name, const char *file, uint
 static uint32_t known_task(PyObject *task, PyObject *key)
 {
     PyObject *hit = g_syms ? PyDict_GetItemWithError(g_syms, key) : NULL; /* borrowed */
-    uint32_t id = 0;
-    if (hit) {
-        PyObject *ref = PyTuple_GET_ITEM(hit, 0);
-#if PY_VERSION_HEX >= 0x030D0000
-        PyObject *obj = NULL;
-        if (PyWeakref_GetRef(ref, &obj) == 1)
-            Py_DECREF(obj); /* compared only */
-#else
-        PyObject *obj = PyWeakref_GET_OBJECT(ref);
-#endif
-        if (obj == task)
-            id = (uint32_t)PyLong_AsUnsignedLong(PyTuple_GET_ITEM(hit, 1));
+    if (hit == NULL) {
+        PyErr_Clear(); /* (only here and on a mismatch: a step's look-up that hits clears nothing) */
+        return 0;
     }
+    PyObject *ref = PyTuple_GET_ITEM(hit, 0);
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *obj = NULL;
+    if (PyWeakref_GetRef(ref, &obj) == 1)
+        Py_DECREF(obj); /* compared only */
+#else
+    PyObject *obj = PyWeakref_GET_OBJECT(ref);
+#endif
+    if (obj == task)
+        return (uint32_t)PyLong_AsUnsignedLong(PyTuple_GET_ITEM(hit, 1)); /* a small int we stored */
     PyErr_Clear();
-    return id;
+    return 0;
 }
 
 /* The Task symbol of `task` in session `epoch` (0: none; no exception left). Its name
@@ -356,23 +357,23 @@ static uint32_t task_symbol(PyObject *task, uint32_t epoch)
 
 static uint32_t label_symbol(PyObject *label)
 {
-    const char *s = PyUnicode_AsUTF8(label);
-    if (s == NULL) {
-        PyErr_Clear();
-        return 0;
-    }
     uint32_t id = 0;
     TASKS_LOCK();
     PyObject *hit = g_labels ? PyDict_GetItemWithError(g_labels, label) : NULL;
     if (hit) {
         id = (uint32_t)PyLong_AsUnsignedLong(hit);
-    } else if (g_labels && !PyErr_Occurred() && append_symbol(PT_SYM_LABEL, s, "", 0, &id) == 0) {
-        PyObject *v = PyLong_FromUnsignedLong(id);
-        if (v == NULL || PyDict_SetItem(g_labels, label, v) < 0)
-            PyErr_Clear();
-        Py_XDECREF(v);
+    } else if (g_labels && !PyErr_Occurred()) { /* first sight: its text (C work on a str) */
+        const char *s = PyUnicode_AsUTF8(label);
+        if (s != NULL && append_symbol(PT_SYM_LABEL, s, "", 0, &id) == 0) {
+            PyObject *v = PyLong_FromUnsignedLong(id);
+            if (v == NULL || PyDict_SetItem(g_labels, label, v) < 0)
+                PyErr_Clear();
+            Py_XDECREF(v);
+        }
+        PyErr_Clear();
+    } else {
+        PyErr_Clear(); /* the look-up failed */
     }
-    PyErr_Clear();
     TASKS_UNLOCK();
     return id;
 }
