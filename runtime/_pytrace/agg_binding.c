@@ -599,41 +599,11 @@ static PyObject *agg_table(agg_obj_t *self, PyObject *args, PyObject *kw)
     return Py_BuildValue("(KN)", (unsigned long long)span, rows);
 }
 
-PyDoc_STRVAR(tree_doc,
-             "tree(thread=0, window=0.0, min_fraction=0.0, process=0) -> (span_ns, nodes): the calling-context tree in "
-             "depth-first order, children by name; a node is (symbol id, parent index, depth, calls, self_ns, "
-             "total_ns); node 0 is the root (symbol and parent -1), whose self time is time with nothing on the "
-             "stack; symbol -2 is an [other] node: the calls below its parent folded past the tree budget "
-             "(counters()['folded_calls']), after its siblings. Subtrees whose total is below min_fraction of the root's are left out (a flame graph "
-             "could not show them). cpu=True: each node also has (self_cpu_ns, total_cpu_ns) at its end (the parts "
-             "of self_ns and total_ns on a CPU); the tree holds observed time only.");
-
-static PyObject *agg_tree(agg_obj_t *self, PyObject *args, PyObject *kw)
+/* (span_ns, nodes) of tree() from a tree the core made (freed here), in depth-first
+ * order with parents renumbered; subtrees below min_fraction of the root left out. */
+static PyObject *tree_result(pt_agg_tree_t *tp, double min_fraction, int cpu)
 {
-    static char *kwlist[] = {"thread", "window", "min_fraction", "process", "cpu", "last_step", NULL};
-    pt_agg_query_t q;
-    double min_fraction = 0;
-    Py_ssize_t process = 0;
-    int cpu = 0, last_step = 0;
-    if (parse_query(args, kw, "|Kddnpp:tree", kwlist, &q, &min_fraction, &process, &cpu, &last_step, NULL, NULL) < 0)
-        return NULL;
-    q.last_step = last_step;
-    if (!(min_fraction >= 0 && min_fraction <= 1)) {
-        PyErr_SetString(PyExc_ValueError, "min_fraction must be between 0 and 1");
-        return NULL;
-    }
-    pt_agg_tree_t t;
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    PyThread_acquire_lock(self->lock, WAIT_LOCK);
-    pt_agg_t *agg = agg_at(self, process);
-    rc = agg ? pt_agg_tree(agg, &q, &t) : -ESRCH;
-    PyThread_release_lock(self->lock);
-    Py_END_ALLOW_THREADS
-    if (rc == -ESRCH)
-        return no_process(process);
-    if (rc)
-        return raise_rc(rc);
+    pt_agg_tree_t t = *tp;
     double min_ns = t.count ? min_fraction * (double)t.nodes[0].incl_ns : 0;
     /* preorder over first_child / next_sibling, parents renumbered */
     uint32_t *order = PyMem_Malloc((t.count ? t.count : 1) * sizeof *order);
@@ -689,6 +659,44 @@ static PyObject *agg_tree(agg_obj_t *self, PyObject *args, PyObject *kw)
         return NULL;
     }
     return Py_BuildValue("(KN)", (unsigned long long)span, nodes);
+}
+
+PyDoc_STRVAR(tree_doc,
+             "tree(thread=0, window=0.0, min_fraction=0.0, process=0) -> (span_ns, nodes): the calling-context tree in "
+             "depth-first order, children by name; a node is (symbol id, parent index, depth, calls, self_ns, "
+             "total_ns); node 0 is the root (symbol and parent -1), whose self time is time with nothing on the "
+             "stack; symbol -2 is an [other] node: the calls below its parent folded past the tree budget "
+             "(counters()['folded_calls']), after its siblings. Subtrees whose total is below min_fraction of the root's are left out (a flame graph "
+             "could not show them). cpu=True: each node also has (self_cpu_ns, total_cpu_ns) at its end (the parts "
+             "of self_ns and total_ns on a CPU); the tree holds observed time only.");
+
+static PyObject *agg_tree(agg_obj_t *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"thread", "window", "min_fraction", "process", "cpu", "last_step", NULL};
+    pt_agg_query_t q;
+    double min_fraction = 0;
+    Py_ssize_t process = 0;
+    int cpu = 0, last_step = 0;
+    if (parse_query(args, kw, "|Kddnpp:tree", kwlist, &q, &min_fraction, &process, &cpu, &last_step, NULL, NULL) < 0)
+        return NULL;
+    q.last_step = last_step;
+    if (!(min_fraction >= 0 && min_fraction <= 1)) {
+        PyErr_SetString(PyExc_ValueError, "min_fraction must be between 0 and 1");
+        return NULL;
+    }
+    pt_agg_tree_t t;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    PyThread_acquire_lock(self->lock, WAIT_LOCK);
+    pt_agg_t *agg = agg_at(self, process);
+    rc = agg ? pt_agg_tree(agg, &q, &t) : -ESRCH;
+    PyThread_release_lock(self->lock);
+    Py_END_ALLOW_THREADS
+    if (rc == -ESRCH)
+        return no_process(process);
+    if (rc)
+        return raise_rc(rc);
+    return tree_result(&t, min_fraction, cpu);
 }
 
 PyDoc_STRVAR(steps_doc,
@@ -785,7 +793,8 @@ err:
 
 PyDoc_STRVAR(tasks_doc,
              "tasks(process=0, functions=True, functions_of=-1) -> dict: pt_agg_tasks of that process (viewer/core/tasks.h holds the rules): seen, "
-             "folded, folded_steps, folded_run_ns, folded_wait_ns, malformed, and 'tasks': the kept tasks in order "
+             "folded, folded_steps, folded_run_ns, folded_wait_ns, malformed, tree_nodes, tree_folded (task_tree()), and "
+             "'tasks': the kept tasks in order "
              "of first sight, each (symbol, name, coroutine, serial, state, steps, run_ns, wait_ns, wait_by, awaits, "
              "functions): state a name (pending, running, done, cancelled, failed); wait_by {kind name: ns} over "
              "every await kind and 'other'; awaits ((kind name, name, awaited task's symbol or None), ...) of a "
@@ -882,6 +891,8 @@ static PyObject *agg_tasks(agg_obj_t *self, PyObject *args, PyObject *kw)
     SET(d, "folded_run_ns", U64(ts.folded_run_ns));
     SET(d, "folded_wait_ns", U64(ts.folded_wait_ns));
     SET(d, "malformed", U64(ts.malformed));
+    SET(d, "tree_nodes", U64(ts.tree_nodes));
+    SET(d, "tree_folded", U64(ts.tree_folded));
     SET(d, "tasks", Py_NewRef(list));
     Py_DECREF(list);
     pt_agg_tasks_free(&ts);
@@ -891,6 +902,47 @@ err:
     Py_XDECREF(d);
     pt_agg_tasks_free(&ts);
     return NULL;
+}
+
+PyDoc_STRVAR(task_tree_doc,
+             "task_tree(serial=-1, process=0, min_fraction=0.0) -> (span_ns, nodes): the call tree of the kept "
+             "asyncio task with that serial (tasks()), or of every kept task side by side (-1), as tree() gives "
+             "nodes: under the root one node per task (its Task symbol; no calls, no time of its own), above it "
+             "its logical calls from its coroutine; times are running time (not the time it was suspended), "
+             "span_ns the shown tasks' running time; symbol -2: an [other] node past the core's node budget "
+             "(tasks()['tree_folded'] counts its calls). An unknown serial: the root alone.");
+
+static PyObject *agg_task_tree(agg_obj_t *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"serial", "process", "min_fraction", NULL};
+    long long serial = -1;
+    Py_ssize_t process = 0;
+    double min_fraction = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|Lnd:task_tree", kwlist, &serial, &process, &min_fraction))
+        return NULL;
+    if (!(min_fraction >= 0 && min_fraction <= 1)) {
+        PyErr_SetString(PyExc_ValueError, "min_fraction must be between 0 and 1");
+        return NULL;
+    }
+    pt_agg_t *agg = agg_lock_process(self, process);
+    if (!agg)
+        return NULL;
+    uint32_t task = serial < 0 ? PT_AGG_NONE : PT_AGG_OTHER; /* (no task has symbol PT_AGG_OTHER) */
+    pt_agg_tasks_t ts;
+    int rc = serial < 0 ? 0 : pt_agg_tasks(agg, &ts);
+    if (!rc && serial >= 0) { /* the serial's Task symbol */
+        for (size_t i = 0; i < ts.count; i++)
+            if ((long long)ts.tasks[i].serial == serial)
+                task = ts.tasks[i].symbol;
+        pt_agg_tasks_free(&ts);
+    }
+    pt_agg_tree_t t;
+    if (!rc)
+        rc = pt_agg_task_tree(agg, task, &t);
+    agg_unlock(self);
+    if (rc)
+        return raise_rc(rc);
+    return tree_result(&t, min_fraction, 0);
 }
 
 PyDoc_STRVAR(timeline_doc,
@@ -998,6 +1050,7 @@ static PyMethodDef agg_methods[] = {
     {"timeline", (PyCFunction)(void (*)(void))agg_timeline, METH_VARARGS | METH_KEYWORDS, timeline_doc},
     {"steps", (PyCFunction)(void (*)(void))agg_steps, METH_VARARGS | METH_KEYWORDS, steps_doc},
     {"tasks", (PyCFunction)(void (*)(void))agg_tasks, METH_VARARGS | METH_KEYWORDS, tasks_doc},
+    {"task_tree", (PyCFunction)(void (*)(void))agg_task_tree, METH_VARARGS | METH_KEYWORDS, task_tree_doc},
     {NULL, NULL, 0, NULL},
 };
 

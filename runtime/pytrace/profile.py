@@ -261,8 +261,10 @@ class Profile:
 
     def tasks_summary(self, process=0):
         """dict: seen (tasks seen), kept (those tasks() lists), folded (done tasks folded past the
-        core's budget) with their folded_steps, folded_run_ns and folded_wait_ns, and malformed
-        (task records ignored as damage); seen == kept + folded."""
+        core's budget) with their folded_steps, folded_run_ns and folded_wait_ns, malformed
+        (task records ignored as damage), tree_nodes (the nodes of the kept tasks' trees,
+        task_tree()) and tree_folded (logical calls in their [other] nodes past the core's node
+        budget); seen == kept + folded."""
         d = self._agg.tasks(process=process)
         tasks = d.pop("tasks")
         d["kept"] = len(tasks)
@@ -294,6 +296,20 @@ class Profile:
         min_fraction: leave out call paths whose total is below that fraction of the root's."""
         thread, window = self._query(thread, window)
         _span, nodes = self._agg.tree(thread, window, float(min_fraction), process=process)
+        return self._nodes(nodes, process)
+
+    def task_tree(self, task=None, min_fraction=0.0, process=0):
+        """[Node]: the call tree of one asyncio task (a Task of tasks(), or its serial) or, with
+        None, of every kept task side by side; depth-first, node 0 the root. Under the root one
+        node per task (its name; kind: the Task symbol kind; no calls, no time of its own), above
+        it the task's logical calls from its coroutine (one call of a coroutine however many
+        resumptions), their time the time they ran, not the time the task was suspended
+        (viewer/core/tasks.h). An id of -2 is an [other] node past the core's node budget."""
+        serial = -1 if task is None else int(getattr(task, "serial", task))
+        _span, nodes = self._agg.task_tree(serial, process=process, min_fraction=float(min_fraction))
+        return self._nodes(nodes, process)
+
+    def _nodes(self, nodes, process):
         symbols = self.symbols(process)
         out = []
         for i, (sym, parent, depth, calls, self_ns, total_ns) in enumerate(nodes):

@@ -33,6 +33,10 @@ asyncio.run(main())
 '''
 
 
+def summary_nodes(prof):
+    return prof.tasks_summary()["tree_nodes"]
+
+
 def run(*args, **kw):
     return subprocess.run([PY, *args], capture_output=True, text=True, timeout=180, **kw)
 
@@ -67,6 +71,36 @@ def test_profile_tasks_of_20_named_sleepers(tmp_path):
         fn = {f.name: f for f in t.functions}
         assert fn["sleep"].calls == 50, fn["sleep"]
         assert 0 < fn["worker"].self_ns <= fn["worker"].total_ns <= t.run_ns, (fn["worker"], t.run_ns)
+    # each task's own tree (Profile.task_tree): the task under the root, its coroutine above
+    # it, one node per path of logical calls (nap awaited 50 times: one node, 50 calls); by
+    # function, the tree's calls and own time are the task's table's, exactly
+    for t in workers:
+        nodes = prof.task_tree(t)
+        assert nodes[0].parent == -1 and nodes[1].parent == 0 and nodes[1].name == t.name, nodes[:2]
+        assert [n for n in nodes if n.parent == 0] == [nodes[1]]  # this task alone
+        worker = [n for n in nodes if n.parent == 1 and n.name == "worker"]
+        assert len(worker) == 1 and worker[0].calls == 1, nodes
+        nap = [n for n in nodes if n.parent == worker[0].index and n.name == "nap"]
+        assert len(nap) == 1 and nap[0].calls == 50, nodes
+        sleep = [n for n in nodes if n.parent == nap[0].index and n.name == "sleep"]
+        assert len(sleep) == 1 and sleep[0].calls == 50, nodes
+        by = {}
+        for n in nodes[2:]:
+            calls, own = by.get(n.id, (0, 0))
+            by[n.id] = (calls + n.calls, own + n.self_ns)
+        table = {f.id: (f.calls, f.self_ns) for f in t.functions}
+        assert set(by) == set(table), (set(by) ^ set(table))
+        for fid, (calls, own) in table.items():
+            assert by[fid][0] == calls, (fid, by[fid], calls)
+            assert abs(by[fid][1] - own) <= len(nodes), (fid, by[fid], own)  # ns rounding per node
+        assert 0 < nodes[1].total_ns <= t.run_ns, (nodes[1], t.run_ns)
+    every = prof.task_tree()
+    assert sorted(n.name for n in every if n.parent == 0) == sorted(t.name for t in tasks)
+    # (each node's ticks are made ns on their own: a rounding each)
+    assert abs(every[0].total_ns - sum(n.total_ns for n in every if n.parent == 0)) <= len(tasks)
+    assert prof.task_tree(10 ** 9) == [prof.task_tree(10 ** 9)[0]]  # no such task: the root alone
+    assert summary_nodes(prof) == len(every) - 1 - len(tasks)  # the core's count of the trees' nodes
+
     # the main task awaited the gather of the 20: waiting charged to 'task'
     assert main[0].wait_by["task"] == main[0].wait_ns > 0, main[0].wait_by
     summary = prof.tasks_summary()
