@@ -89,6 +89,9 @@ class ProcessView:
     def tasks(self, functions=True, functions_of=-1):
         return self.agg.tasks(process=self.index, functions=functions, functions_of=functions_of)
 
+    def task_tree(self, serial=-1, min_fraction=0.0):
+        return self.agg.task_tree(serial, process=self.index, min_fraction=min_fraction)
+
 
 def symbol_list(agg):
     return [(s[0], s[3], s[4], s[5], s[1]) for s in agg.symbols()]
@@ -168,23 +171,39 @@ def steps_of(agg, bars):
 TASKS_LIVE = 200
 TASKS_REPORT = 1000
 TASK_FUNCTIONS = 100
+# A task's own flame graph (its call tree, viewer/core/tasks.h): a live page is sent the
+# chosen task's; the report holds those of the TASK_TREES_REPORT tasks with the most running
+# time. Paths under TASK_TREE_FRACTION of the task's running time are left out (too narrow
+# to draw), as MIN_FRACTION for the program's flame graph.
+TASK_TREES_REPORT = 100
+TASK_TREE_FRACTION = 1e-4
 
 
-def tasks_of(agg, limit, functions=True, chosen=-1):
+def task_tree_of(agg, serial):
+    """The flame graph of task `serial`: [[symbol id, parent index, logical calls, self_ns,
+    total_ns], ...] depth-first, node 0 the root (symbol -1), node 1 the task (its Task
+    symbol), then its logical calls (symbol -2: [other], past the core's node budget)."""
+    _span, nodes = agg.task_tree(serial, min_fraction=TASK_TREE_FRACTION)
+    return [[sym, parent, calls, self_ns, total_ns] for sym, parent, _depth, calls, self_ns, total_ns in nodes]
+
+
+def tasks_of(agg, limit, functions=True, chosen=-1, trees=0):
     """The asyncio tasks of the process (Aggregator.tasks: viewer/core/tasks.h's rules, Python
     3.12+), None when the stream has none: {"seen", "kept", "folded", "malformed", "shown",
     "list": [task]}, task = [serial, name, coroutine, state, steps, run_ns, wait_ns,
     {await kind: ns}, [[kind, name], ...] (what it awaits now), [[symbol id, logical calls,
     self_ns, total_ns], ...] (its first TASK_FUNCTIONS functions by total; of every task, or
-    only of the task whose serial is `chosen` when not functions), its number of functions],
-    the `limit` tasks with the most running plus waiting time (and the chosen one), in order
-    of first sight."""
+    only of the task whose serial is `chosen` when not functions), its number of functions,
+    its flame graph (task_tree_of; of the chosen one, and of the `trees` with the most running
+    time; else None)], the `limit` tasks with the most running plus waiting time (and the
+    chosen one), in order of first sight."""
     d = agg.tasks(functions=functions, functions_of=chosen)
     tasks = d.pop("tasks")
     if not tasks and not d["seen"]:
         return None
     d["kept"] = len(tasks)
     order = set(sorted(range(len(tasks)), key=lambda i: (-(tasks[i][6] + tasks[i][7]), i))[:limit])
+    with_tree = {tasks[i][3] for i in sorted(order, key=lambda i: (-tasks[i][6], i))[:trees]} | {chosen}
     out = []
     for i, (_sym, name, coro, serial, state, steps, run_ns, wait_ns, wait_by, awaits, fns) in enumerate(tasks):
         if i not in order and serial != chosen:
@@ -193,7 +212,8 @@ def tasks_of(agg, limit, functions=True, chosen=-1):
                     {k: v for k, v in wait_by.items() if v},
                     [[kind, what] for kind, what, _task in awaits],
                     [[f[0], f[4], f[5], f[6]] for f in fns[:TASK_FUNCTIONS]],   # by total (agg.h)
-                    len(fns) if fns or functions or serial == chosen else None])
+                    len(fns) if fns or functions or serial == chosen else None,
+                    task_tree_of(agg, serial) if serial in with_tree else None])
     d["shown"] = len(out)
     d["list"] = out
     return d
@@ -238,7 +258,7 @@ def _process_report(agg, title, timeline_cells, min_fraction, processes, thread_
     st = status(agg, processes=processes)
     st["threads_without_view"] = len(threads) - len(with_view)
     return {"title": title, "status": st, "threads": threads, "steps": steps,
-            "tasks": tasks_of(agg, TASKS_REPORT),
+            "tasks": tasks_of(agg, TASKS_REPORT, trees=TASK_TREES_REPORT),
             "symbols": symbol_list(agg), "views": views,
             "timeline": {"slice_ns": tl["slice_ns"], "group": tl["group"], "first": tl["first_slice"],
                          "last": tl["last_slice"], "cells": tl["cells"]}}
@@ -302,12 +322,14 @@ SYMBOL_BYTES = 230
 # each function row a list of four ints)
 TASK_BYTES = 900
 TASK_FN_BYTES = 150
+TASK_NODE_BYTES = 150   # a node of the chosen task's flame graph: a list of five ints
 
 
 def session_bytes(s):
     syms = SYMBOL_BYTES * len(s.symbols)
     tasks = s.tasks["list"] if s.tasks else ()
     syms += TASK_BYTES * len(tasks) + TASK_FN_BYTES * sum(len(t[9]) for t in tasks)
+    syms += TASK_NODE_BYTES * sum(len(t[11] or ()) for t in tasks)
     return SESSION_BYTES + NODE_BYTES * len(s.nodes) + ROW_BYTES * len(s.rows) + syms + s.symbol_text
 
 

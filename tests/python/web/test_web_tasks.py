@@ -55,7 +55,7 @@ def test_report_embeds_the_tasks(recorded):
     assert data["tasks"]["seen"] == len(top) and data["tasks"]["folded"] == 0
     names = {s[0]: s[1] for s in data["symbols"]}
     for w in workers:
-        serial, name, coro, state, steps, run_ns, wait_ns, wait_by, awaits, fns, fn_count = tasks[w]
+        serial, name, coro, state, steps, run_ns, wait_ns, wait_by, awaits, fns, fn_count, tree = tasks[w]
         assert fn_count == len(fns) == len(top[w]["functions"])
         t = top[w]
         assert (serial, coro, state, steps, run_ns, wait_ns) == (t["id"], t["coroutine"], t["state"], t["steps"],
@@ -65,6 +65,15 @@ def test_report_embeds_the_tasks(recorded):
         calls = {names[f[0]]: f[1] for f in fns}
         assert (calls["worker"], calls["nap"], calls["tally"]) == (1, 50, 50), (w, calls)
         assert fns[0][3] == max(f[3] for f in fns)   # by total time
+        # its flame graph (the report holds those of the tasks with the most running time):
+        # root, the task, its coroutine, its logical calls; paths, not functions
+        assert tree[0][1] == -1 and tree[1][1] == 0 and names[tree[1][0]] == w, tree[:2]
+        kids = {names[n[0]]: (i, n) for i, n in enumerate(tree) if n[1] == 1}
+        wi, wn = kids["worker"]
+        assert wn[2] == 1, wn
+        above = {names[n[0]]: n for n in tree if n[1] == wi}
+        assert above["nap"][2] == 50 and above["tally"][2] == 50, above
+        assert 0 < tree[1][4] <= run_ns
 
 
 @needs_tasks
@@ -95,6 +104,23 @@ def test_report_and_live_page_choose_a_task(recorded, browser):  # noqa: F811
                                  ".map(tr => [...tr.children].map(td => td.textContent))")
             calls = {r[3]: int(r[0]) for r in rows}
             assert (calls["worker"], calls["nap"], calls["tally"]) == (1, 50, 50), (name, rows)
+            # its own flame graph: the task at the bottom, full width, its calls above it
+            _wait(page, "window.pytrace.taskFrames().some(f => f.name === 'nap')")
+            frames = page.evaluate("window.pytrace.taskFrames()")
+            by = {}
+            for f in frames:
+                by.setdefault(f["name"], []).append(f)
+            assert len(by["worker-7"]) == 1 and not any(re.match(r"worker-(?!7$)\d+$", n) for n in by), (name, list(by))
+            task = by["worker-7"][0]
+            assert task["w"] == max(f["w"] for f in frames) and task["y"] < by["worker"][0]["y"], (name, task)
+            assert [f["calls"] for f in by["worker"]] == [1] and [f["calls"] for f in by["nap"]] == [50], (name, by)
+            # a click zooms on a frame: it is drawn full width
+            nap = by["nap"][0]
+            box = page.evaluate("(() => { const r = document.querySelector('#task-flame').getBoundingClientRect();"
+                                " return [r.left, r.top]; })()")
+            page.mouse.click(box[0] + nap["x"] + nap["w"] / 2, box[1] + nap["y"] + 5)
+            _wait(page, "window.pytrace.taskFrames().some(f => f.name === 'nap' && f.w >= "
+                        "Math.max(...window.pytrace.taskFrames().map(g => g.w)) - 1)")
             assert errors == [], errors
             context.close()
     finally:

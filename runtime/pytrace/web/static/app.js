@@ -27,6 +27,8 @@
     view: { process: 0, thread: 0, window: 10, filter: "", step: false },  // step: the last step alone
     steps: null,         // the stepping thread's step summary and its last steps as bars (agg.h STEPS)
     tasks: null,         // the asyncio tasks for the chooser (web/data.py tasks_of), null: none
+    taskZoom: 0,         // the chosen task's flame graph: the zoomed frame (its node index)
+    taskDrawn: [],       // and its rectangles as last drawn
     processes: [],       // [key, pid, title] (one page, several processes; a report: its processes)
     zoom: 0,
     search: "",
@@ -163,9 +165,9 @@
 
   // ---- flame graph -------------------------------------------------------------
   const ROW = 18;
-  function children() {
+  function children(nodes) {
     const kids = new Map();
-    for (const n of state.nodes.values()) {
+    for (const n of nodes.values()) {
       if (n.parent < 0) continue;
       let l = kids.get(n.parent);
       if (!l) kids.set(n.parent, l = []);
@@ -177,25 +179,27 @@
   }
   function matches(s) { return state.search !== "" && s.name.toLowerCase().includes(state.search); }
 
-  function drawFlame() {
-    const canvas = $("flame");
+  // An icicle graph of `nodes` (key -> node) on `canvas`, zoomed on node `zoomKey`: widths by
+  // size(node); waiting(node): drawn in the waiting colour. Returns what it drew, and the
+  // number of frames matching the search.
+  function drawIcicle(canvas, nodes, zoomKey, size, waiting, empty) {
     const width = canvas.clientWidth || 800;
-    const kids = children();
-    const zoom = state.nodes.get(state.zoom) || state.nodes.get(0);
+    const kids = children(nodes);
+    const zoom = nodes.get(zoomKey) || nodes.get(0);
     const drawn = [];
     let matched = 0;
-    if (zoom && tot(zoom) > 0) {
+    if (zoom && size(zoom) > 0) {
       // the path from the root down to the zoomed frame, full width
       const path = [];
-      for (let n = zoom; n; n = n.parent >= 0 ? state.nodes.get(n.parent) : null) path.unshift(n);
+      for (let n = zoom; n; n = n.parent >= 0 ? nodes.get(n.parent) : null) path.unshift(n);
       path.forEach((n, depth) => drawn.push({ node: n, x: 0, y: depth * ROW, w: width }));
-      const scale = width / tot(zoom);
+      const scale = width / size(zoom);
       const stack = [[zoom, 0, path.length - 1]];
       while (stack.length) {
         const [n, x, depth] = stack.pop();
         let cx = x;
         for (const c of kids.get(n.key) || []) {
-          const w = tot(c) * scale;
+          const w = size(c) * scale;
           if (w >= 0.5) {
             drawn.push({ node: c, x: cx, y: (depth + 1) * ROW, w });
             stack.push([c, cx, depth + 1]);
@@ -210,8 +214,7 @@
       const s = sym(r.node.sym);
       const hit = matches(s);
       if (hit) matched++;
-      ctx.fillStyle = hit ? "#d500f9" : state.search ? "hsl(0,0%,86%)" :
-        !state.cpu && waits(r.node) ? WAITING : color(s);
+      ctx.fillStyle = hit ? "#d500f9" : state.search ? "hsl(0,0%,86%)" : waiting(r.node) ? WAITING : color(s);
       ctx.fillRect(r.x, r.y, Math.max(r.w - 1, 0.5), ROW - 1);
       if (r.w > 24) {
         ctx.fillStyle = hit ? "#fff" : "#111";
@@ -225,18 +228,24 @@
         if (label) ctx.fillText(label, r.x + 3, r.y + ROW / 2);
       }
     }
-    state.drawn = drawn;
-    $("matches").textContent = state.search ? matched + " matching frame" + (matched === 1 ? "" : "s") : "";
     if (!drawn.length) {
       ctx.fillStyle = "#777";
-      ctx.fillText(LIVE ? "(no calls in this view yet)" : "(no calls in this view)", 8, ROW);
+      ctx.fillText(empty, 8, ROW);
     }
+    return { drawn, matched };
   }
-  function frameAt(ev) {
-    const rect = $("flame").getBoundingClientRect();
+  function drawFlame() {
+    const d = drawIcicle($("flame"), state.nodes, state.zoom, tot, (n) => !state.cpu && waits(n),
+                         LIVE ? "(no calls in this view yet)" : "(no calls in this view)");
+    state.drawn = d.drawn;
+    $("matches").textContent = state.search ? d.matched + " matching frame" + (d.matched === 1 ? "" : "s") : "";
+  }
+  function frameAt(ev, canvas, drawn) {
+    const rect = (canvas || $("flame")).getBoundingClientRect();
     const x = ev.clientX - rect.left, y = ev.clientY - rect.top;
-    for (let i = state.drawn.length - 1; i >= 0; i--) {
-      const r = state.drawn[i];
+    drawn = drawn || state.drawn;
+    for (let i = drawn.length - 1; i >= 0; i--) {
+      const r = drawn[i];
       if (x >= r.x && x < r.x + r.w && y >= r.y && y < r.y + ROW) return r;
     }
     return null;
@@ -495,7 +504,9 @@
   }
   // ---- asyncio tasks: the chooser and the chosen task's logical calls (viewer/core/tasks.h) --
   // task = [serial, name, coroutine, state, steps, run_ns, wait_ns, {kind: ns}, [[kind, name]],
-  //         [[symbol id, logical calls, self_ns, total_ns]]] (web/data.py tasks_of)
+  //         [[symbol id, logical calls, self_ns, total_ns]], its number of functions,
+  //         its flame graph [[symbol id, parent index, calls, self_ns, total_ns]] or null]
+  //         (web/data.py tasks_of)
   let tasksShown = null;   // the list the chooser's options were made from
   function chosenTask() {   // the chosen task's serial (-1: none): a live page is sent its functions
     const v = $("task-choice").value;
@@ -527,7 +538,11 @@
     }
     const t = T.list.find((x) => String(x[0]) === sel.value);
     const body = document.querySelector("#task-fns tbody");
-    if (!t) { $("task-detail").textContent = ""; $("task-note").textContent = ""; body.replaceChildren(); return; }
+    if (!t) {
+      $("task-detail").textContent = ""; $("task-note").textContent = ""; body.replaceChildren();
+      drawTaskFlame(null);
+      return;
+    }
     const waits = Object.entries(t[7]).sort((a, b) => b[1] - a[1]).map(([k, ns]) => k + " " + fmtNs(ns));
     const detail = [t[1] + " (" + t[2] + ")", t[3], t[4] + " steps", "running " + fmtNs(t[5]),
                     "waiting " + fmtNs(t[6]) + (waits.length ? " (" + waits.join(", ") + ")" : "")];
@@ -550,6 +565,30 @@
       frag.appendChild(tr);
     }
     body.replaceChildren(frag);
+    drawTaskFlame(t);
+  }
+  // The chosen task's own call tree (viewer/core/tasks.h): the task, its coroutine, its logical
+  // calls, widths the time they ran (no waiting colour: a task's tree has running time only).
+  let taskNodes = new Map();
+  function drawTaskFlame(t) {
+    const tree = t ? t[11] : null;
+    taskNodes = new Map();
+    (tree || []).forEach(([s, parent, calls, self, total], key) =>
+      taskNodes.set(key, { key, parent, sym: s, calls, self, total, cself: 0, ctotal: 0 }));
+    if (!taskNodes.has(state.taskZoom)) state.taskZoom = 0;
+    $("task-flame-note").textContent = tree ? "(its logical calls from its coroutine, by the time they ran; click a " +
+      "frame to zoom, hover for numbers)" : LIVE ? "(it comes with the next update)" :
+      "(not in this report: it holds the flame graphs of the tasks with the most running time)";
+    const d = drawIcicle($("task-flame"), taskNodes, state.taskZoom, (n) => n.total, () => false,
+                         tree ? "(no running time in its calls)" : "");
+    state.taskDrawn = d.drawn;
+  }
+  function taskNodeTip(n) {
+    const s = sym(n.sym), root = taskNodes.get(0);
+    if (n.parent === 0)   // the task itself: its name, its coroutine (the Task symbol's file), its serial
+      return ["task " + s.name, "coroutine " + s.file + ", #" + s.line, "running " + fmtNs(n.total)];
+    const pct = root && root.total ? " (" + (100 * n.total / root.total).toFixed(1) + "%)" : "";
+    return [s.name, where(s), "self  " + fmtNs(n.self), "total " + fmtNs(n.total) + pct, "logical calls " + n.calls];
   }
   function render() {
     renderSteps();
@@ -603,7 +642,7 @@
     if (!LIVE) applyReportProcess();
     viewChanged();
   });
-  $("task-choice").addEventListener("change", renderTasks);   // a live page: the next update brings its functions
+  $("task-choice").addEventListener("change", () => { state.taskZoom = 0; renderTasks(); });   // a live page: the next update brings its functions
   $("thread").addEventListener("change", (e) => { state.view.thread = Number(e.target.value); viewChanged(); });
   $("filter").addEventListener("input", (e) => {
     state.view.filter = e.target.value;
@@ -636,6 +675,15 @@
   $("flame").addEventListener("click", (e) => { const r = frameAt(e); if (r) { state.zoom = r.node.key; drawFlame(); } });
   $("flame").addEventListener("mousemove", (e) => { const r = frameAt(e); if (r) showTip(e, nodeTip(r.node)); else hideTip(); });
   $("flame").addEventListener("mouseleave", hideTip);
+  $("task-flame").addEventListener("click", (e) => {
+    const r = frameAt(e, $("task-flame"), state.taskDrawn);
+    if (r) { state.taskZoom = r.node.key; renderTasks(); }
+  });
+  $("task-flame").addEventListener("mousemove", (e) => {
+    const r = frameAt(e, $("task-flame"), state.taskDrawn);
+    if (r) showTip(e, taskNodeTip(r.node)); else hideTip();
+  });
+  $("task-flame").addEventListener("mouseleave", hideTip);
   $("timeline").addEventListener("mousemove", (e) => { const l = timelineTip(e); if (l) showTip(e, l); else hideTip(); });
   $("timeline").addEventListener("mouseleave", hideTip);
   for (const th of document.querySelectorAll("#table th"))
@@ -645,7 +693,7 @@
       else state.sort = { key, desc: key !== "name" && key !== "file" };
       renderTable();
     });
-  window.addEventListener("resize", () => { drawFlame(); drawTimeline(); });
+  window.addEventListener("resize", () => { drawFlame(); drawTimeline(); renderTasks(); });
 
   // For tests and the curious: what is on the screen, as data.
   window.pytrace = {
@@ -656,6 +704,8 @@
                                             waiting: !state.cpu && waits(r.node) })),
     width: (name) => state.drawn.filter((r) => sym(r.node.sym).name === name).reduce((a, r) => a + r.w, 0),
     tooltip: () => ($("tip").hidden ? "" : $("tip").textContent),
+    taskFrames: () => state.taskDrawn.map((r) => ({ key: r.node.key, name: sym(r.node.sym).name, x: r.x, y: r.y, w: r.w,
+                                                    total: r.node.total, self: r.node.self, calls: r.node.calls })),
   };
 
   if (LIVE) {
