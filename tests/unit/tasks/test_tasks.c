@@ -47,11 +47,11 @@ static void symbol(pt_agg_t *agg, uint32_t id, uint8_t kind, const char *name, c
 enum { RUN_FOREVER = 1, RUN_ONCE = 2, HANDLE_RUN = 3, WORKER = 10, FETCH = 11, SLEEP = 12, MAIN = 13,
        T1 = 100, T2 = 101, T3 = 102, L_SLEEP = 200 };
 
-static stream_t *new_stream(void)
+static stream_t *new_stream_with(const pt_agg_config_t *cfg)
 {
     static stream_t s;
     memset(&s, 0, sizeof s);
-    CHECK_EQ(pt_agg_create(NULL, &s.agg), 0);
+    CHECK_EQ(pt_agg_create(cfg, &s.agg), 0);
     pt_fb_msg_t m = {.type = PT_MSG_PROCESS_INFO};
     m.u.process_info.ticks_per_second = 1000000000ull;
     CHECK_EQ(pt_agg_feed_msg(s.agg, &m), 0);
@@ -70,6 +70,8 @@ static stream_t *new_stream(void)
     ev(&s, PT_EV_CALL, RUN_ONCE, 1);
     return &s;
 }
+
+static stream_t *new_stream(void) { return new_stream_with(NULL); }
 
 static const pt_agg_task_t *task_named(const pt_agg_tasks_t *t, const char *name)
 {
@@ -548,20 +550,7 @@ static void test_generator_within_a_step(void)
  * [other] node under its parent that counts the calls folded into it. */
 static void test_task_trees_and_budget(void)
 {
-    static stream_t st;
-    stream_t *s = &st;
-    memset(s, 0, sizeof *s);
-    CHECK_EQ(pt_agg_create(&(pt_agg_config_t){.task_nodes = 4}, &s->agg), 0);
-    pt_fb_msg_t m = {.type = PT_MSG_PROCESS_INFO};
-    m.u.process_info.ticks_per_second = 1000000000ull;
-    CHECK_EQ(pt_agg_feed_msg(s->agg, &m), 0);
-    symbol(s->agg, HANDLE_RUN, PT_SYM_PY_FUNCTION, "Handle._run", "events.py", 3);
-    symbol(s->agg, WORKER, PT_SYM_PY_FUNCTION, "worker", "t.py", 10);
-    symbol(s->agg, FETCH, PT_SYM_PY_FUNCTION, "fetch", "t.py", 20);
-    symbol(s->agg, SLEEP, PT_SYM_PY_FUNCTION, "sleep", "tasks.py", 30);
-    symbol(s->agg, MAIN, PT_SYM_PY_FUNCTION, "main", "t.py", 40);
-    symbol(s->agg, T1, PT_SYM_TASK, "worker-1", "worker", 1);
-    symbol(s->agg, T2, PT_SYM_TASK, "worker-2", "worker", 2);
+    stream_t *s = new_stream_with(&(pt_agg_config_t){.task_nodes = 4});
     /* worker-1: worker -> fetch -> sleep (3 nodes) */
     step_begin(s, T1);
     ev(s, PT_EV_CALL, WORKER, 1);
