@@ -190,6 +190,9 @@ static int fold_done(pt_tasks_t *t)
             for (unsigned w = 0; w <= PT_TASKS_WAIT_OTHER; w++)
                 t->c.folded_wait_ticks += k->pub.wait_ticks[w];
             t->c.tree_nodes -= k->node_count;
+            for (uint32_t j = 0; j < k->node_count; j++) /* its [other] calls go with it */
+                if (k->nodes[j].fn == PT_TASKS_OTHER_FN)
+                    t->c.tree_folded -= k->nodes[j].calls;
             for (uint32_t j = 0; j < t->thread_cap; j++) /* a hostile stream's other step of it */
                 if (t->threads[j].task == k)
                     t->threads[j].task = NULL;

@@ -45,7 +45,8 @@
  *     fns table's calls and own ticks go to the node too. Past the node budget
  *     (all kept tasks' nodes together) a new path goes to an [other] node under
  *     its parent, and the frames above it with it (tree_folded counts those
- *     calls); a folded task's nodes go back to the budget.
+ *     calls of the kept tasks); a folded task's nodes go back to the budget and
+ *     its [other] calls leave tree_folded with it.
  *   - Timelines (pt_tasks_set_observer): the same rules, as they happen. A
  *     task's logical calls form a stack (depth 0: its coroutine): call_begin
  *     when an entry at task depth d counts a call (or continues a span under
@@ -85,7 +86,7 @@ typedef struct pt_tasks_counters {
     uint64_t folded_wait_ticks;
     uint64_t not_task_symbols; /* task records whose id is not a Task symbol: ignored */
     uint64_t tree_nodes;       /* nodes of the kept tasks' trees now */
-    uint64_t tree_folded;      /* logical calls that went to an [other] node (the node budget) */
+    uint64_t tree_folded;      /* logical calls in the kept tasks' [other] nodes (the node budget) */
 } pt_tasks_counters_t;
 
 typedef struct pt_tasks_fn {

@@ -615,6 +615,41 @@ static void test_task_trees_and_budget(void)
     pt_agg_destroy(s->agg);
 }
 
+/* Folding done tasks gives their nodes back and takes their [other] calls with them:
+ * tree_nodes and tree_folded stay those of the kept tasks' trees (what
+ * pt_agg_task_tree shows), whatever was folded before. */
+static void test_tree_counts_after_folding(void)
+{
+    stream_t *s = new_stream_with(&(pt_agg_config_t){.task_nodes = 1});
+    const uint32_t n = 2 * PT_TASKS_DEFAULT_DONE_KEPT + 5;
+    for (uint32_t i = 0; i < n; i++) { /* worker -> fetch: past the one-node budget, in [other] */
+        symbol(s->agg, 1000 + i, PT_SYM_TASK, "short", "worker", i + 10);
+        step_begin(s, 1000 + i);
+        ev(s, PT_EV_CALL, WORKER, 1);
+        ev(s, PT_EV_CALL, FETCH, 1);
+        ev(s, PT_EV_RETURN, FETCH, 1);
+        ev(s, PT_EV_RETURN, WORKER, 1);
+        step_end(s, 1000 + i, PT_TASK_DONE);
+        after_step(s);
+        flush(s);
+    }
+    pt_agg_tasks_t t;
+    CHECK_EQ(pt_agg_tasks(s->agg, &t), 0);
+    CHECK(t.folded > 0);
+    pt_agg_tree_t tr;
+    CHECK_EQ(pt_agg_task_tree(s->agg, PT_AGG_NONE, &tr), 0);
+    uint64_t other_calls = 0;
+    for (uint32_t i = 0; i < tr.count; i++)
+        if (tr.nodes[i].other)
+            other_calls += tr.nodes[i].calls;
+    CHECK_EQ(t.tree_nodes, (uint64_t)tr.count - 1 - t.count); /* less the root and the task nodes */
+    CHECK_EQ(t.tree_folded, other_calls);
+    CHECK_EQ(other_calls, 2ull * t.count); /* none of the kept tasks is the first (its worker is real) */
+    pt_agg_tree_free(&tr);
+    pt_agg_tasks_free(&t);
+    pt_agg_destroy(s->agg);
+}
+
 int main(void)
 {
     test_logical_calls_and_times();
@@ -624,6 +659,7 @@ int main(void)
     test_observer_logical_calls();
     test_generator_within_a_step();
     test_task_trees_and_budget();
+    test_tree_counts_after_folding();
     if (failures)
         fprintf(stderr, "%d failure(s)\n", failures);
     return failures != 0;
