@@ -14,6 +14,7 @@ import sys
 import pytest
 
 from helpers import PY
+from pytrace.web.page import embed_json
 from topkit import TOP
 from webkit import WebServer, _page, _wait, browser, needs_browser  # noqa: F401 (browser: a fixture)
 
@@ -125,6 +126,48 @@ def test_report_and_live_page_choose_a_task(recorded, browser):  # noqa: F811
             context.close()
     finally:
         srv.stop()
+
+
+@needs_tasks
+@needs_browser
+def test_task_zoom_stays_with_its_task(recorded, browser, tmp_path):  # noqa: F811
+    """A zoom in a task's flame graph belongs to that task of that process: in a report of
+    two processes whose tasks have the same serials (each process numbers its own), the
+    other process's task is drawn unzoomed, as the program's flame graph is on a process
+    change. (The task graph's node keys are indexes: one of another tree names some other
+    frame.)"""
+    d, rec, html = recorded
+    text = html.read_text()
+    m = re.search(r'<script type="application/json" id="pytrace-data">(.*?)</script>', text, re.S)
+    data = json.loads(m.group(1))
+    one = {k: v for k, v in data.items() if k != "report"}
+    data.update(processes=[[0, 1, "job (exited)"], [1, 2, "child (exited)"]],
+                procs={"0": one, "1": json.loads(json.dumps(one))}, first_process=0)
+    two = tmp_path / "two.html"
+    two.write_text(text[:m.start(1)] + embed_json(data) + text[m.end(1):])
+    top = _top_tasks(rec)
+    errors = []
+    context, page = _page(browser, errors)
+    page.goto("file://" + str(two))
+    _wait(page, "document.querySelector('#tasks-summary').textContent.includes('%d tasks seen')" % len(top))
+    page.select_option("#task-choice", str(top["worker-7"]["id"]))
+    _wait(page, "window.pytrace.taskFrames().some(f => f.name === 'nap')")
+    nap = [f for f in page.evaluate("window.pytrace.taskFrames()") if f["name"] == "nap"][0]
+    box = page.evaluate("(() => { const r = document.querySelector('#task-flame').getBoundingClientRect();"
+                        " return [r.left, r.top]; })()")
+    page.mouse.click(box[0] + nap["x"] + nap["w"] / 2, box[1] + nap["y"] + 5)
+    zoomed = ("window.pytrace.taskFrames().some(f => f.name === 'nap' && f.w >= "
+              "Math.max(...window.pytrace.taskFrames().map(g => g.w)) - 1)")
+    _wait(page, zoomed)
+    page.select_option("#process", "1")
+    _wait(page, "document.querySelector('#task-detail').textContent.startsWith('worker-7 ')")
+    _wait(page, "window.pytrace.taskFrames().some(f => f.name === 'nap')")
+    assert not page.evaluate(zoomed), page.evaluate("window.pytrace.taskFrames()")
+    page.select_option("#process", "0")   # and back: its own task, unzoomed too
+    _wait(page, "window.pytrace.taskFrames().some(f => f.name === 'nap')")
+    assert not page.evaluate(zoomed)
+    assert errors == [], errors
+    context.close()
 
 
 def test_no_task_section_without_tasks(tmp_path):

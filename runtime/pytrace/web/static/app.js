@@ -27,7 +27,8 @@
     view: { process: 0, thread: 0, window: 10, filter: "", step: false },  // step: the last step alone
     steps: null,         // the stepping thread's step summary and its last steps as bars (agg.h STEPS)
     tasks: null,         // the asyncio tasks for the chooser (web/data.py tasks_of), null: none
-    taskZoom: 0,         // the chosen task's flame graph: the zoomed frame (its node index)
+    taskZoom: null,      // the chosen task's flame graph's zoom: {of: "process:serial", path: its frame's
+                         // symbol ids from the root} (node keys are indexes: a new tree's name other frames)
     taskDrawn: [],       // and its rectangles as last drawn
     processes: [],       // [key, pid, title] (one page, several processes; a report: its processes)
     zoom: 0,
@@ -569,17 +570,22 @@
   }
   // The chosen task's own call tree (viewer/core/tasks.h): the task, its coroutine, its logical
   // calls, widths the time they ran (no waiting colour: a task's tree has running time only).
-  let taskNodes = new Map();
+  let taskNodes = new Map(), taskPaths = [], taskOf = "";
   function drawTaskFlame(t) {
     const tree = t ? t[11] : null;
     taskNodes = new Map();
-    (tree || []).forEach(([s, parent, calls, self, total], key) =>
-      taskNodes.set(key, { key, parent, sym: s, calls, self, total, cself: 0, ctotal: 0 }));
-    if (!taskNodes.has(state.taskZoom)) state.taskZoom = 0;
+    taskPaths = [];
+    taskOf = t ? state.view.process + ":" + t[0] : "";
+    (tree || []).forEach(([s, parent, calls, self, total], key) => {
+      taskNodes.set(key, { key, parent, sym: s, calls, self, total, cself: 0, ctotal: 0 });
+      taskPaths[key] = (parent >= 0 && parent < key ? taskPaths[parent] + "," : "") + s;
+    });
+    if (state.taskZoom && state.taskZoom.of !== taskOf) state.taskZoom = null;   // another task's
+    const zoomKey = state.taskZoom ? Math.max(taskPaths.indexOf(state.taskZoom.path), 0) : 0;
     $("task-flame-note").textContent = tree ? "(its logical calls from its coroutine, by the time they ran; click a " +
       "frame to zoom, hover for numbers)" : LIVE ? "(it comes with the next update)" :
       "(not in this report: it holds the flame graphs of the tasks with the most running time)";
-    const d = drawIcicle($("task-flame"), taskNodes, state.taskZoom, (n) => n.total, () => false,
+    const d = drawIcicle($("task-flame"), taskNodes, zoomKey, (n) => n.total, () => false,
                          tree ? "(no running time in its calls)" : "");
     state.taskDrawn = d.drawn;
   }
@@ -642,7 +648,7 @@
     if (!LIVE) applyReportProcess();
     viewChanged();
   });
-  $("task-choice").addEventListener("change", () => { state.taskZoom = 0; renderTasks(); });   // a live page: the next update brings its functions
+  $("task-choice").addEventListener("change", () => { state.taskZoom = null; renderTasks(); });   // a live page: the next update brings its functions
   $("thread").addEventListener("change", (e) => { state.view.thread = Number(e.target.value); viewChanged(); });
   $("filter").addEventListener("input", (e) => {
     state.view.filter = e.target.value;
@@ -677,7 +683,7 @@
   $("flame").addEventListener("mouseleave", hideTip);
   $("task-flame").addEventListener("click", (e) => {
     const r = frameAt(e, $("task-flame"), state.taskDrawn);
-    if (r) { state.taskZoom = r.node.key; renderTasks(); }
+    if (r) { state.taskZoom = { of: taskOf, path: taskPaths[r.node.key] }; renderTasks(); }
   });
   $("task-flame").addEventListener("mousemove", (e) => {
     const r = frameAt(e, $("task-flame"), state.taskDrawn);
