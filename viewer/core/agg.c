@@ -2112,14 +2112,14 @@ int pt_agg_tasks(pt_agg_t *a, pt_agg_tasks_t *out)
             o->wait_by_ns[w] = ticks_ns(a, k.wait_ticks[w]);
             o->wait_ns += o->wait_by_ns[w];
         }
-        o->awaits = out->awaits + aat;
+        o->awaits = out->awaits ? out->awaits + aat : NULL; /* (no awaits at all: no array) */
         o->await_count = k.await_count;
         for (uint32_t j = 0; j < k.await_count; j++) {
             pt_agg_symbol_t as = pt_agg_symbol(a, k.awaits[j].symbol);
             out->awaits[aat++] = (pt_agg_task_await_t){.symbol = k.awaits[j].symbol, .kind = k.awaits[j].kind,
                                                       .name = as.name};
         }
-        o->fns = out->fns + fat;
+        o->fns = out->fns ? out->fns + fat : NULL;
         o->fn_count = k.fn_count;
         for (uint32_t j = 0; j < k.fn_count; j++) {
             pt_agg_symbol_t fs = pt_agg_symbol(a, k.fns[j].symbol);
