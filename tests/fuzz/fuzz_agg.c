@@ -22,7 +22,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size -= 24;
     pt_agg_t *agg = NULL;
     if (pt_agg_create(&(pt_agg_config_t){.slice_ns = 1000000ull + (window_tenths % 7) * 50000000ull,
-                                         .slice_count = 1 + window_tenths % 200},
+                                         .slice_count = 1 + window_tenths % 200,
+                                         .task_nodes = 1 + threads % 64}, /* small: [other] nodes */
                       &agg) != 0)
         return 0;
     pt_fb_msg_t m = {.type = PT_MSG_PROCESS_INFO};
@@ -32,6 +33,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (uint32_t id = 1; id < 40; id++) {
         pt_fb_msg_t s = {.type = PT_MSG_SYMBOL};
         s.u.symbol = (pt_fb_symbol_t){.id = id, .kind = PT_SYM_PY_FUNCTION, .name = {"f", 1}, .file = {"f.py", 4}};
+        (void)pt_agg_feed_msg(agg, &s);
+    }
+    for (uint32_t id = 40; id < 48; id++) { /* asyncio tasks (viewer/core/tasks.h) */
+        pt_fb_msg_t s = {.type = PT_MSG_SYMBOL};
+        s.u.symbol = (pt_fb_symbol_t){.id = id, .kind = PT_SYM_TASK, .name = {"t", 1}, .file = {"co", 2}, .line = id};
         (void)pt_agg_feed_msg(agg, &s);
     }
     size_t n = size / sizeof(pt_event_t);
@@ -59,6 +65,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         pt_agg_timeline_t tl = {0};
         if (pt_agg_timeline(agg, &queries[q], threads, 1 + window_tenths % 13, &tl) == 0)
             pt_agg_timeline_free(&tl);
+    }
+    pt_agg_tasks_t ts;
+    if (pt_agg_tasks(agg, &ts) == 0)
+        pt_agg_tasks_free(&ts);
+    for (uint32_t task = 40; task < 49; task++) { /* each task, then (48) every task side by side */
+        pt_agg_tree_t tree = {0};
+        if (pt_agg_task_tree(agg, task == 48 ? PT_AGG_NONE : task, &tree) == 0)
+            pt_agg_tree_free(&tree);
     }
     pt_agg_counters_t c;
     pt_agg_counters(agg, &c);
