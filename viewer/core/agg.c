@@ -1382,8 +1382,9 @@ int pt_agg_name_matches(const char *hay, const char *needle)
     return 0;
 }
 
-/* qsort has no context argument in C11; the viewer sorts from one thread. */
-static int g_sort_key, g_sort_desc;
+/* qsort has no context argument in C11: per thread, for two aggregations' tables are
+ * made at once (the Python binding builds them without the GIL). */
+static _Thread_local int g_sort_key, g_sort_desc;
 
 static int cmp_u64(uint64_t x, uint64_t y) { return x < y ? -1 : x > y; }
 
@@ -1599,8 +1600,10 @@ void pt_agg_table_free(pt_agg_table_t *t)
 
 /* ---- tree ------------------------------------------------------------------- */
 
-static const pt_agg_t *g_tree_agg;
-static const pt_agg_tnode_t *g_tree_nodes;
+/* tnode_cmp's context (qsort has none): per thread, for two aggregations' trees are
+ * made at once (the Python binding builds them without the GIL). */
+static _Thread_local const pt_agg_t *g_tree_agg;
+static _Thread_local const pt_agg_tnode_t *g_tree_nodes;
 
 static int tnode_cmp(const void *pa, const void *pb)
 {
