@@ -284,9 +284,9 @@ static int append_symbol(uint32_t kind, const char *name, const char *file, uint
     return rc < 0 ? rc : 0;
 }
 
-/* Under the lock: the id g_syms holds for `task` at `key` (0: none, or another task
- * that had the address; no exception left). */
-static uint32_t known_task(PyObject *task, PyObject *key)
+/* Under the lock: 1 and *id when g_syms holds `task` at `key` (*id 0: its symbol could
+ * not be written, the log was full: it is not tried again), else 0 (no exception left). */
+static int known_task(PyObject *task, PyObject *key, uint32_t *id)
 {
     PyObject *hit = g_syms ? PyDict_GetItemWithError(g_syms, key) : NULL; /* borrowed */
     if (hit == NULL) {
@@ -301,15 +301,18 @@ static uint32_t known_task(PyObject *task, PyObject *key)
 #else
     PyObject *obj = PyWeakref_GET_OBJECT(ref);
 #endif
-    if (obj == task)
-        return (uint32_t)PyLong_AsUnsignedLong(PyTuple_GET_ITEM(hit, 1)); /* a small int we stored */
+    if (obj == task) {
+        *id = (uint32_t)PyLong_AsUnsignedLong(PyTuple_GET_ITEM(hit, 1)); /* a small int we stored */
+        return 1;
+    }
     PyErr_Clear();
     return 0;
 }
 
 /* The Task symbol of `task` in session `epoch` (0: none; no exception left). Its name
  * and coroutine are read (Python calls: get_name may be a subclass's) outside the
- * lock; a thread that interned the same task meanwhile wins. */
+ * lock; a thread that interned the same task meanwhile wins. A task whose symbol did
+ * not fit the log is remembered with 0: counted once, not at each of its steps. */
 static uint32_t task_symbol(PyObject *task, uint32_t epoch)
 {
     PyObject *key = PyLong_FromVoidPtr(task);
@@ -317,11 +320,12 @@ static uint32_t task_symbol(PyObject *task, uint32_t epoch)
         PyErr_Clear();
         return 0;
     }
+    uint32_t id = 0;
     TASKS_LOCK();
     new_session(epoch);
-    uint32_t id = known_task(task, key);
+    int known = known_task(task, key, &id);
     TASKS_UNLOCK();
-    if (id != 0) {
+    if (known) {
         Py_DECREF(key);
         return id;
     }
@@ -337,7 +341,7 @@ static uint32_t task_symbol(PyObject *task, uint32_t epoch)
     PyErr_Clear();
     TASKS_LOCK();
     new_session(epoch); /* (a new session may have begun meanwhile) */
-    if (g_epoch == epoch && (id = known_task(task, key)) == 0) {
+    if (g_epoch == epoch && !known_task(task, key, &id)) {
         int rc = append_symbol(PT_SYM_TASK, n ? n : "?", q ? q : "", ++g_serial, &id);
         if (rc < 0)
             id = 0;

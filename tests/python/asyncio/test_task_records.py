@@ -151,3 +151,37 @@ def test_set_name_the_name_at_the_first_step_wins(tmp_path):
     names = {s.name for s in rec.symbols.values() if s.kind == SymbolKind.Task}
     assert {"early-new", "late-old"} <= names
     assert not {"early-old", "late-new"} & names
+
+
+FULL_LOG = r'''
+import asyncio, json, warnings, pytrace, pytrace._pytrace
+warnings.simplefilter("ignore")     # stop() warns (one line) of the symbols dropped
+async def short(i):
+    await asyncio.sleep(0)          # three steps each: start, after the sleep, the end
+    await asyncio.sleep(0)
+async def main():
+    for r in range(20):
+        await asyncio.gather(*(asyncio.create_task(short(i), name="t%d-%d" % (r, i)) for i in range(100)))
+pytrace.start(symlog_bytes=64 << 10)
+asyncio.run(main())
+stats = pytrace._pytrace._tasks_stats()
+c = pytrace.stop()
+print(json.dumps({"unnamed": stats["unnamed"], "tasks": stats["tasks"], "dropped": c.symbols_dropped}))
+'''
+
+
+def test_full_symbol_log_counts_each_unnamed_task_once(tmp_path):
+    """A symbol log too small for 2,000 tasks: the tasks past it write no task records and
+    are counted once each (not at each of their three steps), as are the symbols dropped;
+    the serial counts the tasks seen."""
+    import json
+    job = tmp_path / "full.py"
+    job.write_text(FULL_LOG)
+    r = subprocess.run([PY, str(job)], capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout.strip().splitlines()[-1])
+    tasks = 2000 + 1 + 2    # the shorts, asyncio.run's main task and its two shutdown tasks
+    assert d["tasks"] == tasks, d
+    assert 0 < d["unnamed"] < tasks, d            # the log filled on the way
+    assert d["dropped"] >= d["unnamed"], d       # (functions' symbols may be dropped too)
+    assert d["dropped"] < tasks, d               # not one per step
