@@ -927,18 +927,11 @@ static PyObject *agg_task_tree(agg_obj_t *self, PyObject *args, PyObject *kw)
     pt_agg_t *agg = agg_lock_process(self, process);
     if (!agg)
         return NULL;
-    uint32_t task = serial < 0 ? PT_AGG_NONE : PT_AGG_OTHER; /* (no task has symbol PT_AGG_OTHER) */
-    pt_agg_tasks_t ts;
-    int rc = serial < 0 ? 0 : pt_agg_tasks(agg, &ts);
-    if (!rc && serial >= 0) { /* the serial's Task symbol */
-        for (size_t i = 0; i < ts.count; i++)
-            if ((long long)ts.tasks[i].serial == serial)
-                task = ts.tasks[i].symbol;
-        pt_agg_tasks_free(&ts);
-    }
+    uint32_t task = PT_AGG_NONE; /* every task */
+    if (serial >= 0 && (task = pt_agg_task_of_serial(agg, (uint64_t)serial)) == PT_AGG_NONE)
+        task = PT_AGG_OTHER; /* no such task: the root alone (no task has symbol PT_AGG_OTHER) */
     pt_agg_tree_t t;
-    if (!rc)
-        rc = pt_agg_task_tree(agg, task, &t);
+    int rc = pt_agg_task_tree(agg, task, &t);
     agg_unlock(self);
     if (rc)
         return raise_rc(rc);

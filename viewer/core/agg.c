@@ -2137,6 +2137,15 @@ int pt_agg_tasks(pt_agg_t *a, pt_agg_tasks_t *out)
     return 0;
 }
 
+uint32_t pt_agg_task_of_serial(pt_agg_t *a, uint64_t serial)
+{
+    pt_tasks_task_t k;
+    for (size_t i = 0, n = pt_tasks_count(a->tasks); i < n; i++)
+        if (!pt_tasks_at(a->tasks, i, 0, &k) && pt_agg_symbol(a, k.symbol).line == serial)
+            return k.symbol;
+    return PT_AGG_NONE;
+}
+
 int pt_agg_task_tree(pt_agg_t *a, uint32_t task, pt_agg_tree_t *out)
 {
     memset(out, 0, sizeof *out);

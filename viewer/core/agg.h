@@ -428,6 +428,9 @@ void pt_agg_tasks_free(pt_agg_tasks_t *t);
  * span_ns: the shown tasks' running time. Free with pt_agg_tree_free. 0 or
  * -ENOMEM (an unknown task: the root alone). */
 int pt_agg_task_tree(pt_agg_t *agg, uint32_t task, pt_agg_tree_t *out);
+/* The Task symbol of the kept task whose serial (its symbol's line) is `serial`;
+ * PT_AGG_NONE when none is kept. No allocation. */
+uint32_t pt_agg_task_of_serial(pt_agg_t *agg, uint64_t serial);
 
 #ifdef __cplusplus
 }

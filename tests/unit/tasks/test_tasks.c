@@ -225,6 +225,8 @@ static void test_logical_calls_and_times(void)
         CHECK_EQ(tr.span_ns, run);
     }
     pt_agg_tree_free(&tr);
+    CHECK_EQ(pt_agg_task_of_serial(s->agg, 1), T1); /* worker-1's serial (its symbol's line) */
+    CHECK_EQ(pt_agg_task_of_serial(s->agg, 77), PT_AGG_NONE);
     CHECK_EQ(pt_agg_task_tree(s->agg, 999, &tr), 0); /* not a task: the root alone */
     CHECK_EQ(tr.count, 1);
     pt_agg_tree_free(&tr);
