@@ -55,8 +55,14 @@ typedef struct tframe {
 typedef struct tthread {
     task_t *task;     /* the step running, NULL: none (or ignored) */
     task_t *suspended; /* the task its last Pending TaskSuspend ended (its TaskAwait records follow) */
+    task_t *cut;       /* the task whose step a Lost record just ended (the walk's Synthetic Pending
+                        * TaskSuspend): a Synthetic TaskStep of it next, before any frame, is that
+                        * step going on after the gap, not a new one */
     int tracking;     /* 0: a synthetic step, its frames are not the task's table */
     int yielding;     /* the last change was a Yield exit */
+    int left;         /* the step's coroutine frame (depth 0) has left: what the step runs
+                       * after it (asyncio's own bookkeeping: call_soon, an eager step's
+                       * WeakSet.add) is not the task's and keeps its suspended chain */
     uint32_t base;    /* walk depth at TaskStep */
     uint32_t untracked; /* entries past MAX_TASK_DEPTH, or entered while not tracking */
     uint64_t last;
@@ -194,10 +200,14 @@ static int fold_done(pt_tasks_t *t)
                 if (k->nodes[j].fn == PT_TASKS_OTHER_FN)
                     t->c.tree_folded -= k->nodes[j].calls;
             for (uint32_t j = 0; j < t->thread_cap; j++) /* a hostile stream's other step of it */
+            {
                 if (t->threads[j].task == k)
                     t->threads[j].task = NULL;
                 else if (t->threads[j].suspended == k)
                     t->threads[j].suspended = NULL;
+                if (t->threads[j].cut == k)
+                    t->threads[j].cut = NULL;
+            }
             task_free(k);
             continue;
         }
@@ -313,10 +323,11 @@ int pt_tasks_on_enter(pt_tasks_t *t, const pt_walk_thread_t *th, uint32_t id, ui
         return -ENOMEM;
     advance(tt, ticks);
     tt->yielding = 0;
+    tt->cut = NULL;
     if (!tt->task || th->depth <= tt->base)
         return 0;
     task_t *k = tt->task;
-    if (!tt->tracking || tt->untracked || tt->depth >= MAX_TASK_DEPTH) {
+    if (!tt->tracking || tt->untracked || tt->left || tt->depth >= MAX_TASK_DEPTH) {
         tt->untracked++;
         return 0;
     }
@@ -372,6 +383,7 @@ int pt_tasks_on_exit(pt_tasks_t *t, const pt_walk_thread_t *th, uint32_t id, uin
     advance(tt, ticks);
     int was_yielding = tt->yielding;
     tt->yielding = 0;
+    tt->cut = NULL;
     if (!tt->task)
         return 0;
     if (th->depth < tt->base) { /* a loop frame under the step closed: the task's part is gone */
@@ -389,6 +401,8 @@ int pt_tasks_on_exit(pt_tasks_t *t, const pt_walk_thread_t *th, uint32_t id, uin
     task_t *k = tt->task;
     uint32_t d = --tt->depth;
     const tframe_t *f = &tt->stack[d];
+    if (d == 0 && !(flags & PT_WALK_CONTINUED))
+        tt->left = 1;
     if (f->outer)
         k->fns[f->fn].incl_ticks += since(ticks, f->start);
     if (flags & PT_WALK_YIELD) {
@@ -408,19 +422,23 @@ int pt_tasks_on_exit(pt_tasks_t *t, const pt_walk_thread_t *th, uint32_t id, uin
 }
 
 static int step_begin(pt_tasks_t *t, tthread_t *tt, const pt_walk_thread_t *th, uint32_t id, uint64_t now,
-                      unsigned flags)
+                      unsigned flags, const task_t *cut)
 {
     task_t *k = task_get(t, id, 1);
     if (!k)
         return -ENOMEM;
     if (is_done(k))
         t->done--; /* stepped again after its end (damage): live again */
-    if (k->waiting)
+    int goes_on = (flags & PT_EVF_SYNTHETIC) && k == cut; /* the step a Lost record cut */
+    if (k->waiting && goes_on)
+        k->pub.run_ticks += since(now, k->wait_since); /* it never stopped running */
+    else if (k->waiting)
         k->pub.wait_ticks[k->wait_kind] += since(now, k->wait_since);
     k->waiting = 0;
     if (!k->pub.steps)
         k->pub.first_ticks = now;
-    k->pub.steps++;
+    if (!goes_on)
+        k->pub.steps++;
     k->pub.state = PT_TASKS_STATE_RUNNING;
     k->step_start = now;
     k->await_count = 0;
@@ -429,6 +447,7 @@ static int step_begin(pt_tasks_t *t, tthread_t *tt, const pt_walk_thread_t *th, 
     tt->depth = 0;
     tt->untracked = 0;
     tt->yielding = 0;
+    tt->left = 0;
     tt->tracking = !(flags & PT_EVF_SYNTHETIC);
     if (t->obs && t->obs->step) {
         int rc = t->obs->step(t->obs_ctx, th, id, now, flags);
@@ -452,13 +471,15 @@ int pt_tasks_on_task(pt_tasks_t *t, const pt_walk_thread_t *th, uint8_t kind, ui
     tt->yielding = 0;
     task_t *suspended = tt->suspended;
     tt->suspended = NULL;
+    task_t *cut = tt->cut;
+    tt->cut = NULL;
     if (kind == PT_EV_TASK_STEP) {
         tt->task = NULL;
         if (!is_task_symbol) {
             t->c.not_task_symbols++;
             return 0;
         }
-        return step_begin(t, tt, th, id, ticks, flags);
+        return step_begin(t, tt, th, id, ticks, flags, cut);
     }
     if (kind == PT_EV_TASK_SUSPEND) {
         task_t *k = tt->task;
@@ -479,6 +500,8 @@ int pt_tasks_on_task(pt_tasks_t *t, const pt_walk_thread_t *th, uint8_t kind, ui
             k->wait_since = ticks;
             k->wait_kind = PT_TASKS_WAIT_OTHER;
             tt->suspended = k;
+            if (flags & PT_EVF_SYNTHETIC)
+                tt->cut = k;
         } else if (++t->done >= 2 * t->done_kept) {
             return fold_done(t);
         }

@@ -31,10 +31,17 @@
  *     stack only; exclusive time is the ticks between two callbacks of the
  *     thread that go to the task's top frame.
  *   - A Synthetic TaskStep (tracing began inside a step, or after a gap) starts
- *     a step whose frames are reported by Frame records: it counts as a step
- *     and its time as running, but nothing of that step enters the task's
- *     table (where its coroutine starts among the reported frames is
- *     unknown); the chain is reset, so its next step's Resume counts one call.
+ *     a step whose frames are reported by Frame records: its time counts as
+ *     running, but nothing of that step enters the task's table (where its
+ *     coroutine starts among the reported frames is unknown); the chain is
+ *     reset, so its next step's Resume counts one call (a logical call open
+ *     across a gap counts twice). It counts as a step, except right after the
+ *     walk ended the same task's step at a Lost record (a Synthetic Pending
+ *     suspend, nothing in between): then it is that step going on.
+ *   - The step's coroutine frame (task depth 0) enters and leaves once a step;
+ *     what the step runs after it left (asyncio's bookkeeping: call_soon of a
+ *     task that yielded, the WeakSet.add after an eager step) is not the
+ *     task's: untracked, it neither counts calls nor cuts the chain.
  *   - Memory: tasks that are done (Done, Cancelled, Failed) are kept whole up
  *     to done_kept of them; past it the oldest done task is folded: its
  *     steps, run and wait time and its count go to pt_tasks_counters (folded_*)

@@ -652,11 +652,97 @@ static void test_tree_counts_after_folding(void)
     pt_agg_destroy(s->agg);
 }
 
+/* What a step runs after its coroutine frame left (asyncio's call_soon of a task that
+ * yielded, an eager step's WeakSet.add) is not the task's: it counts no call in the
+ * task's table and does not cut the suspended chain, so the next step's Resume of
+ * worker continues the same logical call. */
+static void test_after_the_coroutine_left(void)
+{
+    stream_t *s = new_stream();
+    step_begin(s, T1);
+    ev(s, PT_EV_CALL, WORKER, 1);
+    ev(s, PT_EV_YIELD, WORKER, 1);
+    ev(s, PT_EV_CALL, FETCH, 1);  /* bookkeeping after the coroutine left, at task depth 0 */
+    ev(s, PT_EV_RETURN, FETCH, 1);
+    step_end(s, T1, PT_TASK_PENDING);
+    after_step(s);
+    step_begin(s, T1);
+    ev(s, PT_EV_RESUME, WORKER, 1);
+    ev(s, PT_EV_RETURN, WORKER, 1);
+    step_end(s, T1, PT_TASK_DONE);
+    after_step(s);
+    flush(s);
+    pt_agg_tasks_t t;
+    CHECK_EQ(pt_agg_tasks(s->agg, &t), 0);
+    const pt_agg_task_t *k = task_named(&t, "worker-1");
+    if (k) {
+        CHECK_EQ(k->steps, 2);
+        CHECK_EQ(fn_named(k, "worker")->calls, 1);
+        CHECK_EQ(k->fn_count, 1); /* fetch ran in the step, after worker left: not the task's */
+    }
+    CHECK_EQ(t.malformed, 0);
+    pt_agg_tasks_free(&t);
+    pt_agg_destroy(s->agg);
+}
+
+/* A Lost record inside a step ends it (the walk's Synthetic Pending suspend); the
+ * producer's Synthetic TaskStep of the same task right after is that step going on:
+ * the task keeps 2 steps (not 3), the gap is running time, nothing is malformed. A
+ * Synthetic TaskStep after frames of the loop is a step of its own. */
+static void test_a_step_goes_on_after_a_gap(void)
+{
+    stream_t *s = new_stream();
+    step_begin(s, T1);
+    ev(s, PT_EV_CALL, WORKER, 1);
+    evx(s, PT_EV_LOST, 7, 0, 0, 10);                     /* the step is cut */
+    evx(s, PT_EV_TASK_STEP, T1, 0, PT_EVF_SYNTHETIC, 50); /* and goes on */
+    evx(s, PT_EV_FRAME, RUN_FOREVER, 0, 0, 0);
+    evx(s, PT_EV_FRAME, RUN_ONCE, 1, 0, 0);
+    evx(s, PT_EV_FRAME, HANDLE_RUN, 2, 0, 0);
+    evx(s, PT_EV_FRAME, WORKER, 3, 0, 0);
+    ev(s, PT_EV_YIELD, WORKER, 5);
+    step_end(s, T1, PT_TASK_PENDING);
+    after_step(s);
+    step_begin(s, T1);
+    ev(s, PT_EV_RESUME, WORKER, 100);
+    ev(s, PT_EV_RETURN, WORKER, 1);
+    step_end(s, T1, PT_TASK_DONE);
+    after_step(s);
+    /* T2: a step, a gap, loop frames, then a Synthetic step of T2: a new step */
+    step_begin(s, T2);
+    evx(s, PT_EV_LOST, 7, 0, 0, 10);
+    evx(s, PT_EV_FRAME, RUN_FOREVER, 0, 0, 0);
+    evx(s, PT_EV_FRAME, RUN_ONCE, 1, 0, 0);
+    ev(s, PT_EV_CALL, HANDLE_RUN, 1);
+    evx(s, PT_EV_TASK_STEP, T2, 0, PT_EVF_SYNTHETIC, 1);
+    step_end(s, T2, PT_TASK_DONE);
+    after_step(s);
+    flush(s);
+    pt_agg_tasks_t t;
+    CHECK_EQ(pt_agg_tasks(s->agg, &t), 0);
+    CHECK_EQ(t.malformed, 0);
+    const pt_agg_task_t *k = task_named(&t, "worker-1");
+    if (k) {
+        CHECK_EQ(k->steps, 2);
+        CHECK_EQ(k->state, PT_TASK_DONE);
+        CHECKF(k->run_ns >= 1 + 10 + 50 + 5 && k->wait_ns > 0, "run %llu wait %llu", (unsigned long long)k->run_ns,
+               (unsigned long long)k->wait_ns);
+        CHECKF(k->wait_ns < 50, "the gap counted as waiting: %llu", (unsigned long long)k->wait_ns);
+    }
+    const pt_agg_task_t *k2 = task_named(&t, "worker-2");
+    if (k2)
+        CHECK_EQ(k2->steps, 2);
+    pt_agg_tasks_free(&t);
+    pt_agg_destroy(s->agg);
+}
+
 int main(void)
 {
     test_logical_calls_and_times();
     test_gather_awaits();
     test_malformed();
+    test_after_the_coroutine_left();
+    test_a_step_goes_on_after_a_gap();
     test_done_tasks_fold();
     test_observer_logical_calls();
     test_generator_within_a_step();
