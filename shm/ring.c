@@ -464,11 +464,17 @@ uint64_t pt_ring_written(const pt_ring_t *ring)
     return ring->written_before_head + ring->index;
 }
 
-void pt_ring_push_frame(pt_ring_t *ring, uint64_t ticks, uint32_t id, uint16_t depth, uint8_t flags)
+void pt_ring_push_stack_record(pt_ring_t *ring, uint64_t ticks, uint32_t id, uint16_t aux, uint8_t kind,
+                               uint8_t flags)
 {
     if (ring->slot == NULL || !ensure_room(ring))
-        return; /* the stack writer exceeded its room: the frame is not written */
-    pt_ring_store_(ring, ring->index, ticks, pt_event_word1(id, depth, PT_EV_FRAME, flags));
+        return; /* the stack writer exceeded its room: the record is not written */
+    pt_ring_store_(ring, ring->index, ticks, pt_event_word1(id, aux, kind, flags));
+}
+
+void pt_ring_push_frame(pt_ring_t *ring, uint64_t ticks, uint32_t id, uint16_t depth, uint8_t flags)
+{
+    pt_ring_push_stack_record(ring, ticks, id, depth, PT_EV_FRAME, flags);
 }
 
 void pt_ring_flush_counters(pt_ring_t *ring)

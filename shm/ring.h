@@ -110,6 +110,10 @@ uint64_t pt_ring_written(const pt_ring_t *ring);
 /* Push a Frame record from inside a stack writer (room already reserved). */
 void pt_ring_push_frame(pt_ring_t *ring, uint64_t ticks, uint32_t id, uint16_t depth,
                         uint8_t flags);
+/* Push any record from inside a stack writer (room already reserved): what goes
+ * before the Frame run, as the Synthetic TaskStep of a task step in progress. */
+void pt_ring_push_stack_record(pt_ring_t *ring, uint64_t ticks, uint32_t id, uint16_t aux, uint8_t kind,
+                               uint8_t flags);
 
 /* Write the pending Lost record now if there is room (called at retire so a
  * trailing gap is announced too). 0 if nothing was pending or it was written,

@@ -408,8 +408,10 @@ void pt_tasks_call(PyObject *cb)
     tl_step.id = id;
     tl_step.epoch = epoch;
     tl_step.switches = __atomic_load_n(&g_switches, __ATOMIC_RELAXED);
-    if (id != 0)
+    if (id != 0) {
         (void)pt_ring_push(&t->ring, pt_now(), id, PT_EV_TASK_STEP, 0, 0);
+        t->task = id; /* after the push: a stack written before it has no step yet */
+    }
 }
 
 /* One TaskAwait record: `what` is a task (its Task symbol) or a label (str); anything
@@ -621,6 +623,7 @@ static void suspend_records(pt_thread_t *t, uint32_t epoch, PyObject *task, uint
 {
     int state = task_state(task);
     (void)pt_ring_push(&t->ring, pt_now(), id, PT_EV_TASK_SUSPEND, 0, (uint16_t)state);
+    t->task = 0; /* after the push: a stack written before it still opens the step */
     if (state != PT_TASK_PENDING)
         return;
     PyObject *aw = attr(task, S_CORO);
@@ -686,6 +689,11 @@ void pt_tasks_return(PyObject *cb)
             return;
         exc = PyErr_GetRaisedException();
         id = task_symbol(task, epoch);
+        /* its start was not seen (tracing began inside the step, or task records were
+         * switched on in it): the step is there, its start unknown; a Synthetic TaskStep
+         * says so, unless a stack written since has already opened it */
+        if (id != 0 && t->task != id)
+            (void)pt_ring_push(&t->ring, pt_now(), id, PT_EV_TASK_STEP, PT_EVF_SYNTHETIC, 0);
     }
     if (id != 0)
         suspend_records(t, epoch, task, id);

@@ -115,11 +115,16 @@ static int stack_writer(pt_ring_t *ring, void *ctx, uint32_t room, int whole)
 {
     pt_thread_t *t = ctx;
     uint32_t n = t->depth;
-    if (room == 0 || (whole && n > room - 1))
+    uint32_t task = t->task; /* inside an asyncio task's step: a Synthetic TaskStep first */
+    if (room == 0 || (whole && n + (task != 0) > room - 1))
         return -EAGAIN;
+    uint64_t ticks = pt_now();
+    if (task != 0 && room > 1) {
+        pt_ring_push_stack_record(ring, ticks, task, 0, PT_EV_TASK_STEP, PT_EVF_SYNTHETIC);
+        room--;
+    }
     if (n > room - 1)
         n = room - 1; /* outermost frames first; the rest is lost with the gap */
-    uint64_t ticks = pt_now();
     for (uint32_t level = 0; level < n; level++) {
         uint32_t e = shadow_at(t, level);
         pt_ring_push_frame(ring, ticks, e & ~PT_SHADOW_C_BIT, level > 0xFFFFu ? 0xFFFFu : (uint16_t)level,
@@ -287,6 +292,7 @@ static void ring_setup(pt_thread_t *t, uint64_t tid, const char *name)
         pt_tracer_set_first_error("thread %llu (%s): no CPU clock (%s): its CPU time is not recorded",
                                   (unsigned long long)tid, name, strerror(-rc));
     t->depth = 0;
+    t->task = 0; /* a step of an earlier session is not this one's */
 }
 
 /* First event of this thread in the session: claim a ring and write the

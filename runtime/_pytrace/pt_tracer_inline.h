@@ -68,6 +68,10 @@ typedef struct pt_thread {
     _Atomic uint32_t writer;        /* a writer that may run without the GIL (pt_foreign_enter)
                                        holds it 1; stop() and counters() hold it 2 while they
                                        touch this ring from another thread; 0 free */
+    uint32_t task;                  /* the Task symbol whose asyncio step runs on this thread (0:
+                                       none), set and cleared by the task records (pt_tasks.c)
+                                       on this thread; the stack writer puts a Synthetic
+                                       TaskStep of it before the Frame run */
 } pt_thread_t;
 
 /* What the fast path reads of the tracer's state. Written by pt_session.c with
