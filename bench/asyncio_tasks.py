@@ -14,7 +14,8 @@ that task records make. It prints figures and asserts nothing.
 --only MODE runs one mode once (for callgrind: the instruction counts of tasks-on and
 tasks-off runs, less each other, over the task steps give the cost of a step's records
 without the machine's noise; the ring fills early in a run and most events are then
-dropped, so the tracer's own share is that of the drop path).
+dropped, so the tracer's own share is that of the drop path; --ring-mib 64 gives a ring
+that holds the whole run, the cost when a reader keeps up).
 """
 
 import argparse
@@ -34,12 +35,15 @@ async def _main(tasks, sleeps):
     await asyncio.gather(*(asyncio.create_task(_worker(sleeps)) for _ in range(tasks)))
 
 
-def _once(mode, tasks, sleeps):
+def _once(mode, tasks, sleeps, ring_mib=0):
     loop = asyncio.new_event_loop()
     try:
         if mode != "untraced":
             _pytrace._tasks_set(mode == "tasks-on")
-            pytrace.start(policy="drop")
+            if ring_mib:   # one ring that holds the whole run: no push takes the drop path
+                pytrace.start(policy="drop", chunk_bytes=1 << 20, chunks_per_ring=ring_mib)
+            else:
+                pytrace.start(policy="drop")
         t0 = time.perf_counter()
         loop.run_until_complete(_main(tasks, sleeps))
         elapsed = time.perf_counter() - t0
@@ -59,9 +63,13 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--only", choices=("untraced", "tasks-off", "tasks-on"),
                    help="run this mode once and print its time only")
+    p.add_argument("--ring-mib", type=int, default=0,
+                   help="with --only: a ring of this many MiB (a power of two) that holds the whole "
+                        "run, so records go the way they go when a reader keeps up, not the full "
+                        "ring's drop path (default: the tracer's ring, which fills early)")
     ns = p.parse_args(argv)
     if ns.only:
-        elapsed, stats = _once(ns.only, ns.tasks, ns.sleeps)
+        elapsed, stats = _once(ns.only, ns.tasks, ns.sleeps, ns.ring_mib)
         print("%s: %d tasks x %d sleep(0) in %.1f ms; %s" % (ns.only, ns.tasks, ns.sleeps, elapsed * 1e3, stats))
         return
     modes = ("untraced", "tasks-off", "tasks-on")

@@ -11,16 +11,16 @@
  * the task's state and, when pending, the TaskAwait records that name what it
  * waits on (suspend_records below: attribute reads with interned names, the
  * coroutine chain's classification cached on each code object in a co_extra
- * slot of our own; no Python function is called and nothing is allocated at
- * the end of a step that awaits a sleep; the step's start still makes the
- * PyLong key of the symbol dict look-up, and the end reuses what it found).
+ * slot of our own; no Python function is called and nothing is allocated at a
+ * step that awaits a sleep: the start finds the task's symbol in a C table, the
+ * end reuses what the start found).
  *
  * Task symbols: one per task object, interned on the task's first step (its
  * name then: get_name(); file: its coroutine's __qualname__; line: a serial
- * 1, 2, ... in the session). Kept in a dict keyed by the task's address with a
- * weak reference beside the id: a task is never kept alive, and an address
- * reused by a new task fails the weak reference check and gets a new symbol.
- * The dict is emptied when a new session begins. A full symbol log: the task's
+ * 1, 2, ... in the session). Kept in a table keyed by the task's address with a
+ * weak reference beside the id: a task is never kept alive, an address reused by
+ * a new task fails the weak reference check and gets a new symbol, and dead tasks
+ * leave the table when it fills. It is emptied when a new session begins. A full symbol log: the task's
  * records are not written (the first error says so; pt_tasks_unnamed counts).
  */
 #include "pt_tasks.h"
@@ -38,7 +38,20 @@
 const PyMethodDef *pt_tasks_ctx_run_def;
 
 static PyObject *g_task_types[2]; /* asyncio.tasks.Task, asyncio.tasks._PyTask (strong) */
-static PyObject *g_syms;          /* {address: (weakref, id)} in session g_epoch */
+/* The tasks seen in session g_epoch: an open-addressing table keyed by the task's
+ * address, each slot holding a weak reference to the task (strong to the weakref) and its
+ * Task symbol id. No Python object is made or hashed at a look-up. Slots are never freed
+ * one by one: when the table is 3/4 full it is rebuilt with the slots whose task still
+ * lives (a dead task's slot goes; an address reused by a new task fails the weak
+ * reference check and its slot is taken over), doubling only if the live ones need it. */
+typedef struct {
+    uintptr_t key; /* the task's address; 0: empty */
+    PyObject *ref; /* weakref to the task (owned) */
+    uint32_t id;   /* its Task symbol (0: none, the log was full) */
+} task_slot_t;
+static task_slot_t *g_slots;
+static size_t g_slot_cap, g_slot_used; /* cap a power of two (0: none yet) */
+static uint32_t g_own_labels[4]; /* ids of our labels sleep, yield, TaskGroup, executor in g_epoch (0: not yet) */
 static PyObject *g_labels;        /* {label: id} in session g_epoch */
 static PyObject *g_gathering;     /* asyncio.tasks._GatheringFuture (strong; may stay NULL) */
 static PyTypeObject *g_step_wrapper; /* _asyncio.TaskStepMethWrapper, once seen */
@@ -161,13 +174,6 @@ PyObject *pt_tasks_py_set(PyObject *module, PyObject *on)
     Py_RETURN_NONE;
 }
 
-PyObject *pt_tasks_py_stats(PyObject *module, PyObject *unused)
-{
-    (void)module;
-    (void)unused;
-    return Py_BuildValue("{s:O,s:K,s:I}", "on", g_off ? Py_False : Py_True, "unnamed",
-                         (unsigned long long)g_unnamed, "tasks", (unsigned)g_serial);
-}
 
 
 /* The asyncio task types, once asyncio.tasks is imported (0: not yet). */
@@ -251,6 +257,18 @@ static PyMutex g_tasks_mutex;
 #define TASKS_UNLOCK() ((void)0)
 #endif
 
+PyObject *pt_tasks_py_stats(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    TASKS_LOCK();
+    unsigned long long unnamed = g_unnamed, slots = g_slot_cap;
+    unsigned tasks = g_serial;
+    TASKS_UNLOCK();
+    return Py_BuildValue("{s:O,s:K,s:I,s:K}", "on", g_off ? Py_False : Py_True, "unnamed", unnamed, "tasks",
+                         tasks, "slots", slots);
+}
+
 void pt_tasks_after_fork_child(void)
 {
 #ifdef Py_GIL_DISABLED
@@ -258,13 +276,122 @@ void pt_tasks_after_fork_child(void)
 #endif
 }
 
+static inline size_t slot_hash(uintptr_t key)
+{
+    uint64_t x = (uint64_t)key >> 4; /* objects are 16-aligned */
+    x *= UINT64_C(0x9e3779b97f4a7c15);
+    return (size_t)(x ^ (x >> 29));
+}
+
+/* Strong references taken under the lock and released after it: releasing the last one
+ * of a task runs its finalizer (Python code, which may step into this file again). */
+typedef struct {
+    PyObject **v;
+    size_t n, cap;
+} held_t;
+
+static void held_release(held_t *h)
+{
+    for (size_t i = 0; i < h->n; i++)
+        Py_DECREF(h->v[i]);
+    free(h->v);
+    *h = (held_t){0};
+}
+
+/* Whether the slot's task lives. On 3.13+ the check takes a strong reference, kept in
+ * `held` (with the GIL nothing can drop the others meanwhile, free-threaded another
+ * thread can; if `held` cannot grow it is dropped here: with the GIL, safely). */
+static int slot_alive(const task_slot_t *s, held_t *held)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *obj = NULL;
+    if (PyWeakref_GetRef(s->ref, &obj) != 1)
+        return 0;
+    if (held->n == held->cap) {
+        size_t cap = held->cap ? held->cap * 2 : 64;
+        PyObject **v = realloc(held->v, cap * sizeof *v);
+        if (v == NULL) {
+            Py_DECREF(obj);
+            return 1;
+        }
+        held->v = v;
+        held->cap = cap;
+    }
+    held->v[held->n++] = obj;
+    return 1;
+#else
+    (void)held;
+    return PyWeakref_GET_OBJECT(s->ref) != Py_None;
+#endif
+}
+
+/* Under the lock: the slot of `key`, or the empty slot where it would go. */
+static task_slot_t *slot_find(uintptr_t key)
+{
+    size_t mask = g_slot_cap - 1;
+    for (size_t i = slot_hash(key) & mask;; i = (i + 1) & mask)
+        if (g_slots[i].key == key || g_slots[i].key == 0)
+            return &g_slots[i];
+}
+
+/* Under the lock: empty the table (cap 0: a new session), or rebuild it with the live
+ * tasks only into `cap` slots. The weak references of the others are released (a
+ * weakref's own end runs no Python code). */
+static void slots_rebuild(size_t cap, held_t *held)
+{
+    task_slot_t *old = g_slots;
+    size_t old_cap = g_slot_cap;
+    task_slot_t *fresh = cap ? calloc(cap, sizeof *fresh) : NULL;
+    g_slots = fresh;
+    g_slot_cap = fresh ? cap : 0;
+    g_slot_used = 0;
+    for (size_t i = 0; i < old_cap; i++) {
+        task_slot_t *s = &old[i];
+        if (s->key == 0)
+            continue;
+        if (fresh && slot_alive(s, held)) {
+            *slot_find(s->key) = *s;
+            g_slot_used++;
+        } else {
+            Py_DECREF(s->ref);
+        }
+    }
+    free(old);
+}
+
+/* Under the lock: the slot for a new entry of `key` (its old entry, dead or another
+ * task's, is released), or NULL (no memory). */
+static task_slot_t *slot_claim(uintptr_t key, held_t *held)
+{
+    if (g_slot_cap == 0 || (g_slot_used + 1) * 4 > g_slot_cap * 3) {
+        size_t live = 0;
+        for (size_t i = 0; i < g_slot_cap; i++)
+            live += g_slots[i].key != 0 && slot_alive(&g_slots[i], held);
+        size_t cap = g_slot_cap ? g_slot_cap : 256;
+        while ((live + 1) * 2 > cap)
+            cap *= 2;
+        slots_rebuild(cap, held);
+        if (g_slots == NULL)
+            return NULL;
+    }
+    task_slot_t *s = slot_find(key);
+    if (s->key == key)
+        Py_CLEAR(s->ref);
+    else
+        g_slot_used++;
+    s->key = key;
+    return s;
+}
+
 /* Under the lock. */
 static void new_session(uint32_t epoch)
 {
-    if (g_epoch == epoch && g_syms)
+    if (g_epoch == epoch && g_labels)
         return;
-    Py_XSETREF(g_syms, PyDict_New());
+    held_t none = {0};
+    slots_rebuild(0, &none); /* (keeps nothing) */
     Py_XSETREF(g_labels, PyDict_New());
+    memset(g_own_labels, 0, sizeof g_own_labels);
     g_epoch = epoch;
     g_serial = 0;
 }
@@ -284,29 +411,26 @@ static int append_symbol(uint32_t kind, const char *name, const char *file, uint
     return rc < 0 ? rc : 0;
 }
 
-/* Under the lock: 1 and *id when g_syms holds `task` at `key` (*id 0: its symbol could
- * not be written, the log was full: it is not tried again), else 0 (no exception left). */
-static int known_task(PyObject *task, PyObject *key, uint32_t *id)
+/* Under the lock: 1 and *id when the table holds `task` (*id 0: its symbol could not be
+ * written, the log was full: it is not tried again), else 0. */
+static int known_task(PyObject *task, uint32_t *id)
 {
-    PyObject *hit = g_syms ? PyDict_GetItemWithError(g_syms, key) : NULL; /* borrowed */
-    if (hit == NULL) {
-        PyErr_Clear(); /* (only here and on a mismatch: a step's look-up that hits clears nothing) */
+    if (g_slot_cap == 0)
         return 0;
-    }
-    PyObject *ref = PyTuple_GET_ITEM(hit, 0);
+    const task_slot_t *s = slot_find((uintptr_t)task);
+    if (s->key == 0)
+        return 0;
 #if PY_VERSION_HEX >= 0x030D0000
     PyObject *obj = NULL;
-    if (PyWeakref_GetRef(ref, &obj) == 1)
-        Py_DECREF(obj); /* compared only */
+    if (PyWeakref_GetRef(s->ref, &obj) == 1)
+        Py_DECREF(obj); /* compared only: alive, it is `task` (at its address), which the caller holds */
 #else
-    PyObject *obj = PyWeakref_GET_OBJECT(ref);
+    PyObject *obj = PyWeakref_GET_OBJECT(s->ref);
 #endif
-    if (obj == task) {
-        *id = (uint32_t)PyLong_AsUnsignedLong(PyTuple_GET_ITEM(hit, 1)); /* a small int we stored */
-        return 1;
-    }
-    PyErr_Clear();
-    return 0;
+    if (obj != task)
+        return 0; /* a dead task's address, reused */
+    *id = s->id;
+    return 1;
 }
 
 /* The Task symbol of `task` in session `epoch` (0: none; no exception left). Its name
@@ -315,20 +439,13 @@ static int known_task(PyObject *task, PyObject *key, uint32_t *id)
  * not fit the log is remembered with 0: counted once, not at each of its steps. */
 static uint32_t task_symbol(PyObject *task, uint32_t epoch)
 {
-    PyObject *key = PyLong_FromVoidPtr(task);
-    if (key == NULL) {
-        PyErr_Clear();
-        return 0;
-    }
     uint32_t id = 0;
     TASKS_LOCK();
     new_session(epoch);
-    int known = known_task(task, key, &id);
+    int known = known_task(task, &id);
     TASKS_UNLOCK();
-    if (known) {
-        Py_DECREF(key);
+    if (known)
         return id;
-    }
     /* first sight (or a new task at a reused address) */
     PyObject *name = PyObject_CallMethod(task, "get_name", NULL);
     PyObject *coro = name ? PyObject_CallMethod(task, "get_coro", NULL) : NULL;
@@ -339,30 +456,41 @@ static uint32_t task_symbol(PyObject *task, uint32_t epoch)
     PyErr_Clear();
     PyObject *ref = PyWeakref_NewRef(task, NULL);
     PyErr_Clear();
+    held_t held = {0};
     TASKS_LOCK();
     new_session(epoch); /* (a new session may have begun meanwhile) */
-    if (g_epoch == epoch && !known_task(task, key, &id)) {
+    if (g_epoch == epoch && !known_task(task, &id)) {
         int rc = append_symbol(PT_SYM_TASK, n ? n : "?", q ? q : "", ++g_serial, &id);
         if (rc < 0)
             id = 0;
-        PyObject *val = ref && g_syms ? Py_BuildValue("(OI)", ref, (unsigned)id) : NULL;
-        if (val == NULL || PyDict_SetItem(g_syms, key, val) < 0)
-            PyErr_Clear();
-        Py_XDECREF(val);
+        task_slot_t *s = ref ? slot_claim((uintptr_t)task, &held) : NULL;
+        if (s != NULL) {
+            s->ref = ref; /* the table's now */
+            s->id = id;
+            ref = NULL;
+        }
     }
     TASKS_UNLOCK();
+    held_release(&held);
     Py_XDECREF(ref);
     Py_XDECREF(name);
     Py_XDECREF(coro);
     Py_XDECREF(qual);
-    Py_DECREF(key);
     return id;
 }
 
 static uint32_t label_symbol(PyObject *label)
 {
     uint32_t id = 0;
+    /* our own labels (asyncio.sleep at every sleep's suspend) skip the dict */
+    int own = label == g_str[S_L_SLEEP] ? 0 : label == g_str[S_L_YIELD] ? 1 : label == g_str[S_L_TASKGROUP] ? 2
+              : label == g_str[S_L_EXECUTOR] ? 3 : -1;
     TASKS_LOCK();
+    if (own >= 0 && g_own_labels[own] != 0) {
+        id = g_own_labels[own];
+        TASKS_UNLOCK();
+        return id;
+    }
     PyObject *hit = g_labels ? PyDict_GetItemWithError(g_labels, label) : NULL;
     if (hit) {
         id = (uint32_t)PyLong_AsUnsignedLong(hit);
@@ -378,6 +506,8 @@ static uint32_t label_symbol(PyObject *label)
     } else {
         PyErr_Clear(); /* the look-up failed */
     }
+    if (own >= 0)
+        g_own_labels[own] = id;
     TASKS_UNLOCK();
     return id;
 }
@@ -717,6 +847,6 @@ PyObject *pt_tasks_py_stats(PyObject *module, PyObject *unused)
 {
     (void)module;
     (void)unused;
-    return Py_BuildValue("{s:O,s:i,s:i}", "on", Py_False, "unnamed", 0, "tasks", 0);
+    return Py_BuildValue("{s:O,s:i,s:i,s:i}", "on", Py_False, "unnamed", 0, "tasks", 0, "slots", 0);
 }
 #endif

@@ -23,7 +23,8 @@ PT_HIDDEN void pt_tasks_return(PyObject *cb);
 /* _tasks_set(on): task records on (the default) or off, for this process (on older
  * Pythons: accepted, nothing to switch). _tasks_stats() -> {"on", "unnamed": task
  * records not written for want of a symbol (symbol log full), "tasks": Task symbols
- * written in the current or last session}. */
+ * written in the current or last session, "slots": the size of the table of tasks seen,
+ * which holds the live ones: dead tasks leave it when it fills}. */
 PT_HIDDEN PyObject *pt_tasks_py_set(PyObject *module, PyObject *on);
 PT_HIDDEN PyObject *pt_tasks_py_stats(PyObject *module, PyObject *unused);
 
