@@ -1,6 +1,7 @@
 """The asyncio program of test_task_records.py: one scenario per argv[1]."""
 import asyncio
 import sys
+import time
 
 
 async def sleeper():
@@ -22,8 +23,16 @@ async def forever():
     await asyncio.sleep(3600)
 
 
+def slow_sum(n):
+    # long enough that the task is waiting when it ends: a thread done before its future is
+    # awaited (3.14 sets the asyncio future at once when the done callback runs in the
+    # loop's thread) makes the await return at once, with no suspend to name
+    time.sleep(0.05)
+    return sum(range(n))
+
+
 async def in_thread():
-    return await asyncio.to_thread(sum, range(1000))
+    return await asyncio.to_thread(slow_sum, 1000)
 
 
 async def getter(q):

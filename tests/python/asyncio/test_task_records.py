@@ -131,9 +131,6 @@ def test_taskgroup_awaits_its_members(tmp_path):
     assert {w.id for _, w in groups[0]} == members
 
 
-@pytest.mark.xfail(sys.version_info >= (3, 14), strict=False,
-                   reason="3.14: the to_thread task shows no Pending suspend; cause not found yet "
-                          "(docs/asyncio.md, Not covered)")
 def test_to_thread_is_a_thread_await(tmp_path):
     rec = record(tmp_path, "thread")
     groups = rec.awaits(rec.task("threaded"))
