@@ -36,6 +36,7 @@
  * it registers nothing.
  */
 #include "pt_adapters.h"
+#include "pt_tasks.h"
 #include "pt_tracer_inline.h"
 
 #include <errno.h>
@@ -48,6 +49,12 @@
 #include <frameobject.h>
 #else
 #include <opcode.h>
+#endif
+
+#if PT_HAVE_TASKS /* 3.11 */
+#define Py_BUILD_CORE 1 /* for _PyInterpreterFrame's localsplus: Handle._run's self */
+#include <internal/pycore_frame.h>
+#include <structmember.h>
 #endif
 
 static int g_c_calls;
@@ -122,11 +129,93 @@ static inline void on_py_return(PyFrameObject *frame, PyCodeObject *code, PyObje
     (void)pt_py_close(code, kind);
 }
 
-static inline void c_event(PyCodeObject *caller, PyObject *callable, uint8_t kind)
+#if PT_HAVE_TASKS
+/* asyncio task records (pt_tasks.c). The C_CALL event names Context.run but not its
+ * arguments; a task's step runs as Handle._run's `self._context.run(self._callback,
+ * *self._args)`, and that Handle._run is the frame the event comes from: cb is its
+ * self._callback, read from the frame's first local and the Handle's slot (no
+ * attribute look-up, no locals dict), the same object at the call and at the return.
+ * Context.run called from any other code is no task step: not looked at. */
+static PyObject *g_handle_run_code;  /* asyncio.events.Handle._run.__code__ (strong) */
+static PyTypeObject *g_handle_type;  /* asyncio.events.Handle (strong) */
+static Py_ssize_t g_callback_offset; /* of Handle's `_callback` slot */
+static int g_handle_unusable;        /* asyncio.events is not as expected: no task records */
+
+/* Once asyncio.events is imported: Handle, _run's code and the `_callback` slot. 1 when
+ * known (GIL held; no exception left). */
+static int handle_known(void)
+{
+    if (g_handle_run_code)
+        return 1;
+    if (g_handle_unusable)
+        return 0;
+    PyObject *mods = PyImport_GetModuleDict(); /* borrowed */
+    PyObject *events = mods ? PyDict_GetItemString(mods, "asyncio.events") : NULL; /* borrowed */
+    if (events == NULL)
+        return 0; /* not yet (Context.run from elsewhere) */
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    PyObject *handle = PyObject_GetAttrString(events, "Handle");
+    PyObject *run = handle && PyType_Check(handle) ? PyObject_GetAttrString(handle, "_run") : NULL;
+    PyObject *code = run && PyFunction_Check(run) ? PyFunction_GetCode(run) : NULL; /* borrowed */
+    PyObject *slot = run ? PyDict_GetItemString(((PyTypeObject *)handle)->tp_dict, "_callback") : NULL;
+    PyErr_Clear();
+    PyMemberDef *m = slot && Py_IS_TYPE(slot, &PyMemberDescr_Type) ? ((PyMemberDescrObject *)slot)->d_member : NULL;
+    PyCodeObject *co = (PyCodeObject *)code;
+    /* self is local 0 of _run, a plain local (not a cell) */
+    if (code && PyCode_Check(code) && co->co_argcount == 1 && co->co_ncellvars == 0 && m &&
+        (m->type == T_OBJECT || m->type == T_OBJECT_EX) && m->offset > 0) {
+        g_callback_offset = m->offset;
+        g_handle_type = (PyTypeObject *)Py_NewRef(handle);
+        g_handle_run_code = Py_NewRef(code);
+    } else {
+        g_handle_unusable = 1;
+    }
+    Py_XDECREF(run);
+    Py_XDECREF(handle);
+    PyErr_Restore(t, v, tb);
+    return g_handle_run_code != NULL;
+}
+
+/* The step callable of the Context.run called from `frame` (borrowed), or NULL. */
+static PyObject *step_callable(PyFrameObject *frame, PyCodeObject *caller)
+{
+    if (!handle_known() || (PyObject *)caller != g_handle_run_code || frame->f_frame->f_code != caller)
+        return NULL;
+    PyObject *self = frame->f_frame->localsplus[0];
+    if (self == NULL || !PyObject_TypeCheck(self, g_handle_type))
+        return NULL;
+    return *(PyObject **)((char *)self + g_callback_offset);
+}
+
+/* Context.run's C_CALL / C_RETURN / C_EXCEPTION: as pt_monitoring.c orders them,
+ * TaskStep after the CCall record, TaskSuspend (+ TaskAwait) before CReturn / CUnwind. */
+static __attribute__((noinline)) void ctx_run_event(PyFrameObject *frame, PyCodeObject *caller, PyObject *callable,
+                                      const PyMethodDef *def, uint8_t kind)
+{
+    PyObject *cb = step_callable(frame, caller);
+    if (cb != NULL && kind != PT_EV_CCALL)
+        pt_tasks_return(cb);
+    (void)pt_c_event(caller, callable, NULL, def, kind);
+    if (cb != NULL && kind == PT_EV_CCALL)
+        pt_tasks_call(cb);
+}
+#endif
+
+static inline void c_event(PyFrameObject *frame, PyCodeObject *caller, PyObject *callable, uint8_t kind)
 {
     const PyMethodDef *def;
-    if (g_c_calls && callable && (def = pt_cfunc_def(callable)) != NULL)
-        (void)pt_c_event(caller, callable, NULL, def, kind); /* bound by CPython: self is m_self */
+    if (!g_c_calls || !callable || (def = pt_cfunc_def(callable)) == NULL)
+        return;
+#if PT_HAVE_TASKS
+    if (PT_UNLIKELY(def == pt_tasks_ctx_run_def)) { /* an asyncio task's step? */
+        ctx_run_event(frame, caller, callable, def, kind);
+        return;
+    }
+#else
+    (void)frame;
+#endif
+    (void)pt_c_event(caller, callable, NULL, def, kind); /* bound by CPython: self is m_self */
 }
 
 /* threading was not imported when tracing started: importing it here would hide
@@ -153,13 +242,13 @@ static int pt_profile(PyObject *obj, PyFrameObject *frame, int what, PyObject *a
         on_py_return(frame, code, arg);
         break;
     case PyTrace_C_CALL:
-        c_event(code, arg, PT_EV_CCALL);
+        c_event(frame, code, arg, PT_EV_CCALL);
         break;
     case PyTrace_C_RETURN:
-        c_event(code, arg, PT_EV_CRETURN);
+        c_event(frame, code, arg, PT_EV_CRETURN);
         break;
     case PyTrace_C_EXCEPTION:
-        c_event(code, arg, PT_EV_CUNWIND);
+        c_event(frame, code, arg, PT_EV_CUNWIND);
         break;
     default:
         break;
@@ -392,6 +481,10 @@ static int install_profile(PyObject *module)
 /* 1, or -1 (exception set). */
 static int profile_install(PyObject *module, int c_calls)
 {
+#if PT_HAVE_TASKS
+    if (pt_tasks_init() < 0)
+        return -1;
+#endif
     g_c_calls = c_calls;
     Py_XSETREF(g_module, Py_NewRef(module));
     return install_profile(module) < 0 ? -1 : 1;

@@ -1,5 +1,7 @@
 /*
- * pt_tasks: asyncio task records (issue 23) for the sys.monitoring adapter.
+ * pt_tasks: asyncio task records (issue 23) for the sys.monitoring adapter (3.12+)
+ * and the PyEval_SetProfile adapter (3.11, with C calls: its C_CALL event has no
+ * arguments, so pt_profile.c reads cb from the caller Handle._run's frame).
  *
  * Every task step runs as Handle._run -> ctx.run(cb, *args): a C call (the
  * bound builtin method Context.run, through CALL_FUNCTION_EX) whose first
@@ -33,7 +35,58 @@
 #include <frameobject.h>
 #include <string.h>
 
-#if PT_HAVE_MONITORING
+#if PT_HAVE_TASKS
+
+#if PY_VERSION_HEX < 0x030C0000
+/* 3.11 (the PyEval_SetProfile adapter): the 3.12 API this file uses, from 3.11's. */
+#define PyUnstable_Eval_RequestCodeExtraIndex _PyEval_RequestCodeExtraIndex
+#define PyUnstable_Code_GetExtra _PyCode_GetExtra
+#define PyUnstable_Code_SetExtra _PyCode_SetExtra
+
+static PyObject *PyErr_GetRaisedException(void)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    if (type == NULL)
+        return NULL;
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb != NULL && value != NULL)
+        PyException_SetTraceback(value, tb);
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+    return value;
+}
+
+static void PyErr_SetRaisedException(PyObject *exc)
+{
+    if (exc == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    PyErr_Restore(Py_NewRef((PyObject *)Py_TYPE(exc)), exc, PyException_GetTraceback(exc));
+}
+
+/* (3.11's generators still hold their code object) */
+static PyCodeObject *PyGen_GetCode(PyGenObject *gen)
+{
+    return (PyCodeObject *)Py_NewRef(gen->gi_code);
+}
+
+static PyObject *PyFrame_GetVar(PyFrameObject *frame, PyObject *name)
+{
+    PyObject *locals = PyFrame_GetLocals(frame); /* a dict made for the call: TaskGroup waits only */
+    PyObject *v = locals && PyDict_Check(locals) ? PyDict_GetItemWithError(locals, name) : NULL;
+    Py_XINCREF(v);
+    if (v == NULL && !PyErr_Occurred())
+        PyErr_SetObject(PyExc_NameError, name);
+    Py_XDECREF(locals);
+    return v;
+}
+
+#define PT_STEP_WRAPPER_NAME "TaskStepMethWrapper" /* a static type on 3.11 */
+#else
+#define PT_STEP_WRAPPER_NAME "_asyncio.TaskStepMethWrapper"
+#endif
 
 const PyMethodDef *pt_tasks_ctx_run_def;
 
@@ -228,7 +281,7 @@ static PyObject *cb_task(PyObject *cb)
     else if (tp == &PyMethod_Type)
         self = PyMethod_GET_SELF(cb);
     else if (tp == g_step_wrapper ||
-             (g_step_wrapper == NULL && strcmp(tp->tp_name, "_asyncio.TaskStepMethWrapper") == 0)) {
+             (g_step_wrapper == NULL && strcmp(tp->tp_name, PT_STEP_WRAPPER_NAME) == 0)) {
         if (g_step_wrapper == NULL) {
             g_step_wrapper = tp; /* _asyncio's heap type lives as long as the interpreter */
             fast_attr_init(tp, S_DUNDER_SELF);
@@ -830,9 +883,9 @@ void pt_tasks_return(PyObject *cb)
     PyErr_SetRaisedException(exc);
 }
 
-#endif /* PT_HAVE_MONITORING */
+#endif /* PT_HAVE_TASKS */
 
-#if !PT_HAVE_MONITORING
+#if !PT_HAVE_TASKS
 void pt_tasks_after_fork_child(void) {}
 
 PyObject *pt_tasks_py_set(PyObject *module, PyObject *on)

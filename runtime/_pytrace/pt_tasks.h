@@ -1,13 +1,17 @@
 /*
  * pt_tasks: asyncio task records (TaskStep, TaskSuspend, TaskAwait; issue 23),
- * written by the sys.monitoring adapter at the C call of Context.run that runs
- * a task's step (pt_tasks.c says how). Callers hold the GIL, or, free-threaded, an
+ * written by the sys.monitoring adapter (3.12+) and the PyEval_SetProfile adapter
+ * (3.11) at the C call of Context.run that runs a task's step (pt_tasks.c says how). Callers hold the GIL, or, free-threaded, an
  * attached thread state (pt_tasks.c's lock serialises what threads share).
  */
 #ifndef PT_RUNTIME_TASKS_H
 #define PT_RUNTIME_TASKS_H
 
 #include "pt_tracer.h"
+
+/* Task records are written on 3.11 (the PyEval_SetProfile adapter, with C calls) and
+ * 3.12+ (the sys.monitoring adapter). */
+#define PT_HAVE_TASKS (PY_VERSION_HEX >= 0x030B0000)
 
 /* Context.run's PyMethodDef (NULL before pt_tasks_init): the adapter's one
  * pointer compare on the C-call path it already takes. */
@@ -16,7 +20,8 @@ PT_HIDDEN extern const PyMethodDef *pt_tasks_ctx_run_def;
 PT_HIDDEN int pt_tasks_init(void);
 /* In a fork child: the task lock's holder did not come along (free-threaded). */
 PT_HIDDEN void pt_tasks_after_fork_child(void);
-/* After the CCall record of Context.run(cb, ...): TaskStep if cb runs a task's step. */
+/* After the CCall record of Context.run(cb, ...): TaskStep if cb runs a task's step.
+ * cb is the call's first argument (3.11: the caller Handle._run's self._callback). */
 PT_HIDDEN void pt_tasks_call(PyObject *cb);
 /* Before its CReturn / CUnwind: TaskSuspend (+ TaskAwait records when pending). */
 PT_HIDDEN void pt_tasks_return(PyObject *cb);

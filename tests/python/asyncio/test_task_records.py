@@ -15,8 +15,8 @@ from pytrace.fb.TaskState import TaskState  # noqa: E402
 from pytrace.reader import EventKind, SymbolKind  # noqa: E402
 from pytrace.recording import RecordingReader  # noqa: E402
 
-pytestmark = pytest.mark.skipif(sys.version_info < (3, 12),
-                                reason="task records come from the sys.monitoring adapter (3.12+)")
+pytestmark = pytest.mark.skipif(sys.version_info < (3, 11),
+                                reason="task records need 3.11+ (3.11: the PyEval_SetProfile adapter)")
 
 PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tasks_program.py")
 TASK_KINDS = (EventKind.TaskStep, EventKind.TaskSuspend, EventKind.TaskAwait)

@@ -11,7 +11,8 @@ What must hold (viewer/core/tasks.h has the rules):
   - tasks still suspended when the job ends are pending, and say what they await now
     (getter: sync Queue.get; gatherer: the tasks child-a and child-b; they: asyncio.sleep);
   - a job without tasks has an empty `tasks` list and a summary of zeros.
-Task records come from the sys.monitoring adapter: Python 3.12 and newer."""
+Task records come from the sys.monitoring adapter (3.12+) and, with C calls, the
+PyEval_SetProfile adapter (3.11)."""
 
 import json
 import os
@@ -30,8 +31,8 @@ JOB = os.path.join(HERE, "tasks_job.py")
 WORKERS = ["worker-%d" % i for i in range(20)]
 
 pytestmark = pytest.mark.skipif(TOP is None, reason="pytrace-top not built/installed")
-needs_tasks = pytest.mark.skipif(sys.version_info < (3, 12),
-                                 reason="task records come from the sys.monitoring adapter (3.12+)")
+needs_tasks = pytest.mark.skipif(sys.version_info < (3, 11),
+                                 reason="task records need 3.11+ (3.11: the PyEval_SetProfile adapter)")
 
 
 def _record(out, *job):
