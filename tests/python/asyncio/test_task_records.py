@@ -106,6 +106,40 @@ def test_sleepers_steps_suspends_and_sleep_awaits(tmp_path, scenario):
     assert not [s for s in rec.symbols.values() if "pytrace" in (s.file or "") and "_tasks" in s.file]
 
 
+def test_step_records_sit_inside_context_run(tmp_path):
+    """A step's records are inside the C call of Context.run that runs it, on every adapter
+    (3.11: the profile adapter finds the step's callable in Handle._run's frame): each
+    TaskStep right after a CCall of Context.run, each TaskSuspend (and its TaskAwait records)
+    right before that call's CReturn, and every such call from Handle._run holds one step."""
+    out = str(tmp_path / "order.pytrace")
+    r = subprocess.run([PY, "-m", "pytrace", "record", "-o", out, "--", PY, PROGRAM, "gather"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "0 events dropped" in r.stderr, r.stderr
+    symbols, threads = {}, {}
+    with RecordingReader(out) as rr:
+        for m in rr.messages():
+            if type(m).__name__ == "Symbol":
+                symbols[m.id] = m
+            elif type(m).__name__ == "EventChunk":
+                threads.setdefault((m.process, m.thread), []).extend(m.events)
+    run = [i for i, s in symbols.items() if s.name == "_contextvars.Context.run"]
+    assert len(run) == 1, [s.name for s in symbols.values() if "run" in s.name]
+    steps = suspends = 0
+    for events in threads.values():
+        for i, e in enumerate(events):
+            if e.kind == EventKind.TaskStep:
+                steps += 1
+                assert events[i - 1].kind == EventKind.CCall and events[i - 1].id == run[0], events[i - 1]
+            elif e.kind == EventKind.TaskSuspend:
+                suspends += 1
+                j = i + 1
+                while events[j].kind == EventKind.TaskAwait:
+                    j += 1
+                assert events[j].kind == EventKind.CReturn and events[j].id == run[0], events[j]
+    # the gatherer, its three children and asyncio.run's main task: 2 steps each at least
+    assert steps == suspends and steps >= 10, (steps, suspends)
+
+
 def test_gather_awaits_name_each_task(tmp_path):
     rec = record(tmp_path, "gather")
     children = {rec.task("child-%d" % i).id for i in range(3)}
