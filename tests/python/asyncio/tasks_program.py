@@ -35,6 +35,14 @@ async def in_thread():
     return await asyncio.to_thread(slow_sum, 1000)
 
 
+async def nester():
+    import contextvars
+    contextvars.copy_context().run(len, "not a step")   # Context.run from a task's own code
+    asyncio.get_running_loop().call_soon(len, "a plain callback")   # Handle._run, no task
+    await asyncio.sleep(0.001)
+    contextvars.copy_context().run(len, "again")
+
+
 async def getter(q):
     return await q.get()
 
@@ -69,6 +77,8 @@ async def main(scenario):
         await asyncio.sleep(0.01)
         q.put_nowait(1)
         await g
+    elif scenario == "nested":
+        await asyncio.create_task(nester(), name="nester")
     elif scenario == "rename":
         early = asyncio.create_task(child(1), name="early-old")
         early.set_name("early-new")      # before its first step: the new name

@@ -140,6 +140,21 @@ def test_step_records_sit_inside_context_run(tmp_path):
     assert steps == suspends and steps >= 10, (steps, suspends)
 
 
+def test_context_run_that_is_no_step_leaves_the_step_alone(tmp_path):
+    """Context.run called from a task's own code, and a plain callback run by Handle._run, are
+    no task steps: the task's records are its two steps, a Pending suspend with its one Sleep
+    await, then Done; the only task symbols are the tasks'."""
+    rec = record(tmp_path, "nested")
+    seq = rec.of(rec.task("nester"))
+    assert [(k, a) for k, a, _ in seq if k != EventKind.TaskAwait] == [
+        (EventKind.TaskStep, None), (EventKind.TaskSuspend, TaskState.Pending),
+        (EventKind.TaskStep, None), (EventKind.TaskSuspend, TaskState.Done)]
+    assert [(k, w.name) for k, w in rec.awaits(rec.task("nester"))[0]] == [(AwaitKind.Sleep, "asyncio.sleep")]
+    coroutines = sorted(s.file for s in rec.symbols.values() if s.kind == SymbolKind.Task)
+    assert coroutines == ["BaseEventLoop.shutdown_asyncgens", "BaseEventLoop.shutdown_default_executor",
+                          "main", "nester"]        # asyncio.run's own tasks, the program's two
+
+
 def test_gather_awaits_name_each_task(tmp_path):
     rec = record(tmp_path, "gather")
     children = {rec.task("child-%d" % i).id for i in range(3)}
