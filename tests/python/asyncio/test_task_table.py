@@ -9,8 +9,8 @@ import pytest
 
 from helpers import PY
 
-pytestmark = pytest.mark.skipif(sys.version_info < (3, 12),
-                                reason="task records come from the sys.monitoring adapter (3.12+)")
+pytestmark = pytest.mark.skipif(sys.version_info < (3, 11),
+                                reason="task records need 3.11+ (3.11: the PyEval_SetProfile adapter)")
 
 MANY = r'''
 import asyncio, json, warnings, pytrace, pytrace._pytrace
