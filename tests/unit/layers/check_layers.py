@@ -137,7 +137,7 @@ CORE = {"pt_tracer.h", "pt_tracer_inline.h", "pt_tracer_internal.h", "pt_session
 ADAPTERS = {"pt_adapters.h", "pt_monitoring.c", "pt_evalframe.c", "pt_profile.c", "pt_itt.c", "pt_tasks.c",
             "pt_tasks.h"}
 # an adapter's own parts in files of their own: {part: the adapters that call it}
-ADAPTER_PARTS = {"pt_tasks.c": {"pt_monitoring.c"}, "pt_tasks.h": {"pt_monitoring.c"}}
+ADAPTER_PARTS = {"pt_tasks.c": {"pt_monitoring.c", "pt_profile.c"}, "pt_tasks.h": {"pt_monitoring.c", "pt_profile.c"}}
 C_COMMENT_OR_STRING = re.compile(r'/\*.*?\*/|//[^\n]*|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
 IDENT = re.compile(r"\b[A-Za-z_]\w*\b")
 # a file-scope declaration or definition that starts in column 0 and is not static:
