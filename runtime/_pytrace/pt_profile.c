@@ -32,6 +32,10 @@
  * alike). The frame-evaluation adapter shares no slot with sys.setprofile:
  * both run, nothing to count.
  *
+ * asyncio task records (3.11, with C calls): at Context.run's C events from
+ * asyncio's Handle._run, the step's callable is read from that frame and handed to
+ * pt_tasks.c (ctx_run_event below); other C calls pay one pointer compare.
+ *
  * Registered with the core as a pt_hook_ops_t (pt_profile_register); on 3.12+
  * it registers nothing.
  */
