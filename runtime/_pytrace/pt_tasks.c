@@ -118,13 +118,12 @@ static int g_off;                        /* _tasks_set(False): no task records *
 /* The step callable, task and Task symbol found by this thread's last pt_tasks_call,
  * for its pt_tasks_return: between the two the callable is alive (the C call holds it)
  * and holds the task, so its address names both. Cleared at every call and return of
- * Context.run seen, and tied to the session and to g_switches (bumped when task records
+ * Context.run seen, and tied to the session and to pt_task_switches (bumped when task records
  * are switched, so a step whose start was not seen never takes an older step's entry). */
 static __thread struct {
     PyObject *cb, *task;
     uint32_t id, epoch, switches;
 } tl_step __attribute__((tls_model("initial-exec")));
-static uint32_t g_switches;
 
 /* Interned names: the attributes read and the labels written. */
 enum {
@@ -223,7 +222,7 @@ PyObject *pt_tasks_py_set(PyObject *module, PyObject *on)
         return NULL;
     g_off = !v;
     pt_tasks_ctx_run_def = g_off ? NULL : g_ctx_run_def;
-    __atomic_add_fetch(&g_switches, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&pt_task_switches, 1, __ATOMIC_RELAXED);
     Py_RETURN_NONE;
 }
 
@@ -590,10 +589,11 @@ void pt_tasks_call(PyObject *cb)
     tl_step.task = task;
     tl_step.id = id;
     tl_step.epoch = epoch;
-    tl_step.switches = __atomic_load_n(&g_switches, __ATOMIC_RELAXED);
+    tl_step.switches = __atomic_load_n(&pt_task_switches, __ATOMIC_RELAXED);
     if (id != 0) {
         (void)pt_ring_push(&t->ring, pt_now(), id, PT_EV_TASK_STEP, 0, 0);
         t->task = id; /* after the push: a stack written before it has no step yet */
+        t->task_switches = tl_step.switches;
     }
 }
 
@@ -862,7 +862,7 @@ void pt_tasks_return(PyObject *cb)
     uint32_t id;
     PyObject *exc;
     if (cb == started && epoch == tl_step.epoch &&
-        tl_step.switches == __atomic_load_n(&g_switches, __ATOMIC_RELAXED)) {
+        tl_step.switches == __atomic_load_n(&pt_task_switches, __ATOMIC_RELAXED)) {
         task = tl_step.task; /* this step's start found them */
         id = tl_step.id;
         exc = PyErr_GetRaisedException();

@@ -59,6 +59,7 @@
 static pt_thread_t *threads;           /* every context, under pt_core.lock */
 static pthread_key_t thread_key;       /* its destructor retires an ending thread's ring */
 
+uint32_t pt_task_switches;
 __thread pt_thread_t *pt_tls_thread __attribute__((tls_model("initial-exec")));
 
 /* ---- shadow stack -------------------------------------------------------- */
@@ -115,7 +116,9 @@ static int stack_writer(pt_ring_t *ring, void *ctx, uint32_t room, int whole)
 {
     pt_thread_t *t = ctx;
     uint32_t n = t->depth;
-    uint32_t task = t->task; /* inside an asyncio task's step: a Synthetic TaskStep first */
+    /* inside an asyncio task's step: a Synthetic TaskStep first; not for a step begun
+     * before task records were switched (off: its end was not seen, it may be long over) */
+    uint32_t task = t->task_switches == __atomic_load_n(&pt_task_switches, __ATOMIC_RELAXED) ? t->task : 0;
     if (room == 0 || (whole && n + (task != 0) > room - 1))
         return -EAGAIN;
     uint64_t ticks = pt_now();

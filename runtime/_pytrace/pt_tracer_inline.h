@@ -72,6 +72,8 @@ typedef struct pt_thread {
                                        none), set and cleared by the task records (pt_tasks.c)
                                        on this thread; the stack writer puts a Synthetic
                                        TaskStep of it before the Frame run */
+    uint32_t task_switches;         /* pt_task_switches when task was set: a step begun before
+                                       task records were last switched is not known to run */
 } pt_thread_t;
 
 /* What the fast path reads of the tracer's state. Written by pt_session.c with
@@ -85,6 +87,9 @@ typedef struct pt_hot {
 PT_HIDDEN extern pt_hot_t pt_hot;
 /* initial-exec: one %fs-relative load (the module is loaded with dlopen,
  * which has static TLS surplus for a pointer). */
+/* Bumped by pt_tasks.c at every _tasks_set: a thread's task (above) set before it is
+ * stale (switched off, its step's end is not watched). */
+PT_HIDDEN extern uint32_t pt_task_switches;
 PT_HIDDEN extern __thread pt_thread_t *pt_tls_thread __attribute__((tls_model("initial-exec")));
 
 /* Slow paths (pt_threads.c). Same contracts as the fast entries below.
