@@ -85,11 +85,11 @@ typedef struct pt_hot {
 } pt_hot_t;
 
 PT_HIDDEN extern pt_hot_t pt_hot;
-/* initial-exec: one %fs-relative load (the module is loaded with dlopen,
- * which has static TLS surplus for a pointer). */
 /* Bumped by pt_tasks.c at every _tasks_set: a thread's task (above) set before it is
  * stale (switched off, its step's end is not watched). */
 PT_HIDDEN extern uint32_t pt_task_switches;
+/* initial-exec: one %fs-relative load (the module is loaded with dlopen,
+ * which has static TLS surplus for a pointer). */
 PT_HIDDEN extern __thread pt_thread_t *pt_tls_thread __attribute__((tls_model("initial-exec")));
 
 /* Slow paths (pt_threads.c). Same contracts as the fast entries below.
