@@ -133,7 +133,13 @@ const char *pt_ex_thread_name(const thr_t *t, char *buf, size_t n)
 /* ---- time filter ------------------------------------------------------------ */
 
 /* ns since the recording's start (--from/--to are relative to it) */
-static int64_t rel_ns(const ex_t *e, const proc_t *p, uint64_t ticks) { return chrome_ns(p, ticks) - e->t0; }
+static int64_t rel_ns(const ex_t *e, const proc_t *p, uint64_t ticks)
+{
+    int64_t a = chrome_ns(p, ticks), r;
+    if (__builtin_sub_overflow(a, e->t0, &r)) /* a hostile clock (fuzz_export found it) */
+        return a < 0 ? INT64_MIN : INT64_MAX;
+    return r;
+}
 
 /* Does the call from start to end pass opts.from_ns/to_ns/min_duration_ns?
  * Both tests hold for every caller of a call that passes (a caller lasts at
@@ -688,7 +694,7 @@ int pt_export_file(const char *recording, int out_fd, const pt_export_opts_t *op
             last_ns = b;
         have_span = 1;
     }
-    res->span_ns = have_span && last_ns > first_ns ? (uint64_t)(last_ns - first_ns) : 0;
+    res->span_ns = have_span && last_ns > first_ns ? (uint64_t)last_ns - (uint64_t)first_ns : 0;
     res->processes = 0;
     for (uint32_t i = 0; i < e->nprocs; i++) {
         res->processes += e->procs[i].seen;
