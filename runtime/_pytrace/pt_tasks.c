@@ -43,29 +43,6 @@
 #define PyUnstable_Code_GetExtra _PyCode_GetExtra
 #define PyUnstable_Code_SetExtra _PyCode_SetExtra
 
-static PyObject *PyErr_GetRaisedException(void)
-{
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    if (type == NULL)
-        return NULL;
-    PyErr_NormalizeException(&type, &value, &tb);
-    if (tb != NULL && value != NULL)
-        PyException_SetTraceback(value, tb);
-    Py_XDECREF(type);
-    Py_XDECREF(tb);
-    return value;
-}
-
-static void PyErr_SetRaisedException(PyObject *exc)
-{
-    if (exc == NULL) {
-        PyErr_Clear();
-        return;
-    }
-    PyErr_Restore(Py_NewRef((PyObject *)Py_TYPE(exc)), exc, PyException_GetTraceback(exc));
-}
-
 /* (3.11's generators still hold their code object) */
 static PyCodeObject *PyGen_GetCode(PyGenObject *gen)
 {
@@ -582,9 +559,9 @@ void pt_tasks_call(PyObject *cb)
     PyObject *task = cb_task(cb);
     if (task == NULL)
         return;
-    PyObject *exc = PyErr_GetRaisedException();
+    PT_EXC_SAVE;
     uint32_t id = task_symbol(task, epoch);
-    PyErr_SetRaisedException(exc);
+    PT_EXC_RESTORE;
     tl_step.cb = id != 0 ? cb : NULL;
     tl_step.task = task;
     tl_step.id = id;
@@ -858,19 +835,14 @@ void pt_tasks_return(PyObject *cb)
     pt_thread_t *t = ring_thread(&epoch);
     if (t == NULL)
         return;
-    PyObject *task;
-    uint32_t id;
-    PyObject *exc;
-    if (cb == started && epoch == tl_step.epoch &&
-        tl_step.switches == __atomic_load_n(&pt_task_switches, __ATOMIC_RELAXED)) {
-        task = tl_step.task; /* this step's start found them */
-        id = tl_step.id;
-        exc = PyErr_GetRaisedException();
-    } else {
-        task = cb_task(cb);
-        if (task == NULL)
-            return;
-        exc = PyErr_GetRaisedException();
+    int seen = cb == started && epoch == tl_step.epoch &&
+               tl_step.switches == __atomic_load_n(&pt_task_switches, __ATOMIC_RELAXED);
+    PyObject *task = seen ? tl_step.task : cb_task(cb); /* this step's start found it */
+    if (task == NULL)
+        return;
+    uint32_t id = tl_step.id;
+    PT_EXC_SAVE; /* (a C_RAISE: the program's exception is pending) */
+    if (!seen) {
         id = task_symbol(task, epoch);
         /* its start was not seen (tracing began inside the step, or task records were
          * switched on in it): the step is there, its start unknown; a Synthetic TaskStep
@@ -880,7 +852,7 @@ void pt_tasks_return(PyObject *cb)
     }
     if (id != 0)
         suspend_records(t, epoch, task, id);
-    PyErr_SetRaisedException(exc);
+    PT_EXC_RESTORE;
 }
 
 #endif /* PT_HAVE_TASKS */
