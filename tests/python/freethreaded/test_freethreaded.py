@@ -11,7 +11,8 @@ runs with threads really at once and never turns the GIL back on.
 - attach/detach (PEP 768) to a 3.14t job whose threads are running: the recording is
   balanced and the job goes on untraced with the GIL still off;
 - a reader on a GIL build (pyenv's python3.11 with pytrace installed) reads the 3.14t
-  recording: the same exact counts, and `pytrace export` writes it.
+  recording: the same exact counts, and `pytrace export` writes it; and records a running
+  3.14t job's segment live (`pytrace record PID` of the GIL build): every call, 0 dropped.
 
 Every test is skipped, with the reason, on an interpreter that has the GIL."""
 
@@ -251,6 +252,66 @@ def test_gil_build_reader_reads_a_free_threaded_recording(tmp_path):
     # "frame;frame;... count", each frame "name (file:line)": f's stacks end in f of at_once.py
     leaves = [l.rsplit(" ", 1)[0].split(";")[-1] for l in lines]
     assert any(leaf.startswith("f (") and "at_once.py:" in leaf for leaf in leaves), lines[:10]
+
+
+LIVE_JOB = r'''
+import sys, threading
+import pytrace
+pytrace.start(policy="wait", wait_timeout=60)
+print(pytrace.segment_name(), flush=True)
+sys.stdin.readline()                # the GIL build's recorder reads the segment now
+def f():
+    return 1
+def worker(barrier):
+    barrier.wait()
+    for _ in range(50_000):
+        f()
+barrier = threading.Barrier(2)
+threads = [threading.Thread(target=worker, args=(barrier,)) for _ in range(2)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+c = pytrace.stop()
+print("gil", sys._is_gil_enabled(), "dropped", c.events_dropped, flush=True)
+'''
+
+
+def test_gil_build_reader_records_a_running_free_threaded_jobs_segment(tmp_path):
+    """A 3.14t job traces itself (policy wait); `pytrace record PID` of a GIL build reads its
+    segment live while two of its threads call f() 50,000 times each at once: the
+    recording holds all 100,000 calls, nothing dropped on either side."""
+    other = gil_python_with_pytrace()
+    if other is None:
+        pytest.skip("no GIL build of Python with pytrace installed (pyenv's python3.11)")
+    script = tmp_path / "live.py"
+    script.write_text(LIVE_JOB)
+    job = subprocess.Popen([PY, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                           text=True)
+    rec = None
+    try:
+        assert job.stdout.readline().startswith("/pytrace-")
+        out = tmp_path / "live.pytrace"
+        rec = subprocess.Popen([other, "-m", "pytrace", "record", "-o", str(out), str(job.pid)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        first = rec.stderr.readline()      # said once it reads the segment
+        assert "recording" in first, first + rec.stderr.read()
+        job.stdin.write("go\n")
+        job.stdin.flush()
+        said = job.stdout.readline()
+        job.stdin.close()
+        assert job.wait(timeout=120) == 0
+        _, err = rec.communicate(timeout=120)
+        assert rec.returncode == 0, err
+    finally:
+        for p in (job, rec):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+    assert said == "gil False dropped 0\n", said
+    calls, c = calls_of(out, "f")
+    assert calls == 100_000, (calls, c, err)
+    assert c["dropped"] == 0 and c["unmatched"] == 0, c
 
 
 def test_import_keeps_the_gil_off():
