@@ -116,7 +116,7 @@ static PyObject *mon_call(PT_VC_ARGS)
     if (def != NULL) {
         int filtered = pt_c_event(code, args[2], PyVectorcall_NARGS(nargsf) > 3 ? args[3] : NULL, def,
                                   PT_EV_CCALL);
-        if (PT_UNLIKELY(def == pt_tasks_ctx_run_def) && PyVectorcall_NARGS(nargsf) > 3) {
+        if (PT_UNLIKELY(def == PT_TASKS_CTX_RUN_DEF()) && PyVectorcall_NARGS(nargsf) > 3) {
             /* an asyncio task's step? (never DISABLEd: its C_RETURN ends the step) */
             pt_tasks_call(args[3]);
             return ret_disable(0);
@@ -142,7 +142,7 @@ static inline void c_close(PyObject *const *args, size_t nargsf, uint8_t kind)
     const PyMethodDef *def = pt_cfunc_def(args[2]);
     if (def == NULL)
         return;
-    if (PT_UNLIKELY(def == pt_tasks_ctx_run_def) && PyVectorcall_NARGS(nargsf) > 3)
+    if (PT_UNLIKELY(def == PT_TASKS_CTX_RUN_DEF()) && PyVectorcall_NARGS(nargsf) > 3)
         pt_tasks_return(args[3]); /* TaskSuspend before the CReturn of Context.run */
     (void)pt_c_event(code, args[2], PyVectorcall_NARGS(nargsf) > 3 ? args[3] : NULL, def, kind);
 }

@@ -212,7 +212,7 @@ static inline void c_event(PyFrameObject *frame, PyCodeObject *caller, PyObject 
     if (!g_c_calls || !callable || (def = pt_cfunc_def(callable)) == NULL)
         return;
 #if PT_HAVE_TASKS
-    if (PT_UNLIKELY(def == pt_tasks_ctx_run_def)) { /* an asyncio task's step? */
+    if (PT_UNLIKELY(def == PT_TASKS_CTX_RUN_DEF())) { /* an asyncio task's step? */
         ctx_run_event(frame, caller, callable, def, kind);
         return;
     }

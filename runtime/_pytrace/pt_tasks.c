@@ -67,6 +67,20 @@ static PyObject *PyFrame_GetVar(PyFrameObject *frame, PyObject *name)
 
 const PyMethodDef *pt_tasks_ctx_run_def;
 
+/* Free-threaded, loops in several threads step tasks at once: g_tasks_mutex serialises
+ * the task table (g_slots), the label dict, g_epoch, g_serial, g_unnamed, g_off and the
+ * stores of pt_tasks_ctx_run_def (a PyMutex parks detached; held only
+ * around C work: dict look-ups and stores of int and str keys, no Python call inside;
+ * reset in a fork child). With the GIL, the GIL does. */
+#ifdef Py_GIL_DISABLED
+static PyMutex g_tasks_mutex;
+#define TASKS_LOCK() PyMutex_Lock(&g_tasks_mutex)
+#define TASKS_UNLOCK() PyMutex_Unlock(&g_tasks_mutex)
+#else
+#define TASKS_LOCK() ((void)0)
+#define TASKS_UNLOCK() ((void)0)
+#endif
+
 static PyObject *g_task_types[2]; /* asyncio.tasks.Task, asyncio.tasks._PyTask (strong) */
 /* The tasks seen in session g_epoch: an open-addressing table keyed by the task's
  * address, each slot holding a weak reference to the task (strong to the weakref) and its
@@ -89,7 +103,7 @@ static uint32_t g_epoch;
 static uint32_t g_serial;
 static uint64_t g_unnamed;        /* task records not written: no symbol (symbol log full) */
 
-static const PyMethodDef *g_ctx_run_def; /* Context.run's, found once */
+static const PyMethodDef *g_ctx_run_def; /* Context.run's (looked up at each start) */
 static int g_off;                        /* _tasks_set(False): no task records */
 
 /* The step callable, task and Task symbol found by this thread's last pt_tasks_call,
@@ -177,17 +191,18 @@ int pt_tasks_init(void)
 {
     if (init_strings() < 0)
         return -1;
-    if (g_ctx_run_def) {
-        pt_tasks_ctx_run_def = g_off ? NULL : g_ctx_run_def;
-        return 0;
-    }
+    /* (the look-up outside the lock: it may run Python code; the same def every time) */
+    const PyMethodDef *def = NULL;
     PyObject *run = PyObject_GetAttrString((PyObject *)&PyContext_Type, "run");
     if (run == NULL)
         return -1;
     if (Py_TYPE(run) == &PyMethodDescr_Type)
-        g_ctx_run_def = ((PyMethodDescrObject *)run)->d_method;
+        def = ((PyMethodDescrObject *)run)->d_method;
     Py_DECREF(run);
-    pt_tasks_ctx_run_def = g_off ? NULL : g_ctx_run_def;
+    TASKS_LOCK();
+    g_ctx_run_def = def;
+    __atomic_store_n(&pt_tasks_ctx_run_def, g_off ? NULL : g_ctx_run_def, __ATOMIC_RELAXED);
+    TASKS_UNLOCK();
     return 0;
 }
 
@@ -197,9 +212,11 @@ PyObject *pt_tasks_py_set(PyObject *module, PyObject *on)
     int v = PyObject_IsTrue(on);
     if (v < 0)
         return NULL;
+    TASKS_LOCK();
     g_off = !v;
-    pt_tasks_ctx_run_def = g_off ? NULL : g_ctx_run_def;
+    __atomic_store_n(&pt_tasks_ctx_run_def, g_off ? NULL : g_ctx_run_def, __ATOMIC_RELAXED);
     __atomic_add_fetch(&pt_task_switches, 1, __ATOMIC_RELAXED);
+    TASKS_UNLOCK();
     Py_RETURN_NONE;
 }
 
@@ -273,18 +290,6 @@ static PyObject *cb_task(PyObject *cb)
     return self && is_task(self) ? self : NULL;
 }
 
-/* Free-threaded, loops in several threads step tasks at once: g_tasks_mutex serialises
- * the symbol dicts, g_epoch, g_serial and g_unnamed (a PyMutex parks detached; held only
- * around C work: dict look-ups and stores of int and str keys, no Python call inside;
- * reset in a fork child). With the GIL, the GIL does. */
-#ifdef Py_GIL_DISABLED
-static PyMutex g_tasks_mutex;
-#define TASKS_LOCK() PyMutex_Lock(&g_tasks_mutex)
-#define TASKS_UNLOCK() PyMutex_Unlock(&g_tasks_mutex)
-#else
-#define TASKS_LOCK() ((void)0)
-#define TASKS_UNLOCK() ((void)0)
-#endif
 
 PyObject *pt_tasks_py_stats(PyObject *module, PyObject *unused)
 {
@@ -293,8 +298,9 @@ PyObject *pt_tasks_py_stats(PyObject *module, PyObject *unused)
     TASKS_LOCK();
     unsigned long long unnamed = g_unnamed, slots = g_slot_cap;
     unsigned tasks = g_serial;
+    int off = g_off;
     TASKS_UNLOCK();
-    return Py_BuildValue("{s:O,s:K,s:I,s:K}", "on", g_off ? Py_False : Py_True, "unnamed", unnamed, "tasks",
+    return Py_BuildValue("{s:O,s:K,s:I,s:K}", "on", off ? Py_False : Py_True, "unnamed", unnamed, "tasks",
                          tasks, "slots", slots);
 }
 

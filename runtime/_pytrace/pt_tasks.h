@@ -13,9 +13,12 @@
  * 3.12+ (the sys.monitoring adapter). */
 #define PT_HAVE_TASKS (PY_VERSION_HEX >= 0x030B0000)
 
-/* Context.run's PyMethodDef (NULL before pt_tasks_init): the adapter's one
- * pointer compare on the C-call path it already takes. */
+/* Context.run's PyMethodDef (NULL before pt_tasks_init and while task records are off): the
+ * adapter's one pointer compare on the C-call path it already takes. Hooks read it while
+ * `_tasks_set` may change it from another thread (free-threaded): through
+ * PT_TASKS_CTX_RUN_DEF(), a relaxed atomic load (a plain load on x86-64 and arm64). */
 PT_HIDDEN extern const PyMethodDef *pt_tasks_ctx_run_def;
+#define PT_TASKS_CTX_RUN_DEF() __atomic_load_n(&pt_tasks_ctx_run_def, __ATOMIC_RELAXED)
 /* Once, with the GIL: finds Context.run. 0 or -1 (exception set). */
 PT_HIDDEN int pt_tasks_init(void);
 /* In a fork child: the task lock's holder did not come along (free-threaded). */
