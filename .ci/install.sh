@@ -17,7 +17,7 @@ apt-get install -y -qq build-essential liburcu-dev libncurses-dev flatbuffers-co
 
 # the free-threaded 3.14t (when PYTRACE_PYTHONS names it): built from ../shared/cpython once
 # per machine (about 7 minutes on 2 cores), reused after
-case " ${PYTRACE_PYTHONS:-3.11 3.12 3.14 3.15} " in
+case " ${PYTRACE_PYTHONS:-3.11 3.12 3.14 3.15 3.14t} " in
 *" 3.14t "*) bash tests/freethreaded.sh ensure ;;
 esac
 PYTHONS=$(bash tests/pythons.sh)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prints the interpreters to install for and test on, one path per line.
-# PYTRACE_PYTHONS overrides the versions ("3.11 3.12 3.14 3.15" by default; add 3.14t).
+# PYTRACE_PYTHONS overrides the versions ("3.11 3.12 3.14 3.15 3.14t" by default).
 # 3.14t is the free-threaded CPython 3.14.7 that tests/freethreaded.sh builds into
 # /opt/python3.14t (PYTRACE_FT_PREFIX); .ci/install.sh builds it first when it is missing.
 # 3.14 and 3.15 are those of the Debian unstable root (tests/sidroot.sh, made by
@@ -9,7 +9,7 @@
 # versions folder (its shims only answer for the versions `pyenv global` names).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-for v in ${PYTRACE_PYTHONS:-3.11 3.12 3.14 3.15}; do
+for v in ${PYTRACE_PYTHONS:-3.11 3.12 3.14 3.15 3.14t}; do
     found=""
     ft=${PYTRACE_FT_PREFIX:-/opt/python3.14t}/bin/python$v
     if [ "$v" = 3.14t ]; then

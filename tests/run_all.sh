@@ -31,8 +31,17 @@ c_side() {
 }
 
 pytest_on() {
-    local py=$1
-    echo "== pytest on $($py --version) ($py)"
+    local py=$1 which=${2:-all}
+    # The tests marked reading_side (their subject is a reading program's bounds or
+    # robustness: the hub's and the web server's memory budgets, the call tree's, damaged or
+    # planted files, a recorder's faults; the traced interpreter only makes their load; see
+    # tests/python/conftest.py) run with the first Python and the free-threaded one, not
+    # again with each other: the reading programs are C, the same whichever Python traced.
+    local select="not solo"
+    if [ "$which" = tracing ]; then
+        select="not solo and not reading_side"
+    fi
+    echo "== pytest on $($py --version) ($py)${2:+, $which}"
     local start=$SECONDS
     # Run from outside the tree so the installed package is the one under test.
     # That interpreter's scripts (pytrace, pytrace-top) come first on PATH.
@@ -52,7 +61,7 @@ pytest_on() {
         parallel="-n $PYTRACE_TEST_JOBS"
     fi
     (cd /tmp && PATH="$scripts:$PATH" PYTRACE_BUILD_DIR="$root/$build" PYTRACE_ARTIFACTS="$artifacts" \
-        "$py" -m pytest "$root/tests/python" -q -p no:cacheprovider $parallel -m "not solo") || return 1
+        "$py" -m pytest "$root/tests/python" -q -p no:cacheprovider $parallel -m "$select") || return 1
     echo "== pytest on $($py --version), solo tests alone: after $((SECONDS - start)) s"
     (cd /tmp && PATH="$scripts:$PATH" PYTRACE_BUILD_DIR="$root/$build" PYTRACE_ARTIFACTS="$artifacts" \
         "$py" -m pytest "$root/tests/python" -q -p no:cacheprovider -m solo) || return 1
@@ -116,8 +125,18 @@ bash tests/fuzz/run.sh run
 # The Python suite's core tests against an ASan + UBSan build of the extension and pytrace-top.
 bash tests/sanitize.sh test
 
+# which tests a Python after the first runs: all of them on a free-threaded build, the
+# tracing side only on any other (see pytest_on)
+which_for() {
+    if "$1" -c 'import sys, sysconfig; sys.exit(0 if sysconfig.get_config_var("Py_GIL_DISABLED") else 1)'; then
+        echo all
+    else
+        echo tracing
+    fi
+}
 if [ "$overlap" = 1 ]; then
-    for py in $rest; do pytest_on "$py"; done
+    for py in $rest; do pytest_on "$py" "$(which_for "$py")"; done
 else
-    for py in $pythons; do pytest_on "$py"; done
+    pytest_on "$first" all
+    for py in $rest; do pytest_on "$py" "$(which_for "$py")"; done
 fi

@@ -28,9 +28,17 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 
 
 def pytest_configure(config):
-    # tests/run_all.sh runs the suite in two parts: `-n 2 -m "not solo"` (pytest-xdist, two
-    # workers) and then `-m solo` alone. A solo test needs a quiet core (its spinning thread's
+    # tests/run_all.sh runs the suite in two parts: `-m "not solo"` (on two pytest-xdist
+    # workers with PYTRACE_TEST_JOBS=2; serial by default) and then `-m solo` alone. A solo test needs a quiet core (its spinning thread's
     # CPU time is asserted against its wall time), orders functions by their own time, waits
     # a bounded time for processes to meet (the hub's pools), or takes a machine-wide name
     # that a test beside it would see.
     config.addinivalue_line("markers", "solo: run alone after the parallel part (tests/run_all.sh)")
+    # A reading_side test's subject is a reading program's bounds or robustness (the hub's
+    # and the web server's memory budgets, the call tree's budget, damaged or planted files,
+    # a recorder's faults): C programs that are the same whichever Python traced the job,
+    # which only makes their load. tests/run_all.sh runs them with the first Python of its
+    # list and with the free-threaded one, and leaves them out with the other Pythons.
+    config.addinivalue_line("markers", "reading_side: the subject is a reading program's bounds "
+                            "or robustness, not the tracer (tests/run_all.sh: first and "
+                            "free-threaded Pythons only)")

@@ -31,6 +31,8 @@ import synthetic as syn
 from pytrace.reader import EventKind, SymbolKind
 from pytrace.recording import HEADER_BYTES, RecordingWriter
 
+pytestmark = pytest.mark.reading_side   # the reading programs' bounds (conftest.py)
+
 CALL, RET, MARK = int(EventKind.Call), int(EventKind.Return), int(EventKind.Mark)
 
 DEEP_JOB = """

@@ -25,7 +25,8 @@ import pytest
 
 from helpers import PY
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
+pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only"),
+              pytest.mark.reading_side]   # the hub's bounds (conftest.py)
 
 MIB = 1 << 20
 # What the hub holds besides its queues: its own code and heap, the symbols and stacks

@@ -23,6 +23,8 @@ import synthetic as syn
 from pytrace.reader import EventKind
 from pytrace.recording import RecordingWriter
 
+pytestmark = pytest.mark.reading_side   # the reading programs' bounds (conftest.py)
+
 BIN = os.path.dirname(PY)
 TOP = os.path.join(BIN, "pytrace-top")
 MIB = 1 << 20

@@ -27,6 +27,8 @@ from helpers import PY, SUPPORT
 from pytrace.recording import FLAG_LOSSLESS, RecordingError, RecordingReader
 from topkit import TOP
 
+pytestmark = pytest.mark.reading_side   # the reading programs' bounds (conftest.py)
+
 JOB = textwrap.dedent("""
     import sys, time
     def f(i):

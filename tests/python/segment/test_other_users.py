@@ -20,9 +20,10 @@ from helpers import PY
 from users import as_other, other_uid, popen_other  # noqa: F401 (other_uid: a fixture)
 
 SHM = "/dev/shm"
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None
-                                or shutil.which("runuser") is None,
-                                reason="needs root, useradd and runuser to act as a second user")
+pytestmark = [pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None
+                                 or shutil.which("runuser") is None,
+                                 reason="needs root, useradd and runuser to act as a second user"),
+              pytest.mark.reading_side]   # planted files against the tools (conftest.py)
 
 
 def run_pytrace(*args, timeout=60, **kw):

@@ -12,6 +12,8 @@ import pytest
 
 from helpers import PY
 
+pytestmark = pytest.mark.reading_side   # the reading programs' bounds (conftest.py)
+
 JOB = textwrap.dedent("""
     import sys, pytrace
     print(pytrace.start(), flush=True)

@@ -99,6 +99,7 @@ def _whole(srv, sid, window=10):
         time.sleep(0.3)
 
 
+@pytest.mark.reading_side   # the web server's bounds and answers (conftest.py)
 @needs_browser
 def test_web_sessions_share_one_memory_budget_and_an_evicted_page_gets_the_whole_picture(
         many, tmp_path, browser):
@@ -139,6 +140,7 @@ def test_web_sessions_share_one_memory_budget_and_an_evicted_page_gets_the_whole
     assert "Traceback" not in log, log
 
 
+@pytest.mark.reading_side   # the web server's bounds and answers (conftest.py)
 def test_web_bad_filter_gets_a_one_line_400_not_a_traceback(many, tmp_path):
     srv = WebServer(tmp_path, ["--file", str(many)])
     try:
@@ -165,6 +167,7 @@ POOL = textwrap.dedent("""
 """)
 
 
+@pytest.mark.reading_side   # the web server's bounds and answers (conftest.py)
 @needs_browser
 def test_web_multiprocess_recording_names_each_process_and_the_tab_names_the_job(tmp_path, browser):
     script = tmp_path / "pool.py"
