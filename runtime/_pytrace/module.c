@@ -776,6 +776,9 @@ static PyModuleDef_Slot pt_slots[] = {
     {Py_mod_multiple_interpreters, Py_MOD_MULTIPLE_INTERPRETERS_NOT_SUPPORTED},
 #endif
 #ifdef Py_GIL_DISABLED
+#if PY_VERSION_HEX < 0x030E0000
+#error "pytrace supports free-threaded CPython from 3.14 (3.14t): 3.13t's co_extra is not safe to read without the GIL (docs/python-versions.md)"
+#endif
     /* free-threaded: nothing here needs the GIL (README, "Free-threaded Python") */
     {Py_mod_gil, Py_MOD_GIL_NOT_USED},
 #elif PY_VERSION_HEX >= 0x030D0000

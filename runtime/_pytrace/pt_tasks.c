@@ -142,15 +142,18 @@ typedef struct {
     PyTypeObject *type;
     getter get;
     void *closure;
+    int claimed; /* the one thread that fills get and closure, then publishes type */
 } fast_attr_t;
 static fast_attr_t g_fast[S_COUNT];
 
 static void fast_attr_init(PyTypeObject *tp, int name)
 {
-    if (g_fast[name].type != NULL || !(tp->tp_flags & Py_TPFLAGS_IMMUTABLETYPE))
+    if (__atomic_load_n(&g_fast[name].claimed, __ATOMIC_RELAXED) || !(tp->tp_flags & Py_TPFLAGS_IMMUTABLETYPE))
         return;
     PyObject *d = PyObject_GetAttr((PyObject *)tp, g_str[name]); /* the descriptor itself */
-    if (d != NULL && Py_IS_TYPE(d, &PyGetSetDescr_Type) && ((PyGetSetDescrObject *)d)->d_getset->get) {
+    if (d != NULL && Py_IS_TYPE(d, &PyGetSetDescr_Type) && ((PyGetSetDescrObject *)d)->d_getset->get &&
+        !__atomic_exchange_n(&g_fast[name].claimed, 1, __ATOMIC_RELAXED)) {
+        /* (free-threaded, two threads may get here at once: the first to claim writes) */
         PyGetSetDef *def = ((PyGetSetDescrObject *)d)->d_getset; /* lives as long as the type */
         g_fast[name].get = def->get;
         g_fast[name].closure = def->closure;
@@ -222,10 +225,14 @@ PyObject *pt_tasks_py_set(PyObject *module, PyObject *on)
 
 
 
-/* The asyncio task types, once asyncio.tasks is imported (0: not yet). */
+/* The asyncio task types, once asyncio.tasks is imported (0: not yet). Free-threaded,
+ * hooks of several threads may find them at once: the first to take the task lock keeps
+ * its references and publishes g_task_types[0] last (release; readers load it with
+ * acquire, after which g_task_types[1] and g_gathering are visible), the others drop
+ * theirs. */
 static int task_types(void)
 {
-    if (g_task_types[0])
+    if (__atomic_load_n(&g_task_types[0], __ATOMIC_ACQUIRE))
         return 1;
     PyObject *mods = PySys_GetObject("modules"); /* borrowed */
     PyObject *tasks = mods ? PyDict_GetItemString(mods, "asyncio.tasks") : NULL;
@@ -244,22 +251,33 @@ static int task_types(void)
         Py_XDECREF(gf);
         return 0;
     }
-    g_gathering = gf;
     /* the C Task's own attributes (an immutable type; the pure-Python Task is not) */
     static const int task_attrs[] = {S_STATE, S_EXCEPTION, S_CORO, S_FUT_WAITER};
     for (size_t i = 0; i < sizeof task_attrs / sizeof task_attrs[0]; i++)
         fast_attr_init((PyTypeObject *)t, task_attrs[i]);
     if (pt != NULL && !PyType_Check(pt))
         Py_CLEAR(pt);
-    g_task_types[1] = pt;
-    g_task_types[0] = t;
+    TASKS_LOCK();
+    int won = g_task_types[0] == NULL;
+    if (won) {
+        g_gathering = gf;
+        g_task_types[1] = pt;
+        __atomic_store_n(&g_task_types[0], t, __ATOMIC_RELEASE); /* published last */
+    }
+    TASKS_UNLOCK();
+    if (!won) { /* (released after the lock: no Python code runs under it) */
+        Py_DECREF(t);
+        Py_XDECREF(pt);
+        Py_XDECREF(gf);
+    }
     return 1;
 }
 
 static int is_task(PyObject *o)
 {
-    return (g_task_types[0] && PyObject_TypeCheck(o, (PyTypeObject *)g_task_types[0])) ||
-           (g_task_types[1] && PyObject_TypeCheck(o, (PyTypeObject *)g_task_types[1]));
+    PyObject *t = __atomic_load_n(&g_task_types[0], __ATOMIC_ACQUIRE); /* then [1] is set */
+    return t && (PyObject_TypeCheck(o, (PyTypeObject *)t) ||
+                 (g_task_types[1] && PyObject_TypeCheck(o, (PyTypeObject *)g_task_types[1])));
 }
 
 /* The task whose step cb runs (borrowed), or NULL. */
@@ -268,16 +286,18 @@ static PyObject *cb_task(PyObject *cb)
     if (!task_types())
         return NULL;
     PyObject *self = NULL;
-    PyTypeObject *tp = Py_TYPE(cb);
+    PyTypeObject *tp = Py_TYPE(cb), *wrapper;
     if (tp == &PyCFunction_Type || tp == &PyCMethod_Type)
         self = PyCFunction_GET_SELF(cb);
     else if (tp == &PyMethod_Type)
         self = PyMethod_GET_SELF(cb);
-    else if (tp == g_step_wrapper ||
-             (g_step_wrapper == NULL && strcmp(tp->tp_name, PT_STEP_WRAPPER_NAME) == 0)) {
-        if (g_step_wrapper == NULL) {
-            g_step_wrapper = tp; /* _asyncio's heap type lives as long as the interpreter */
+    else if (tp == (wrapper = __atomic_load_n(&g_step_wrapper, __ATOMIC_ACQUIRE)) ||
+             (wrapper == NULL && strcmp(tp->tp_name, PT_STEP_WRAPPER_NAME) == 0)) {
+        if (wrapper == NULL) {
             fast_attr_init(tp, S_DUNDER_SELF);
+            /* _asyncio's heap type lives as long as the interpreter; threads that find it
+             * at once store the same type */
+            __atomic_store_n(&g_step_wrapper, tp, __ATOMIC_RELEASE);
         }
         PyObject *s = attr(cb, S_DUNDER_SELF);
         if (s == NULL) {
