@@ -2,7 +2,8 @@
 # Runs every test: the C unit tests (ctest, warnings as errors), the fuzz targets, the core
 # Python tests under ASan + UBSan (tests/sanitize.sh) and the Python end-to-end tests (pytest)
 # on each installed Python (3.11 and 3.12 of this machine, 3.14 and 3.15 inside the Debian
-# unstable root, see tests/pythons.sh and tests/sidroot.sh).
+# unstable root, the free-threaded 3.14t built into /opt/python3.14t; see tests/pythons.sh,
+# tests/sidroot.sh and tests/freethreaded.sh).
 # The package must be installed first (bash .ci/install.sh).
 #
 # Order: one after the other by default. PYTRACE_TEST_OVERLAP=1 runs the C builds and ctest,

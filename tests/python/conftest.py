@@ -36,9 +36,12 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "solo: run alone after the parallel part (tests/run_all.sh)")
     # A reading_side test's subject is a reading program's bounds or robustness (the hub's
     # and the web server's memory budgets, the call tree's budget, damaged or planted files,
-    # a recorder's faults): C programs that are the same whichever Python traced the job,
-    # which only makes their load. tests/run_all.sh runs them with the first Python of its
-    # list and with the free-threaded one, and leaves them out with the other Pythons.
+    # a recorder's faults, the exporters' limits, the recording format): C reading code and
+    # the CLI glue around it, whose input (a recording, a job) only makes the load; what a
+    # test asserts of the tracer itself (a traced depth, a child's command line, the mode of
+    # a segment the tracer made) is not marked. tests/run_all.sh runs them with the first
+    # Python of its list and with the free-threaded one (so the glue runs on a GIL build and
+    # on the free-threaded build), and leaves them out with the other Pythons.
     config.addinivalue_line("markers", "reading_side: the subject is a reading program's bounds "
                             "or robustness, not the tracer (tests/run_all.sh: first and "
                             "free-threaded Pythons only)")

@@ -31,8 +31,6 @@ import synthetic as syn
 from pytrace.reader import EventKind, SymbolKind
 from pytrace.recording import HEADER_BYTES, RecordingWriter
 
-pytestmark = pytest.mark.reading_side   # the reading programs' bounds (conftest.py)
-
 CALL, RET, MARK = int(EventKind.Call), int(EventKind.Return), int(EventKind.Mark)
 
 DEEP_JOB = """
@@ -112,6 +110,7 @@ def test_collapsed_deep_recursion_is_cut_at_max_depth(deep_recording, tmp_path):
     assert cut.stat().st_size * 10 < whole.stat().st_size, (cut.stat().st_size, whole.stat().st_size)
 
 
+@pytest.mark.reading_side   # the exporters' bounds (conftest.py)
 @pytest.mark.parametrize("fmt", ["collapsed", "chrome", "html"])
 def test_export_refuses_to_write_past_max_size(deep_recording, tmp_path, fmt):
     """Past --max-size the export stops: one line with the size and how to lift it, exit
@@ -130,6 +129,7 @@ def test_export_refuses_to_write_past_max_size(deep_recording, tmp_path, fmt):
     assert out.stat().st_size > 20 << 10
 
 
+@pytest.mark.reading_side   # the exporters' bounds (conftest.py)
 def test_sizes_are_said_in_digits_never_an_exponent(deep_recording, tmp_path):
     """A size of 1000 units or more is said in digits: --max-size 1000K said "larger than
     1e+03 KiB" (and the viewer warning "1.02e+03 MiB" for a 1017 MiB chrome file)."""
@@ -142,6 +142,7 @@ def test_sizes_are_said_in_digits_never_an_exponent(deep_recording, tmp_path):
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
                     reason="needs root and unshare to mount a small tmpfs")
+@pytest.mark.reading_side   # the exporters' bounds (conftest.py)
 @pytest.mark.parametrize("fmt", ["chrome", "speedscope", "html"])
 def test_export_to_a_full_disk_names_the_file(deep_recording, tmp_path, fmt):
     """A disk that fills during the export: one line naming the output and the cause,
@@ -179,6 +180,7 @@ def suite_recording(tmp_path_factory):
 ALL_FORMATS = ("pstats", "collapsed", "chrome", "speedscope", "perfetto", "html")
 
 
+@pytest.mark.reading_side   # the exporters' bounds (conftest.py)
 @pytest.mark.parametrize("messages", [40, 300])
 def test_truncated_recording_every_format_reads_up_to_the_damage(suite_recording, tmp_path, messages):
     """A recording cut inside a message (as `head -c` cuts it): every format reads the
@@ -254,6 +256,7 @@ def _names_per_format(path, fmt):
     return sorted(names)
 
 
+@pytest.mark.reading_side   # the exporters' bounds (conftest.py)
 @pytest.mark.parametrize("fmt", ["chrome", "speedscope", "perfetto"])
 def test_timeline_formats_take_a_time_range_and_a_min_duration(tmp_path, fmt):
     """--min-duration leaves out the shorter calls (callees with them), --from/--to the
@@ -275,6 +278,7 @@ def test_timeline_formats_take_a_time_range_and_a_min_duration(tmp_path, fmt):
     assert "pytrace export: 83 calls left out (--from, --to)" in r.stderr, r.stderr
 
 
+@pytest.mark.reading_side   # the exporters' bounds (conftest.py)
 def test_chrome_time_filter_keeps_a_span_that_outlives_its_frame(tmp_path):
     """A span begun in a function that returns before the span ends goes on under the
     caller (viewer/core/walk.h: the same activation, continued); chrome with --min-duration
@@ -304,6 +308,7 @@ def test_chrome_time_filter_keeps_a_span_that_outlives_its_frame(tmp_path):
         ("begin", 1000.0, 3000.0), ("load", 2000.0, 2000.0), ("load", 4000.0, 6000.0), ("main", 0.0, 20000.0)]
 
 
+@pytest.mark.reading_side   # the exporters' bounds (conftest.py)
 def test_a_range_past_the_recording_says_how_long_the_recording_is(tmp_path):
     """--from past the recording's end leaves out every call: stderr says so and gives the
     recording's span (it said only "N calls left out", and the output was empty)."""
@@ -321,6 +326,7 @@ def test_a_range_past_the_recording_says_how_long_the_recording_is(tmp_path):
 
 @pytest.mark.parametrize("opt", [("--from", "inf"), ("--from", "1e308"), ("--to", "1e10"),
                                  ("--min-duration", "1e400"), ("--max-size", "inf")])
+@pytest.mark.reading_side   # the exporters' bounds (conftest.py)
 def test_absurd_times_and_sizes_are_refused_in_one_line(tmp_path, opt):
     """A time past what nanoseconds in 64 bits hold (inf, 1e308, 1e10 s) became an
     OverflowError traceback; an infinite --max-size too. One line, exit 2, no file."""
@@ -333,6 +339,7 @@ def test_absurd_times_and_sizes_are_refused_in_one_line(tmp_path, opt):
     assert not out.exists()
 
 
+@pytest.mark.reading_side   # the exporters' bounds (conftest.py)
 def test_time_options_are_refused_for_other_formats(tmp_path):
     rec = tmp_path / "timed.pytrace"
     _timed_recording(rec)
@@ -341,6 +348,7 @@ def test_time_options_are_refused_for_other_formats(tmp_path):
     assert not (tmp_path / "out.pstats").exists()
 
 
+@pytest.mark.reading_side   # the exporters' bounds (conftest.py)
 def test_html_report_of_many_threads_has_views_of_the_busiest(tmp_path):
     """3,000 short threads: the report holds a view of its own for the 100 busiest threads
     and says how many threads it has no view of (each view was a query over every thread's
@@ -366,6 +374,7 @@ def test_html_report_of_many_threads_has_views_of_the_busiest(tmp_path):
     assert calls == {1: 3000, 2: 3000, 3: 3000}
 
 
+@pytest.mark.reading_side   # the exporters' bounds (conftest.py)
 def test_pstats_header_time_of_several_processes_is_said(tmp_path):
     """A pool of 3 forked workers: pstats' header time adds up every process's and
     thread's self time (73.8 s for a 14 s job); export says so beside the job's span."""
@@ -392,6 +401,7 @@ if __name__ == "__main__":
     assert 0.5 < span < total
 
 
+@pytest.mark.reading_side   # the exporters' bounds (conftest.py)
 def test_report_in_chromium_shows_damage_and_lists_threads_with_views(suite_recording, tmp_path):
     """In a real browser: the report of a truncated recording says DAMAGED with the offset
     in its status line; the report of 3,000 threads lists the 100 it has views of (and
@@ -434,6 +444,7 @@ def test_report_in_chromium_shows_damage_and_lists_threads_with_views(suite_reco
             b.close()
 
 
+@pytest.mark.reading_side   # the exporters' bounds (conftest.py)
 def test_collapsed_writes_one_line_per_distinct_stack(tmp_path):
     """Five code objects of one function (exec'd from one source, as dataclasses and
     namedtuples make their methods) have one label: collapsed writes one line per distinct
@@ -458,6 +469,7 @@ for _ in range(5):
     assert len(f_lines) == 1 and f_lines[0].endswith(" 5"), f_lines
 
 
+@pytest.mark.reading_side   # the exporters' bounds (conftest.py)
 def test_perfetto_filtered_call_keeps_its_start_under_a_mark(tmp_path):
     """--min-duration defers a call's slice until it is known to last long enough; a mark
     inside it waits too, so the slice starts where the call did (the track's clock only

@@ -12,7 +12,8 @@ runs with threads really at once and never turns the GIL back on.
   balanced and the job goes on untraced with the GIL still off;
 - a reader on a GIL build (pyenv's python3.11 with pytrace installed) reads the 3.14t
   recording: the same exact counts, and `pytrace export` writes it; and records a running
-  3.14t job's segment live (`pytrace record PID` of the GIL build): every call, 0 dropped.
+  3.14t job's segment live (`pytrace record PID` of the GIL build, mapping the segment
+  itself or through the job's hub): every call, 0 dropped.
 
 Every test is skipped, with the reason, on an interpreter that has the GIL."""
 
@@ -23,6 +24,7 @@ import subprocess
 import sys
 import sysconfig
 import textwrap
+import threading
 
 import pytest
 
@@ -277,10 +279,12 @@ print("gil", sys._is_gil_enabled(), "dropped", c.events_dropped, flush=True)
 '''
 
 
-def test_gil_build_reader_records_a_running_free_threaded_jobs_segment(tmp_path):
+@pytest.mark.parametrize("via", ["direct", "hub"])
+def test_gil_build_reader_records_a_running_free_threaded_jobs_segment(tmp_path, via):
     """A 3.14t job traces itself (policy wait); `pytrace record PID` of a GIL build reads its
     segment live while two of its threads call f() 50,000 times each at once: the
-    recording holds all 100,000 calls, nothing dropped on either side."""
+    recording holds all 100,000 calls, nothing dropped on either side. direct: the GIL
+    build's own reader maps the segment (--no-hub); hub: through the job's pytrace-hub."""
     other = gil_python_with_pytrace()
     if other is None:
         pytest.skip("no GIL build of Python with pytrace installed (pyenv's python3.11)")
@@ -289,10 +293,15 @@ def test_gil_build_reader_records_a_running_free_threaded_jobs_segment(tmp_path)
     job = subprocess.Popen([PY, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                            text=True)
     rec = None
+    # the lines read below have no timeout of their own: past 180 s both processes are
+    # killed, so the reads end (EOF) and the test fails instead of hanging
+    watchdog = threading.Timer(180, lambda: [p.kill() for p in (job, rec) if p is not None])
+    watchdog.start()
     try:
         assert job.stdout.readline().startswith("/pytrace-")
         out = tmp_path / "live.pytrace"
-        rec = subprocess.Popen([other, "-m", "pytrace", "record", "-o", str(out), str(job.pid)],
+        rec = subprocess.Popen([other, "-m", "pytrace", "record", "-o", str(out)]
+                               + (["--no-hub"] if via == "direct" else []) + [str(job.pid)],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         first = rec.stderr.readline()      # said once it reads the segment
         assert "recording" in first, first + rec.stderr.read()
@@ -304,6 +313,7 @@ def test_gil_build_reader_records_a_running_free_threaded_jobs_segment(tmp_path)
         _, err = rec.communicate(timeout=120)
         assert rec.returncode == 0, err
     finally:
+        watchdog.cancel()
         for p in (job, rec):
             if p is not None and p.poll() is None:
                 p.kill()

@@ -22,6 +22,8 @@ import pytest
 from pytrace import _pytrace
 import synthetic as syn
 
+pytestmark = pytest.mark.reading_side   # the hub client's drain (conftest.py)
+
 HELLO_BYTES, WELCOME_BYTES = 32, 64
 
 

@@ -15,6 +15,8 @@ from pytrace import recording as rec
 import synthetic as syn
 from pytrace.reader import decode
 
+pytestmark = pytest.mark.reading_side   # the recording format's readers (conftest.py)
+
 
 def _messages():
     events = [(0, 1, 13), (10, 2, 1), (20, 3, 3), (25, 3, 4), (30, 2, 2)]

@@ -20,10 +20,9 @@ from helpers import PY
 from users import as_other, other_uid, popen_other  # noqa: F401 (other_uid: a fixture)
 
 SHM = "/dev/shm"
-pytestmark = [pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None
-                                 or shutil.which("runuser") is None,
-                                 reason="needs root, useradd and runuser to act as a second user"),
-              pytest.mark.reading_side]   # planted files against the tools (conftest.py)
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None
+                                or shutil.which("runuser") is None,
+                                reason="needs root, useradd and runuser to act as a second user")
 
 
 def run_pytrace(*args, timeout=60, **kw):
@@ -91,6 +90,7 @@ def planted(other_uid, tmp_path):
     _clean(prefixes)
 
 
+@pytest.mark.reading_side   # the readers against planted files (conftest.py)
 def test_planted_files_do_not_hang_or_crash_root_tools(planted, other_uid, tmp_path):
     """`pytrace ls`, `pytrace ls --all`, pytrace-top's list and a traced program's exit
     (which collects its children's segments) go on while another user's FIFO, symlink and
@@ -174,6 +174,7 @@ def test_other_user_cannot_read_root_job(other_uid, tmp_path):
         proc.wait(timeout=30)
 
 
+@pytest.mark.reading_side   # the readers against planted files (conftest.py)
 def test_root_does_not_map_other_users_segment(other_uid, tmp_path):
     """A valid segment of the other user's job is listed by root's `pytrace ls --all` from
     its owner alone (not opened), and root's pid lookup does not pick it."""

@@ -167,7 +167,6 @@ POOL = textwrap.dedent("""
 """)
 
 
-@pytest.mark.reading_side   # the web server's bounds and answers (conftest.py)
 @needs_browser
 def test_web_multiprocess_recording_names_each_process_and_the_tab_names_the_job(tmp_path, browser):
     script = tmp_path / "pool.py"
