@@ -123,6 +123,8 @@ def run(py, threads, calls, mode, processes=1):
             res["gil"] = one["gil"]
             if one["counts"]:
                 note = (one["counts"]["written"], one["counts"]["dropped"])
+            if mode != "untraced" and note is None:   # never a figure without its counts
+                sys.exit("%s: no events written/dropped line in:\n%s" % (" ".join(cmd[:6]), err))
             if note:
                 notes.append(note)
     res["notes"] = notes
