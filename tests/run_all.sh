@@ -35,9 +35,10 @@ pytest_on() {
     local py=$1 which=${2:-all}
     # The tests marked reading_side (their subject is a reading program's bounds or
     # robustness: the hub's and the web server's memory budgets, the call tree's, damaged or
-    # planted files, a recorder's faults; the traced interpreter only makes their load; see
-    # tests/python/conftest.py) run with the first Python and the free-threaded one, not
-    # again with each other: the reading programs are C, the same whichever Python traced.
+    # planted files, a recorder's faults, the exporters' limits; the traced interpreter only
+    # makes their load; see tests/python/conftest.py) run with the first Python and the
+    # free-threaded one, not again with each other: the reading code is C, and the CLI glue
+    # around it still runs on a GIL build and on the free-threaded one.
     local select="not solo"
     if [ "$which" = tracing ]; then
         select="not solo and not reading_side"
