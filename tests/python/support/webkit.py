@@ -36,11 +36,12 @@ def browser():
 class WebServer:
     """`pytrace web ARGS` in the background; .url once it serves."""
 
-    def __init__(self, tmp_path, args, timeout=60):
+    def __init__(self, tmp_path, args, timeout=60, env=None):
         self.url_file = str(tmp_path / ("url-%d.txt" % time.monotonic_ns()))
         self.log = open(str(tmp_path / "web.log"), "w")
         self.proc = subprocess.Popen([PY, "-m", "pytrace", "web", "--url-file", self.url_file] + list(args),
-                                     stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                                     stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     env=env)
         deadline = time.monotonic() + timeout
         while not os.path.exists(self.url_file):
             if self.proc.poll() is not None or time.monotonic() > deadline:
